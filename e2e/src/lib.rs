@@ -1,0 +1,1 @@
+//! End-to-end harness: loads libonnxruntime.so and the rcpu plugin side by side.

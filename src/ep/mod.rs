@@ -1,0 +1,1 @@
+//! Factory, EP, provider options, capability and the kernel registry.

@@ -1,0 +1,1 @@
+//! The process-wide memory governor and the caches it governs.

@@ -1,0 +1,4 @@
+//! Topology, affinity and the pinned worker lanes (decode dispatch and task dispatch).
+pub mod par;
+
+pub use par::{Par, Serial};

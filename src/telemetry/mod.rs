@@ -1,0 +1,1 @@
+//! Counters, the dispatch ledger and the stats JSON.
