@@ -1,0 +1,76 @@
+//! The instruction-set level of this process, detected once.
+//!
+//! Every kernel family builds its dispatch table from `Isa::get()` exactly once per process
+//! (a `once_cell::sync::Lazy` table of function pointers), so the hot path never re-checks CPU
+//! features. `RCPU_ISA=scalar|avx2|avx512` caps the level for diagnostics and tests; it can only
+//! lower what the CPU supports, never raise it.
+
+use once_cell::sync::Lazy;
+
+/// Ordered ISA levels: a higher level implies every lower one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Isa {
+    /// Portable Rust, no explicit SIMD: the reference every variant is tested against.
+    Scalar,
+    /// AVX2 + FMA (+ F16C).
+    Avx2,
+    /// AVX-512 F/BW/DQ/VL.
+    Avx512,
+    /// AVX-512 with VNNI (vpdpbusd).
+    Avx512Vnni,
+}
+
+impl Isa {
+    /// Short lower-case name used in the dispatch ledger.
+    pub fn name(self) -> &'static str {
+        match self {
+            Isa::Scalar => "scalar",
+            Isa::Avx2 => "avx2",
+            Isa::Avx512 => "avx512",
+            Isa::Avx512Vnni => "avx512vnni",
+        }
+    }
+
+    /// What the CPU supports (ignores the environment cap).
+    pub fn detect_hardware() -> Isa {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::is_x86_feature_detected as has;
+            let avx2 = has!("avx2") && has!("fma") && has!("f16c");
+            let avx512 = avx2 && has!("avx512f") && has!("avx512bw") && has!("avx512dq") && has!("avx512vl");
+            if avx512 && has!("avx512vnni") {
+                return Isa::Avx512Vnni;
+            }
+            if avx512 {
+                return Isa::Avx512;
+            }
+            if avx2 {
+                return Isa::Avx2;
+            }
+        }
+        Isa::Scalar
+    }
+
+    /// The process's level: hardware, capped by `RCPU_ISA` when set. Computed once.
+    pub fn get() -> Isa {
+        static LEVEL: Lazy<Isa> = Lazy::new(|| {
+            let hw = Isa::detect_hardware();
+            match std::env::var("RCPU_ISA").ok().as_deref().and_then(Isa::parse) {
+                Some(cap) => hw.min(cap),
+                None => hw,
+            }
+        });
+        *LEVEL
+    }
+
+    /// Parses a cap name (`scalar`, `avx2`, `avx512`, `avx512vnni`).
+    pub fn parse(s: &str) -> Option<Isa> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "scalar" => Some(Isa::Scalar),
+            "avx2" => Some(Isa::Avx2),
+            "avx512" => Some(Isa::Avx512),
+            "avx512vnni" | "vnni" => Some(Isa::Avx512Vnni),
+            _ => None,
+        }
+    }
+}
