@@ -1,1 +1,16 @@
-//! The only place with ORT FFI.
+//! The only place with ORT FFI: rcpu's own `#[repr(C)]` EP-ABI declarations, the negotiated
+//! `OrtApi`, status and panic guard, the factory/EP/kernel shells (vtables and casts only) and
+//! safe views (kernel context, tensors, kernel info, graph/node) handed to the rest of the crate.
+
+pub mod api;
+pub mod ep;
+pub mod ep_types;
+pub mod exports;
+pub mod factory;
+pub mod graph;
+pub mod kernel;
+pub mod kernel_context;
+pub mod kernel_info;
+pub mod session;
+pub mod status;
+pub mod tensor;

@@ -2,3 +2,8 @@
 //! signature, a scalar reference beside them, ISA variants picked once per process from
 //! [`isa::Isa::get`].
 pub mod isa;
+pub mod nodes;
+pub mod op;
+pub mod elementwise;
+pub mod gemm;
+pub mod shape;

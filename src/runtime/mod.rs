@@ -2,3 +2,5 @@
 pub mod par;
 
 pub use par::{Par, Serial};
+mod stub_lanes;
+pub use stub_lanes::*;

@@ -1,0 +1,73 @@
+//! Safe view of `OrtKernelContext`: the inputs and outputs of one kernel call.
+
+use std::marker::PhantomData;
+
+use super::api::api;
+use super::ep_types::{OrtKernelContext, OrtValue};
+use super::status::{check, Error, Result};
+use super::tensor::{Tensor, TensorMut};
+
+/// The context of one `Compute` call. Not `Send`: it is only valid on the calling thread for the
+/// duration of the call, although the tensors it hands out may be read from worker lanes.
+pub struct KernelContext<'a> {
+    ctx: *mut OrtKernelContext,
+    _life: PhantomData<&'a mut OrtKernelContext>,
+}
+
+impl<'a> KernelContext<'a> {
+    /// # Safety
+    /// `ctx` must be the live context ORT passed to `Compute`, valid for `'a`.
+    pub unsafe fn new(ctx: *mut OrtKernelContext) -> Self {
+        KernelContext { ctx, _life: PhantomData }
+    }
+
+    pub fn input_count(&self) -> Result<usize> {
+        let mut n = 0usize;
+        // SAFETY: ctx valid for 'a.
+        unsafe { check((api().ort.KernelContext_GetInputCount)(self.ctx, &mut n))? };
+        Ok(n)
+    }
+
+    pub fn output_count(&self) -> Result<usize> {
+        let mut n = 0usize;
+        // SAFETY: ctx valid for 'a.
+        unsafe { check((api().ort.KernelContext_GetOutputCount)(self.ctx, &mut n))? };
+        Ok(n)
+    }
+
+    /// Input `i`, or `None` when it is an omitted optional input.
+    pub fn input(&self, i: usize) -> Result<Option<Tensor<'a>>> {
+        if i >= self.input_count()? {
+            return Ok(None);
+        }
+        let mut v: *const OrtValue = std::ptr::null();
+        // SAFETY: ctx valid; index in range.
+        unsafe { check((api().ort.KernelContext_GetInput)(self.ctx, i, &mut v))? };
+        if v.is_null() {
+            return Ok(None);
+        }
+        // SAFETY: ORT keeps inputs alive and unmodified for the whole Compute call ('a).
+        unsafe { Tensor::from_value(v) }.map(Some)
+    }
+
+    /// Input `i`, required.
+    pub fn required_input(&self, i: usize) -> Result<Tensor<'a>> {
+        self.input(i)?.ok_or_else(|| Error::invalid_argument(format!("required input {i} is missing")))
+    }
+
+    /// Allocates output `i` with `shape` and returns a writable view.
+    pub fn output(&self, i: usize, shape: &[usize]) -> Result<TensorMut<'a>> {
+        let dims: Vec<i64> = shape
+            .iter()
+            .map(|&d| i64::try_from(d).map_err(|_| Error::invalid_argument("output dimension overflows int64")))
+            .collect::<Result<_>>()?;
+        let mut v: *mut OrtValue = std::ptr::null_mut();
+        // SAFETY: ctx valid; dims has dims.len() entries; ORT owns the returned value.
+        unsafe { check((api().ort.KernelContext_GetOutput)(self.ctx, i, dims.as_ptr(), dims.len(), &mut v))? };
+        if v.is_null() {
+            return Err(Error::fail(format!("ORT returned no buffer for output {i}")));
+        }
+        // SAFETY: freshly allocated output, exclusively ours for this call.
+        unsafe { TensorMut::from_value(v, shape.to_vec()) }
+    }
+}

@@ -1,0 +1,214 @@
+//! Safe views of ORT tensors (`OrtValue`) and of tensor type information.
+
+use std::ffi::c_void;
+use std::marker::PhantomData;
+
+pub use ort_sys::ONNXTensorElementDataType as ElemType;
+use ort_sys::{OrtTensorTypeAndShapeInfo, OrtTypeInfo};
+
+use super::api::api;
+use super::ep_types::OrtValue;
+use super::status::{check, Error, Result};
+
+/// Element type and dimensions (-1 or symbolic dims as -1) of a tensor.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TensorType {
+    pub elem: ElemType,
+    pub dims: Vec<i64>,
+}
+
+impl TensorType {
+    /// Dims as `usize` when every dim is known (>= 0).
+    pub fn static_dims(&self) -> Option<Vec<usize>> {
+        self.dims.iter().map(|&d| usize::try_from(d).ok()).collect()
+    }
+}
+
+/// Short name of an element type for error messages.
+pub fn elem_name(e: ElemType) -> &'static str {
+    use ElemType::*;
+    match e {
+        ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT => "float32",
+        ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8 => "uint8",
+        ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8 => "int8",
+        ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32 => "int32",
+        ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64 => "int64",
+        ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16 => "float16",
+        ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE => "float64",
+        ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16 => "bfloat16",
+        ONNX_TENSOR_ELEMENT_DATA_TYPE_BOOL => "bool",
+        _ => "other",
+    }
+}
+
+/// Reads element type and dims from a tensor type-and-shape info.
+///
+/// # Safety
+/// `info` must be a valid `OrtTensorTypeAndShapeInfo`.
+pub(crate) unsafe fn read_type_and_shape(info: *const OrtTensorTypeAndShapeInfo) -> Result<TensorType> {
+    let ort = api().ort;
+    let mut elem = ElemType::ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
+    let mut n = 0usize;
+    // SAFETY: info valid (caller contract); out-pointers are live locals.
+    unsafe {
+        check((ort.GetTensorElementType)(info, &mut elem))?;
+        check((ort.GetDimensionsCount)(info, &mut n))?;
+    }
+    let mut dims = vec![0i64; n];
+    // SAFETY: dims has room for n values.
+    unsafe { check((ort.GetDimensions)(info, dims.as_mut_ptr(), n))? };
+    Ok(TensorType { elem, dims })
+}
+
+/// Reads the tensor type of a type info; `None` when it is not a tensor (sequence, map, ...).
+///
+/// # Safety
+/// `ti` must be a valid `OrtTypeInfo` (not released during the call).
+pub(crate) unsafe fn read_type_info(ti: *const OrtTypeInfo) -> Result<Option<TensorType>> {
+    let ort = api().ort;
+    let mut tinfo: *const OrtTensorTypeAndShapeInfo = std::ptr::null();
+    // SAFETY: ti valid; CastTypeInfoToTensorInfo returns NULL for non-tensors, owned by ti.
+    unsafe { check((ort.CastTypeInfoToTensorInfo)(ti, &mut tinfo))? };
+    if tinfo.is_null() {
+        return Ok(None);
+    }
+    // SAFETY: tinfo borrowed from ti, valid while ti is.
+    unsafe { read_type_and_shape(tinfo) }.map(Some)
+}
+
+/// A read-only view of a tensor owned by ORT for the lifetime `'a`.
+pub struct Tensor<'a> {
+    data: *const c_void,
+    ty: TensorType,
+    shape: Vec<usize>,
+    _life: PhantomData<&'a OrtValue>,
+}
+
+/// Trait for element types rcpu reads and writes as slices.
+pub trait Element: Copy + 'static {
+    const ELEM: ElemType;
+}
+impl Element for f32 {
+    const ELEM: ElemType = ElemType::ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
+}
+impl Element for u8 {
+    const ELEM: ElemType = ElemType::ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8;
+}
+impl Element for i8 {
+    const ELEM: ElemType = ElemType::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8;
+}
+impl Element for i32 {
+    const ELEM: ElemType = ElemType::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32;
+}
+impl Element for i64 {
+    const ELEM: ElemType = ElemType::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64;
+}
+
+impl<'a> Tensor<'a> {
+    /// Wraps an ORT tensor value.
+    ///
+    /// # Safety
+    /// `value` must be a valid tensor `OrtValue` that outlives `'a` and is not written meanwhile.
+    pub unsafe fn from_value(value: *const OrtValue) -> Result<Tensor<'a>> {
+        let ort = api().ort;
+        if value.is_null() {
+            return Err(Error::invalid_argument("missing tensor"));
+        }
+        let mut info: *mut OrtTensorTypeAndShapeInfo = std::ptr::null_mut();
+        // SAFETY: value valid (caller); info released below.
+        unsafe { check((ort.GetTensorTypeAndShape)(value, &mut info))? };
+        // SAFETY: info was just created by ORT.
+        let ty = unsafe { read_type_and_shape(info) };
+        // SAFETY: info created above, released exactly once.
+        unsafe { (ort.ReleaseTensorTypeAndShapeInfo)(info) };
+        let ty = ty?;
+        let shape = ty
+            .static_dims()
+            .ok_or_else(|| Error::invalid_argument(format!("tensor has negative dims {:?}", ty.dims)))?;
+        let mut data: *const c_void = std::ptr::null();
+        // SAFETY: value is a tensor; GetTensorData yields its buffer (may be NULL when empty).
+        unsafe { check((ort.GetTensorData)(value, &mut data))? };
+        Ok(Tensor { data, ty, shape, _life: PhantomData })
+    }
+
+    pub fn elem(&self) -> ElemType {
+        self.ty.elem
+    }
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+    pub fn len(&self) -> usize {
+        self.shape.iter().product()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The data as a typed slice; error if the element type differs.
+    pub fn data<T: Element>(&self) -> Result<&'a [T]> {
+        if self.ty.elem != T::ELEM {
+            return Err(Error::invalid_argument(format!(
+                "expected a {} tensor, got {}",
+                elem_name(T::ELEM),
+                elem_name(self.ty.elem)
+            )));
+        }
+        let n = self.len();
+        if n == 0 {
+            return Ok(&[]);
+        }
+        if self.data.is_null() || (self.data as usize) % std::mem::align_of::<T>() != 0 {
+            return Err(Error::fail("tensor data pointer is NULL or misaligned"));
+        }
+        // SAFETY: ORT guarantees the buffer holds n elements of T (type checked above), is
+        // aligned (checked) and lives for 'a (constructor contract).
+        Ok(unsafe { std::slice::from_raw_parts(self.data as *const T, n) })
+    }
+}
+
+/// A writable view of an output tensor ORT allocated for this kernel call.
+pub struct TensorMut<'a> {
+    data: *mut c_void,
+    shape: Vec<usize>,
+    elem: ElemType,
+    _life: PhantomData<&'a mut OrtValue>,
+}
+
+impl<'a> TensorMut<'a> {
+    /// # Safety
+    /// `value` must be a valid, writable tensor `OrtValue` exclusively ours for `'a`.
+    pub(crate) unsafe fn from_value(value: *mut OrtValue, shape: Vec<usize>) -> Result<TensorMut<'a>> {
+        let ort = api().ort;
+        // SAFETY: caller contract; reading the type of a live value.
+        let t = unsafe { Tensor::from_value(value)? };
+        let mut data: *mut c_void = std::ptr::null_mut();
+        // SAFETY: value is a tensor we own for this call.
+        unsafe { check((ort.GetTensorMutableData)(value, &mut data))? };
+        Ok(TensorMut { data, shape, elem: t.elem(), _life: PhantomData })
+    }
+
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    /// Consumes the view: the slice is the only handle to the output buffer.
+    pub fn into_data<T: Element>(self) -> Result<&'a mut [T]> {
+        if self.elem != T::ELEM {
+            return Err(Error::fail(format!(
+                "output is {}, kernel wrote {}",
+                elem_name(self.elem),
+                elem_name(T::ELEM)
+            )));
+        }
+        let n: usize = self.shape.iter().product();
+        if n == 0 {
+            return Ok(&mut []);
+        }
+        if self.data.is_null() || (self.data as usize) % std::mem::align_of::<T>() != 0 {
+            return Err(Error::fail("output data pointer is NULL or misaligned"));
+        }
+        // SAFETY: ORT allocated n elements of T for this output (type checked), aligned
+        // (checked); exclusive for 'a (constructor contract).
+        Ok(unsafe { std::slice::from_raw_parts_mut(self.data as *mut T, n) })
+    }
+}

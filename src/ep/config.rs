@@ -1,0 +1,98 @@
+//! Provider options -> [`Config`].
+//!
+//! Options reach `CreateEp` as session config entries `ep.rcpuexecutionprovider.<key>`. Every
+//! key under that prefix must be one of [`OPTION_KEYS`]; an unknown key or a bad value fails
+//! session creation with a message naming the key. The keys, meanings and defaults are also
+//! declared in `include/rcpu_ep.h` (checked against this file by `build.rs`).
+
+use crate::runtime::Affinity;
+
+/// The session-config prefix ORT gives provider options of this EP.
+pub const CONFIG_PREFIX: &str = "ep.rcpuexecutionprovider.";
+
+/// Every provider option rcpu accepts.
+pub const OPTION_KEYS: [&str; 5] = ["threads", "affinity", "blocktime_us", "weight_cache_mb", "accumulator_cache_mb"];
+
+/// Default spin time of an idle worker before it parks (see runtime::lanes for the measurement).
+pub const DEFAULT_BLOCKTIME_US: u64 = 200;
+
+/// The parsed provider options of one EP instance.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// Lanes (calling thread included); default: physical cores in the affinity mask.
+    pub threads: usize,
+    pub affinity: Affinity,
+    pub blocktime_us: u64,
+    /// Process-wide budget for prepacked weights (None: default from MemAvailable).
+    pub weight_cache_mb: Option<u64>,
+    /// Process-wide budget for parked per-thread accumulators (None: default).
+    pub accumulator_cache_mb: Option<u64>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            threads: crate::runtime::default_threads(),
+            affinity: Affinity::Physical,
+            blocktime_us: DEFAULT_BLOCKTIME_US,
+            weight_cache_mb: None,
+            accumulator_cache_mb: None,
+        }
+    }
+}
+
+fn parse_u64(key: &str, value: &str, max: u64) -> Result<u64, String> {
+    let v: u64 = value.trim().parse().map_err(|_| {
+        format!("rcpu: provider option '{key}' must be a non-negative integer, got '{value}'")
+    })?;
+    if v > max {
+        return Err(format!("rcpu: provider option '{key}' = {v} is out of range (at most {max})"));
+    }
+    Ok(v)
+}
+
+impl Config {
+    /// Builds a config from the session's config entries (all of them; entries outside the
+    /// rcpu prefix are ignored).
+    pub fn from_entries<'a>(entries: impl IntoIterator<Item = (&'a str, &'a str)>) -> Result<Config, String> {
+        let mut c = Config::default();
+        let mut threads_set = false;
+        for (full_key, value) in entries {
+            let Some(key) = full_key.strip_prefix(CONFIG_PREFIX) else { continue };
+            match key {
+                "threads" => {
+                    let t = parse_u64(key, value, 1024)?;
+                    threads_set = t != 0;
+                    c.threads = if t == 0 { crate::runtime::default_threads() } else { t as usize };
+                }
+                "affinity" => {
+                    c.affinity = value
+                        .parse::<Affinity>()
+                        .map_err(|e| format!("rcpu: provider option 'affinity': {e}"))?;
+                }
+                "blocktime_us" => c.blocktime_us = parse_u64(key, value, 10_000_000)?,
+                "weight_cache_mb" => c.weight_cache_mb = Some(parse_u64(key, value, 1 << 30)?),
+                "accumulator_cache_mb" => c.accumulator_cache_mb = Some(parse_u64(key, value, 1 << 30)?),
+                other => {
+                    return Err(format!(
+                        "rcpu: unknown provider option '{other}' (known: {})",
+                        OPTION_KEYS.join(", ")
+                    ))
+                }
+            }
+        }
+        if let Affinity::List(cpus) = &c.affinity {
+            if !threads_set {
+                c.threads = cpus.len().max(1);
+            }
+            if cpus.len() < c.threads {
+                return Err(format!(
+                    "rcpu: provider option 'affinity' lists {} CPUs but 'threads' is {}",
+                    cpus.len(),
+                    c.threads
+                ));
+            }
+        }
+        Ok(c)
+    }
+}

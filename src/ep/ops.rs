@@ -1,0 +1,6 @@
+//! The table of kernels rcpu registers with ORT. Adding an op = adding its `OpDef` here.
+
+use crate::kernels::nodes::{binary, gemm, matmul};
+use crate::kernels::op::OpDef;
+
+pub static OPS: &[OpDef] = &[binary::ADD, binary::SUB, binary::MUL, binary::DIV, matmul::MATMUL, gemm::GEMM];

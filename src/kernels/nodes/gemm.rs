@@ -1,0 +1,113 @@
+//! Gemm over float32: `Y = alpha * A' * B' + beta * C` with transA/transB and C broadcast.
+
+use std::sync::Arc;
+
+use crate::abi::graph::Node;
+use crate::abi::kernel_context::KernelContext;
+use crate::abi::kernel_info::KernelInfo;
+use crate::abi::status::{Error, Result};
+use crate::kernels::gemm::sgemm;
+use crate::kernels::op::{types, Decline, KernelEnv, OpDef, OpKernel};
+use crate::kernels::shape::broadcast_shapes;
+use crate::telemetry::ledger;
+
+use super::claim::{input_type, only_attrs, require_elem, require_output_elem, F32};
+
+struct Gemm {
+    alpha: f32,
+    beta: f32,
+    trans_a: bool,
+    trans_b: bool,
+    env: Arc<KernelEnv>,
+}
+
+impl OpKernel for Gemm {
+    fn compute(&self, ctx: &KernelContext<'_>) -> Result<()> {
+        let a = ctx.required_input(0)?;
+        let b = ctx.required_input(1)?;
+        let c = ctx.input(2)?;
+        let (sa, sb) = (a.shape(), b.shape());
+        if sa.len() != 2 || sb.len() != 2 {
+            return Err(Error::invalid_argument(format!("A and B must be 2-D, got {sa:?} and {sb:?}")));
+        }
+        let (m, ka) = if self.trans_a { (sa[1], sa[0]) } else { (sa[0], sa[1]) };
+        let (kb, n) = if self.trans_b { (sb[1], sb[0]) } else { (sb[0], sb[1]) };
+        if ka != kb {
+            return Err(Error::invalid_argument(format!(
+                "inner dimensions differ: A {sa:?} (transA={}) and B {sb:?} (transB={})",
+                self.trans_a as u8, self.trans_b as u8
+            )));
+        }
+        let out = ctx.output(0, &[m, n])?.into_data::<f32>()?;
+        let mut beta = 0.0;
+        if let Some(c) = c.as_ref().filter(|_| self.beta != 0.0) {
+            let cs = c.shape();
+            let ok = broadcast_shapes(cs, &[m, n]).map(|s| s == [m, n]).unwrap_or(false);
+            if !ok {
+                return Err(Error::invalid_argument(format!("C of shape {cs:?} does not broadcast to [{m}, {n}]")));
+            }
+            broadcast_into(c.data::<f32>()?, cs, out, m, n);
+            beta = self.beta;
+        }
+        let lda = sa[1];
+        let ldb = sb[1];
+        let variant = sgemm(
+            self.trans_a, self.trans_b, m, n, ka, self.alpha, a.data()?, lda, b.data()?, ldb, beta, out, n,
+            &*self.env.par,
+        );
+        ledger::record("Gemm", variant, self.env.par.lanes());
+        Ok(())
+    }
+}
+
+/// Writes C broadcast (unidirectionally) to [m, n] into `out`.
+fn broadcast_into(c: &[f32], cs: &[usize], out: &mut [f32], m: usize, n: usize) {
+    let (cm, cn) = match cs.len() {
+        0 => (1, 1),
+        1 => (1, cs[0]),
+        _ => (cs[cs.len() - 2], cs[cs.len() - 1]),
+    };
+    for i in 0..m {
+        let ci = if cm == 1 { 0 } else { i };
+        for j in 0..n {
+            let cj = if cn == 1 { 0 } else { j };
+            out[i * n + j] = c[ci * cn + cj];
+        }
+    }
+}
+
+fn claim(node: &Node<'_>) -> std::result::Result<(), Decline> {
+    only_attrs(node, &["alpha", "beta", "transA", "transB"])?;
+    let a = require_elem(node, 0, F32)?;
+    let b = require_elem(node, 1, F32)?;
+    if input_type(node, 2)?.is_some() {
+        require_elem(node, 2, F32)?;
+    }
+    require_output_elem(node, F32)?;
+    for (name, t) in [("A", &a), ("B", &b)] {
+        if !t.dims.is_empty() && t.dims.len() != 2 {
+            return Err(format!("{name} has rank {}, Gemm needs 2", t.dims.len()));
+        }
+    }
+    for attr in ["transA", "transB"] {
+        if let Some(v) = node.attr_i64(attr) {
+            if v != 0 && v != 1 {
+                return Err(format!("{attr}={v} is not 0 or 1"));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn create(info: &KernelInfo<'_>, env: &Arc<KernelEnv>) -> Result<Box<dyn OpKernel>> {
+    Ok(Box::new(Gemm {
+        alpha: info.attr_f32("alpha").unwrap_or(1.0),
+        beta: info.attr_f32("beta").unwrap_or(1.0),
+        trans_a: info.attr_i64("transA").unwrap_or(0) != 0,
+        trans_b: info.attr_i64("transB").unwrap_or(0) != 0,
+        env: env.clone(),
+    }))
+}
+
+/// Opset 7 dropped the `broadcast` attribute; 11 made C optional; 13 is the latest.
+pub const GEMM: OpDef = OpDef { op: "Gemm", domain: "", since: 7, until: 13, types: &[("T", types::F32)], claim, create };

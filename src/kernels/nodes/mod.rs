@@ -1,0 +1,8 @@
+//! ORT-facing kernels: for each op, the claim predicate, creation (attributes, constant weights)
+//! and compute, calling into the pure compute of its family (`elementwise`, `gemm`,
+//! `matmul_nbits`, ...). Everything here is safe code over the `abi` views.
+
+pub mod binary;
+pub mod claim;
+pub mod gemm;
+pub mod matmul;

@@ -1,0 +1,59 @@
+//! The uniform shape of an ORT-facing kernel: a static [`OpDef`] (what ORT registers and what
+//! `GetCapability` claims) and an [`OpKernel`] instance per node (prepare at creation, compute per
+//! call). Pure compute lives in the op family's own modules; this file is the contract between
+//! them and `ep/`.
+
+use std::sync::Arc;
+
+use crate::abi::graph::Node;
+use crate::abi::kernel_context::KernelContext;
+use crate::abi::kernel_info::KernelInfo;
+use crate::abi::status::Result;
+use crate::abi::tensor::{ElemType, Tensor};
+use crate::runtime::Par;
+
+/// What every kernel instance of one EP shares: the worker lanes it dispatches on.
+pub struct KernelEnv {
+    pub par: Arc<dyn Par + Send + Sync>,
+}
+
+/// One node's kernel.
+pub trait OpKernel: Send + Sync {
+    /// Runs the node. Errors name the problem; the caller prefixes the node name.
+    fn compute(&self, ctx: &KernelContext<'_>) -> Result<()>;
+
+    /// ORT offers constant input `input_index` for prepacking. Return `true` when the kernel
+    /// keeps its own packed copy and will never read the original again (ORT may free it).
+    fn prepack(&mut self, _input_index: usize, _tensor: &Tensor<'_>) -> Result<bool> {
+        Ok(false)
+    }
+}
+
+/// Why a node is not claimed (logged at verbose level, shown in tests).
+pub type Decline = String;
+
+/// A registered kernel: identity for ORT's registry, the claim predicate, the factory.
+pub struct OpDef {
+    pub op: &'static str,
+    /// "" for the ONNX domain, "com.microsoft" for contrib ops.
+    pub domain: &'static str,
+    /// Inclusive opset range this kernel implements.
+    pub since: i32,
+    pub until: i32,
+    /// Type constraints (name, allowed element types) as in the op schema.
+    pub types: &'static [(&'static str, &'static [ElemType])],
+    /// Claim predicate: `Ok(())` when the kernel really supports this node (attributes, dtypes,
+    /// and shapes where known), `Err(reason)` otherwise.
+    pub claim: fn(&Node<'_>) -> std::result::Result<(), Decline>,
+    /// Builds the node's kernel from its attributes and constant inputs.
+    pub create: fn(&KernelInfo<'_>, &Arc<KernelEnv>) -> Result<Box<dyn OpKernel>>,
+}
+
+/// Element-type shorthands for `OpDef::types`.
+pub mod types {
+    use super::ElemType;
+    pub const F32: &[ElemType] = &[ElemType::ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT];
+    pub const U8: &[ElemType] = &[ElemType::ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8];
+    pub const U8_I8: &[ElemType] =
+        &[ElemType::ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8, ElemType::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8];
+}
