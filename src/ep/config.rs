@@ -10,8 +10,15 @@ use crate::runtime::Affinity;
 /// The session-config prefix ORT gives provider options of this EP.
 pub const CONFIG_PREFIX: &str = "ep.rcpuexecutionprovider.";
 
-/// Every provider option rcpu accepts.
-pub const OPTION_KEYS: [&str; 5] = ["threads", "affinity", "blocktime_us", "weight_cache_mb", "accumulator_cache_mb"];
+mod header {
+    include!(concat!(env!("OUT_DIR"), "/header_consts.rs"));
+}
+
+/// Every provider option rcpu accepts (generated from `include/rcpu_ep.h`).
+pub const OPTION_KEYS: [&str; 5] = header::HEADER_OPTION_KEYS;
+
+/// The EP name as the public header declares it (`ep::EP_NAME` must equal it; tested).
+pub const HEADER_EP_NAME: &str = header::HEADER_EP_NAME;
 
 /// Default spin time of an idle worker before it parks (see runtime::lanes for the measurement).
 pub const DEFAULT_BLOCKTIME_US: u64 = 200;

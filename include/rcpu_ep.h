@@ -1,0 +1,65 @@
+/*
+ * rcpu_ep.h: the public C interface of rcpu, a CPU execution provider plugin for ONNX Runtime.
+ *
+ * Load the plugin with ONNX Runtime's plugin-EP API:
+ *   OrtApi::RegisterExecutionProviderLibrary(env, "rcpu", "<path>/librcpu_ep.so");
+ *   OrtApi::GetEpDevices(env, &devices, &n);            pick devices with EpDevice_EpName == RCPU_EP_NAME
+ *   OrtApi::SessionOptionsAppendExecutionProvider_V2(so, env, devs, 1, keys, values, n_options);
+ * The plugin exports CreateEpFactories / ReleaseEpFactory (called by ONNX Runtime) and the
+ * RcpuEp_* functions below (called by applications and tools through dlsym).
+ *
+ * This header is plain C99 and needs no ONNX Runtime header. build.rs reads the RCPU_OPT_*
+ * defines below to generate the Rust constants, so the two cannot drift apart.
+ */
+#ifndef RCPU_EP_H
+#define RCPU_EP_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The execution provider's name (use it to select the EpDevice) and vendor. */
+#define RCPU_EP_NAME "RcpuExecutionProvider"
+#define RCPU_EP_VENDOR "rcpu"
+
+/*
+ * Provider options: pass them as {key: value} to add_provider_for_devices /
+ * SessionOptionsAppendExecutionProvider_V2. An unknown key or a bad value fails session creation
+ * with an error that names the key.
+ */
+
+/* Number of lanes (the calling thread plus threads-1 pinned workers named rcpu-w0, rcpu-w1, ...).
+ * Default: the physical cores in the process's affinity mask. "0" also means the default. */
+#define RCPU_OPT_THREADS "threads"
+/* Pinning: "physical" (default; one lane per physical core, SMT-aware), "off" (no pinning), or an
+ * explicit CPU list such as "0,2,4-6" (threads defaults to its length). */
+#define RCPU_OPT_AFFINITY "affinity"
+/* Microseconds an idle worker spins before it parks (default 200; 0 parks at once). */
+#define RCPU_OPT_BLOCKTIME_US "blocktime_us"
+/* Process-wide budget in MiB for prepacked weights (default: half of MemAvailable). 0 disables the
+ * cache: kernels then compute from the original weights, with identical results. */
+#define RCPU_OPT_WEIGHT_CACHE_MB "weight_cache_mb"
+/* Process-wide budget in MiB for per-thread accumulators parked between calls
+ * (default: min(64, 1% of MemAvailable)). */
+#define RCPU_OPT_ACCUMULATOR_CACHE_MB "accumulator_cache_mb"
+
+/*
+ * Writes rcpu's statistics (dispatch ledger, pool counters, memory figures) as a JSON document
+ * into buf (at most cap bytes, NUL-terminated, truncated to fit) and returns the full length of
+ * the JSON without the NUL; call with buf == NULL, cap == 0 to learn the size.
+ */
+size_t RcpuEp_StatsJson(char* buf, size_t cap);
+
+/* Clears the dispatch ledger and the pool counters. */
+void RcpuEp_ResetStats(void);
+
+/* The plugin's version (semver, the same string the EP factory reports). */
+const char* RcpuEp_Version(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* RCPU_EP_H */
