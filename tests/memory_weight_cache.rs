@@ -191,3 +191,40 @@ fn aligned_buf_is_cache_line_aligned() {
         assert_eq!(f.clone().as_ptr() as usize % 64, 0);
     }
 }
+
+#[test]
+fn churn_of_get_and_drop_leaves_no_entries_or_bytes() {
+    let gov = Arc::new(Governor::new(64 * 1024));
+    let cache = Arc::new(GovernedWeightCache::new(Arc::clone(&gov)));
+    let handles: Vec<_> = (0..8u8)
+        .map(|t| {
+            let cache = cache.clone();
+            std::thread::spawn(move || {
+                for i in 0..2000u32 {
+                    let src = [(i % 3) as u8, t % 2];
+                    let got = cache.get_or_pack(
+                        &key(&src),
+                        4096,
+                        || vec![src[0]; 4096],
+                        |v| v.capacity(),
+                    );
+                    if let Some(w) = got {
+                        assert!(w.iter().all(|&b| b == src[0]), "right content for the key");
+                        if i % 5 == 0 {
+                            std::thread::yield_now();
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    assert!(gov.peak_live_bytes() <= 64 * 1024);
+    assert_eq!(
+        (gov.live_bytes(), gov.reserved_bytes(), cache.entries()),
+        (0, 0, 0)
+    );
+    assert_eq!(cache.hits() + cache.misses() + cache.declines(), 8 * 2000);
+}

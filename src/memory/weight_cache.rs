@@ -78,6 +78,16 @@ impl<T: Send + Sync + 'static> CachedWeight<T> {
     }
 }
 
+impl<T: Send + Sync + std::fmt::Debug + 'static> std::fmt::Debug for CachedWeight<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CachedWeight")
+            .field("key", &self.key.0)
+            .field("held_bytes", &self.grant.held_bytes())
+            .field("value", &self.value)
+            .finish()
+    }
+}
+
 impl<T: Send + Sync + 'static> std::ops::Deref for CachedWeight<T> {
     type Target = T;
     fn deref(&self) -> &T {
