@@ -228,3 +228,27 @@ fn churn_of_get_and_drop_leaves_no_entries_or_bytes() {
     );
     assert_eq!(cache.hits() + cache.misses() + cache.declines(), 8 * 2000);
 }
+
+#[test]
+fn a_panicking_packer_does_not_wedge_the_key() {
+    let gov = Arc::new(Governor::new(1 << 20));
+    let cache = Arc::new(GovernedWeightCache::new(Arc::clone(&gov)));
+    let c2 = cache.clone();
+    let r = std::thread::spawn(move || {
+        c2.get_or_pack(
+            &key(b"p"),
+            8,
+            || -> Vec<u8> { panic!("pack failed") },
+            |v| v.capacity(),
+        )
+    })
+    .join();
+    assert!(r.is_err());
+    assert_eq!(
+        (gov.live_bytes(), cache.entries()),
+        (0, 0),
+        "grant released, marker removed"
+    );
+    let w = cache.get_or_pack(&key(b"p"), 8, || vec![1u8; 8], |v| v.capacity());
+    assert!(w.is_some(), "a later request packs normally");
+}
