@@ -1,3 +1,119 @@
-//! TEMPORARY stand-in.
-pub fn configure(_w: Option<u64>, _a: Option<u64>) {}
-pub fn stats() -> serde_json::Value { serde_json::json!({}) }
+//! The process-wide memory governors and the caches they govern.
+//!
+//! Two governors, both process-wide ([`weights`], [`accumulators`]):
+//! - **weights**: bounds the [`GovernedWeightCache`] of prepacked weights ([`weight_cache`]). Default budget:
+//!   50% of `MemAvailable` from `/proc/meminfo` at first use; [`FALLBACK_WEIGHT_BUDGET`] (1 GiB) if that is
+//!   unreadable.
+//! - **accumulators**: bounds the per-thread scratch buffers kernels park between calls ([`scratch`]),
+//!   summed over all threads. Default budget: min(64 MiB, 1% of `MemAvailable`);
+//!   [`FALLBACK_ACCUMULATOR_BUDGET`] (16 MiB) if `/proc/meminfo` is unreadable.
+//!
+//! Budgets are process-wide, so sessions share them. Policy when sessions pass different budgets
+//! ([`configure`], from the `weight_cache_mb` / `accumulator_cache_mb` provider options): **the last
+//! configured value wins** for new reservations; existing grants are kept (a lower budget does not evict
+//! anything, it declines new reservations until enough is released).
+//!
+//! Every decline has a correct slower path: the weight cache returns `None` (compute from the original
+//! weight), scratch frees an unparked buffer after use (allocate per call).
+
+mod aligned;
+mod content_hash;
+mod governor;
+pub mod scratch;
+mod weight_cache;
+
+pub use aligned::AlignedBuf;
+pub use content_hash::{content_hash, params_hash};
+pub use governor::{Governor, GovernorRef, Grant, OverBudget, Reservation};
+pub use scratch::{scratch_stats, with_scratch_f32, with_scratch_i32, ScratchStats};
+pub use weight_cache::{CachedWeight, GovernedWeightCache, WeightKey};
+
+use once_cell::sync::Lazy;
+
+/// Weight budget when `/proc/meminfo` is unreadable.
+pub const FALLBACK_WEIGHT_BUDGET: u64 = 1 << 30;
+/// Accumulator budget when `/proc/meminfo` is unreadable.
+pub const FALLBACK_ACCUMULATOR_BUDGET: u64 = 16 << 20;
+/// Upper bound of the default accumulator budget.
+pub const MAX_DEFAULT_ACCUMULATOR_BUDGET: u64 = 64 << 20;
+
+/// `MemAvailable` in bytes from `/proc/meminfo`, if readable.
+pub fn mem_available_bytes() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    parse_mem_available(&text)
+}
+
+fn parse_mem_available(meminfo: &str) -> Option<u64> {
+    let line = meminfo.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let mut it = line["MemAvailable:".len()..].split_whitespace();
+    let n: u64 = it.next()?.parse().ok()?;
+    match it.next() {
+        Some("kB") | None => n.checked_mul(1024),
+        Some(_) => None,
+    }
+}
+
+/// Default weight budget: 50% of `MemAvailable` (or [`FALLBACK_WEIGHT_BUDGET`]).
+pub fn default_weight_budget() -> u64 {
+    mem_available_bytes().map_or(FALLBACK_WEIGHT_BUDGET, |m| m / 2)
+}
+
+/// Default accumulator budget: min(64 MiB, 1% of `MemAvailable`) (or [`FALLBACK_ACCUMULATOR_BUDGET`]).
+pub fn default_accumulator_budget() -> u64 {
+    mem_available_bytes().map_or(FALLBACK_ACCUMULATOR_BUDGET, |m| {
+        (m / 100).min(MAX_DEFAULT_ACCUMULATOR_BUDGET)
+    })
+}
+
+static WEIGHTS: Lazy<Governor> = Lazy::new(|| Governor::named("weights", default_weight_budget()));
+static ACCUMULATORS: Lazy<Governor> =
+    Lazy::new(|| Governor::named("accumulators", default_accumulator_budget()));
+static WEIGHT_CACHE: Lazy<GovernedWeightCache> = Lazy::new(|| GovernedWeightCache::new(weights()));
+
+/// The process-wide governor of prepacked weights.
+pub fn weights() -> &'static Governor {
+    &WEIGHTS
+}
+
+/// The process-wide governor of parked scratch (accumulator) buffers.
+pub fn accumulators() -> &'static Governor {
+    &ACCUMULATORS
+}
+
+/// The process-wide weight cache, drawing on [`weights`].
+pub fn weight_cache() -> &'static GovernedWeightCache {
+    &WEIGHT_CACHE
+}
+
+/// Set the process-wide budgets; `None` keeps the current value. The last configured value wins for new
+/// reservations; existing grants are kept.
+pub fn configure(weight_budget_bytes: Option<u64>, accumulator_budget_bytes: Option<u64>) {
+    if let Some(b) = weight_budget_bytes {
+        weights().set_budget(b);
+    }
+    if let Some(b) = accumulator_budget_bytes {
+        accumulators().set_budget(b);
+    }
+}
+
+/// Memory figures for the stats JSON.
+pub fn stats() -> serde_json::Value {
+    serde_json::json!({
+        "weights": weights().stats(),
+        "accumulators": accumulators().stats(),
+        "weight_cache": weight_cache().stats(),
+        "scratch": scratch_stats(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_mem_available() {
+        let t = "MemTotal:       16000000 kB\nMemFree:  1 kB\nMemAvailable:    8000000 kB\n";
+        assert_eq!(parse_mem_available(t), Some(8_000_000 * 1024));
+        assert_eq!(parse_mem_available("MemTotal: 5 kB\n"), None);
+    }
+}

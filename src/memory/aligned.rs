@@ -1,0 +1,87 @@
+//! `AlignedBuf<T>`: a fixed-length buffer whose first element is 64-byte (cache-line) aligned, for packed
+//! weights. No `unsafe`: a `Vec<T>` over-allocated by one cache line, and the slice starts at the first
+//! 64-byte boundary inside it (the offset is computed from the address, which is safe to read). The Vec is
+//! never resized, so the offset stays valid.
+
+const ALIGN: usize = 64;
+
+/// A 64-byte aligned, fixed-length buffer of `T` (a primitive whose size equals its alignment and divides 64:
+/// u8, i8, u16, i16, f32, i32, u32, f64, i64, u64).
+#[derive(Debug)]
+pub struct AlignedBuf<T: Copy + Default = u8> {
+    storage: Vec<T>,
+    offset: usize,
+    len: usize,
+}
+
+impl<T: Copy + Default> AlignedBuf<T> {
+    const ELEM: usize = std::mem::size_of::<T>();
+
+    /// `len` elements of `T::default()` (zero for numbers).
+    pub fn zeroed(len: usize) -> Self {
+        assert!(
+            Self::ELEM > 0
+                && Self::ELEM <= ALIGN
+                && ALIGN % Self::ELEM == 0
+                && std::mem::align_of::<T>() == Self::ELEM,
+            "AlignedBuf: element size must equal its alignment and divide 64"
+        );
+        let pad = ALIGN / Self::ELEM - 1;
+        let storage = vec![T::default(); len + pad];
+        let misalign = storage.as_ptr() as usize % ALIGN;
+        let offset = ((ALIGN - misalign) % ALIGN) / Self::ELEM;
+        debug_assert!(offset <= pad);
+        AlignedBuf {
+            storage,
+            offset,
+            len,
+        }
+    }
+
+    /// A 64-byte aligned copy of `src`.
+    pub fn from_slice(src: &[T]) -> Self {
+        let mut b = Self::zeroed(src.len());
+        b.as_mut_slice().copy_from_slice(src);
+        b
+    }
+
+    pub fn as_slice(&self) -> &[T] {
+        &self.storage[self.offset..self.offset + self.len]
+    }
+
+    pub fn as_mut_slice(&mut self) -> &mut [T] {
+        &mut self.storage[self.offset..self.offset + self.len]
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Bytes this buffer really holds on the heap (padding included): what a grant should settle to.
+    pub fn held_bytes(&self) -> usize {
+        self.storage.capacity() * Self::ELEM
+    }
+}
+
+impl<T: Copy + Default> Clone for AlignedBuf<T> {
+    fn clone(&self) -> Self {
+        Self::from_slice(self.as_slice()) // re-aligns for the new allocation
+    }
+}
+
+impl<T: Copy + Default> std::ops::Deref for AlignedBuf<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        self.as_slice()
+    }
+}
+
+impl<T: Copy + Default> std::ops::DerefMut for AlignedBuf<T> {
+    fn deref_mut(&mut self) -> &mut [T] {
+        self.as_mut_slice()
+    }
+}

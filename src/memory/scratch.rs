@@ -1,0 +1,168 @@
+//! Per-thread scratch buffers kernels park between calls, bounded process-wide by
+//! [`super::accumulators`] (the sum over all threads, never per thread).
+//!
+//! `with_scratch_f32(len, f)` lends `f` a `&mut [f32]` of exactly `len` elements:
+//! - if this thread's parked buffer is at least `len` long it is reused (no allocation on the hot path);
+//! - otherwise a fresh buffer is allocated; after `f` returns the thread tries to park it: by growing the
+//!   grant of its current parked buffer (which it then replaces) or, with none parked, by a new reservation.
+//!   If the governor declines, the fresh buffer is freed ("oversize buffers are released") and the old
+//!   parked one, if any, stays parked.
+//!
+//! **Contents on entry are unspecified**: a reused buffer holds whatever the last user left there (a fresh
+//! one happens to be zeroed). Kernels must write before they read.
+//!
+//! A parked buffer's grant is released when it is replaced or when its thread exits (thread-local
+//! destructor). A nested call on the same thread (while the parked buffer is lent out) gets a fresh buffer.
+
+use super::Grant;
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+// Relaxed throughout: statistics only; the budget itself is enforced by the governor's CAS.
+static REUSES: AtomicU64 = AtomicU64::new(0);
+static FRESH: AtomicU64 = AtomicU64::new(0);
+static PARKED_BYTES: AtomicU64 = AtomicU64::new(0);
+static PEAK_PARKED_BYTES: AtomicU64 = AtomicU64::new(0);
+static PARKS: AtomicU64 = AtomicU64::new(0);
+static DECLINED_PARKS: AtomicU64 = AtomicU64::new(0);
+
+/// A parked buffer and the grant that pays for it.
+struct Parked<T> {
+    buf: Vec<T>,
+    grant: Grant,
+}
+
+impl<T> Drop for Parked<T> {
+    fn drop(&mut self) {
+        PARKED_BYTES.fetch_sub(self.grant.held_bytes(), Relaxed);
+        // `grant` drops after this, releasing the bytes.
+    }
+}
+
+fn count_parked(bytes: u64) {
+    let now = PARKED_BYTES.fetch_add(bytes, Relaxed) + bytes;
+    PEAK_PARKED_BYTES.fetch_max(now, Relaxed);
+}
+
+#[derive(Default)]
+struct ThreadScratch {
+    f32s: Option<Parked<f32>>,
+    i32s: Option<Parked<i32>>,
+}
+
+thread_local! {
+    static SCRATCH: RefCell<ThreadScratch> = RefCell::new(ThreadScratch::default());
+}
+
+fn with_scratch<T: Copy + Default, R>(
+    len: usize,
+    slot: fn(&mut ThreadScratch) -> &mut Option<Parked<T>>,
+    f: impl FnOnce(&mut [T]) -> R,
+) -> R {
+    // Take the parked buffer out for the duration of `f` (re-entrancy safe). During thread teardown the
+    // thread-local is gone: work with a fresh, unparked buffer.
+    let mut parked = SCRATCH
+        .try_with(|s| slot(&mut s.borrow_mut()).take())
+        .ok()
+        .flatten();
+    if let Some(p) = parked.as_mut().filter(|p| p.buf.len() >= len) {
+        REUSES.fetch_add(1, Relaxed);
+        let r = f(&mut p.buf[..len]);
+        put_back(slot, parked);
+        return r;
+    }
+    FRESH.fetch_add(1, Relaxed);
+    let mut buf = vec![T::default(); len];
+    let r = f(&mut buf);
+    let bytes = (buf.capacity() * std::mem::size_of::<T>()) as u64;
+    let newly_parked = match parked.take() {
+        Some(mut old) => {
+            let old_bytes = old.grant.held_bytes();
+            if old.grant.settle(bytes).is_ok() {
+                count_parked(bytes);
+                PARKED_BYTES.fetch_sub(old_bytes, Relaxed);
+                PARKS.fetch_add(1, Relaxed);
+                old.buf = buf; // the old, smaller buffer is freed here
+            } else {
+                DECLINED_PARKS.fetch_add(1, Relaxed); // `buf` is freed; the old one stays parked
+            }
+            Some(old)
+        }
+        None => match super::accumulators().reserve(bytes).grant() {
+            Some(grant) => {
+                count_parked(bytes);
+                PARKS.fetch_add(1, Relaxed);
+                Some(Parked { buf, grant })
+            }
+            None => {
+                DECLINED_PARKS.fetch_add(1, Relaxed);
+                None
+            }
+        },
+    };
+    put_back(slot, newly_parked);
+    r
+}
+
+fn put_back<T>(slot: fn(&mut ThreadScratch) -> &mut Option<Parked<T>>, p: Option<Parked<T>>) {
+    if p.is_none() {
+        return;
+    }
+    // If the thread-local is being torn down, `p` drops here and releases its grant.
+    let _ = SCRATCH.try_with(|s| {
+        let mut s = s.borrow_mut();
+        let dst = slot(&mut s);
+        // A nested call may have parked meanwhile; keep the larger buffer.
+        match dst {
+            Some(cur) if p.as_ref().is_some_and(|p| p.buf.len() <= cur.buf.len()) => {}
+            _ => *dst = p,
+        }
+    });
+}
+
+/// Lend `f` a per-thread f32 scratch slice of `len` elements. Contents on entry are unspecified.
+pub fn with_scratch_f32<R>(len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
+    with_scratch(len, |s| &mut s.f32s, f)
+}
+
+/// Lend `f` a per-thread i32 scratch slice of `len` elements. Contents on entry are unspecified.
+pub fn with_scratch_i32<R>(len: usize, f: impl FnOnce(&mut [i32]) -> R) -> R {
+    with_scratch(len, |s| &mut s.i32s, f)
+}
+
+/// Release this thread's parked buffers now (their grants return to the budget).
+pub fn release_thread_scratch() {
+    let _ = SCRATCH.try_with(|s| {
+        let mut s = s.borrow_mut();
+        s.f32s = None;
+        s.i32s = None;
+    });
+}
+
+/// Scratch counters (process-wide).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct ScratchStats {
+    /// Calls served by the thread's parked buffer.
+    pub reuses: u64,
+    /// Calls that allocated a fresh buffer.
+    pub fresh_allocations: u64,
+    /// Bytes currently parked, summed over all threads.
+    pub parked_bytes: u64,
+    /// Highest `parked_bytes` seen.
+    pub peak_parked_bytes: u64,
+    /// Fresh buffers parked (granted).
+    pub parks: u64,
+    /// Fresh buffers freed because the governor declined to park them.
+    pub declined_parks: u64,
+}
+
+pub fn scratch_stats() -> ScratchStats {
+    ScratchStats {
+        reuses: REUSES.load(Relaxed),
+        fresh_allocations: FRESH.load(Relaxed),
+        parked_bytes: PARKED_BYTES.load(Relaxed),
+        peak_parked_bytes: PEAK_PARKED_BYTES.load(Relaxed),
+        parks: PARKS.load(Relaxed),
+        declined_parks: DECLINED_PARKS.load(Relaxed),
+    }
+}

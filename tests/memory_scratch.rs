@@ -1,0 +1,124 @@
+//! Scratch buffers against the process-wide accumulator governor. These tests reconfigure the global
+//! budget, so they live in their own binary and run one at a time (SERIAL).
+
+use rcpu::memory::{accumulators, configure, scratch_stats, with_scratch_f32, with_scratch_i32};
+use std::sync::{Arc, Barrier, Mutex};
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+const MIB: u64 = 1 << 20;
+
+#[test]
+fn parked_bytes_summed_over_threads_stay_within_process_cap() {
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    configure(None, Some(4 * MIB));
+    let before = scratch_stats();
+    let live_before = accumulators().live_bytes();
+    let parked = Arc::new(Barrier::new(9));
+    let checked = Arc::new(Barrier::new(9));
+    let handles: Vec<_> = (0..8)
+        .map(|t| {
+            let (parked, checked) = (parked.clone(), checked.clone());
+            std::thread::spawn(move || {
+                let n = (MIB / 4) as usize; // 1 MiB of f32
+                let sum = with_scratch_f32(n, |s| {
+                    s.fill(t as f32);
+                    s.iter().sum::<f32>()
+                });
+                assert_eq!(sum, t as f32 * n as f32);
+                parked.wait(); // every thread has tried to park
+                checked.wait(); // main has measured; keep buffers parked until then
+            })
+        })
+        .collect();
+    parked.wait();
+    let mid = scratch_stats();
+    let held = mid.parked_bytes - before.parked_bytes;
+    assert!(
+        held <= 4 * MIB,
+        "parked {held} bytes over all threads > 4 MiB cap"
+    );
+    assert_eq!(held, 4 * MIB, "four 1 MiB buffers fit exactly");
+    assert_eq!(mid.parks - before.parks, 4);
+    assert_eq!(
+        mid.declined_parks - before.declined_parks,
+        4,
+        "oversize buffers are released"
+    );
+    assert!(accumulators().live_bytes() - live_before <= 4 * MIB);
+    assert!(accumulators().peak_live_bytes() <= 4 * MIB);
+    checked.wait();
+    for h in handles {
+        h.join().unwrap();
+    }
+    // Thread exit releases the parked grants.
+    assert_eq!(scratch_stats().parked_bytes, before.parked_bytes);
+    assert_eq!(accumulators().live_bytes(), live_before);
+}
+
+#[test]
+fn budget_zero_scratch_still_works_nothing_parked() {
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    configure(None, Some(0));
+    let before = scratch_stats();
+    std::thread::spawn(|| {
+        for round in 0..3 {
+            let v = with_scratch_i32(1000, |s| {
+                for (i, x) in s.iter_mut().enumerate() {
+                    *x = i as i32 + round;
+                }
+                s.iter().map(|&x| x as i64).sum::<i64>()
+            });
+            assert_eq!(v, 499_500 + 1000 * round as i64);
+        }
+    })
+    .join()
+    .unwrap();
+    let after = scratch_stats();
+    assert_eq!(
+        after.fresh_allocations - before.fresh_allocations,
+        3,
+        "fresh buffer each call"
+    );
+    assert_eq!(after.reuses, before.reuses);
+    assert_eq!(after.parks, before.parks);
+    assert_eq!(after.declined_parks - before.declined_parks, 3);
+    assert_eq!(after.parked_bytes, before.parked_bytes, "nothing parked");
+}
+
+#[test]
+fn parked_buffer_is_reused_and_grown_within_budget() {
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    configure(None, Some(4 * MIB));
+    let before = scratch_stats();
+    let base = before.parked_bytes;
+    std::thread::spawn(move || {
+        with_scratch_f32(1024, |s| s.fill(1.0));
+        with_scratch_f32(512, |s| assert_eq!(s.len(), 512)); // reuse (smaller)
+        with_scratch_f32(1024, |s| assert_eq!(s.len(), 1024)); // reuse (same)
+        with_scratch_f32(4096, |s| assert_eq!(s.len(), 4096)); // grow: fresh, replaces the parked one
+        with_scratch_f32(4096, |_| ()); // reuse
+                                        // Nested use while the parked buffer is lent out gets its own buffer.
+        with_scratch_f32(16, |outer| {
+            with_scratch_f32(16, |inner| {
+                inner.fill(2.0);
+                outer.fill(3.0);
+            })
+        });
+        let s = scratch_stats();
+        assert_eq!(
+            s.parked_bytes,
+            base + 4096 * 4,
+            "only the largest buffer stays parked"
+        );
+    })
+    .join()
+    .unwrap();
+    let after = scratch_stats();
+    assert_eq!(after.reuses - before.reuses, 4);
+    assert_eq!(after.fresh_allocations - before.fresh_allocations, 3);
+    assert_eq!(
+        after.parked_bytes, before.parked_bytes,
+        "released at thread exit"
+    );
+}
