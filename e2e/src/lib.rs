@@ -1,1 +1,41 @@
-//! End-to-end harness: loads libonnxruntime.so and the rcpu plugin side by side.
+//! End-to-end harness: loads the real ONNX Runtime (libonnxruntime.so from the pinned wheel)
+//! next to the rcpu plugin, builds models, runs both EPs on the same inputs and compares.
+
+pub mod compare;
+pub mod onnx;
+pub mod ort;
+pub mod paths;
+pub mod stats;
+
+use std::sync::OnceLock;
+
+pub use ort::{Data, Ort, Provider, Session, SessionSpec, Tensor};
+
+/// The EP name rcpu registers.
+pub const EP_NAME: &str = "RcpuExecutionProvider";
+/// The registration name the harness uses.
+pub const REG_NAME: &str = "rcpu";
+
+/// The runtime with the plugin registered (once per process).
+pub fn ort_with_rcpu() -> &'static Ort {
+    static REG: OnceLock<()> = OnceLock::new();
+    let ort = Ort::get();
+    REG.get_or_init(|| {
+        let p = paths::plugin().unwrap_or_else(|e| panic!("{e}"));
+        ort.register(REG_NAME, &p).unwrap_or_else(|e| panic!("registering {}: {e}", p.display()));
+    });
+    ort
+}
+
+/// Deterministic pseudo-random f32 in [-1, 1) (xorshift; no dependency, same on every run).
+pub fn rand_f32(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}

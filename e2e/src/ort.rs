@@ -1,0 +1,405 @@
+//! A small safe wrapper over the real ONNX Runtime C API (libonnxruntime.so from the wheel, loaded
+//! with libloading; `OrtApi` declared by ort-sys): environment, plugin registration, sessions on
+//! ORT's CPU EP or on rcpu, tensors in and out. All FFI of the e2e crate is in this file.
+
+use std::ffi::{c_char, c_void, CStr, CString};
+use std::path::Path;
+use std::sync::OnceLock;
+
+use ort_sys::*;
+
+/// Result with a message.
+pub type Res<T> = Result<T, String>;
+
+/// Element data of a tensor crossing the C API.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Data {
+    F32(Vec<f32>),
+    U8(Vec<u8>),
+    I8(Vec<i8>),
+    I32(Vec<i32>),
+    I64(Vec<i64>),
+}
+
+/// A host tensor.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tensor {
+    pub shape: Vec<i64>,
+    pub data: Data,
+}
+
+impl Tensor {
+    pub fn f32(shape: &[i64], v: Vec<f32>) -> Tensor {
+        Tensor { shape: shape.to_vec(), data: Data::F32(v) }
+    }
+    pub fn as_f32(&self) -> &[f32] {
+        match &self.data {
+            Data::F32(v) => v,
+            other => panic!("expected f32 tensor, got {other:?}"),
+        }
+    }
+    fn parts(&self) -> (*const c_void, usize, ONNXTensorElementDataType) {
+        use ONNXTensorElementDataType::*;
+        match &self.data {
+            Data::F32(v) => (v.as_ptr() as _, v.len() * 4, ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT),
+            Data::U8(v) => (v.as_ptr() as _, v.len(), ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8),
+            Data::I8(v) => (v.as_ptr() as _, v.len(), ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8),
+            Data::I32(v) => (v.as_ptr() as _, v.len() * 4, ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32),
+            Data::I64(v) => (v.as_ptr() as _, v.len() * 8, ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64),
+        }
+    }
+}
+
+/// Where a session runs.
+#[derive(Debug, Clone)]
+pub enum Provider {
+    /// Stock ORT, CPU EP only.
+    OrtCpu,
+    /// rcpu with these provider options (ORT's CPU EP takes what rcpu does not claim).
+    Rcpu(Vec<(String, String)>),
+}
+
+/// How to build a session.
+#[derive(Debug, Clone)]
+pub struct SessionSpec {
+    pub provider: Provider,
+    /// ORT intra-op threads (for the CPU EP arm and ORT's fallback nodes); None = ORT default.
+    pub intra_op_threads: Option<usize>,
+    /// Extra session config entries.
+    pub config: Vec<(String, String)>,
+}
+
+impl SessionSpec {
+    pub fn ort(threads: Option<usize>) -> Self {
+        SessionSpec { provider: Provider::OrtCpu, intra_op_threads: threads, config: vec![] }
+    }
+    pub fn rcpu(options: &[(&str, &str)]) -> Self {
+        SessionSpec {
+            provider: Provider::Rcpu(options.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
+            intra_op_threads: Some(1),
+            config: vec![],
+        }
+    }
+}
+
+/// The loaded runtime and its single environment.
+pub struct Ort {
+    _lib: libloading::Library,
+    api: &'static OrtApi,
+    env: *mut OrtEnv,
+    version: String,
+}
+
+// SAFETY: OrtApi is an immutable table and OrtEnv is thread-safe per ORT's documentation.
+unsafe impl Send for Ort {}
+// SAFETY: as above.
+unsafe impl Sync for Ort {}
+
+fn check(api: &OrtApi, st: OrtStatusPtr) -> Res<()> {
+    if st.0.is_null() {
+        return Ok(());
+    }
+    // SAFETY: st is a live status from ORT; released once here.
+    unsafe {
+        let m = (api.GetErrorMessage)(st.0);
+        let msg = if m.is_null() { "(no message)".to_string() } else { CStr::from_ptr(m).to_string_lossy().into_owned() };
+        (api.ReleaseStatus)(st.0);
+        Err(msg)
+    }
+}
+
+fn cstring(s: &str) -> CString {
+    CString::new(s).expect("no NUL in strings passed to ORT")
+}
+
+static GLOBAL: OnceLock<Ort> = OnceLock::new();
+
+impl Ort {
+    /// The process's runtime, loaded from `RCPU_ORT_LIB` (set by scripts/env.sh) or
+    /// `<repo>/.venv/ort_lib_path`.
+    pub fn get() -> &'static Ort {
+        GLOBAL.get_or_init(|| {
+            let path = crate::paths::ort_lib().unwrap_or_else(|e| panic!("{e}"));
+            Ort::load(&path).unwrap_or_else(|e| panic!("loading {}: {e}", path.display()))
+        })
+    }
+
+    /// Loads libonnxruntime.so and creates the environment.
+    pub fn load(path: &Path) -> Res<Ort> {
+        // SAFETY: loading the ORT shared library runs its (trusted) initialisers.
+        let lib = unsafe { libloading::Library::new(path) }.map_err(|e| e.to_string())?;
+        // SAFETY: OrtGetApiBase has this signature in every ORT release.
+        let base = unsafe {
+            let f: libloading::Symbol<unsafe extern "C" fn() -> *const OrtApiBase> =
+                lib.get(b"OrtGetApiBase\0").map_err(|e| e.to_string())?;
+            f()
+        };
+        // SAFETY: base is ORT's static api base; version string is static.
+        let (api, version) = unsafe {
+            let v = CStr::from_ptr(((*base).GetVersionString)()).to_string_lossy().into_owned();
+            let api = ((*base).GetApi)(ORT_API_VERSION);
+            if api.is_null() {
+                return Err(format!("ORT {v} does not offer API {ORT_API_VERSION}"));
+            }
+            (&*api, v)
+        };
+        let mut env = std::ptr::null_mut();
+        let id = cstring("rcpu-e2e");
+        // SAFETY: out-pointer live; logid copied.
+        check(api, unsafe { (api.CreateEnv)(OrtLoggingLevel::ORT_LOGGING_LEVEL_ERROR, id.as_ptr(), &mut env) })?;
+        Ok(Ort { _lib: lib, api, env, version })
+    }
+
+    pub fn version(&self) -> &str {
+        &self.version
+    }
+
+    /// Registers a plugin EP library under `name`.
+    pub fn register(&self, name: &str, path: &Path) -> Res<()> {
+        let n = cstring(name);
+        let p = cstring(path.to_str().ok_or("non-UTF-8 path")?);
+        // SAFETY: env live; strings copied by ORT.
+        check(self.api, unsafe { (self.api.RegisterExecutionProviderLibrary)(self.env, n.as_ptr(), p.as_ptr()) })
+    }
+
+    /// Unregisters a plugin (only after every session using it is released).
+    pub fn unregister(&self, name: &str) -> Res<()> {
+        let n = cstring(name);
+        // SAFETY: env live.
+        check(self.api, unsafe { (self.api.UnregisterExecutionProviderLibrary)(self.env, n.as_ptr()) })
+    }
+
+    /// Every EP device with its EP name and vendor.
+    pub fn devices(&self) -> Res<Vec<(String, String, usize)>> {
+        Ok(self.raw_devices()?.iter().enumerate().map(|(i, (n, v, _))| (n.clone(), v.clone(), i)).collect())
+    }
+
+    fn raw_devices(&self) -> Res<Vec<(String, String, *const OrtEpDevice)>> {
+        let mut devs: *const *const OrtEpDevice = std::ptr::null();
+        let mut n = 0usize;
+        // SAFETY: env live; the array is owned by the env.
+        check(self.api, unsafe { (self.api.GetEpDevices)(self.env, &mut devs, &mut n) })?;
+        let mut out = Vec::with_capacity(n);
+        for i in 0..n {
+            // SAFETY: i < n; names are owned by the device.
+            unsafe {
+                let d = *devs.add(i);
+                let name = CStr::from_ptr((self.api.EpDevice_EpName)(d)).to_string_lossy().into_owned();
+                let vendor = CStr::from_ptr((self.api.EpDevice_EpVendor)(d)).to_string_lossy().into_owned();
+                out.push((name, vendor, d));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Creates a session for `model` (serialized ModelProto).
+    pub fn session(&self, model: &[u8], spec: &SessionSpec) -> Res<Session> {
+        let api = self.api;
+        let mut so = std::ptr::null_mut();
+        // SAFETY: out-pointer live; released below.
+        check(api, unsafe { (api.CreateSessionOptions)(&mut so) })?;
+        let result = (|| -> Res<Session> {
+            if let Some(t) = spec.intra_op_threads {
+                // SAFETY: so live.
+                check(api, unsafe { (api.SetIntraOpNumThreads)(so, t as i32) })?;
+            }
+            for (k, v) in &spec.config {
+                let (k, v) = (cstring(k), cstring(v));
+                // SAFETY: so live; strings copied.
+                check(api, unsafe { (api.AddSessionConfigEntry)(so, k.as_ptr(), v.as_ptr()) })?;
+            }
+            if let Provider::Rcpu(opts) = &spec.provider {
+                let devs: Vec<*const OrtEpDevice> = self
+                    .raw_devices()?
+                    .into_iter()
+                    .filter(|(n, _, _)| n == crate::EP_NAME)
+                    .map(|(_, _, d)| d)
+                    .collect();
+                if devs.is_empty() {
+                    return Err(format!("{} is not registered", crate::EP_NAME));
+                }
+                let keys: Vec<CString> = opts.iter().map(|(k, _)| cstring(k)).collect();
+                let vals: Vec<CString> = opts.iter().map(|(_, v)| cstring(v)).collect();
+                let kp: Vec<*const c_char> = keys.iter().map(|k| k.as_ptr()).collect();
+                let vp: Vec<*const c_char> = vals.iter().map(|v| v.as_ptr()).collect();
+                // SAFETY: all arrays live for the call; ORT copies them.
+                check(api, unsafe {
+                    (api.SessionOptionsAppendExecutionProvider_V2)(
+                        so,
+                        self.env,
+                        devs.as_ptr(),
+                        1,
+                        kp.as_ptr(),
+                        vp.as_ptr(),
+                        kp.len(),
+                    )
+                })?;
+            }
+            let mut sess = std::ptr::null_mut();
+            // SAFETY: model bytes live for the call; so and env live.
+            check(api, unsafe {
+                (api.CreateSessionFromArray)(self.env, model.as_ptr() as _, model.len(), so, &mut sess)
+            })?;
+            Session::new(api, sess)
+        })();
+        // SAFETY: created above, released once (the session keeps what it needs).
+        unsafe { (api.ReleaseSessionOptions)(so) };
+        result
+    }
+}
+
+/// A live inference session.
+pub struct Session {
+    api: &'static OrtApi,
+    raw: *mut OrtSession,
+    inputs: Vec<CString>,
+    outputs: Vec<CString>,
+}
+
+// SAFETY: ORT sessions support concurrent Run calls.
+unsafe impl Send for Session {}
+// SAFETY: as above.
+unsafe impl Sync for Session {}
+
+impl Session {
+    fn new(api: &'static OrtApi, raw: *mut OrtSession) -> Res<Session> {
+        let mut alloc = std::ptr::null_mut();
+        // SAFETY: default allocator is a static owned by ORT.
+        check(api, unsafe { (api.GetAllocatorWithDefaultOptions)(&mut alloc) })?;
+        let names = |input: bool| -> Res<Vec<CString>> {
+            let mut n = 0usize;
+            // SAFETY: session live.
+            check(api, unsafe {
+                if input {
+                    (api.SessionGetInputCount)(raw, &mut n)
+                } else {
+                    (api.SessionGetOutputCount)(raw, &mut n)
+                }
+            })?;
+            (0..n)
+                .map(|i| {
+                    let mut p: *mut c_char = std::ptr::null_mut();
+                    // SAFETY: session live; the name is allocated with `alloc` and freed here.
+                    unsafe {
+                        check(
+                            api,
+                            if input {
+                                (api.SessionGetInputName)(raw, i, alloc, &mut p)
+                            } else {
+                                (api.SessionGetOutputName)(raw, i, alloc, &mut p)
+                            },
+                        )?;
+                        let s = CStr::from_ptr(p).to_owned();
+                        check(api, (api.AllocatorFree)(alloc, p as _))?;
+                        Ok(s)
+                    }
+                })
+                .collect()
+        };
+        let inputs = names(true)?;
+        let outputs = names(false)?;
+        Ok(Session { api, raw, inputs, outputs })
+    }
+
+    pub fn input_names(&self) -> Vec<String> {
+        self.inputs.iter().map(|s| s.to_string_lossy().into_owned()).collect()
+    }
+
+    /// Runs with inputs in the session's input order; returns every output.
+    pub fn run(&self, inputs: &[Tensor]) -> Res<Vec<Tensor>> {
+        let api = self.api;
+        if inputs.len() != self.inputs.len() {
+            return Err(format!("model has {} inputs, got {}", self.inputs.len(), inputs.len()));
+        }
+        let mut mem = std::ptr::null_mut();
+        // SAFETY: out-pointer live; released below.
+        check(api, unsafe { (api.CreateCpuMemoryInfo)(OrtAllocatorType::OrtArenaAllocator, OrtMemType::OrtMemTypeDefault, &mut mem) })?;
+        let mut vals: Vec<*mut OrtValue> = Vec::new();
+        let result = (|| -> Res<Vec<Tensor>> {
+            for t in inputs {
+                let (ptr, bytes, elem) = t.parts();
+                let mut v = std::ptr::null_mut();
+                // SAFETY: the tensor borrows t's buffer, which outlives the Run call below;
+                // ORT does not write inputs.
+                check(api, unsafe {
+                    (api.CreateTensorWithDataAsOrtValue)(mem, ptr as *mut c_void, bytes, t.shape.as_ptr(), t.shape.len(), elem, &mut v)
+                })?;
+                vals.push(v);
+            }
+            let in_names: Vec<*const c_char> = self.inputs.iter().map(|s| s.as_ptr()).collect();
+            let out_names: Vec<*const c_char> = self.outputs.iter().map(|s| s.as_ptr()).collect();
+            let mut outs: Vec<*mut OrtValue> = vec![std::ptr::null_mut(); out_names.len()];
+            // SAFETY: arrays sized consistently; session live.
+            check(api, unsafe {
+                (api.Run)(
+                    self.raw,
+                    std::ptr::null(),
+                    in_names.as_ptr(),
+                    vals.as_ptr() as *const *const OrtValue,
+                    vals.len(),
+                    out_names.as_ptr(),
+                    out_names.len(),
+                    outs.as_mut_ptr(),
+                )
+            })?;
+            let r = outs.iter().map(|&o| read_tensor(api, o)).collect();
+            for o in outs {
+                // SAFETY: outputs allocated by Run, released once.
+                unsafe { (api.ReleaseValue)(o) };
+            }
+            r
+        })();
+        for v in vals {
+            // SAFETY: created above, released once.
+            unsafe { (api.ReleaseValue)(v) };
+        }
+        // SAFETY: created above.
+        unsafe { (api.ReleaseMemoryInfo)(mem) };
+        result
+    }
+}
+
+fn read_tensor(api: &OrtApi, v: *mut OrtValue) -> Res<Tensor> {
+    use ONNXTensorElementDataType::*;
+    let mut info = std::ptr::null_mut();
+    // SAFETY: v is a live output value; info released below.
+    check(api, unsafe { (api.GetTensorTypeAndShape)(v, &mut info) })?;
+    let mut elem = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
+    let mut nd = 0usize;
+    // SAFETY: info live.
+    check(api, unsafe { (api.GetTensorElementType)(info, &mut elem) })?;
+    check(api, unsafe { (api.GetDimensionsCount)(info, &mut nd) })?;
+    let mut shape = vec![0i64; nd];
+    // SAFETY: shape has nd slots.
+    check(api, unsafe { (api.GetDimensions)(info, shape.as_mut_ptr(), nd) })?;
+    // SAFETY: created above.
+    unsafe { (api.ReleaseTensorTypeAndShapeInfo)(info) };
+    let n: usize = shape.iter().map(|&d| d as usize).product();
+    let mut p: *mut c_void = std::ptr::null_mut();
+    // SAFETY: v live.
+    check(api, unsafe { (api.GetTensorMutableData)(v, &mut p) })?;
+    // SAFETY: ORT's buffer holds n elements of the reported type.
+    let data = unsafe {
+        match elem {
+            _ if n == 0 => match elem {
+                ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT => Data::F32(vec![]),
+                ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64 => Data::I64(vec![]),
+                _ => Data::U8(vec![]),
+            },
+            ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT => Data::F32(std::slice::from_raw_parts(p as *const f32, n).to_vec()),
+            ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8 => Data::U8(std::slice::from_raw_parts(p as *const u8, n).to_vec()),
+            ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8 => Data::I8(std::slice::from_raw_parts(p as *const i8, n).to_vec()),
+            ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32 => Data::I32(std::slice::from_raw_parts(p as *const i32, n).to_vec()),
+            ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64 => Data::I64(std::slice::from_raw_parts(p as *const i64, n).to_vec()),
+            other => return Err(format!("unsupported output type {other:?}")),
+        }
+    };
+    Ok(Tensor { shape, data })
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        // SAFETY: created in Ort::session, released once.
+        unsafe { (self.api.ReleaseSession)(self.raw) };
+    }
+}

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Set-up, build, all tests: cargo tests of the library, e2e Rust tests against real ORT, pytest.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+bash "$here/setup.sh"
+# shellcheck source=env.sh
+source "$here/env.sh"
+cd "$RCPU_ROOT"
+echo "[test] cargo build --release"
+cargo build --release --workspace
+echo "[test] cargo test (library, e2e against onnxruntime $(cat "$RCPU_VENV/ort_lib_path" | sed 's/.*libonnxruntime.so.//'))"
+cargo test --release --workspace
+echo "[test] pytest"
+"$RCPU_VENV/bin/python" -m pytest -q e2e/python
