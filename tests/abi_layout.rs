@@ -76,21 +76,42 @@ fn ep_api_table_indices() {
     let idx = |off: usize| off / P;
     assert_eq!(idx(offset_of!(OrtEpApi, create_ep_device)), 0);
     assert_eq!(idx(offset_of!(OrtEpApi, release_ep_device)), 1);
-    assert_eq!(idx(offset_of!(OrtEpApi, ep_graph_support_info_add_single_node)), 3);
+    assert_eq!(
+        idx(offset_of!(OrtEpApi, ep_graph_support_info_add_single_node)),
+        3
+    );
     assert_eq!(idx(offset_of!(OrtEpApi, create_kernel_registry)), 18);
     assert_eq!(idx(offset_of!(OrtEpApi, release_kernel_registry)), 19);
     assert_eq!(idx(offset_of!(OrtEpApi, kernel_registry_add_kernel)), 20);
     assert_eq!(idx(offset_of!(OrtEpApi, create_kernel_def_builder)), 21);
     assert_eq!(idx(offset_of!(OrtEpApi, release_kernel_def_builder)), 22);
-    assert_eq!(idx(offset_of!(OrtEpApi, kernel_def_builder_set_operator_type)), 23);
+    assert_eq!(
+        idx(offset_of!(OrtEpApi, kernel_def_builder_set_operator_type)),
+        23
+    );
     assert_eq!(idx(offset_of!(OrtEpApi, kernel_def_builder_set_domain)), 24);
-    assert_eq!(idx(offset_of!(OrtEpApi, kernel_def_builder_set_since_version)), 25);
-    assert_eq!(idx(offset_of!(OrtEpApi, kernel_def_builder_set_execution_provider)), 26);
-    assert_eq!(idx(offset_of!(OrtEpApi, kernel_def_builder_add_type_constraint)), 29);
+    assert_eq!(
+        idx(offset_of!(OrtEpApi, kernel_def_builder_set_since_version)),
+        25
+    );
+    assert_eq!(
+        idx(offset_of!(
+            OrtEpApi,
+            kernel_def_builder_set_execution_provider
+        )),
+        26
+    );
+    assert_eq!(
+        idx(offset_of!(OrtEpApi, kernel_def_builder_add_type_constraint)),
+        29
+    );
     assert_eq!(idx(offset_of!(OrtEpApi, kernel_def_builder_build)), 32);
     assert_eq!(idx(offset_of!(OrtEpApi, release_kernel_def)), 33);
     assert_eq!(idx(offset_of!(OrtEpApi, get_tensor_data_type)), 40);
-    assert_eq!(idx(offset_of!(OrtEpApi, ep_graph_support_info_look_up_kernel)), 41);
+    assert_eq!(
+        idx(offset_of!(OrtEpApi, ep_graph_support_info_look_up_kernel)),
+        41
+    );
     assert_eq!(idx(offset_of!(OrtEpApi, kernel_info_get_ep)), 43);
     assert_eq!(size_of::<OrtEpApi>(), P * 50);
 }

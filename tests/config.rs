@@ -4,7 +4,10 @@ use rcpu::ep::config::{Config, CONFIG_PREFIX, DEFAULT_BLOCKTIME_US};
 use rcpu::runtime::Affinity;
 
 fn parse(pairs: &[(&str, &str)]) -> Result<Config, String> {
-    let full: Vec<(String, String)> = pairs.iter().map(|(k, v)| (format!("{CONFIG_PREFIX}{k}"), v.to_string())).collect();
+    let full: Vec<(String, String)> = pairs
+        .iter()
+        .map(|(k, v)| (format!("{CONFIG_PREFIX}{k}"), v.to_string()))
+        .collect();
     Config::from_entries(full.iter().map(|(k, v)| (k.as_str(), v.as_str())))
 }
 
@@ -44,7 +47,11 @@ fn cpu_list_sets_default_threads() {
 
 #[test]
 fn entries_outside_the_prefix_are_ignored() {
-    let c = Config::from_entries([("session.intra_op.allow_spinning", "0"), ("ep.otherep.threads", "x")]).unwrap();
+    let c = Config::from_entries([
+        ("session.intra_op.allow_spinning", "0"),
+        ("ep.otherep.threads", "x"),
+    ])
+    .unwrap();
     assert_eq!(c, parse(&[]).unwrap());
 }
 
@@ -62,6 +69,9 @@ fn bad_input_names_the_key() {
         (vec![("threads", "4"), ("affinity", "0,1")], "affinity"),
     ] {
         let err = parse(&pairs).expect_err(&format!("{pairs:?} must be rejected"));
-        assert!(err.contains(&format!("'{key}'")), "error for {pairs:?} does not name '{key}': {err}");
+        assert!(
+            err.contains(&format!("'{key}'")),
+            "error for {pairs:?} does not name '{key}': {err}"
+        );
     }
 }

@@ -54,6 +54,7 @@ fn header_names_match_the_code() {
     for key in rcpu::ep::config::OPTION_KEYS {
         let full = format!("{}{key}", rcpu::ep::config::CONFIG_PREFIX);
         let value = if key == "affinity" { "off" } else { "1" };
-        rcpu::ep::Config::from_entries([(full.as_str(), value)]).unwrap_or_else(|e| panic!("{key}: {e}"));
+        rcpu::ep::Config::from_entries([(full.as_str(), value)])
+            .unwrap_or_else(|e| panic!("{key}: {e}"));
     }
 }

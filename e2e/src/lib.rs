@@ -22,7 +22,8 @@ pub fn ort_with_rcpu() -> &'static Ort {
     let ort = Ort::get();
     REG.get_or_init(|| {
         let p = paths::plugin().unwrap_or_else(|e| panic!("{e}"));
-        ort.register(REG_NAME, &p).unwrap_or_else(|e| panic!("registering {}: {e}", p.display()));
+        ort.register(REG_NAME, &p)
+            .unwrap_or_else(|e| panic!("registering {}: {e}", p.display()));
     });
     ort
 }

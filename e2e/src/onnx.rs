@@ -167,14 +167,25 @@ fn value_info(name: &str, elem: i32, dims: Option<&[Dim]>) -> ValueInfoProto {
             })
             .collect(),
     });
-    ValueInfoProto { name: name.into(), r#type: Some(TypeProto { tensor_type: Some(TypeTensor { elem_type: elem, shape }) }) }
+    ValueInfoProto {
+        name: name.into(),
+        r#type: Some(TypeProto {
+            tensor_type: Some(TypeTensor {
+                elem_type: elem,
+                shape,
+            }),
+        }),
+    }
 }
 
 impl GraphBuilder {
     /// A graph importing the ONNX domain at `opset` (and com.microsoft v1).
     pub fn new(name: &str, opset: i64) -> Self {
         GraphBuilder {
-            g: GraphProto { name: name.into(), ..Default::default() },
+            g: GraphProto {
+                name: name.into(),
+                ..Default::default()
+            },
             opsets: vec![("".into(), opset), ("com.microsoft".into(), 1)],
         }
     }
@@ -190,13 +201,29 @@ impl GraphBuilder {
         self
     }
 
-    pub fn initializer_raw(&mut self, name: &str, elem: i32, dims: &[i64], raw: Vec<u8>) -> &mut Self {
-        self.g.initializer.push(TensorProto { dims: dims.to_vec(), data_type: elem, name: name.into(), raw_data: raw });
+    pub fn initializer_raw(
+        &mut self,
+        name: &str,
+        elem: i32,
+        dims: &[i64],
+        raw: Vec<u8>,
+    ) -> &mut Self {
+        self.g.initializer.push(TensorProto {
+            dims: dims.to_vec(),
+            data_type: elem,
+            name: name.into(),
+            raw_data: raw,
+        });
         self
     }
 
     pub fn initializer_f32(&mut self, name: &str, dims: &[i64], v: &[f32]) -> &mut Self {
-        self.initializer_raw(name, dtype::FLOAT, dims, v.iter().flat_map(|x| x.to_le_bytes()).collect())
+        self.initializer_raw(
+            name,
+            dtype::FLOAT,
+            dims,
+            v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        )
     }
 
     pub fn initializer_u8(&mut self, name: &str, dims: &[i64], v: &[u8]) -> &mut Self {
@@ -215,7 +242,10 @@ impl GraphBuilder {
         let attribute = attrs
             .iter()
             .map(|(n, a)| {
-                let mut p = AttributeProto { name: n.to_string(), ..Default::default() };
+                let mut p = AttributeProto {
+                    name: n.to_string(),
+                    ..Default::default()
+                };
                 match a {
                     Attr::Float(f) => {
                         p.f = *f;
@@ -254,7 +284,14 @@ impl GraphBuilder {
             ir_version: 10,
             producer_name: "rcpu-e2e".into(),
             graph: Some(self.g.clone()),
-            opset_import: self.opsets.iter().map(|(d, v)| OperatorSetIdProto { domain: d.clone(), version: *v }).collect(),
+            opset_import: self
+                .opsets
+                .iter()
+                .map(|(d, v)| OperatorSetIdProto {
+                    domain: d.clone(),
+                    version: *v,
+                })
+                .collect(),
         }
         .encode_to_vec()
     }

@@ -30,7 +30,10 @@ pub struct Tensor {
 
 impl Tensor {
     pub fn f32(shape: &[i64], v: Vec<f32>) -> Tensor {
-        Tensor { shape: shape.to_vec(), data: Data::F32(v) }
+        Tensor {
+            shape: shape.to_vec(),
+            data: Data::F32(v),
+        }
     }
     pub fn as_f32(&self) -> &[f32] {
         match &self.data {
@@ -41,11 +44,27 @@ impl Tensor {
     fn parts(&self) -> (*const c_void, usize, ONNXTensorElementDataType) {
         use ONNXTensorElementDataType::*;
         match &self.data {
-            Data::F32(v) => (v.as_ptr() as _, v.len() * 4, ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT),
-            Data::U8(v) => (v.as_ptr() as _, v.len(), ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8),
+            Data::F32(v) => (
+                v.as_ptr() as _,
+                v.len() * 4,
+                ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT,
+            ),
+            Data::U8(v) => (
+                v.as_ptr() as _,
+                v.len(),
+                ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8,
+            ),
             Data::I8(v) => (v.as_ptr() as _, v.len(), ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8),
-            Data::I32(v) => (v.as_ptr() as _, v.len() * 4, ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32),
-            Data::I64(v) => (v.as_ptr() as _, v.len() * 8, ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64),
+            Data::I32(v) => (
+                v.as_ptr() as _,
+                v.len() * 4,
+                ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32,
+            ),
+            Data::I64(v) => (
+                v.as_ptr() as _,
+                v.len() * 8,
+                ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64,
+            ),
         }
     }
 }
@@ -71,11 +90,20 @@ pub struct SessionSpec {
 
 impl SessionSpec {
     pub fn ort(threads: Option<usize>) -> Self {
-        SessionSpec { provider: Provider::OrtCpu, intra_op_threads: threads, config: vec![] }
+        SessionSpec {
+            provider: Provider::OrtCpu,
+            intra_op_threads: threads,
+            config: vec![],
+        }
     }
     pub fn rcpu(options: &[(&str, &str)]) -> Self {
         SessionSpec {
-            provider: Provider::Rcpu(options.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
+            provider: Provider::Rcpu(
+                options
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            ),
             intra_op_threads: Some(1),
             config: vec![],
         }
@@ -102,7 +130,11 @@ fn check(api: &OrtApi, st: OrtStatusPtr) -> Res<()> {
     // SAFETY: st is a live status from ORT; released once here.
     unsafe {
         let m = (api.GetErrorMessage)(st.0);
-        let msg = if m.is_null() { "(no message)".to_string() } else { CStr::from_ptr(m).to_string_lossy().into_owned() };
+        let msg = if m.is_null() {
+            "(no message)".to_string()
+        } else {
+            CStr::from_ptr(m).to_string_lossy().into_owned()
+        };
         (api.ReleaseStatus)(st.0);
         Err(msg)
     }
@@ -136,7 +168,9 @@ impl Ort {
         };
         // SAFETY: base is ORT's static api base; version string is static.
         let (api, version) = unsafe {
-            let v = CStr::from_ptr(((*base).GetVersionString)()).to_string_lossy().into_owned();
+            let v = CStr::from_ptr(((*base).GetVersionString)())
+                .to_string_lossy()
+                .into_owned();
             let api = ((*base).GetApi)(ORT_API_VERSION);
             if api.is_null() {
                 return Err(format!("ORT {v} does not offer API {ORT_API_VERSION}"));
@@ -146,8 +180,19 @@ impl Ort {
         let mut env = std::ptr::null_mut();
         let id = cstring("rcpu-e2e");
         // SAFETY: out-pointer live; logid copied.
-        check(api, unsafe { (api.CreateEnv)(OrtLoggingLevel::ORT_LOGGING_LEVEL_ERROR, id.as_ptr(), &mut env) })?;
-        Ok(Ort { _lib: lib, api, env, version })
+        check(api, unsafe {
+            (api.CreateEnv)(
+                OrtLoggingLevel::ORT_LOGGING_LEVEL_ERROR,
+                id.as_ptr(),
+                &mut env,
+            )
+        })?;
+        Ok(Ort {
+            _lib: lib,
+            api,
+            env,
+            version,
+        })
     }
 
     pub fn version(&self) -> &str {
@@ -159,33 +204,48 @@ impl Ort {
         let n = cstring(name);
         let p = cstring(path.to_str().ok_or("non-UTF-8 path")?);
         // SAFETY: env live; strings copied by ORT.
-        check(self.api, unsafe { (self.api.RegisterExecutionProviderLibrary)(self.env, n.as_ptr(), p.as_ptr()) })
+        check(self.api, unsafe {
+            (self.api.RegisterExecutionProviderLibrary)(self.env, n.as_ptr(), p.as_ptr())
+        })
     }
 
     /// Unregisters a plugin (only after every session using it is released).
     pub fn unregister(&self, name: &str) -> Res<()> {
         let n = cstring(name);
         // SAFETY: env live.
-        check(self.api, unsafe { (self.api.UnregisterExecutionProviderLibrary)(self.env, n.as_ptr()) })
+        check(self.api, unsafe {
+            (self.api.UnregisterExecutionProviderLibrary)(self.env, n.as_ptr())
+        })
     }
 
     /// Every EP device with its EP name and vendor.
     pub fn devices(&self) -> Res<Vec<(String, String, usize)>> {
-        Ok(self.raw_devices()?.iter().enumerate().map(|(i, (n, v, _))| (n.clone(), v.clone(), i)).collect())
+        Ok(self
+            .raw_devices()?
+            .iter()
+            .enumerate()
+            .map(|(i, (n, v, _))| (n.clone(), v.clone(), i))
+            .collect())
     }
 
     fn raw_devices(&self) -> Res<Vec<(String, String, *const OrtEpDevice)>> {
         let mut devs: *const *const OrtEpDevice = std::ptr::null();
         let mut n = 0usize;
         // SAFETY: env live; the array is owned by the env.
-        check(self.api, unsafe { (self.api.GetEpDevices)(self.env, &mut devs, &mut n) })?;
+        check(self.api, unsafe {
+            (self.api.GetEpDevices)(self.env, &mut devs, &mut n)
+        })?;
         let mut out = Vec::with_capacity(n);
         for i in 0..n {
             // SAFETY: i < n; names are owned by the device.
             unsafe {
                 let d = *devs.add(i);
-                let name = CStr::from_ptr((self.api.EpDevice_EpName)(d)).to_string_lossy().into_owned();
-                let vendor = CStr::from_ptr((self.api.EpDevice_EpVendor)(d)).to_string_lossy().into_owned();
+                let name = CStr::from_ptr((self.api.EpDevice_EpName)(d))
+                    .to_string_lossy()
+                    .into_owned();
+                let vendor = CStr::from_ptr((self.api.EpDevice_EpVendor)(d))
+                    .to_string_lossy()
+                    .into_owned();
                 out.push((name, vendor, d));
             }
         }
@@ -206,7 +266,9 @@ impl Ort {
             for (k, v) in &spec.config {
                 let (k, v) = (cstring(k), cstring(v));
                 // SAFETY: so live; strings copied.
-                check(api, unsafe { (api.AddSessionConfigEntry)(so, k.as_ptr(), v.as_ptr()) })?;
+                check(api, unsafe {
+                    (api.AddSessionConfigEntry)(so, k.as_ptr(), v.as_ptr())
+                })?;
             }
             if let Provider::Rcpu(opts) = &spec.provider {
                 let devs: Vec<*const OrtEpDevice> = self
@@ -238,7 +300,13 @@ impl Ort {
             let mut sess = std::ptr::null_mut();
             // SAFETY: model bytes live for the call; so and env live.
             check(api, unsafe {
-                (api.CreateSessionFromArray)(self.env, model.as_ptr() as _, model.len(), so, &mut sess)
+                (api.CreateSessionFromArray)(
+                    self.env,
+                    model.as_ptr() as _,
+                    model.len(),
+                    so,
+                    &mut sess,
+                )
             })?;
             Session::new(api, sess)
         })();
@@ -265,7 +333,9 @@ impl Session {
     fn new(api: &'static OrtApi, raw: *mut OrtSession) -> Res<Session> {
         let mut alloc = std::ptr::null_mut();
         // SAFETY: default allocator is a static owned by ORT.
-        check(api, unsafe { (api.GetAllocatorWithDefaultOptions)(&mut alloc) })?;
+        check(api, unsafe {
+            (api.GetAllocatorWithDefaultOptions)(&mut alloc)
+        })?;
         let names = |input: bool| -> Res<Vec<CString>> {
             let mut n = 0usize;
             // SAFETY: session live.
@@ -298,22 +368,40 @@ impl Session {
         };
         let inputs = names(true)?;
         let outputs = names(false)?;
-        Ok(Session { api, raw, inputs, outputs })
+        Ok(Session {
+            api,
+            raw,
+            inputs,
+            outputs,
+        })
     }
 
     pub fn input_names(&self) -> Vec<String> {
-        self.inputs.iter().map(|s| s.to_string_lossy().into_owned()).collect()
+        self.inputs
+            .iter()
+            .map(|s| s.to_string_lossy().into_owned())
+            .collect()
     }
 
     /// Runs with inputs in the session's input order; returns every output.
     pub fn run(&self, inputs: &[Tensor]) -> Res<Vec<Tensor>> {
         let api = self.api;
         if inputs.len() != self.inputs.len() {
-            return Err(format!("model has {} inputs, got {}", self.inputs.len(), inputs.len()));
+            return Err(format!(
+                "model has {} inputs, got {}",
+                self.inputs.len(),
+                inputs.len()
+            ));
         }
         let mut mem = std::ptr::null_mut();
         // SAFETY: out-pointer live; released below.
-        check(api, unsafe { (api.CreateCpuMemoryInfo)(OrtAllocatorType::OrtArenaAllocator, OrtMemType::OrtMemTypeDefault, &mut mem) })?;
+        check(api, unsafe {
+            (api.CreateCpuMemoryInfo)(
+                OrtAllocatorType::OrtArenaAllocator,
+                OrtMemType::OrtMemTypeDefault,
+                &mut mem,
+            )
+        })?;
         let mut vals: Vec<*mut OrtValue> = Vec::new();
         let result = (|| -> Res<Vec<Tensor>> {
             for t in inputs {
@@ -322,7 +410,15 @@ impl Session {
                 // SAFETY: the tensor borrows t's buffer, which outlives the Run call below;
                 // ORT does not write inputs.
                 check(api, unsafe {
-                    (api.CreateTensorWithDataAsOrtValue)(mem, ptr as *mut c_void, bytes, t.shape.as_ptr(), t.shape.len(), elem, &mut v)
+                    (api.CreateTensorWithDataAsOrtValue)(
+                        mem,
+                        ptr as *mut c_void,
+                        bytes,
+                        t.shape.as_ptr(),
+                        t.shape.len(),
+                        elem,
+                        &mut v,
+                    )
                 })?;
                 vals.push(v);
             }
@@ -371,7 +467,9 @@ fn read_tensor(api: &OrtApi, v: *mut OrtValue) -> Res<Tensor> {
     check(api, unsafe { (api.GetDimensionsCount)(info, &mut nd) })?;
     let mut shape = vec![0i64; nd];
     // SAFETY: shape has nd slots.
-    check(api, unsafe { (api.GetDimensions)(info, shape.as_mut_ptr(), nd) })?;
+    check(api, unsafe {
+        (api.GetDimensions)(info, shape.as_mut_ptr(), nd)
+    })?;
     // SAFETY: created above.
     unsafe { (api.ReleaseTensorTypeAndShapeInfo)(info) };
     let n: usize = shape.iter().map(|&d| d as usize).product();
@@ -386,11 +484,21 @@ fn read_tensor(api: &OrtApi, v: *mut OrtValue) -> Res<Tensor> {
                 ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64 => Data::I64(vec![]),
                 _ => Data::U8(vec![]),
             },
-            ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT => Data::F32(std::slice::from_raw_parts(p as *const f32, n).to_vec()),
-            ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8 => Data::U8(std::slice::from_raw_parts(p as *const u8, n).to_vec()),
-            ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8 => Data::I8(std::slice::from_raw_parts(p as *const i8, n).to_vec()),
-            ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32 => Data::I32(std::slice::from_raw_parts(p as *const i32, n).to_vec()),
-            ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64 => Data::I64(std::slice::from_raw_parts(p as *const i64, n).to_vec()),
+            ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT => {
+                Data::F32(std::slice::from_raw_parts(p as *const f32, n).to_vec())
+            }
+            ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8 => {
+                Data::U8(std::slice::from_raw_parts(p as *const u8, n).to_vec())
+            }
+            ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8 => {
+                Data::I8(std::slice::from_raw_parts(p as *const i8, n).to_vec())
+            }
+            ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32 => {
+                Data::I32(std::slice::from_raw_parts(p as *const i32, n).to_vec())
+            }
+            ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64 => {
+                Data::I64(std::slice::from_raw_parts(p as *const i64, n).to_vec())
+            }
             other => return Err(format!("unsupported output type {other:?}")),
         }
     };

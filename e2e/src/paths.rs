@@ -5,7 +5,10 @@ use std::path::PathBuf;
 
 /// The repository root (e2e/..).
 pub fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().expect("e2e has a parent").to_path_buf()
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("e2e has a parent")
+        .to_path_buf()
 }
 
 /// libonnxruntime.so from the pinned wheel.
@@ -14,8 +17,12 @@ pub fn ort_lib() -> Result<PathBuf, String> {
         return Ok(PathBuf::from(p));
     }
     let f = repo_root().join(".venv/ort_lib_path");
-    let s = std::fs::read_to_string(&f)
-        .map_err(|_| format!("{} missing: run scripts/setup.sh (or set RCPU_ORT_LIB)", f.display()))?;
+    let s = std::fs::read_to_string(&f).map_err(|_| {
+        format!(
+            "{} missing: run scripts/setup.sh (or set RCPU_ORT_LIB)",
+            f.display()
+        )
+    })?;
     Ok(PathBuf::from(s.trim()))
 }
 
@@ -25,7 +32,10 @@ pub fn plugin() -> Result<PathBuf, String> {
         .map(PathBuf::from)
         .unwrap_or_else(|_| repo_root().join("target/release/librcpu_ep.so"));
     if !p.exists() {
-        return Err(format!("{} missing: run `cargo build --release` first (or set RCPU_PLUGIN)", p.display()));
+        return Err(format!(
+            "{} missing: run `cargo build --release` first (or set RCPU_PLUGIN)",
+            p.display()
+        ));
     }
     Ok(p)
 }

@@ -49,7 +49,12 @@ impl PluginStats {
         let j = self.json()?;
         Ok(j["ledger"]
             .as_array()
-            .map(|rows| rows.iter().filter(|r| r["op"] == op).map(|r| r["calls"].as_u64().unwrap_or(0)).sum())
+            .map(|rows| {
+                rows.iter()
+                    .filter(|r| r["op"] == op)
+                    .map(|r| r["calls"].as_u64().unwrap_or(0))
+                    .sum()
+            })
             .unwrap_or(0))
     }
 }

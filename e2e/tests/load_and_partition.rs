@@ -16,8 +16,22 @@ fn mixed_model() -> Vec<u8> {
         .node("Add", "", "add0", &["x", "b"], &["t0"], &[])
         .node("Relu", "", "relu0", &["t0"], &["t1"], &[])
         .node("MatMul", "", "mm0", &["t1", "w"], &["t2"], &[])
-        .node("Softmax", "", "sm0", &["t2"], &["t3"], &[("axis", Attr::Int(-1))])
-        .node("Gemm", "", "gemm0", &["t3", "w2", "c"], &["y"], &[("alpha", Attr::Float(0.5))])
+        .node(
+            "Softmax",
+            "",
+            "sm0",
+            &["t2"],
+            &["t3"],
+            &[("axis", Attr::Int(-1))],
+        )
+        .node(
+            "Gemm",
+            "",
+            "gemm0",
+            &["t3", "w2", "c"],
+            &["y"],
+            &[("alpha", Attr::Float(0.5))],
+        )
         .output("y", FLOAT);
     g.build()
 }
@@ -25,7 +39,12 @@ fn mixed_model() -> Vec<u8> {
 #[test]
 fn one_device_listed_with_vendor() {
     let ort = ort_with_rcpu();
-    let devs: Vec<_> = ort.devices().unwrap().into_iter().filter(|(n, _, _)| n == EP_NAME).collect();
+    let devs: Vec<_> = ort
+        .devices()
+        .unwrap()
+        .into_iter()
+        .filter(|(n, _, _)| n == EP_NAME)
+        .collect();
     assert_eq!(devs.len(), 1, "exactly one rcpu device: {devs:?}");
     assert_eq!(devs[0].1, "rcpu");
 }
@@ -35,9 +54,14 @@ fn mixed_partition_runs_and_matches_ort() {
     let ort = ort_with_rcpu();
     let model = mixed_model();
     let stats = PluginStats::open().unwrap();
-    let ours = ort.session(&model, &SessionSpec::rcpu(&[("threads", "2")])).unwrap();
+    let ours = ort
+        .session(&model, &SessionSpec::rcpu(&[("threads", "2")]))
+        .unwrap();
     let theirs = ort.session(&model, &SessionSpec::ort(Some(1))).unwrap();
-    let before: Vec<u64> = ["Add", "MatMul", "Gemm"].iter().map(|op| stats.calls(op).unwrap()).collect();
+    let before: Vec<u64> = ["Add", "MatMul", "Gemm"]
+        .iter()
+        .map(|op| stats.calls(op).unwrap())
+        .collect();
     for m in [1i64, 3, 17] {
         let x = Tensor::f32(&[m, 8], rand_f32(m as usize * 8, m as u64));
         let b = Tensor::f32(&[8], rand_f32(8, 99));
@@ -49,7 +73,11 @@ fn mixed_partition_runs_and_matches_ort() {
     }
     // The claimed ops really ran on rcpu (the ledger counts each call), Relu/Softmax did not.
     for (op, b) in ["Add", "MatMul", "Gemm"].iter().zip(before) {
-        assert_eq!(stats.calls(op).unwrap() - b, 3, "{op} should have run 3 times on rcpu");
+        assert_eq!(
+            stats.calls(op).unwrap() - b,
+            3,
+            "{op} should have run 3 times on rcpu"
+        );
     }
     assert_eq!(stats.calls("Relu").unwrap(), 0);
     assert_eq!(stats.calls("Softmax").unwrap(), 0);
@@ -59,12 +87,20 @@ fn mixed_partition_runs_and_matches_ort() {
 fn bad_provider_options_fail_session_creation_naming_the_key() {
     let ort = ort_with_rcpu();
     let model = mixed_model();
-    for (k, v) in [("bogus", "1"), ("threads", "abc"), ("affinity", "banana"), ("blocktime_us", "-3")] {
+    for (k, v) in [
+        ("bogus", "1"),
+        ("threads", "abc"),
+        ("affinity", "banana"),
+        ("blocktime_us", "-3"),
+    ] {
         let err = match ort.session(&model, &SessionSpec::rcpu(&[(k, v)])) {
             Ok(_) => panic!("{k}={v} must fail session creation"),
             Err(e) => e,
         };
-        assert!(err.contains(&format!("'{k}'")), "error for {k}={v} does not name the key: {err}");
+        assert!(
+            err.contains(&format!("'{k}'")),
+            "error for {k}={v} does not name the key: {err}"
+        );
     }
 }
 
@@ -78,11 +114,22 @@ fn runtime_shape_error_names_the_node() {
         .output("y", FLOAT);
     let s = ort.session(&g.build(), &SessionSpec::rcpu(&[])).unwrap();
     let err = s
-        .run(&[Tensor::f32(&[2, 3], vec![0.0; 6]), Tensor::f32(&[4, 5], vec![0.0; 20])])
+        .run(&[
+            Tensor::f32(&[2, 3], vec![0.0; 6]),
+            Tensor::f32(&[4, 5], vec![0.0; 20]),
+        ])
         .expect_err("K mismatch must be an error");
-    assert!(err.contains("the_matmul"), "error does not name the node: {err}");
+    assert!(
+        err.contains("the_matmul"),
+        "error does not name the node: {err}"
+    );
     // The session still works after the error.
-    let ok = s.run(&[Tensor::f32(&[2, 3], vec![1.0; 6]), Tensor::f32(&[3, 1], vec![1.0; 3])]).unwrap();
+    let ok = s
+        .run(&[
+            Tensor::f32(&[2, 3], vec![1.0; 6]),
+            Tensor::f32(&[3, 1], vec![1.0; 3]),
+        ])
+        .unwrap();
     assert_eq!(ok[0].as_f32(), &[3.0, 3.0]);
 }
 

@@ -34,7 +34,8 @@ static API: OnceCell<Api> = OnceCell::new();
 /// The negotiated API. Panics if called before `negotiate` succeeded (a bug: every entry point
 /// reachable by ORT runs after `CreateEpFactories`).
 pub fn api() -> &'static Api {
-    API.get().expect("rcpu: ORT API used before CreateEpFactories negotiated it")
+    API.get()
+        .expect("rcpu: ORT API used before CreateEpFactories negotiated it")
 }
 
 /// Same as [`api`] but `None` before negotiation (for paths that may run in unit tests).
@@ -75,9 +76,12 @@ pub unsafe fn negotiate(base: *const OrtApiBase) -> Result<&'static Api, String>
         return Err("rcpu: ORT returned no version string".into());
     }
     // SAFETY: non-NULL, NUL-terminated, static (see above).
-    let runtime_version = unsafe { CStr::from_ptr(vptr) }.to_string_lossy().into_owned();
-    let minor = runtime_minor(&runtime_version)
-        .ok_or_else(|| format!("rcpu: cannot parse the ONNX Runtime version '{runtime_version}'"))?;
+    let runtime_version = unsafe { CStr::from_ptr(vptr) }
+        .to_string_lossy()
+        .into_owned();
+    let minor = runtime_minor(&runtime_version).ok_or_else(|| {
+        format!("rcpu: cannot parse the ONNX Runtime version '{runtime_version}'")
+    })?;
     if minor < MIN_RUNTIME_API {
         return Err(format!(
             "rcpu needs ONNX Runtime >= 1.{MIN_RUNTIME_API} (kernel-registry plugin EPs); this runtime is {runtime_version}"
@@ -87,16 +91,25 @@ pub unsafe fn negotiate(base: *const OrtApiBase) -> Result<&'static Api, String>
     // SAFETY: GetApi is safe to call with any version; it returns NULL if unsupported.
     let ort = unsafe { (base.GetApi)(version) };
     if ort.is_null() {
-        return Err(format!("rcpu: ONNX Runtime {runtime_version} refused API version {version}"));
+        return Err(format!(
+            "rcpu: ONNX Runtime {runtime_version} refused API version {version}"
+        ));
     }
     // SAFETY: non-NULL table from ORT, valid for the process lifetime.
     let ort: &'static OrtApi = unsafe { &*ort };
     // SAFETY: GetEpApi exists from API 22 on and we negotiated >= 24.
     let ep = unsafe { (ort.GetEpApi)() } as *const OrtEpApi;
     if ep.is_null() {
-        return Err(format!("rcpu: ONNX Runtime {runtime_version} has no plugin-EP API"));
+        return Err(format!(
+            "rcpu: ONNX Runtime {runtime_version} has no plugin-EP API"
+        ));
     }
     // SAFETY: non-NULL, ORT-owned, lives as long as the process; layout declared in ep_types.
     let ep: &'static OrtEpApi = unsafe { &*ep };
-    Ok(API.get_or_init(|| Api { ort, ep, version, runtime_version }))
+    Ok(API.get_or_init(|| Api {
+        ort,
+        ep,
+        version,
+        runtime_version,
+    }))
 }

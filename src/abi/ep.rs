@@ -41,14 +41,20 @@ unsafe extern "C" fn get_capability(
         for node in graph.nodes()? {
             let mut kdef: *const OrtKernelDef = std::ptr::null();
             // SAFETY: info and node are live for this call.
-            unsafe { check_raw((ep.ep_graph_support_info_look_up_kernel)(info, node.raw, &mut kdef))? };
+            unsafe {
+                check_raw((ep.ep_graph_support_info_look_up_kernel)(
+                    info, node.raw, &mut kdef,
+                ))?
+            };
             if kdef.is_null() {
                 continue;
             }
             match capability::claim(&node) {
                 Ok(()) => {
                     // SAFETY: as above.
-                    unsafe { check_raw((ep.ep_graph_support_info_add_single_node)(info, node.raw))? };
+                    unsafe {
+                        check_raw((ep.ep_graph_support_info_add_single_node)(info, node.raw))?
+                    };
                 }
                 Err(why) => shell.instance.logger.info(&format!(
                     "{EP_NAME}: leaving node '{}' ({}) to ORT: {why}",
@@ -61,7 +67,10 @@ unsafe extern "C" fn get_capability(
     })
 }
 
-unsafe extern "C" fn get_kernel_registry(this: *mut OrtEp, out: *mut *const OrtKernelRegistry) -> StatusPtr {
+unsafe extern "C" fn get_kernel_registry(
+    this: *mut OrtEp,
+    out: *mut *const OrtKernelRegistry,
+) -> StatusPtr {
     guard("GetKernelRegistry", || {
         if out.is_null() {
             return Err(Error::invalid_argument("GetKernelRegistry: NULL out"));
@@ -75,7 +84,9 @@ unsafe extern "C" fn get_kernel_registry(this: *mut OrtEp, out: *mut *const OrtK
 unsafe extern "C" fn is_concurrent_run_supported(_this: *mut OrtEp, out: *mut bool) -> StatusPtr {
     guard("IsConcurrentRunSupported", || {
         if out.is_null() {
-            return Err(Error::invalid_argument("IsConcurrentRunSupported: NULL out"));
+            return Err(Error::invalid_argument(
+                "IsConcurrentRunSupported: NULL out",
+            ));
         }
         // SAFETY: non-NULL out-pointer. Every rcpu kernel's compute is thread-safe.
         unsafe { *out = true };

@@ -8,9 +8,9 @@
 use std::ffi::{c_char, c_void};
 
 pub use ort_sys::{
-    OrtAllocator, OrtApi, OrtApiBase, OrtHardwareDevice, OrtKernelContext, OrtKernelInfo,
-    OrtKeyValuePairs, OrtLogger, OrtMemoryInfo, OrtNode, OrtGraph, OrtSessionOptions, OrtStatus,
-    OrtValue, OrtEpDevice, OrtSyncStream, OrtValueInfo, OrtOpAttr,
+    OrtAllocator, OrtApi, OrtApiBase, OrtEpDevice, OrtGraph, OrtHardwareDevice, OrtKernelContext,
+    OrtKernelInfo, OrtKeyValuePairs, OrtLogger, OrtMemoryInfo, OrtNode, OrtOpAttr,
+    OrtSessionOptions, OrtStatus, OrtSyncStream, OrtValue, OrtValueInfo,
 };
 
 /// The ORT API version whose layouts this file declares (1.24: the first kernel-registry release).
@@ -85,9 +85,13 @@ pub struct OrtEpFactory {
             allocator: *mut *mut OrtAllocator,
         ) -> StatusPtr,
     >,
-    pub release_allocator: Option<unsafe extern "C" fn(this: *mut OrtEpFactory, a: *mut OrtAllocator)>,
+    pub release_allocator:
+        Option<unsafe extern "C" fn(this: *mut OrtEpFactory, a: *mut OrtAllocator)>,
     pub create_data_transfer: Option<
-        unsafe extern "C" fn(this: *mut OrtEpFactory, out: *mut *mut OrtDataTransferImpl) -> StatusPtr,
+        unsafe extern "C" fn(
+            this: *mut OrtEpFactory,
+            out: *mut *mut OrtDataTransferImpl,
+        ) -> StatusPtr,
     >,
     pub is_stream_aware: Option<unsafe extern "C" fn(this: *const OrtEpFactory) -> bool>,
     pub create_sync_stream_for_device: Option<unsafe extern "C" fn()>,
@@ -131,8 +135,9 @@ pub struct OrtEp {
 pub struct OrtKernelImpl {
     pub ort_version_supported: u32,
     pub flags: u32,
-    pub compute:
-        Option<unsafe extern "C" fn(this: *mut OrtKernelImpl, ctx: *mut OrtKernelContext) -> StatusPtr>,
+    pub compute: Option<
+        unsafe extern "C" fn(this: *mut OrtKernelImpl, ctx: *mut OrtKernelContext) -> StatusPtr,
+    >,
     pub release: Option<unsafe extern "C" fn(this: *mut OrtKernelImpl)>,
     pub pre_pack_weight: Option<
         unsafe extern "C" fn(
@@ -186,7 +191,8 @@ pub struct OrtEpApi {
         create: KernelCreateFn,
         state: *mut c_void,
     ) -> StatusPtr,
-    pub create_kernel_def_builder: unsafe extern "C" fn(out: *mut *mut OrtKernelDefBuilder) -> StatusPtr,
+    pub create_kernel_def_builder:
+        unsafe extern "C" fn(out: *mut *mut OrtKernelDefBuilder) -> StatusPtr,
     pub release_kernel_def_builder: unsafe extern "C" fn(b: *mut OrtKernelDefBuilder),
     pub kernel_def_builder_set_operator_type:
         unsafe extern "C" fn(b: *mut OrtKernelDefBuilder, op: *const c_char) -> StatusPtr,
@@ -210,8 +216,10 @@ pub struct OrtEpApi {
         unsafe extern "C" fn(b: *mut OrtKernelDefBuilder, out: *mut *mut OrtKernelDef) -> StatusPtr,
     pub release_kernel_def: unsafe extern "C" fn(d: *mut OrtKernelDef),
     pub _slots_34_39: [*const c_void; 6],
-    pub get_tensor_data_type:
-        unsafe extern "C" fn(elem: ort_sys::ONNXTensorElementDataType, out: *mut *const OrtDataType) -> StatusPtr,
+    pub get_tensor_data_type: unsafe extern "C" fn(
+        elem: ort_sys::ONNXTensorElementDataType,
+        out: *mut *const OrtDataType,
+    ) -> StatusPtr,
     pub ep_graph_support_info_look_up_kernel: unsafe extern "C" fn(
         info: *mut OrtEpGraphSupportInfo,
         node: *const OrtNode,

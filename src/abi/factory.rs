@@ -44,7 +44,10 @@ unsafe extern "C" fn get_vendor_id(_this: *const OrtEpFactory) -> u32 {
     VENDOR_ID
 }
 
-unsafe extern "C" fn create_data_transfer(_this: *mut OrtEpFactory, out: *mut *mut OrtDataTransferImpl) -> StatusPtr {
+unsafe extern "C" fn create_data_transfer(
+    _this: *mut OrtEpFactory,
+    out: *mut *mut OrtDataTransferImpl,
+) -> StatusPtr {
     guard("CreateDataTransfer", || {
         // rcpu's device is host memory: nothing to copy, so no data-transfer implementation
         // (NULL is the documented "none"; ORT calls this member unconditionally).
@@ -70,7 +73,9 @@ unsafe extern "C" fn get_supported_devices(
 ) -> StatusPtr {
     guard("GetSupportedDevices", || {
         if num_ep_devices.is_null() || (num_devices > 0 && devices.is_null()) {
-            return Err(Error::invalid_argument("GetSupportedDevices: NULL argument"));
+            return Err(Error::invalid_argument(
+                "GetSupportedDevices: NULL argument",
+            ));
         }
         // SAFETY: non-NULL out-pointer.
         unsafe { *num_ep_devices = 0 };
@@ -82,13 +87,24 @@ unsafe extern "C" fn get_supported_devices(
             // SAFETY: devices has num_devices entries.
             let hw = unsafe { *devices.add(i) };
             // SAFETY: hw is a live hardware device from ORT.
-            if hw.is_null() || unsafe { (a.ort.HardwareDevice_Type)(hw) } != OrtHardwareDeviceType::OrtHardwareDeviceType_CPU {
+            if hw.is_null()
+                || unsafe { (a.ort.HardwareDevice_Type)(hw) }
+                    != OrtHardwareDeviceType::OrtHardwareDeviceType_CPU
+            {
                 continue;
             }
             let mut dev: *mut OrtEpDevice = std::ptr::null_mut();
             // SAFETY: factory is ours; metadata/options may be NULL; ORT takes ownership of dev
             // once we return it.
-            unsafe { check_raw((a.ep.create_ep_device)(this, hw, std::ptr::null(), std::ptr::null(), &mut dev))? };
+            unsafe {
+                check_raw((a.ep.create_ep_device)(
+                    this,
+                    hw,
+                    std::ptr::null(),
+                    std::ptr::null(),
+                    &mut dev,
+                ))?
+            };
             // SAFETY: max_ep_devices >= 1 checked above.
             unsafe {
                 *ep_devices = dev;
@@ -150,10 +166,18 @@ pub unsafe fn create_ep_factories(
     max_factories: usize,
     num_factories: *mut usize,
 ) -> StatusPtr {
-    let negotiated = guard_value("CreateEpFactories", Err("panic during API negotiation".to_string()), || {
-        // SAFETY: api_base comes from ORT (or NULL, which negotiate rejects).
-        unsafe { negotiate(api_base) }.map(|_| ())
-    });
+    if !num_factories.is_null() {
+        // SAFETY: non-NULL out-pointer from the caller; zero factories until one is made.
+        unsafe { *num_factories = 0 };
+    }
+    let negotiated = guard_value(
+        "CreateEpFactories",
+        Err("panic during API negotiation".to_string()),
+        || {
+            // SAFETY: api_base comes from ORT (or NULL, which negotiate rejects).
+            unsafe { negotiate(api_base) }.map(|_| ())
+        },
+    );
     if let Err(msg) = negotiated {
         // Without a negotiated API we cannot build an OrtStatus through our own table; use
         // the runtime's oldest API (1) which every ORT keeps, if the base is usable.
@@ -166,7 +190,9 @@ pub unsafe fn create_ep_factories(
         // SAFETY: non-NULL out-pointer.
         unsafe { *num_factories = 0 };
         if max_factories == 0 {
-            return Err(Error::invalid_argument("CreateEpFactories: no room for a factory"));
+            return Err(Error::invalid_argument(
+                "CreateEpFactories: no room for a factory",
+            ));
         }
         let shell = Box::new(FactoryShell {
             base: factory_vtable(),

@@ -45,7 +45,10 @@ impl<'a> Graph<'a> {
     /// # Safety
     /// `g` must be the live graph ORT passed to `GetCapability`.
     pub unsafe fn new(g: *const OrtGraph) -> Self {
-        Graph { g, _life: std::marker::PhantomData }
+        Graph {
+            g,
+            _life: std::marker::PhantomData,
+        }
     }
 
     pub fn nodes(&self) -> Result<Vec<Node<'a>>> {
@@ -56,7 +59,13 @@ impl<'a> Graph<'a> {
         let mut raw = vec![std::ptr::null::<OrtNode>(); n];
         // SAFETY: raw has room for n pointers.
         unsafe { check((ort.Graph_GetNodes)(self.g, raw.as_mut_ptr(), n))? };
-        Ok(raw.into_iter().map(|raw| Node { raw, _life: std::marker::PhantomData }).collect())
+        Ok(raw
+            .into_iter()
+            .map(|raw| Node {
+                raw,
+                _life: std::marker::PhantomData,
+            })
+            .collect())
     }
 }
 
@@ -107,7 +116,12 @@ impl<'a> Node<'a> {
         }
         Ok(raw
             .into_iter()
-            .map(|v| (!v.is_null()).then_some(ValueInfo { v, _life: std::marker::PhantomData }))
+            .map(|v| {
+                (!v.is_null()).then_some(ValueInfo {
+                    v,
+                    _life: std::marker::PhantomData,
+                })
+            })
             .collect())
     }
 
@@ -124,7 +138,14 @@ impl<'a> Node<'a> {
         let n = CString::new(name).ok()?;
         let mut a: *const OrtOpAttr = std::ptr::null();
         // SAFETY: node valid; an absent attribute yields an error status or NULL.
-        let ok = unsafe { check((api().ort.Node_GetAttributeByName)(self.raw, n.as_ptr(), &mut a)) }.is_ok();
+        let ok = unsafe {
+            check((api().ort.Node_GetAttributeByName)(
+                self.raw,
+                n.as_ptr(),
+                &mut a,
+            ))
+        }
+        .is_ok();
         (ok && !a.is_null()).then_some(a)
     }
 

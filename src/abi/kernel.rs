@@ -26,13 +26,19 @@ struct KernelShell {
     label: String,
 }
 
-unsafe extern "C" fn kernel_compute(this: *mut OrtKernelImpl, ctx: *mut OrtKernelContext) -> StatusPtr {
+unsafe extern "C" fn kernel_compute(
+    this: *mut OrtKernelImpl,
+    ctx: *mut OrtKernelContext,
+) -> StatusPtr {
     guard("Compute", || {
         // SAFETY: `this` was created by `create_kernel` as a KernelShell and is alive until Release.
         let shell = unsafe { &*(this as *const KernelShell) };
         // SAFETY: ctx is the live context ORT passes for this call.
         let ctx = unsafe { KernelContext::new(ctx) };
-        shell.kernel.compute(&ctx).map_err(|e| e.context(&shell.label))
+        shell
+            .kernel
+            .compute(&ctx)
+            .map_err(|e| e.context(&shell.label))
     })
 }
 
@@ -63,8 +69,12 @@ unsafe extern "C" fn kernel_prepack(
         let shell = unsafe { &mut *(this as *mut KernelShell) };
         // SAFETY: ORT keeps the weight alive during this call; we never keep the pointer.
         let t = unsafe { Tensor::from_value(tensor) }?;
-        let idx = usize::try_from(input_index).map_err(|_| Error::invalid_argument("negative input index"))?;
-        let packed = shell.kernel.prepack(idx, &t).map_err(|e| e.context(&shell.label))?;
+        let idx = usize::try_from(input_index)
+            .map_err(|_| Error::invalid_argument("negative input index"))?;
+        let packed = shell
+            .kernel
+            .prepack(idx, &t)
+            .map_err(|e| e.context(&shell.label))?;
         // SAFETY: as above.
         unsafe { *is_packed = packed };
         Ok(())
@@ -81,7 +91,9 @@ unsafe extern "C" fn kernel_set_shared(
     // rcpu never stores into ORT's shared prepacked-weight cache (it shares packed weights
     // through its own governed cache), so ORT has nothing to hand back.
     guard("SetSharedPrePackedWeight", || {
-        Err(Error::not_implemented("rcpu does not use ORT's shared prepacked-weight cache"))
+        Err(Error::not_implemented(
+            "rcpu does not use ORT's shared prepacked-weight cache",
+        ))
     })
 }
 
@@ -125,6 +137,8 @@ unsafe extern "C" fn create_kernel(
 /// An ORT kernel registry holding rcpu's kernels for one EP, with the create states it points to.
 pub struct Registry {
     raw: *mut OrtKernelRegistry,
+    /// Boxed so each state's address stays fixed while the Vec grows: ORT holds the pointers.
+    #[allow(clippy::vec_box)]
     _states: Vec<Box<CreateState>>,
 }
 
@@ -144,14 +158,27 @@ impl Registry {
         let mut raw: *mut OrtKernelRegistry = std::ptr::null_mut();
         // SAFETY: out-pointer live; released in Drop.
         unsafe { check_raw((ep.create_kernel_registry)(&mut raw))? };
-        let mut reg = Registry { raw, _states: Vec::new() };
+        let mut reg = Registry {
+            raw,
+            _states: Vec::new(),
+        };
         let ep_c = CString::new(ep_name).map_err(|_| Error::fail("bad EP name"))?;
         for def in defs {
-            let state = Box::new(CreateState { def, env: env.clone() });
+            let state = Box::new(CreateState {
+                def,
+                env: env.clone(),
+            });
             let kdef = build_def(def, &ep_c)?;
             let sp = &*state as *const CreateState as *mut c_void;
             // SAFETY: registry and def valid; state lives as long as the registry (boxed, owned).
-            let r = unsafe { check_raw((ep.kernel_registry_add_kernel)(reg.raw, kdef, create_kernel, sp)) };
+            let r = unsafe {
+                check_raw((ep.kernel_registry_add_kernel)(
+                    reg.raw,
+                    kdef,
+                    create_kernel,
+                    sp,
+                ))
+            };
             // SAFETY: the registry copied what it needs from the def.
             unsafe { (ep.release_kernel_def)(kdef) };
             r?;
@@ -173,8 +200,13 @@ fn build_def(def: &OpDef, ep_name: &CString) -> Result<*mut OrtKernelDef> {
         unsafe {
             check_raw((ep.kernel_def_builder_set_operator_type)(b, op.as_ptr()))?;
             check_raw((ep.kernel_def_builder_set_domain)(b, dom.as_ptr()))?;
-            check_raw((ep.kernel_def_builder_set_since_version)(b, def.since, def.until))?;
-            check_raw((ep.kernel_def_builder_set_execution_provider)(b, ep_name.as_ptr()))?;
+            check_raw((ep.kernel_def_builder_set_since_version)(
+                b, def.since, def.until,
+            ))?;
+            check_raw((ep.kernel_def_builder_set_execution_provider)(
+                b,
+                ep_name.as_ptr(),
+            ))?;
         }
         for (name, elems) in def.types {
             let mut dts = Vec::with_capacity(elems.len());
@@ -186,7 +218,14 @@ fn build_def(def: &OpDef, ep_name: &CString) -> Result<*mut OrtKernelDef> {
             }
             let n = CString::new(*name).map_err(|_| Error::fail("bad type name"))?;
             // SAFETY: builder valid; arrays live for the call.
-            unsafe { check_raw((ep.kernel_def_builder_add_type_constraint)(b, n.as_ptr(), dts.as_ptr(), dts.len()))? };
+            unsafe {
+                check_raw((ep.kernel_def_builder_add_type_constraint)(
+                    b,
+                    n.as_ptr(),
+                    dts.as_ptr(),
+                    dts.len(),
+                ))?
+            };
         }
         let mut d: *mut OrtKernelDef = std::ptr::null_mut();
         // SAFETY: builder valid; out-pointer live.

@@ -18,7 +18,10 @@ impl<'a> KernelContext<'a> {
     /// # Safety
     /// `ctx` must be the live context ORT passed to `Compute`, valid for `'a`.
     pub unsafe fn new(ctx: *mut OrtKernelContext) -> Self {
-        KernelContext { ctx, _life: PhantomData }
+        KernelContext {
+            ctx,
+            _life: PhantomData,
+        }
     }
 
     pub fn input_count(&self) -> Result<usize> {
@@ -52,20 +55,34 @@ impl<'a> KernelContext<'a> {
 
     /// Input `i`, required.
     pub fn required_input(&self, i: usize) -> Result<Tensor<'a>> {
-        self.input(i)?.ok_or_else(|| Error::invalid_argument(format!("required input {i} is missing")))
+        self.input(i)?
+            .ok_or_else(|| Error::invalid_argument(format!("required input {i} is missing")))
     }
 
     /// Allocates output `i` with `shape` and returns a writable view.
     pub fn output(&self, i: usize, shape: &[usize]) -> Result<TensorMut<'a>> {
         let dims: Vec<i64> = shape
             .iter()
-            .map(|&d| i64::try_from(d).map_err(|_| Error::invalid_argument("output dimension overflows int64")))
+            .map(|&d| {
+                i64::try_from(d)
+                    .map_err(|_| Error::invalid_argument("output dimension overflows int64"))
+            })
             .collect::<Result<_>>()?;
         let mut v: *mut OrtValue = std::ptr::null_mut();
         // SAFETY: ctx valid; dims has dims.len() entries; ORT owns the returned value.
-        unsafe { check((api().ort.KernelContext_GetOutput)(self.ctx, i, dims.as_ptr(), dims.len(), &mut v))? };
+        unsafe {
+            check((api().ort.KernelContext_GetOutput)(
+                self.ctx,
+                i,
+                dims.as_ptr(),
+                dims.len(),
+                &mut v,
+            ))?
+        };
         if v.is_null() {
-            return Err(Error::fail(format!("ORT returned no buffer for output {i}")));
+            return Err(Error::fail(format!(
+                "ORT returned no buffer for output {i}"
+            )));
         }
         // SAFETY: freshly allocated output, exclusively ours for this call.
         unsafe { TensorMut::from_value(v, shape.to_vec()) }

@@ -21,7 +21,10 @@ impl<'a> KernelInfo<'a> {
     /// # Safety
     /// `info` must be the live kernel info ORT passed to the create callback.
     pub unsafe fn new(info: *const OrtKernelInfo) -> Self {
-        KernelInfo { info, _life: std::marker::PhantomData }
+        KernelInfo {
+            info,
+            _life: std::marker::PhantomData,
+        }
     }
 
     /// The node's name (may be empty).
@@ -33,7 +36,10 @@ impl<'a> KernelInfo<'a> {
         .unwrap_or_default()
     }
 
-    fn read_string(&self, call: impl Fn(*mut c_char, *mut usize) -> ort_sys::OrtStatusPtr) -> Result<String> {
+    fn read_string(
+        &self,
+        call: impl Fn(*mut c_char, *mut usize) -> ort_sys::OrtStatusPtr,
+    ) -> Result<String> {
         let mut len = 0usize;
         // SAFETY: querying the size with a NULL buffer is the documented protocol.
         unsafe { check(call(std::ptr::null_mut(), &mut len))? };
@@ -49,7 +55,15 @@ impl<'a> KernelInfo<'a> {
         let n = cstr(name);
         let mut v = 0i64;
         // SAFETY: info valid; out is a live local. An absent attribute returns an error status.
-        unsafe { check((api().ort.KernelInfoGetAttribute_int64)(self.info, n.as_ptr(), &mut v)) }.ok().map(|_| v)
+        unsafe {
+            check((api().ort.KernelInfoGetAttribute_int64)(
+                self.info,
+                n.as_ptr(),
+                &mut v,
+            ))
+        }
+        .ok()
+        .map(|_| v)
     }
 
     /// Float attribute, `None` when absent.
@@ -57,7 +71,15 @@ impl<'a> KernelInfo<'a> {
         let n = cstr(name);
         let mut v = 0f32;
         // SAFETY: as attr_i64.
-        unsafe { check((api().ort.KernelInfoGetAttribute_float)(self.info, n.as_ptr(), &mut v)) }.ok().map(|_| v)
+        unsafe {
+            check((api().ort.KernelInfoGetAttribute_float)(
+                self.info,
+                n.as_ptr(),
+                &mut v,
+            ))
+        }
+        .ok()
+        .map(|_| v)
     }
 
     /// String attribute, `None` when absent.
@@ -100,7 +122,14 @@ impl<'a> KernelInfo<'a> {
         let mut is_const = 0i32;
         let mut v: *const OrtValue = std::ptr::null();
         // SAFETY: info valid; out-pointers are live locals.
-        unsafe { check((api().ort.KernelInfoGetConstantInput_tensor)(self.info, i, &mut is_const, &mut v))? };
+        unsafe {
+            check((api().ort.KernelInfoGetConstantInput_tensor)(
+                self.info,
+                i,
+                &mut is_const,
+                &mut v,
+            ))?
+        };
         if is_const == 0 || v.is_null() {
             return Ok(None);
         }

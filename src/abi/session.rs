@@ -33,7 +33,11 @@ pub unsafe fn config_entries(so: *const OrtSessionOptions) -> Result<Vec<(String
             if k.is_null() {
                 continue;
             }
-            let v = if v.is_null() { String::new() } else { CStr::from_ptr(v).to_string_lossy().into_owned() };
+            let v = if v.is_null() {
+                String::new()
+            } else {
+                CStr::from_ptr(v).to_string_lossy().into_owned()
+            };
             out.push((CStr::from_ptr(k).to_string_lossy().into_owned(), v));
         }
         (ort.ReleaseKeyValuePairs)(kv);
@@ -68,7 +72,14 @@ impl Logger {
         let func = CString::new("rcpu").unwrap_or_default();
         // SAFETY: logger valid (constructor contract); strings NUL-terminated and live.
         let st = unsafe {
-            (api().ort.Logger_LogMessage)(self.0, level, m.as_ptr(), file.as_ptr() as _, line!() as i32, func.as_ptr())
+            (api().ort.Logger_LogMessage)(
+                self.0,
+                level,
+                m.as_ptr(),
+                file.as_ptr() as _,
+                line!() as i32,
+                func.as_ptr(),
+            )
         };
         // SAFETY: status returned by ORT, released by check.
         let _ = unsafe { check(st) };

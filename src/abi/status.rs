@@ -20,16 +20,28 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
     pub fn invalid_argument(msg: impl Into<String>) -> Self {
-        Error { code: OrtErrorCode::ORT_INVALID_ARGUMENT, msg: msg.into() }
+        Error {
+            code: OrtErrorCode::ORT_INVALID_ARGUMENT,
+            msg: msg.into(),
+        }
     }
     pub fn fail(msg: impl Into<String>) -> Self {
-        Error { code: OrtErrorCode::ORT_FAIL, msg: msg.into() }
+        Error {
+            code: OrtErrorCode::ORT_FAIL,
+            msg: msg.into(),
+        }
     }
     pub fn not_implemented(msg: impl Into<String>) -> Self {
-        Error { code: OrtErrorCode::ORT_NOT_IMPLEMENTED, msg: msg.into() }
+        Error {
+            code: OrtErrorCode::ORT_NOT_IMPLEMENTED,
+            msg: msg.into(),
+        }
     }
     pub fn ep_fail(msg: impl Into<String>) -> Self {
-        Error { code: OrtErrorCode::ORT_EP_FAIL, msg: msg.into() }
+        Error {
+            code: OrtErrorCode::ORT_EP_FAIL,
+            msg: msg.into(),
+        }
     }
     /// Prefixes the message with context, e.g. the node name.
     pub fn context(mut self, ctx: impl fmt::Display) -> Self {
@@ -78,7 +90,11 @@ pub unsafe fn check(status: ort_sys::OrtStatusPtr) -> Result<()> {
     // SAFETY: ptr is a live status (caller contract); message pointer valid until release.
     let msg = unsafe {
         let m = (api.ort.GetErrorMessage)(ptr);
-        let s = if m.is_null() { String::from("(no message)") } else { std::ffi::CStr::from_ptr(m).to_string_lossy().into_owned() };
+        let s = if m.is_null() {
+            String::from("(no message)")
+        } else {
+            std::ffi::CStr::from_ptr(m).to_string_lossy().into_owned()
+        };
         let code = (api.ort.GetErrorCode)(ptr);
         (api.ort.ReleaseStatus)(ptr);
         Error { code, msg: s }
@@ -111,7 +127,11 @@ pub fn guard(what: &str, f: impl FnOnce() -> Result<()>) -> StatusPtr {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(())) => std::ptr::null_mut(),
         Ok(Err(e)) => e.into_status(),
-        Err(p) => Error::ep_fail(format!("rcpu: internal panic in {what}: {}", panic_message(&*p))).into_status(),
+        Err(p) => Error::ep_fail(format!(
+            "rcpu: internal panic in {what}: {}",
+            panic_message(&*p)
+        ))
+        .into_status(),
     }
 }
 

@@ -45,7 +45,9 @@ pub fn elem_name(e: ElemType) -> &'static str {
 ///
 /// # Safety
 /// `info` must be a valid `OrtTensorTypeAndShapeInfo`.
-pub(crate) unsafe fn read_type_and_shape(info: *const OrtTensorTypeAndShapeInfo) -> Result<TensorType> {
+pub(crate) unsafe fn read_type_and_shape(
+    info: *const OrtTensorTypeAndShapeInfo,
+) -> Result<TensorType> {
     let ort = api().ort;
     let mut elem = ElemType::ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
     let mut n = 0usize;
@@ -122,13 +124,18 @@ impl<'a> Tensor<'a> {
         // SAFETY: info created above, released exactly once.
         unsafe { (ort.ReleaseTensorTypeAndShapeInfo)(info) };
         let ty = ty?;
-        let shape = ty
-            .static_dims()
-            .ok_or_else(|| Error::invalid_argument(format!("tensor has negative dims {:?}", ty.dims)))?;
+        let shape = ty.static_dims().ok_or_else(|| {
+            Error::invalid_argument(format!("tensor has negative dims {:?}", ty.dims))
+        })?;
         let mut data: *const c_void = std::ptr::null();
         // SAFETY: value is a tensor; GetTensorData yields its buffer (may be NULL when empty).
         unsafe { check((ort.GetTensorData)(value, &mut data))? };
-        Ok(Tensor { data, ty, shape, _life: PhantomData })
+        Ok(Tensor {
+            data,
+            ty,
+            shape,
+            _life: PhantomData,
+        })
     }
 
     pub fn elem(&self) -> ElemType {
@@ -177,14 +184,22 @@ pub struct TensorMut<'a> {
 impl<'a> TensorMut<'a> {
     /// # Safety
     /// `value` must be a valid, writable tensor `OrtValue` exclusively ours for `'a`.
-    pub(crate) unsafe fn from_value(value: *mut OrtValue, shape: Vec<usize>) -> Result<TensorMut<'a>> {
+    pub(crate) unsafe fn from_value(
+        value: *mut OrtValue,
+        shape: Vec<usize>,
+    ) -> Result<TensorMut<'a>> {
         let ort = api().ort;
         // SAFETY: caller contract; reading the type of a live value.
         let t = unsafe { Tensor::from_value(value)? };
         let mut data: *mut c_void = std::ptr::null_mut();
         // SAFETY: value is a tensor we own for this call.
         unsafe { check((ort.GetTensorMutableData)(value, &mut data))? };
-        Ok(TensorMut { data, shape, elem: t.elem(), _life: PhantomData })
+        Ok(TensorMut {
+            data,
+            shape,
+            elem: t.elem(),
+            _life: PhantomData,
+        })
     }
 
     pub fn shape(&self) -> &[usize] {

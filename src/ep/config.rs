@@ -53,7 +53,9 @@ fn parse_u64(key: &str, value: &str, max: u64) -> Result<u64, String> {
         format!("rcpu: provider option '{key}' must be a non-negative integer, got '{value}'")
     })?;
     if v > max {
-        return Err(format!("rcpu: provider option '{key}' = {v} is out of range (at most {max})"));
+        return Err(format!(
+            "rcpu: provider option '{key}' = {v} is out of range (at most {max})"
+        ));
     }
     Ok(v)
 }
@@ -61,16 +63,24 @@ fn parse_u64(key: &str, value: &str, max: u64) -> Result<u64, String> {
 impl Config {
     /// Builds a config from the session's config entries (all of them; entries outside the
     /// rcpu prefix are ignored).
-    pub fn from_entries<'a>(entries: impl IntoIterator<Item = (&'a str, &'a str)>) -> Result<Config, String> {
+    pub fn from_entries<'a>(
+        entries: impl IntoIterator<Item = (&'a str, &'a str)>,
+    ) -> Result<Config, String> {
         let mut c = Config::default();
         let mut threads_set = false;
         for (full_key, value) in entries {
-            let Some(key) = full_key.strip_prefix(CONFIG_PREFIX) else { continue };
+            let Some(key) = full_key.strip_prefix(CONFIG_PREFIX) else {
+                continue;
+            };
             match key {
                 "threads" => {
                     let t = parse_u64(key, value, 1024)?;
                     threads_set = t != 0;
-                    c.threads = if t == 0 { crate::runtime::default_threads() } else { t as usize };
+                    c.threads = if t == 0 {
+                        crate::runtime::default_threads()
+                    } else {
+                        t as usize
+                    };
                 }
                 "affinity" => {
                     c.affinity = value
@@ -79,7 +89,9 @@ impl Config {
                 }
                 "blocktime_us" => c.blocktime_us = parse_u64(key, value, 10_000_000)?,
                 "weight_cache_mb" => c.weight_cache_mb = Some(parse_u64(key, value, 1 << 30)?),
-                "accumulator_cache_mb" => c.accumulator_cache_mb = Some(parse_u64(key, value, 1 << 30)?),
+                "accumulator_cache_mb" => {
+                    c.accumulator_cache_mb = Some(parse_u64(key, value, 1 << 30)?)
+                }
                 other => {
                     return Err(format!(
                         "rcpu: unknown provider option '{other}' (known: {})",

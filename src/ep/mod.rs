@@ -50,6 +50,10 @@ impl EpInstance {
             logger.warn(&format!("{EP_NAME}: {w}"));
         }
         let env = Arc::new(KernelEnv { par: lanes });
-        Ok(EpInstance { config, env, logger })
+        Ok(EpInstance {
+            config,
+            env,
+            logger,
+        })
     }
 }

@@ -3,4 +3,11 @@
 use crate::kernels::nodes::{binary, gemm, matmul};
 use crate::kernels::op::OpDef;
 
-pub static OPS: &[OpDef] = &[binary::ADD, binary::SUB, binary::MUL, binary::DIV, matmul::MATMUL, gemm::GEMM];
+pub static OPS: &[OpDef] = &[
+    binary::ADD,
+    binary::SUB,
+    binary::MUL,
+    binary::DIV,
+    matmul::MATMUL,
+    gemm::GEMM,
+];

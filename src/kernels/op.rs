@@ -32,6 +32,9 @@ pub trait OpKernel: Send + Sync {
 /// Why a node is not claimed (logged at verbose level, shown in tests).
 pub type Decline = String;
 
+/// Builds a node's kernel from its attributes and constant inputs.
+pub type CreateFn = fn(&KernelInfo<'_>, &Arc<KernelEnv>) -> Result<Box<dyn OpKernel>>;
+
 /// A registered kernel: identity for ORT's registry, the claim predicate, the factory.
 pub struct OpDef {
     pub op: &'static str,
@@ -46,7 +49,7 @@ pub struct OpDef {
     /// and shapes where known), `Err(reason)` otherwise.
     pub claim: fn(&Node<'_>) -> std::result::Result<(), Decline>,
     /// Builds the node's kernel from its attributes and constant inputs.
-    pub create: fn(&KernelInfo<'_>, &Arc<KernelEnv>) -> Result<Box<dyn OpKernel>>,
+    pub create: CreateFn,
 }
 
 /// Element-type shorthands for `OpDef::types`.
@@ -54,6 +57,8 @@ pub mod types {
     use super::ElemType;
     pub const F32: &[ElemType] = &[ElemType::ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT];
     pub const U8: &[ElemType] = &[ElemType::ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8];
-    pub const U8_I8: &[ElemType] =
-        &[ElemType::ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8, ElemType::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8];
+    pub const U8_I8: &[ElemType] = &[
+        ElemType::ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8,
+        ElemType::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8,
+    ];
 }

@@ -29,20 +29,34 @@ static LEDGER: Lazy<Mutex<HashMap<Route, u64>>> = Lazy::new(|| Mutex::new(HashMa
 
 /// Records one call of `op` through `variant` with `lanes` lanes available.
 pub fn record(op: &'static str, variant: &'static str, lanes: usize) {
-    *LEDGER.lock().entry(Route { op, variant, lanes }).or_insert(0) += 1;
+    *LEDGER
+        .lock()
+        .entry(Route { op, variant, lanes })
+        .or_insert(0) += 1;
 }
 
 /// All routes taken so far, sorted.
 pub fn rows() -> Vec<RouteRow> {
-    let mut v: Vec<RouteRow> =
-        LEDGER.lock().iter().map(|(r, &calls)| RouteRow { route: r.clone(), calls }).collect();
+    let mut v: Vec<RouteRow> = LEDGER
+        .lock()
+        .iter()
+        .map(|(r, &calls)| RouteRow {
+            route: r.clone(),
+            calls,
+        })
+        .collect();
     v.sort_by(|a, b| a.route.cmp(&b.route));
     v
 }
 
 /// Calls recorded for `op` over all its variants (0 = the route never ran).
 pub fn calls_for(op: &str) -> u64 {
-    LEDGER.lock().iter().filter(|(r, _)| r.op == op).map(|(_, &c)| c).sum()
+    LEDGER
+        .lock()
+        .iter()
+        .filter(|(r, _)| r.op == op)
+        .map(|(_, &c)| c)
+        .sum()
 }
 
 /// Clears the ledger (benchmarks reset between phases).

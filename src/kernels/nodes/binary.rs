@@ -25,8 +25,16 @@ impl OpKernel for Binary {
         let b = ctx.required_input(1)?;
         let shape = broadcast_shapes(a.shape(), b.shape()).map_err(Error::invalid_argument)?;
         let out = ctx.output(0, &shape)?.into_data::<f32>()?;
-        let variant = binary_f32(self.op, a.data()?, a.shape(), b.data()?, b.shape(), out, &*self.env.par)
-            .map_err(Error::invalid_argument)?;
+        let variant = binary_f32(
+            self.op,
+            a.data()?,
+            a.shape(),
+            b.data()?,
+            b.shape(),
+            out,
+            &*self.env.par,
+        )
+        .map_err(Error::invalid_argument)?;
         ledger::record(self.name, variant, self.env.par.lanes());
         Ok(())
     }
@@ -38,7 +46,11 @@ fn claim(node: &Node<'_>) -> std::result::Result<(), Decline> {
     let b = require_elem(node, 1, F32)?;
     require_output_elem(node, F32)?;
     // Statically incompatible shapes stay with ORT, which reports them its own way.
-    let known = |d: &Vec<i64>| d.iter().map(|&x| usize::try_from(x).ok()).collect::<Option<Vec<_>>>();
+    let known = |d: &Vec<i64>| {
+        d.iter()
+            .map(|&x| usize::try_from(x).ok())
+            .collect::<Option<Vec<_>>>()
+    };
     if let (Some(x), Some(y)) = (known(&a.dims), known(&b.dims)) {
         broadcast_shapes(&x, &y)?;
     }
@@ -48,10 +60,22 @@ fn claim(node: &Node<'_>) -> std::result::Result<(), Decline> {
 macro_rules! binary_def {
     ($name:literal, $op:expr, $create:ident) => {{
         fn $create(_info: &KernelInfo<'_>, env: &Arc<KernelEnv>) -> Result<Box<dyn OpKernel>> {
-            Ok(Box::new(Binary { op: $op, name: $name, env: env.clone() }))
+            Ok(Box::new(Binary {
+                op: $op,
+                name: $name,
+                env: env.clone(),
+            }))
         }
         // Opset 7 introduced numpy broadcasting (no `broadcast` attribute); 14 is the latest.
-        OpDef { op: $name, domain: "", since: 7, until: 14, types: &[("T", types::F32)], claim, create: $create }
+        OpDef {
+            op: $name,
+            domain: "",
+            since: 7,
+            until: 14,
+            types: &[("T", types::F32)],
+            claim,
+            create: $create,
+        }
     }};
 }
 

@@ -26,7 +26,11 @@ pub fn input<'a>(node: &Node<'a>, i: usize) -> Result<Option<ValueInfo<'a>>, Dec
 pub fn require_elem(node: &Node<'_>, i: usize, elem: ElemType) -> Result<TensorType, Decline> {
     let t = input_type(node, i)?.ok_or_else(|| format!("input {i} is missing"))?;
     if t.elem != elem {
-        return Err(format!("input {i} is {}, rcpu implements {}", elem_name(t.elem), elem_name(elem)));
+        return Err(format!(
+            "input {i} is {}, rcpu implements {}",
+            elem_name(t.elem),
+            elem_name(elem)
+        ));
     }
     Ok(t)
 }

@@ -28,10 +28,20 @@ impl OpKernel for Gemm {
         let c = ctx.input(2)?;
         let (sa, sb) = (a.shape(), b.shape());
         if sa.len() != 2 || sb.len() != 2 {
-            return Err(Error::invalid_argument(format!("A and B must be 2-D, got {sa:?} and {sb:?}")));
+            return Err(Error::invalid_argument(format!(
+                "A and B must be 2-D, got {sa:?} and {sb:?}"
+            )));
         }
-        let (m, ka) = if self.trans_a { (sa[1], sa[0]) } else { (sa[0], sa[1]) };
-        let (kb, n) = if self.trans_b { (sb[1], sb[0]) } else { (sb[0], sb[1]) };
+        let (m, ka) = if self.trans_a {
+            (sa[1], sa[0])
+        } else {
+            (sa[0], sa[1])
+        };
+        let (kb, n) = if self.trans_b {
+            (sb[1], sb[0])
+        } else {
+            (sb[0], sb[1])
+        };
         if ka != kb {
             return Err(Error::invalid_argument(format!(
                 "inner dimensions differ: A {sa:?} (transA={}) and B {sb:?} (transB={})",
@@ -42,9 +52,13 @@ impl OpKernel for Gemm {
         let mut beta = 0.0;
         if let Some(c) = c.as_ref().filter(|_| self.beta != 0.0) {
             let cs = c.shape();
-            let ok = broadcast_shapes(cs, &[m, n]).map(|s| s == [m, n]).unwrap_or(false);
+            let ok = broadcast_shapes(cs, &[m, n])
+                .map(|s| s == [m, n])
+                .unwrap_or(false);
             if !ok {
-                return Err(Error::invalid_argument(format!("C of shape {cs:?} does not broadcast to [{m}, {n}]")));
+                return Err(Error::invalid_argument(format!(
+                    "C of shape {cs:?} does not broadcast to [{m}, {n}]"
+                )));
             }
             broadcast_into(c.data::<f32>()?, cs, out, m, n);
             beta = self.beta;
@@ -52,7 +66,19 @@ impl OpKernel for Gemm {
         let lda = sa[1];
         let ldb = sb[1];
         let variant = sgemm(
-            self.trans_a, self.trans_b, m, n, ka, self.alpha, a.data()?, lda, b.data()?, ldb, beta, out, n,
+            self.trans_a,
+            self.trans_b,
+            m,
+            n,
+            ka,
+            self.alpha,
+            a.data()?,
+            lda,
+            b.data()?,
+            ldb,
+            beta,
+            out,
+            n,
             &*self.env.par,
         );
         ledger::record("Gemm", variant, self.env.par.lanes());
@@ -110,4 +136,12 @@ fn create(info: &KernelInfo<'_>, env: &Arc<KernelEnv>) -> Result<Box<dyn OpKerne
 }
 
 /// Opset 7 dropped the `broadcast` attribute; 11 made C optional; 13 is the latest.
-pub const GEMM: OpDef = OpDef { op: "Gemm", domain: "", since: 7, until: 13, types: &[("T", types::F32)], claim, create };
+pub const GEMM: OpDef = OpDef {
+    op: "Gemm",
+    domain: "",
+    since: 7,
+    until: 13,
+    types: &[("T", types::F32)],
+    claim,
+    create,
+};

@@ -23,8 +23,15 @@ impl OpKernel for MatMul {
         let b = ctx.required_input(1)?;
         let plan = matmul_shapes(a.shape(), b.shape()).map_err(Error::invalid_argument)?;
         let out = ctx.output(0, &plan.out_shape)?.into_data::<f32>()?;
-        let variant = matmul_f32(a.data()?, a.shape(), b.data()?, b.shape(), out, &*self.env.par)
-            .map_err(Error::invalid_argument)?;
+        let variant = matmul_f32(
+            a.data()?,
+            a.shape(),
+            b.data()?,
+            b.shape(),
+            out,
+            &*self.env.par,
+        )
+        .map_err(Error::invalid_argument)?;
         ledger::record("MatMul", variant, self.env.par.lanes());
         Ok(())
     }
@@ -35,7 +42,11 @@ fn claim(node: &Node<'_>) -> std::result::Result<(), Decline> {
     let a = require_elem(node, 0, F32)?;
     let b = require_elem(node, 1, F32)?;
     require_output_elem(node, F32)?;
-    let known = |d: &Vec<i64>| d.iter().map(|&x| usize::try_from(x).ok()).collect::<Option<Vec<_>>>();
+    let known = |d: &Vec<i64>| {
+        d.iter()
+            .map(|&x| usize::try_from(x).ok())
+            .collect::<Option<Vec<_>>>()
+    };
     if let (Some(x), Some(y)) = (known(&a.dims), known(&b.dims)) {
         matmul_shapes(&x, &y)?;
     }
@@ -46,4 +57,12 @@ fn create(_info: &KernelInfo<'_>, env: &Arc<KernelEnv>) -> Result<Box<dyn OpKern
     Ok(Box::new(MatMul { env: env.clone() }))
 }
 
-pub const MATMUL: OpDef = OpDef { op: "MatMul", domain: "", since: 1, until: 13, types: &[("T", types::F32)], claim, create };
+pub const MATMUL: OpDef = OpDef {
+    op: "MatMul",
+    domain: "",
+    since: 1,
+    until: 13,
+    types: &[("T", types::F32)],
+    claim,
+    create,
+};
