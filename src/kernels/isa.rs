@@ -37,8 +37,7 @@ impl Isa {
         {
             use std::arch::is_x86_feature_detected as has;
             let avx2 = has!("avx2") && has!("fma") && has!("f16c");
-            let avx512 =
-                avx2 && has!("avx512f") && has!("avx512bw") && has!("avx512dq") && has!("avx512vl");
+            let avx512 = avx2 && has!("avx512f") && has!("avx512bw") && has!("avx512dq") && has!("avx512vl");
             if avx512 && has!("avx512vnni") {
                 return Isa::Avx512Vnni;
             }
@@ -56,11 +55,7 @@ impl Isa {
     pub fn get() -> Isa {
         static LEVEL: Lazy<Isa> = Lazy::new(|| {
             let hw = Isa::detect_hardware();
-            match std::env::var("RCPU_ISA")
-                .ok()
-                .as_deref()
-                .and_then(Isa::parse)
-            {
+            match std::env::var("RCPU_ISA").ok().as_deref().and_then(Isa::parse) {
                 Some(cap) => hw.min(cap),
                 None => hw,
             }
