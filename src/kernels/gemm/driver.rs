@@ -23,6 +23,7 @@ fn round_up(x: usize, to: usize) -> usize {
 }
 
 /// Full blocked `C = alpha * op(A) op(B) + beta * C` for m, n, k > 0 (k may be 0).
+#[allow(clippy::too_many_arguments)]
 pub(super) fn gemm(
     kern: &GemmKernels,
     a: Op<'_>,
