@@ -1,6 +1,6 @@
 //! Kernels, one module per op family. Each family: pure compute functions behind a uniform
 //! signature, a scalar reference beside them, ISA variants picked once per process from
-//! [`isa::Isa::get`].
+//! [`isa::Isa::get`]. `op.rs` is the contract with `ep/`; `nodes/` holds the ORT-facing kernels.
 pub mod elementwise;
 pub mod gemm;
 pub mod isa;

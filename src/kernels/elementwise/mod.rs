@@ -1,50 +1,299 @@
-//! TEMPORARY stand-in.
-use crate::runtime::Par;
-#[derive(Clone, Copy)]
+//! f32 binary elementwise ops (Add, Sub, Mul, Div) with numpy multidirectional broadcasting.
+//!
+//! Paths, cheapest first: same shape (one contiguous loop), a scalar operand on either side,
+//! row broadcast (one operand is a suffix vector repeated over the other), and the general N-d
+//! walk over coalesced dims whose inner loop is one of the three contiguous kernels. Each path
+//! runs the process's ISA variant (scalar / AVX2 / AVX-512) from a table picked once. Every
+//! variant computes exactly `a op b` per element (no FMA, no reciprocal approximation), so the
+//! results are bit-identical across variants and to ORT's CPU EP.
+//!
+//! Outputs of at least [`PAR_MIN_ELEMS`] elements are split into contiguous chunks of the output
+//! and dispatched with `Par::task_chunks`.
+
+mod scalar;
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+use crate::kernels::isa::Isa;
+use crate::kernels::shape::{broadcast_shapes, broadcast_strides, coalesce};
+use crate::runtime::par::Par;
+use once_cell::sync::Lazy;
+use parking_lot::Mutex;
+
+/// The four binary arithmetic ops.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum BinaryOp {
     Add,
     Sub,
     Mul,
     Div,
 }
+
+/// Outputs at least this large are split into chunks for `Par::task_chunks`.
+pub const PAR_MIN_ELEMS: usize = 1 << 16;
+/// Target chunk size (elements of the output) when splitting.
+const CHUNK_ELEMS: usize = 1 << 15;
+
+type VvFn = fn(BinaryOp, &[f32], &[f32], &mut [f32]);
+type SvFn = fn(BinaryOp, f32, &[f32], &mut [f32]);
+type VsFn = fn(BinaryOp, &[f32], f32, &mut [f32]);
+
+/// One ISA variant: the three contiguous loops and the ledger names of each path.
+struct Kernels {
+    vv: VvFn,
+    sv: SvFn,
+    vs: VsFn,
+    /// empty, same-shape, scalar-lhs, scalar-rhs, row-broadcast, broadcast.
+    names: [&'static str; 6],
+}
+
+const SCALAR: Kernels = Kernels {
+    vv: scalar::vv,
+    sv: scalar::sv,
+    vs: scalar::vs,
+    names: [
+        "scalar-empty",
+        "scalar-same-shape",
+        "scalar-scalar-lhs",
+        "scalar-scalar-rhs",
+        "scalar-row-broadcast",
+        "scalar-broadcast",
+    ],
+};
+
+#[cfg(target_arch = "x86_64")]
+const AVX2: Kernels = Kernels {
+    vv: x86::vv_avx2,
+    sv: x86::sv_avx2,
+    vs: x86::vs_avx2,
+    names: [
+        "avx2-empty",
+        "avx2-same-shape",
+        "avx2-scalar-lhs",
+        "avx2-scalar-rhs",
+        "avx2-row-broadcast",
+        "avx2-broadcast",
+    ],
+};
+
+#[cfg(target_arch = "x86_64")]
+const AVX512: Kernels = Kernels {
+    vv: x86::vv_avx512,
+    sv: x86::sv_avx512,
+    vs: x86::vs_avx512,
+    names: [
+        "avx512-empty",
+        "avx512-same-shape",
+        "avx512-scalar-lhs",
+        "avx512-scalar-rhs",
+        "avx512-row-broadcast",
+        "avx512-broadcast",
+    ],
+};
+
+/// The table for `isa`, or `None` when this CPU cannot run it.
+fn table(isa: Isa) -> Option<&'static Kernels> {
+    static HW: Lazy<Isa> = Lazy::new(Isa::detect_hardware);
+    if isa > *HW {
+        return None;
+    }
+    match isa {
+        Isa::Scalar => Some(&SCALAR),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => Some(&AVX2),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 | Isa::Avx512Vnni => Some(&AVX512),
+        #[allow(unreachable_patterns)]
+        _ => None,
+    }
+}
+
+/// The process's table, picked once from `Isa::get()`.
+static DISPATCH: Lazy<&'static Kernels> = Lazy::new(|| table(Isa::get()).unwrap_or(&SCALAR));
+
+/// `out = a op b` with numpy broadcasting; `out` must hold the broadcast shape's element count.
+/// Returns the variant that ran (e.g. `"avx512-same-shape"`, `"scalar-broadcast"`).
 pub fn binary_f32(
     op: BinaryOp,
     a: &[f32],
-    sa: &[usize],
+    a_shape: &[usize],
     b: &[f32],
-    sb: &[usize],
+    b_shape: &[usize],
     out: &mut [f32],
-    _p: &dyn Par,
+    par: &dyn Par,
 ) -> Result<&'static str, String> {
-    let s = crate::kernels::shape::broadcast_shapes(sa, sb)?;
-    let r = s.len();
-    let idx = |sh: &[usize], mut flat: usize| {
-        let mut off = 0;
-        let mut stride = 1;
-        let mut k = 0;
-        for d in (0..r).rev() {
-            let i = flat % s[d];
-            flat /= s[d];
-            if d + sh.len() >= r {
-                let dd = d + sh.len() - r;
-                let ii = if sh[dd] == 1 { 0 } else { i };
-                off += ii * stride;
-                stride *= sh[dd];
-            }
-            k += 1;
-        }
-        let _ = k;
-        off
-    };
-    for (f, o) in out.iter_mut().enumerate() {
-        let x = a[idx(sa, f)];
-        let y = b[idx(sb, f)];
-        *o = match op {
-            BinaryOp::Add => x + y,
-            BinaryOp::Sub => x - y,
-            BinaryOp::Mul => x * y,
-            BinaryOp::Div => x / y,
-        };
+    run(*DISPATCH, op, a, a_shape, b, b_shape, out, par)
+}
+
+/// [`binary_f32`] forced onto one ISA variant (tests, diagnostics). `Err` when the CPU lacks it.
+#[allow(clippy::too_many_arguments)]
+pub fn binary_f32_with(
+    isa: Isa,
+    op: BinaryOp,
+    a: &[f32],
+    a_shape: &[usize],
+    b: &[f32],
+    b_shape: &[usize],
+    out: &mut [f32],
+    par: &dyn Par,
+) -> Result<&'static str, String> {
+    let k = table(isa).ok_or_else(|| format!("ISA {} not supported by this CPU", isa.name()))?;
+    run(k, op, a, a_shape, b, b_shape, out, par)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run(
+    k: &'static Kernels,
+    op: BinaryOp,
+    a: &[f32],
+    a_shape: &[usize],
+    b: &[f32],
+    b_shape: &[usize],
+    out: &mut [f32],
+    par: &dyn Par,
+) -> Result<&'static str, String> {
+    let out_shape = broadcast_shapes(a_shape, b_shape)?;
+    let (na, nb): (usize, usize) = (a_shape.iter().product(), b_shape.iter().product());
+    let n: usize = out_shape.iter().product();
+    if a.len() != na || b.len() != nb || out.len() != n {
+        return Err(format!(
+            "binary {op:?}: buffer lengths a={} b={} out={} do not match shapes {a_shape:?} \
+             ({na}), {b_shape:?} ({nb}) -> {out_shape:?} ({n})",
+            a.len(),
+            b.len(),
+            out.len()
+        ));
     }
-    Ok("stub")
+    if n == 0 {
+        return Ok(k.names[0]);
+    }
+    // Same shape up to leading 1s: equal element counts mean nothing is broadcast.
+    if na == n && nb == n {
+        chunked(par, out, CHUNK_ELEMS, |start, o| {
+            (k.vv)(op, &a[start..], &b[start..], o)
+        });
+        return Ok(k.names[1]);
+    }
+    if na == 1 {
+        let s = a[0];
+        chunked(par, out, CHUNK_ELEMS, |start, o| {
+            (k.sv)(op, s, &b[start..], o)
+        });
+        return Ok(k.names[2]);
+    }
+    if nb == 1 {
+        let s = b[0];
+        chunked(par, out, CHUNK_ELEMS, |start, o| {
+            (k.vs)(op, &a[start..], s, o)
+        });
+        return Ok(k.names[3]);
+    }
+    // Row broadcast: the smaller operand is a suffix of the output shape, repeated.
+    if na == n && is_suffix(b_shape, &out_shape) {
+        let rows = row_chunk(nb);
+        chunked(par, out, rows, |start, o| {
+            for (r, orow) in o.chunks_mut(nb).enumerate() {
+                let at = start + r * nb;
+                (k.vv)(op, &a[at..at + nb], b, orow);
+            }
+        });
+        return Ok(k.names[4]);
+    }
+    if nb == n && is_suffix(a_shape, &out_shape) {
+        let rows = row_chunk(na);
+        chunked(par, out, rows, |start, o| {
+            for (r, orow) in o.chunks_mut(na).enumerate() {
+                let at = start + r * na;
+                (k.vv)(op, a, &b[at..at + na], orow);
+            }
+        });
+        return Ok(k.names[4]);
+    }
+    general(k, op, a, a_shape, b, b_shape, &out_shape, out, par);
+    Ok(k.names[5])
+}
+
+/// `small` (leading 1s ignored) equals the trailing dims of `out`.
+fn is_suffix(small: &[usize], out: &[usize]) -> bool {
+    let s: Vec<usize> = small.iter().copied().skip_while(|&d| d == 1).collect();
+    s.len() <= out.len() && out[out.len() - s.len()..] == s[..]
+}
+
+/// A chunk length that is a whole number of rows of `row` elements, about `CHUNK_ELEMS` long.
+fn row_chunk(row: usize) -> usize {
+    row * (CHUNK_ELEMS / row).max(1)
+}
+
+/// Runs `f(start, chunk)` over `out` split into `chunk`-element pieces; serially in one call when
+/// `out` is below [`PAR_MIN_ELEMS`], otherwise through `par.task_chunks`.
+fn chunked(par: &dyn Par, out: &mut [f32], chunk: usize, f: impl Fn(usize, &mut [f32]) + Sync) {
+    if out.len() < PAR_MIN_ELEMS {
+        f(0, out);
+        return;
+    }
+    // Each chunk is a disjoint `&mut` piece behind its own (uncontended) lock, so any lane can
+    // take chunk `i` without unsafe code.
+    let parts: Vec<Mutex<&mut [f32]>> = out.chunks_mut(chunk).map(Mutex::new).collect();
+    par.task_chunks(parts.len(), &|i| {
+        let mut piece = parts[i].lock();
+        f(i * chunk, &mut piece)
+    });
+}
+
+/// General N-d broadcast: coalesce dims, then walk the outer index space row by row with the
+/// innermost dim handled by a contiguous kernel (inner strides are always 0 or 1).
+#[allow(clippy::too_many_arguments)]
+fn general(
+    k: &Kernels,
+    op: BinaryOp,
+    a: &[f32],
+    a_shape: &[usize],
+    b: &[f32],
+    b_shape: &[usize],
+    out_shape: &[usize],
+    out: &mut [f32],
+    par: &dyn Par,
+) {
+    let sa = broadcast_strides(a_shape, out_shape);
+    let sb = broadcast_strides(b_shape, out_shape);
+    let (dims, st) = coalesce(out_shape, &[sa, sb]);
+    let (sa, sb) = (&st[0], &st[1]);
+    let r = dims.len() - 1;
+    let inner = dims[r];
+    let (ia, ib) = (sa[r], sb[r]);
+    let outer = &dims[..r];
+    let rows = row_chunk(inner);
+    chunked(par, out, rows, |start, o| {
+        // Multi-index of the first row of this chunk.
+        let mut idx = vec![0usize; outer.len()];
+        let mut row = start / inner;
+        for d in (0..outer.len()).rev() {
+            idx[d] = row % outer[d];
+            row /= outer[d];
+        }
+        for orow in o.chunks_mut(inner) {
+            let oa: usize = idx.iter().zip(sa).map(|(i, s)| i * s).sum();
+            let ob: usize = idx.iter().zip(sb).map(|(i, s)| i * s).sum();
+            match (ia, ib) {
+                (1, 1) => (k.vv)(op, &a[oa..oa + inner], &b[ob..ob + inner], orow),
+                (0, 1) => (k.sv)(op, a[oa], &b[ob..ob + inner], orow),
+                (1, 0) => (k.vs)(op, &a[oa..oa + inner], b[ob], orow),
+                _ => {
+                    // Unreachable for contiguous inputs; kept as a correct strided fallback.
+                    for (j, x) in orow.iter_mut().enumerate() {
+                        let mut t = [0.0f32];
+                        (k.vv)(op, &[a[oa + j * ia]], &[b[ob + j * ib]], &mut t);
+                        *x = t[0];
+                    }
+                }
+            }
+            for d in (0..outer.len()).rev() {
+                idx[d] += 1;
+                if idx[d] < outer[d] {
+                    break;
+                }
+                idx[d] = 0;
+            }
+        }
+    });
 }

@@ -1,9 +1,125 @@
-//! TEMPORARY stand-in.
-use crate::runtime::Par;
+//! f32 GEMM: `C = alpha * op(A) * op(B) + beta * C` on row-major matrices, and numpy-style
+//! batched MatMul on top of it.
+//!
+//! Variants (picked once per process from `Isa::get()`): AVX-512F 8x32 FMA micro-kernel,
+//! AVX2+FMA 6x16, and a portable 8x8 scalar kernel, all behind the same blocked driver
+//! (`driver.rs`: packed B panels `KC x NR`, packed A panels `KC x MR`). m == 1 and n == 1 take a
+//! GEMV path that streams the matrix once. Big products are split into a grid of C tiles run
+//! with `Par::task_chunks`; GEMV splits its output with `Par::decode_chunks`.
+
+mod driver;
+mod gemv;
+mod scalar;
+mod tiles;
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+use crate::kernels::isa::Isa;
+use crate::kernels::shape::matmul_shapes;
+use crate::runtime::par::{Par, Serial};
+use driver::Geometry;
+use gemv::Form;
+use once_cell::sync::Lazy;
+use parking_lot::Mutex;
+
+type UkernelFn = fn(usize, &[f32], &[f32], &mut [f32]);
+type DotFn = fn(&[f32], &[f32]) -> f32;
+type AxpyFn = fn(f32, &[f32], &mut [f32]);
+
+/// One ISA variant of the GEMM family.
+pub(crate) struct GemmKernels {
+    mr: usize,
+    nr: usize,
+    ukernel: UkernelFn,
+    dot: DotFn,
+    axpy: AxpyFn,
+    /// blocked gemm, gemv m == 1, gemv n == 1, empty output, k == 0 (C = beta * C).
+    names: [&'static str; 5],
+}
+
+const SCALAR: GemmKernels = GemmKernels {
+    mr: scalar::MR,
+    nr: scalar::NR,
+    ukernel: scalar::ukernel,
+    dot: scalar::dot,
+    axpy: scalar::axpy,
+    names: [
+        "scalar-gemm-8x8",
+        "scalar-gemv-m1",
+        "scalar-gemv-n1",
+        "scalar-empty",
+        "scalar-k0-scale",
+    ],
+};
+
+#[cfg(target_arch = "x86_64")]
+const AVX2: GemmKernels = GemmKernels {
+    mr: x86::MR256,
+    nr: x86::NR256,
+    ukernel: x86::ukernel_avx2,
+    dot: x86::dot_avx2,
+    axpy: x86::axpy_avx2,
+    names: [
+        "avx2-gemm-6x16",
+        "avx2-gemv-m1",
+        "avx2-gemv-n1",
+        "avx2-empty",
+        "avx2-k0-scale",
+    ],
+};
+
+#[cfg(target_arch = "x86_64")]
+const AVX512: GemmKernels = GemmKernels {
+    mr: x86::MR512,
+    nr: x86::NR512,
+    ukernel: x86::ukernel_avx512,
+    dot: x86::dot_avx512,
+    axpy: x86::axpy_avx512,
+    names: [
+        "avx512-gemm-8x32",
+        "avx512-gemv-m1",
+        "avx512-gemv-n1",
+        "avx512-empty",
+        "avx512-k0-scale",
+    ],
+};
+
+/// The table for `isa`, or `None` when this CPU cannot run it.
+fn table(isa: Isa) -> Option<&'static GemmKernels> {
+    static HW: Lazy<Isa> = Lazy::new(Isa::detect_hardware);
+    if isa > *HW {
+        return None;
+    }
+    match isa {
+        Isa::Scalar => Some(&SCALAR),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => Some(&AVX2),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 | Isa::Avx512Vnni => Some(&AVX512),
+        #[allow(unreachable_patterns)]
+        _ => None,
+    }
+}
+
+/// The process's table, picked once from `Isa::get()`.
+static DISPATCH: Lazy<&'static GemmKernels> = Lazy::new(|| table(Isa::get()).unwrap_or(&SCALAR));
+
+/// A matrix operand: row-major storage with leading dimension `ld`, possibly transposed.
+#[derive(Clone, Copy)]
+pub(crate) struct Op<'a> {
+    data: &'a [f32],
+    ld: usize,
+    trans: bool,
+}
+
+/// `C = alpha * op(A) * op(B) + beta * C`, row-major; `op(A)` is `m x k`, `op(B)` is `k x n`,
+/// C is `m x n` with row stride `ldc`. `beta == 0` ignores C's old contents (NaN included).
+/// Panics when a buffer is too small for its shape and leading dimension. Returns the variant
+/// that ran (e.g. `"avx512-gemm-8x32"`, `"avx512-gemv-m1"`).
 #[allow(clippy::too_many_arguments)]
 pub fn sgemm(
-    ta: bool,
-    tb: bool,
+    trans_a: bool,
+    trans_b: bool,
     m: usize,
     n: usize,
     k: usize,
@@ -15,35 +131,242 @@ pub fn sgemm(
     beta: f32,
     c: &mut [f32],
     ldc: usize,
-    _p: &dyn Par,
+    par: &dyn Par,
 ) -> &'static str {
-    for i in 0..m {
-        for j in 0..n {
-            let mut s = 0f32;
-            for p in 0..k {
-                let x = if ta { a[p * lda + i] } else { a[i * lda + p] };
-                let y = if tb { b[j * ldb + p] } else { b[p * ldb + j] };
-                s += x * y;
-            }
-            let old = if beta == 0.0 {
-                0.0
-            } else {
-                beta * c[i * ldc + j]
-            };
-            c[i * ldc + j] = alpha * s + old;
-        }
-    }
-    "stub"
+    run(
+        *DISPATCH, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, par,
+    )
 }
+
+/// [`sgemm`] forced onto one ISA variant (tests, diagnostics). `Err` when the CPU lacks it.
+#[allow(clippy::too_many_arguments)]
+pub fn sgemm_with(
+    isa: Isa,
+    trans_a: bool,
+    trans_b: bool,
+    m: usize,
+    n: usize,
+    k: usize,
+    alpha: f32,
+    a: &[f32],
+    lda: usize,
+    b: &[f32],
+    ldb: usize,
+    beta: f32,
+    c: &mut [f32],
+    ldc: usize,
+    par: &dyn Par,
+) -> Result<&'static str, String> {
+    let kern = table(isa).ok_or_else(|| format!("ISA {} not supported by this CPU", isa.name()))?;
+    Ok(run(
+        kern, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, par,
+    ))
+}
+
+/// Panics unless `data` holds a `rows x cols` row-major matrix with leading dimension `ld`.
+fn check(what: &str, data: &[f32], rows: usize, cols: usize, ld: usize) {
+    if rows == 0 || cols == 0 {
+        return;
+    }
+    assert!(ld >= cols, "sgemm: {what} leading dimension {ld} < {cols}");
+    let need = (rows - 1) * ld + cols;
+    assert!(
+        data.len() >= need,
+        "sgemm: {what} holds {} elements, {rows}x{cols} (ld {ld}) needs {need}",
+        data.len()
+    );
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run(
+    kern: &'static GemmKernels,
+    trans_a: bool,
+    trans_b: bool,
+    m: usize,
+    n: usize,
+    k: usize,
+    alpha: f32,
+    a: &[f32],
+    lda: usize,
+    b: &[f32],
+    ldb: usize,
+    beta: f32,
+    c: &mut [f32],
+    ldc: usize,
+    par: &dyn Par,
+) -> &'static str {
+    // Stored shapes: A is m x k (k x m when transposed), B is k x n (n x k when transposed).
+    let (ar, ac) = if trans_a { (k, m) } else { (m, k) };
+    let (br, bc) = if trans_b { (n, k) } else { (k, n) };
+    check("A", a, ar, ac, lda);
+    check("B", b, br, bc, ldb);
+    check("C", c, m, n, ldc);
+    if m == 0 || n == 0 {
+        return kern.names[3];
+    }
+    let (ao, bo) = (
+        Op {
+            data: a,
+            ld: lda,
+            trans: trans_a,
+        },
+        Op {
+            data: b,
+            ld: ldb,
+            trans: trans_b,
+        },
+    );
+    if k == 0 {
+        driver::gemm(kern, ao, bo, Geometry { m, n, k }, alpha, beta, c, ldc, par);
+        return kern.names[4];
+    }
+    if m == 1 {
+        let x = if trans_a {
+            gemv::gather(ao, 0, lda, k)
+        } else {
+            a[..k].to_vec()
+        };
+        let form = if trans_b {
+            Form::Dot { m: b, ld: ldb }
+        } else {
+            Form::Axpy { m: b, ld: ldb }
+        };
+        let y = gemv::gemv(kern, form, &x, n, par);
+        write_vec(&y, c, 1, alpha, beta);
+        return kern.names[1];
+    }
+    if n == 1 {
+        let x = if trans_b {
+            b[..k].to_vec()
+        } else {
+            gemv::gather(bo, 0, ldb, k)
+        };
+        let form = if trans_a {
+            Form::Axpy { m: a, ld: lda }
+        } else {
+            Form::Dot { m: a, ld: lda }
+        };
+        let y = gemv::gemv(kern, form, &x, m, par);
+        write_vec(&y, c, ldc, alpha, beta);
+        return kern.names[2];
+    }
+    driver::gemm(kern, ao, bo, Geometry { m, n, k }, alpha, beta, c, ldc, par);
+    kern.names[0]
+}
+
+/// `c[j * stride] = alpha * y[j] + beta * c[j * stride]` (beta == 0: old value ignored).
+fn write_vec(y: &[f32], c: &mut [f32], stride: usize, alpha: f32, beta: f32) {
+    for (j, &v) in y.iter().enumerate() {
+        let cj = &mut c[j * stride];
+        *cj = if beta == 0.0 {
+            alpha * v
+        } else {
+            alpha * v + beta * *cj
+        };
+    }
+}
+
+/// numpy.matmul of contiguous row-major tensors: `out = a @ b` with 1-D promotion and batch
+/// broadcasting (see [`matmul_shapes`]). Returns the variant of the underlying sgemm.
 pub fn matmul_f32(
     a: &[f32],
-    sa: &[usize],
+    a_shape: &[usize],
     b: &[f32],
-    sb: &[usize],
+    b_shape: &[usize],
     out: &mut [f32],
-    p: &dyn Par,
+    par: &dyn Par,
 ) -> Result<&'static str, String> {
-    Ok(sgemm(
-        false, false, sa[0], sb[1], sa[1], 1.0, a, sa[1], b, sb[1], 0.0, out, sb[1], p,
-    ))
+    let kern = *DISPATCH;
+    let p = matmul_shapes(a_shape, b_shape)?;
+    let (na, nb): (usize, usize) = (a_shape.iter().product(), b_shape.iter().product());
+    let no: usize = p.out_shape.iter().product();
+    if a.len() != na || b.len() != nb || out.len() != no {
+        return Err(format!(
+            "matmul: buffer lengths a={} b={} out={} do not match shapes {a_shape:?}, {b_shape:?} -> {:?}",
+            a.len(),
+            b.len(),
+            out.len(),
+            p.out_shape
+        ));
+    }
+    let (m, n, k) = (p.m, p.n, p.k);
+    if no == 0 {
+        return Ok(kern.names[3]);
+    }
+    let (a_mat, o_mat) = (m * k, m * n);
+    // Shared B and A batches laid out back to back: one product with batch * m rows.
+    let b_shared = p.b_offsets.iter().all(|&o| o == p.b_offsets[0]);
+    let a_dense = p.a_offsets.iter().enumerate().all(|(i, &o)| o == i * a_mat);
+    if p.batch == 1 || (b_shared && a_dense) {
+        let bo = p.b_offsets[0];
+        let rows = p.batch * m;
+        return Ok(run(
+            kern,
+            false,
+            false,
+            rows,
+            n,
+            k,
+            1.0,
+            a,
+            k,
+            &b[bo..],
+            n,
+            0.0,
+            out,
+            n,
+            par,
+        ));
+    }
+    let work = m * n * k.max(1);
+    if work < driver::PAR_MIN_WORK && work * p.batch >= driver::PAR_MIN_WORK {
+        // Many small products: one per chunk, each serial.
+        let parts: Vec<Mutex<&mut [f32]>> = out.chunks_mut(o_mat).map(Mutex::new).collect();
+        let name = Mutex::new(kern.names[0]);
+        par.task_chunks(p.batch, &|i| {
+            let mut o = parts[i].lock();
+            let (ao, bo) = (p.a_offsets[i], p.b_offsets[i]);
+            let v = run(
+                kern,
+                false,
+                false,
+                m,
+                n,
+                k,
+                1.0,
+                &a[ao..],
+                k,
+                &b[bo..],
+                n,
+                0.0,
+                &mut o,
+                n,
+                &Serial,
+            );
+            *name.lock() = v;
+        });
+        return Ok(name.into_inner());
+    }
+    let mut name = kern.names[0];
+    for (i, o) in out.chunks_mut(o_mat).enumerate() {
+        let (ao, bo) = (p.a_offsets[i], p.b_offsets[i]);
+        name = run(
+            kern,
+            false,
+            false,
+            m,
+            n,
+            k,
+            1.0,
+            &a[ao..],
+            k,
+            &b[bo..],
+            n,
+            0.0,
+            o,
+            n,
+            par,
+        );
+    }
+    Ok(name)
 }

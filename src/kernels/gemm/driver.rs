@@ -1,0 +1,175 @@
+//! Blocked GEMM driver (Goto/BLIS loop order), shared by every ISA variant.
+//!
+//! C is cut into a grid of tasks (row block x column block); each task scales its C region by
+//! beta, then for every `NC` column block and `KC` slice of K packs B into `NR`-wide panels
+//! (`kc x NR`, zero padded), packs `MC` rows of A into `MR`-tall panels (`kc x MR`), and runs the
+//! register-tiled micro-kernel over every (MR, NR) pair, adding `alpha * tile` into C.
+
+use super::tiles::TileGrid;
+use super::{GemmKernels, Op};
+use crate::runtime::par::Par;
+
+/// K slice per packed panel.
+pub(super) const KC: usize = 256;
+/// Rows of A packed at once (a multiple of every MR: 8 and 6).
+pub(super) const MC: usize = 144;
+/// Columns of B packed at once.
+pub(super) const NC: usize = 1024;
+/// Below this many multiply-adds the product runs as one serial task.
+pub(super) const PAR_MIN_WORK: usize = 1 << 20;
+
+fn round_up(x: usize, to: usize) -> usize {
+    x.div_ceil(to) * to
+}
+
+/// Full blocked `C = alpha * op(A) op(B) + beta * C` for m, n, k > 0 (k may be 0).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn gemm(
+    kern: &GemmKernels,
+    a: Op<'_>,
+    b: Op<'_>,
+    g: Geometry,
+    alpha: f32,
+    beta: f32,
+    c: &mut [f32],
+    ldc: usize,
+    par: &dyn Par,
+) {
+    let Geometry { m, n, k } = g;
+    let (mr, nr) = (kern.mr, kern.nr);
+    let (mut rb, mut cb) = if m * n * k.max(1) < PAR_MIN_WORK {
+        (m, n)
+    } else {
+        (round_up(MC.min(m), mr), round_up(NC.min(n), nr))
+    };
+    if m * n * k.max(1) >= PAR_MIN_WORK {
+        // Enough tasks for every lane to get a few, without going below one register tile.
+        let target = 3 * par.lanes().max(1);
+        let tasks = |rb: usize, cb: usize| m.div_ceil(rb) * n.div_ceil(cb);
+        while tasks(rb, cb) < target && cb > 4 * nr {
+            cb = round_up(cb / 2, nr);
+        }
+        while tasks(rb, cb) < target && rb > mr {
+            rb = round_up(rb / 2, mr);
+        }
+    }
+    let grid = TileGrid::new(c, m, n, ldc, rb, cb);
+    let run = |t: usize| {
+        let mut tile = grid.claim(t);
+        scale_c(&mut tile, beta);
+        if k == 0 {
+            return;
+        }
+        let (r0, c0, rows, cols) = (tile.row0, tile.col0, tile.rows, tile.cols);
+        let mut bpack = vec![0.0f32; KC * round_up(NC.min(cols), nr)];
+        let mut apack = vec![0.0f32; KC * round_up(MC.min(rows), mr)];
+        let mut acc = vec![0.0f32; mr * nr];
+        for jc in (0..cols).step_by(NC) {
+            let nc = NC.min(cols - jc);
+            for pc in (0..k).step_by(KC) {
+                let kc = KC.min(k - pc);
+                pack_b(b, pc, kc, c0 + jc, nc, nr, &mut bpack);
+                for ic in (0..rows).step_by(MC) {
+                    let mc = MC.min(rows - ic);
+                    pack_a(a, r0 + ic, mc, pc, kc, mr, &mut apack);
+                    for (jp, bpanel) in bpack.chunks(kc * nr).take(nc.div_ceil(nr)).enumerate() {
+                        let ncols = nr.min(nc - jp * nr);
+                        for (ip, apanel) in apack.chunks(kc * mr).take(mc.div_ceil(mr)).enumerate()
+                        {
+                            let nrows = mr.min(mc - ip * mr);
+                            (kern.ukernel)(kc, apanel, bpanel, &mut acc);
+                            for r in 0..nrows {
+                                let crow = &mut tile.row(ic + ip * mr + r)[jc + jp * nr..][..ncols];
+                                let arow = &acc[r * nr..r * nr + ncols];
+                                if alpha == 1.0 {
+                                    crow.iter_mut().zip(arow).for_each(|(c, &v)| *c += v);
+                                } else {
+                                    crow.iter_mut()
+                                        .zip(arow)
+                                        .for_each(|(c, &v)| *c += alpha * v);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    };
+    if grid.count() == 1 {
+        run(0);
+    } else {
+        par.task_chunks(grid.count(), &run);
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Geometry {
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+}
+
+/// `C = beta * C` over the tile; beta == 0 writes zeros (old contents, NaN included, ignored).
+fn scale_c(tile: &mut super::tiles::Tile<'_>, beta: f32) {
+    if beta == 1.0 {
+        return;
+    }
+    for r in 0..tile.rows {
+        let row = tile.row(r);
+        if beta == 0.0 {
+            row.fill(0.0);
+        } else {
+            row.iter_mut().for_each(|c| *c *= beta);
+        }
+    }
+}
+
+/// Packs op(B)[pc..pc+kc, j0..j0+nc] into `nr`-wide panels: panel q holds, for each kk, the
+/// `nr` values of columns `j0 + q*nr ..`, zero padded past `nc`.
+fn pack_b(b: Op<'_>, pc: usize, kc: usize, j0: usize, nc: usize, nr: usize, out: &mut [f32]) {
+    for (q, panel) in out.chunks_mut(kc * nr).take(nc.div_ceil(nr)).enumerate() {
+        let jq = j0 + q * nr;
+        let w = nr.min(nc - q * nr);
+        for kk in 0..kc {
+            let dst = &mut panel[kk * nr..(kk + 1) * nr];
+            if b.trans {
+                // op(B)(p, j) = b[j * ld + p]
+                for (c, d) in dst[..w].iter_mut().enumerate() {
+                    *d = b.data[(jq + c) * b.ld + pc + kk];
+                }
+            } else {
+                let at = (pc + kk) * b.ld + jq;
+                dst[..w].copy_from_slice(&b.data[at..at + w]);
+            }
+            dst[w..].fill(0.0);
+        }
+    }
+}
+
+/// Packs op(A)[i0..i0+mc, pc..pc+kc] into `mr`-tall panels: panel p holds, for each kk, the
+/// `mr` values of rows `i0 + p*mr ..`, zero padded past `mc`.
+fn pack_a(a: Op<'_>, i0: usize, mc: usize, pc: usize, kc: usize, mr: usize, out: &mut [f32]) {
+    for (p, panel) in out.chunks_mut(kc * mr).take(mc.div_ceil(mr)).enumerate() {
+        let ip = i0 + p * mr;
+        let h = mr.min(mc - p * mr);
+        if a.trans {
+            // op(A)(i, p) = a[p * ld + i]: each kk is a contiguous run of rows.
+            for kk in 0..kc {
+                let dst = &mut panel[kk * mr..(kk + 1) * mr];
+                let at = (pc + kk) * a.ld + ip;
+                dst[..h].copy_from_slice(&a.data[at..at + h]);
+                dst[h..].fill(0.0);
+            }
+        } else {
+            if h < mr {
+                panel[..kc * mr].fill(0.0);
+            }
+            for r in 0..h {
+                let src = &a.data[(ip + r) * a.ld + pc..][..kc];
+                for (kk, &v) in src.iter().enumerate() {
+                    panel[kk * mr + r] = v;
+                }
+            }
+        }
+    }
+}
