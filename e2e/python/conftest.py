@@ -132,3 +132,12 @@ def rel_l2(a, b) -> float:
 
 def run_both(cpu, rc, feeds):
     return cpu.run(None, feeds), rc.run(None, feeds)
+
+
+def assert_error_names_node(exc: BaseException, node_name: str) -> None:
+    """The error must name the node in rcpu's own status message, not only in ORT's
+    "Non-zero status code returned while running X node. Name:'...'" prefix."""
+    msg = str(exc)
+    assert node_name in msg, f"error does not name node {node_name!r}: {msg}"
+    own = msg.split("Status Message:", 1)[1] if "Status Message:" in msg else msg
+    assert node_name in own, f"the EP's own message does not name node {node_name!r}: {own!r}"
