@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import onnxruntime as ort
 import pytest
@@ -68,8 +70,14 @@ def test_mixed_partition_matches_cpu(make_sessions, opt_level):
         ({"threads": "-3"}, "threads"),
         ({"blocktime_us": "soon"}, "blocktime_us"),
         ({"weight_cache_mb": "1e3"}, "weight_cache_mb"),
+        ({"accumulator_cache_mb": ""}, "accumulator_cache_mb"),
+        ({"threads": "100000"}, "threads"),
+        ({"affinity": "0", "threads": "2"}, "affinity"),
     ],
-    ids=["unknown_key", "threads_abc", "affinity_banana", "threads_negative", "blocktime_text", "weight_cache_float"],
+    ids=[
+        "unknown_key", "threads_abc", "affinity_banana", "threads_negative", "blocktime_text",
+        "weight_cache_float", "accumulator_empty", "threads_huge", "affinity_fewer_cpus_than_threads",
+    ],
 )
 def test_bad_option_raises_naming_key(rcpu_devices, opts, key, capsys):
     m = models.binary("Add", [4], [4]).SerializeToString()
@@ -82,15 +90,20 @@ def test_bad_option_raises_naming_key(rcpu_devices, opts, key, capsys):
     assert "Falling back" not in capsys.readouterr().out
 
 
-def test_bad_option_raises_with_disable_cpu_ep_fallback(rcpu_devices):
-    """The other way to stop a silent fallback: session.disable_cpu_ep_fallback (no Python wrapper flag)."""
+def test_bad_option_raises_with_disable_cpu_ep_fallback(rcpu_devices, capsys):
+    """The other way to stop a silent fallback, without the wrapper flag: session config
+    session.disable_cpu_ep_fallback=1. The wrapper still retries on CPU, that retry is refused
+    ("Conflicting session configuration"), and the original rcpu error is the chained cause."""
     so = ort.SessionOptions()
     so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
     so.add_provider_for_devices(rcpu_devices, {"bogus": "1"})
-    with pytest.raises(Exception, match="bogus"):
-        # The wrapper's retry on CPU fails too under disable_cpu_ep_fallback only if the model
-        # needs CPU; our Add model doesn't, so disable the wrapper fallback explicitly as well.
-        ort.InferenceSession(models.binary("Add", [4], [4]).SerializeToString(), so, enable_fallback=0)
+    with pytest.raises(Exception) as ei, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ort.InferenceSession(models.binary("Add", [4], [4]).SerializeToString(), so)
+    chain = [ei.value]
+    while chain[-1].__cause__ is not None:
+        chain.append(chain[-1].__cause__)
+    assert any("'bogus'" in str(e) for e in chain), [str(e) for e in chain]
 
 
 def test_fully_claimed_model_runs_with_cpu_fallback_disabled(rcpu_devices):
@@ -105,6 +118,31 @@ def test_fully_claimed_model_runs_with_cpu_fallback_disabled(rcpu_devices):
     a = np.arange(6, dtype=np.float32).reshape(2, 3)
     b = np.array([1.5, -2.0, 0.25], np.float32)
     np.testing.assert_array_equal(s.run(None, {"A": a, "B": b})[0], a * b)
+
+
+def test_concurrent_runs_and_session_churn(make_sessions, rcpu_devices):
+    """Several Python threads running one rcpu session at once (ORT allows concurrent Run), and
+    sessions with different lane counts created and dropped in a loop: same results, no crash."""
+    import concurrent.futures as cf
+
+    rng = np.random.default_rng(13)
+    cpu, rc = make_sessions(models.matmul([None, 96], [96, 80], name="mm_conc"), {"threads": 2})
+    assert_on_rcpu(rc, "mm_conc")
+    xs = [rng.standard_normal((int(rng.integers(1, 40)), 96)).astype(np.float32) for _ in range(24)]
+    bs = [rng.standard_normal((96, 80)).astype(np.float32) for _ in range(24)]
+    wants = [cpu.run(None, {"A": x, "B": b})[0] for x, b in zip(xs, bs)]
+    with cf.ThreadPoolExecutor(4) as ex:
+        gots = list(ex.map(lambda xb: rc.run(None, {"A": xb[0], "B": xb[1]})[0], zip(xs, bs)))
+    for g, w in zip(gots, wants):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
+    blob = models.binary("Sub", [3, 5], [5]).SerializeToString()
+    a = rng.standard_normal((3, 5)).astype(np.float32)
+    b = rng.standard_normal(5).astype(np.float32)
+    for i in range(12):
+        s = rcpu_session(blob, rcpu_devices, {"threads": 1 + i % 2, "blocktime_us": (0, 1000)[i % 2]})
+        assert "sub0" in assigned_to_rcpu(s)
+        np.testing.assert_array_equal(s.run(None, {"A": a, "B": b})[0], a - b)
+        del s
 
 
 def test_threads_1_and_2_identical(make_sessions):
