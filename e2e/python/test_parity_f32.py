@@ -278,3 +278,56 @@ def test_matmul_unknown_rank(make_sessions):
     rng = np.random.default_rng(9)
     for a_shape, b_shape in [((3, 4), (4, 5)), ((4,), (4, 2)), ((2, 3, 4), (4, 6)), ((2, 1, 3, 4), (5, 4, 6))]:
         _check_matmul(cpu, rc, rng.standard_normal(a_shape).astype(np.float32), rng.standard_normal(b_shape).astype(np.float32))
+
+
+# ---------------------------------------------------------------------------------------------
+# Claim boundaries and graph plumbing
+# ---------------------------------------------------------------------------------------------
+
+DECLINED_DTYPES = [("float16", models.TensorProto.FLOAT16), ("float64", models.TensorProto.DOUBLE),
+                   ("int32", models.TensorProto.INT32), ("int64", models.TensorProto.INT64)]
+
+
+# (ORT's CPU EP has no integer Gemm kernel, so those two combinations are not run.)
+DECLINED_CASES = [
+    (op, d, e) for op in ["Add", "Div", "MatMul", "Gemm"] for d, e in DECLINED_DTYPES
+    if not (op == "Gemm" and d.startswith("int"))
+]
+
+
+@pytest.mark.parametrize("op,dtype,elem", DECLINED_CASES, ids=[f"{o}-{d}" for o, d, _ in DECLINED_CASES])
+def test_other_dtypes_stay_on_cpu(make_sessions, op, dtype, elem):
+    from onnx import helper
+
+    node = helper.make_node(op, ["A", "B"], ["Y"], name="n0")
+    model = models._model(
+        [node], [models._vi("A", [4, 4], elem), models._vi("B", [4, 4], elem)], [models._vi("Y", None, elem)]
+    )
+    cpu, rc = make_sessions(model, {"threads": 2})
+    from conftest import assert_on_cpu
+
+    assert_on_cpu(rc, "n0")
+    a = (np.arange(16).reshape(4, 4) % 5 + 1).astype(dtype)
+    b = (np.arange(16).reshape(4, 4) % 3 + 1).astype(dtype)
+    np.testing.assert_array_equal(rc.run(None, {"A": a, "B": b})[0], cpu.run(None, {"A": a, "B": b})[0])
+
+
+def test_aliased_inputs_and_chained_outputs(make_sessions):
+    """Y = A + A (both inputs one tensor); Z = Y * Y, with Y also a graph output."""
+    from onnx import helper
+
+    nodes = [helper.make_node("Add", ["A", "A"], ["Y"], name="add_self"), helper.make_node("Mul", ["Y", "Y"], ["Z"], name="mul_self")]
+    model = models._model(nodes, [models._vi("A", ["n"])], [models._vi("Y", None), models._vi("Z", None)])
+    cpu, rc = make_sessions(model, {"threads": 2})
+    assert_on_rcpu(rc, {"add_self", "mul_self"})
+    a = _data(np.random.default_rng(2), (1001,), True)
+    for g, w in zip(rc.run(None, {"A": a}), cpu.run(None, {"A": a})):
+        assert_bit_exact(g, w)
+
+
+def test_gemm_runtime_bad_c_names_node(make_sessions):
+    cpu, rc = make_sessions(models.gemm([2, 3], [3, 4], ["c"], name="gemm_bad_c"), {"threads": 2})
+    assert_on_rcpu(rc, "gemm_bad_c")
+    with pytest.raises(Exception) as ei:
+        rc.run(None, {"A": np.ones((2, 3), np.float32), "B": np.ones((3, 4), np.float32), "C": np.ones(3, np.float32)})
+    assert_error_names_node(ei.value, "gemm_bad_c")
