@@ -271,8 +271,9 @@ def test_gemm_runtime_bad_shape_names_node(make_sessions):
 
 
 def test_matmul_unknown_rank(make_sessions):
-    """Inputs declared without a shape: if rcpu claims the node it must handle whatever rank arrives
-    at run time (2-D, 1-D, batched); if it declines, ORT's CPU EP must get the node."""
+    """Inputs declared without a shape. rcpu's MatMul implements full numpy semantics (1-D, batched,
+    broadcast), so it has no reason to decline an unknown rank: it must claim the node and handle
+    whatever rank arrives at run time."""
     cpu, rc = make_sessions(models.matmul(None, None), {"threads": 2})
     assert_on_rcpu(rc, "matmul0")
     rng = np.random.default_rng(9)
