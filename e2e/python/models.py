@@ -1,0 +1,201 @@
+"""Small ONNX model builders for the rcpu suite (onnx.helper only), and a numpy int4 block quantiser
+for com.microsoft.MatMulNBits. Every node gets a name so tests can check where it was assigned."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+IR_VERSION = 10  # onnxruntime 1.31.1 accepts IR <= 13; onnx 1.23 would default to a newer one
+OPSET = 17
+F32 = TensorProto.FLOAT
+
+
+def _model(nodes, inputs, outputs, initializers=(), opset=OPSET, ms_opset=None) -> onnx.ModelProto:
+    graph = helper.make_graph(nodes, "rcpu_test", inputs, outputs, initializer=list(initializers))
+    opsets = [helper.make_opsetid("", opset)]
+    if ms_opset is not None:
+        opsets.append(helper.make_opsetid("com.microsoft", ms_opset))
+    m = helper.make_model(graph, opset_imports=opsets, ir_version=IR_VERSION)
+    # (no onnx.checker: outputs are declared with element type only, which ORT accepts)
+    return m
+
+
+def _vi(name, shape, elem=F32):
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+def binary(op: str, a_shape, b_shape, name: str | None = None, elem=F32) -> onnx.ModelProto:
+    """Y = op(A, B) with numpy broadcasting; shapes may contain symbolic dims (strings)."""
+    name = name or f"{op.lower()}0"
+    node = helper.make_node(op, ["A", "B"], ["Y"], name=name)
+    return _model([node], [_vi("A", a_shape, elem), _vi("B", b_shape, elem)], [_vi("Y", None, elem)])
+
+
+def matmul(a_shape, b_shape, name: str = "matmul0", b_init: np.ndarray | None = None) -> onnx.ModelProto:
+    """Y = MatMul(A, B); B is a graph input, or a constant initializer when b_init is given."""
+    node = helper.make_node("MatMul", ["A", "B"], ["Y"], name=name)
+    inits, inputs = [], [_vi("A", a_shape)]
+    if b_init is None:
+        inputs.append(_vi("B", b_shape))
+    else:
+        inits.append(numpy_helper.from_array(b_init.astype(np.float32), "B"))
+    return _model([node], inputs, [_vi("Y", None)], inits)
+
+
+def gemm(a_shape, b_shape, c_shape=None, name: str = "gemm0", **attrs) -> onnx.ModelProto:
+    """Y = Gemm(A, B[, C]) with attributes alpha, beta, transA, transB as given."""
+    ins = ["A", "B"] + (["C"] if c_shape is not None else [])
+    node = helper.make_node("Gemm", ins, ["Y"], name=name, **attrs)
+    inputs = [_vi("A", a_shape), _vi("B", b_shape)] + ([_vi("C", c_shape)] if c_shape is not None else [])
+    return _model([node], inputs, [_vi("Y", None)])
+
+
+# Node names of the mixed model, by who should run them.
+MIXED_RCPU_NODES = {"mm0", "add0", "gemm0", "mul0"}
+MIXED_CPU_NODES = {"relu0", "softmax0"}
+
+
+def mixed(rng: np.random.Generator, m: int = 5, k: int = 12, n: int = 8, p: int = 6) -> onnx.ModelProto:
+    """MatMul -> Add -> Relu -> Gemm -> Softmax -> Mul: Relu and Softmax are not rcpu ops, so the
+    partition alternates rcpu / CPU / rcpu / CPU / rcpu."""
+    w1 = numpy_helper.from_array(rng.standard_normal((k, n)).astype(np.float32), "W1")
+    b1 = numpy_helper.from_array(rng.standard_normal((n,)).astype(np.float32), "B1")
+    w2 = numpy_helper.from_array(rng.standard_normal((p, n)).astype(np.float32), "W2")
+    c2 = numpy_helper.from_array(rng.standard_normal((p,)).astype(np.float32), "C2")
+    s = numpy_helper.from_array(np.array([0.5], np.float32), "S")
+    nodes = [
+        helper.make_node("MatMul", ["X", "W1"], ["t0"], name="mm0"),
+        helper.make_node("Add", ["t0", "B1"], ["t1"], name="add0"),
+        helper.make_node("Relu", ["t1"], ["t2"], name="relu0"),
+        helper.make_node("Gemm", ["t2", "W2", "C2"], ["t3"], name="gemm0", transB=1, alpha=0.75),
+        helper.make_node("Softmax", ["t3"], ["t4"], name="softmax0", axis=-1),
+        helper.make_node("Mul", ["t4", "S"], ["Y"], name="mul0"),
+    ]
+    return _model(nodes, [_vi("X", ["M", k])], [_vi("Y", None)], [w1, b1, w2, c2, s])
+
+
+# ---------------------------------------------------------------------------------------------
+# MatMulNBits (com.microsoft, opset 1)
+# ---------------------------------------------------------------------------------------------
+
+
+def quantize_nbits4(w: np.ndarray, block_size: int, with_zero_points: bool, rng: np.random.Generator | None = None):
+    """Blockwise int4 quantisation of a float weight W[K, N] in MatMulNBits layout.
+
+    Returns (b_packed uint8 [N, k_blocks, block_size/2], scales f32 [N*k_blocks],
+    zero_points uint8 [N*ceil(k_blocks/2)] or None, w_dequant f32 [K, N]).
+    Element k of column n lives in block k // block_size; two 4-bit values per byte, the even
+    index in the low nibble. K is zero-padded to a multiple of block_size. Without zero points
+    the implied zero point is 8 (symmetric); with them each block gets its own (asymmetric, min/max).
+    """
+    k, n = w.shape
+    k_blocks = -(-k // block_size)
+    kp = k_blocks * block_size
+    wt = np.zeros((n, kp), np.float32)
+    wt[:, :k] = w.T
+    blocks = wt.reshape(n, k_blocks, block_size)
+    if with_zero_points:
+        lo = np.minimum(blocks.min(axis=2), 0.0)
+        hi = np.maximum(blocks.max(axis=2), 0.0)
+        scale = (hi - lo) / 15.0
+        scale[scale == 0] = 1.0
+        zp = np.clip(np.round(-lo / scale), 0, 15).astype(np.uint8)
+    else:
+        amax = np.abs(blocks).max(axis=2)
+        scale = amax / 7.0
+        scale[scale == 0] = 1.0
+        zp = np.full((n, k_blocks), 8, np.uint8)
+    if rng is not None and with_zero_points:
+        # Perturb zero points a little so they are not all derived from min/max (still valid 0..15).
+        zp = np.clip(zp.astype(np.int32) + rng.integers(-1, 2, zp.shape), 0, 15).astype(np.uint8)
+    q = np.clip(np.round(blocks / scale[:, :, None]) + zp[:, :, None], 0, 15).astype(np.uint8)
+    b_packed = (q[:, :, 0::2] | (q[:, :, 1::2] << 4)).astype(np.uint8)
+    deq = (q.astype(np.float32) - zp[:, :, None].astype(np.float32)) * scale[:, :, None]
+    w_deq = deq.reshape(n, kp)[:, :k].T.copy()
+    zp_packed = None
+    if with_zero_points:
+        zpp = np.zeros((n, k_blocks + (k_blocks & 1)), np.uint8)
+        zpp[:, :k_blocks] = zp
+        zp_packed = (zpp[:, 0::2] | (zpp[:, 1::2] << 4)).astype(np.uint8).reshape(-1)
+    return b_packed, scale.astype(np.float32).reshape(-1), zp_packed, w_deq.astype(np.float32)
+
+
+def matmul_nbits(
+    k: int,
+    n: int,
+    block_size: int,
+    rng: np.random.Generator,
+    zero_points: bool = False,
+    bias: bool = False,
+    accuracy_level: int = 0,
+    name: str = "mmnb0",
+    bits: int = 4,
+    g_idx: bool = False,
+    a_dims=None,
+):
+    """Y[M, N] = A[M, K] @ dequant(B) (+ bias) as one com.microsoft.MatMulNBits node with dynamic M.
+
+    Returns (model, w_dequant [K, N] f32, bias or None). `bits=8` and `g_idx=True` build the
+    variants rcpu is not expected to claim (8-bit weights, act-order group index). `a_dims` overrides
+    A's declared shape (default ["M", K]; a symbolic K lets a wrong feed reach the kernel)."""
+    w = rng.standard_normal((k, n)).astype(np.float32)
+    if bits == 4:
+        b_packed, scales, zp_packed, w_deq = quantize_nbits4(w, block_size, zero_points, rng)
+    elif bits == 8:
+        b_packed, scales, zp_packed, w_deq = _quantize_nbits8(w, block_size, zero_points)
+    else:
+        raise ValueError(bits)
+    inits = [numpy_helper.from_array(b_packed, "B"), numpy_helper.from_array(scales, "scales")]
+    ins = ["A", "B", "scales"]
+    if zero_points:
+        inits.append(numpy_helper.from_array(zp_packed, "zero_points"))
+        ins.append("zero_points")
+    elif g_idx or bias:
+        ins.append("")
+    if g_idx:
+        gi = (np.arange(k) // block_size).astype(np.int32)
+        inits.append(numpy_helper.from_array(gi, "g_idx"))
+        ins.append("g_idx")
+    elif bias:
+        ins.append("")
+    bias_v = None
+    if bias:
+        bias_v = rng.standard_normal((n,)).astype(np.float32)
+        inits.append(numpy_helper.from_array(bias_v, "bias"))
+        ins.append("bias")
+    node = helper.make_node(
+        "MatMulNBits", ins, ["Y"], name=name, domain="com.microsoft",
+        K=k, N=n, bits=bits, block_size=block_size, accuracy_level=accuracy_level,
+    )
+    graph = helper.make_graph([node], "mmnb", [_vi("A", a_dims or ["M", k])], [_vi("Y", ["M", n])], initializer=inits)
+    m = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", OPSET), helper.make_opsetid("com.microsoft", 1)],
+        ir_version=IR_VERSION,
+    )
+    return m, w_deq, bias_v
+
+
+def _quantize_nbits8(w: np.ndarray, block_size: int, with_zero_points: bool):
+    """8-bit variant (one byte per weight; implied zero point 128)."""
+    k, n = w.shape
+    k_blocks = -(-k // block_size)
+    wt = np.zeros((n, k_blocks * block_size), np.float32)
+    wt[:, :k] = w.T
+    blocks = wt.reshape(n, k_blocks, block_size)
+    amax = np.abs(blocks).max(axis=2)
+    scale = amax / 127.0
+    scale[scale == 0] = 1.0
+    zp = np.full((n, k_blocks), 128, np.uint8)
+    q = np.clip(np.round(blocks / scale[:, :, None]) + 128, 0, 255).astype(np.uint8)
+    deq = (q.astype(np.float32) - 128.0) * scale[:, :, None]
+    w_deq = deq.reshape(n, -1)[:, :k].T.copy()
+    return q, scale.reshape(-1).astype(np.float32), (zp.reshape(-1) if with_zero_points else None), w_deq
+
+
+def float_matmul_const(k: int, n: int, rng: np.random.Generator, name: str = "matmul_w") -> onnx.ModelProto:
+    """Y = A[M, K] @ W[K, N] with W a constant initializer (input for ORT's MatMulNBitsQuantizer)."""
+    w = rng.standard_normal((k, n)).astype(np.float32)
+    node = helper.make_node("MatMul", ["A", "W"], ["Y"], name=name)
+    return _model([node], [_vi("A", ["M", k])], [_vi("Y", ["M", n])], [numpy_helper.from_array(w, "W")])

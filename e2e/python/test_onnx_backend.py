@@ -1,0 +1,101 @@
+"""ONNX's own node test cases (onnx.backend.test.case.node.collect_testcases) for the ops rcpu claims.
+
+Each case carries a one-node model and reference input/output tensors. The model runs with rcpu
+selected (ORT's CPU EP takes whatever rcpu does not claim) and the outputs are compared with the
+references: rtol 1e-4, atol 1e-6. (onnx 1.23.2 stamps every node case with the generic
+rtol=1e-3/atol=1e-7; we use the stricter rtol and a floor of 1e-6 on atol; integer outputs must be exact.)
+
+float32 cases must be assigned to rcpu; cases of other element types (int*, uint*, double) must be
+assigned to ORT's CPU EP and still give the right answer (mixed partition works).
+MatMulNBits is a com.microsoft op and has no ONNX cases; see test_matmul_nbits.py.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto
+from onnx.backend.test.case.node import collect_testcases
+
+from conftest import assert_on_cpu, assert_on_rcpu, cpu_session, rcpu_session
+
+RCPU_OPS = ("Add", "Sub", "Mul", "Div", "MatMul", "Gemm")
+RTOL = 1e-4
+ATOL = 1e-6
+
+
+def _cases():
+    # collect_testcases() runs every case generator of onnx once per process (~20 s) and keeps a
+    # module-global list, so it is called once, unfiltered (a per-op filter only works on the
+    # first call), and filtered here.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        all_cases = collect_testcases()
+    out = []
+    for c in all_cases:
+        if c.kind != "node" or c.model is None or not c.data_sets:
+            continue
+        nodes = list(c.model.graph.node)
+        # Only the plain single-node cases of an rcpu op (no expanded function bodies).
+        if len(nodes) != 1 or nodes[0].op_type not in RCPU_OPS or nodes[0].domain not in ("", "ai.onnx"):
+            continue
+        out.append(c)
+    return sorted(out, key=lambda c: c.name)
+
+
+CASES = _cases()
+
+
+def test_cases_were_collected():
+    names = {c.name for c in CASES}
+    for must in ("test_add", "test_sub_bcast", "test_mul", "test_div", "test_matmul_2d", "test_matmul_4d", "test_gemm_all_attributes"):
+        assert must in names, f"{must} missing from collected ONNX cases ({len(names)} collected)"
+
+
+def _input_elem_types(model):
+    return {vi.type.tensor_type.elem_type for vi in model.graph.input}
+
+
+def _with_names(model):
+    """Cases leave nodes unnamed; give the node a name so its assignment can be checked."""
+    m = type(model)()
+    m.CopyFrom(model)
+    if not m.graph.node[0].name:
+        m.graph.node[0].name = "node0"
+    # Stay within what ORT 1.31.1 accepts.
+    m.ir_version = min(m.ir_version, 10)
+    return m
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_onnx_node_case(rcpu_devices, case):
+    model = _with_names(case.model)
+    node_name = model.graph.node[0].name
+    blob = model.SerializeToString()
+    elem_types = _input_elem_types(model)
+    try:
+        cpu_session(blob)
+    except Exception as e:  # noqa: BLE001 - ORT's own CPU EP cannot run this case at all
+        if "NOT_IMPLEMENTED" in str(e) or "Could not find an implementation" in str(e):
+            pytest.skip(f"ORT's CPU EP has no kernel for this case either: {str(e).splitlines()[0][:160]}")
+        raise
+    sess = rcpu_session(blob, rcpu_devices, {"threads": 2})
+    if elem_types == {TensorProto.FLOAT}:
+        assert_on_rcpu(sess, node_name)
+    else:
+        assert_on_cpu(sess, node_name)
+    for inputs, outputs in case.data_sets:
+        feeds = {vi.name: np.asarray(x) for vi, x in zip(model.graph.input, inputs)}
+        got = sess.run(None, feeds)
+        assert len(got) == len(outputs)
+        for g, want in zip(got, outputs):
+            want = np.asarray(want)
+            assert g.dtype == want.dtype, f"dtype {g.dtype} != {want.dtype}"
+            assert g.shape == want.shape, f"shape {g.shape} != {want.shape}"
+            if np.issubdtype(want.dtype, np.integer):
+                np.testing.assert_array_equal(g, want)
+            else:
+                np.testing.assert_allclose(g, want, rtol=min(RTOL, case.rtol), atol=max(ATOL, case.atol))
