@@ -60,3 +60,13 @@ pub fn only_attrs(node: &Node<'_>, known: &[&str]) -> Result<(), Decline> {
 }
 
 pub const F32: ElemType = ElemType::ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
+
+/// The dims of `t` when its rank and every dim are known at load time. ORT reports an unknown
+/// rank as zero dims, so zero dims counts as unknown here (ops with a true rank-0 form must not
+/// rely on this for scalars).
+pub fn known_dims(t: &TensorType) -> Option<Vec<usize>> {
+    if t.dims.is_empty() {
+        return None;
+    }
+    t.static_dims()
+}

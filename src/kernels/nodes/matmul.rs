@@ -11,7 +11,7 @@ use crate::kernels::op::{types, Decline, KernelEnv, OpDef, OpKernel};
 use crate::kernels::shape::matmul_shapes;
 use crate::telemetry::ledger;
 
-use super::claim::{only_attrs, require_elem, require_output_elem, F32};
+use super::claim::{known_dims, only_attrs, require_elem, require_output_elem, F32};
 
 struct MatMul {
     env: Arc<KernelEnv>,
@@ -42,12 +42,7 @@ fn claim(node: &Node<'_>) -> std::result::Result<(), Decline> {
     let a = require_elem(node, 0, F32)?;
     let b = require_elem(node, 1, F32)?;
     require_output_elem(node, F32)?;
-    let known = |d: &Vec<i64>| {
-        d.iter()
-            .map(|&x| usize::try_from(x).ok())
-            .collect::<Option<Vec<_>>>()
-    };
-    if let (Some(x), Some(y)) = (known(&a.dims), known(&b.dims)) {
+    if let (Some(x), Some(y)) = (known_dims(&a), known_dims(&b)) {
         matmul_shapes(&x, &y)?;
     }
     Ok(())
