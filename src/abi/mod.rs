@@ -1,1 +1,2 @@
 //! The only place with ORT FFI.
+pub mod os;
