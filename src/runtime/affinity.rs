@@ -34,6 +34,12 @@ impl fmt::Display for AffinityParseError {
 
 impl std::error::Error for AffinityParseError {}
 
+const EXPECTED: &str = "expected `physical`, `off` or a CPU list like `0,2,4-6`";
+
+fn bad(s: &str, why: &str) -> AffinityParseError {
+    AffinityParseError(format!("invalid affinity {s:?}: {why} ({EXPECTED})"))
+}
+
 impl FromStr for Affinity {
     type Err = AffinityParseError;
 
@@ -43,30 +49,19 @@ impl FromStr for Affinity {
         match t.to_ascii_lowercase().as_str() {
             "physical" => return Ok(Affinity::Physical),
             "off" => return Ok(Affinity::Off),
-            "" => return Err(AffinityParseError(format!(
-                "invalid affinity {s:?}: expected `physical`, `off` or a CPU list like `0,2,4-6`"
-            ))),
+            "" => return Err(bad(s, "empty")),
             _ => {}
         }
         let mut cpus = Vec::new();
         for item in t.split(',') {
-            let one = parse_cpu_list(item).map_err(|_| {
-                AffinityParseError(format!(
-                    "invalid affinity {s:?}: bad item {:?} (expected `physical`, `off` or a CPU \
-                     list like `0,2,4-6`)",
-                    item.trim()
-                ))
-            })?;
+            let one =
+                parse_cpu_list(item).map_err(|_| bad(s, &format!("bad item {:?}", item.trim())))?;
             if one.is_empty() {
-                return Err(AffinityParseError(format!(
-                    "invalid affinity {s:?}: empty item in CPU list"
-                )));
+                return Err(bad(s, "empty item in CPU list"));
             }
             for c in one {
                 if cpus.contains(&c) {
-                    return Err(AffinityParseError(format!(
-                        "invalid affinity {s:?}: CPU {c} listed twice"
-                    )));
+                    return Err(bad(s, &format!("CPU {c} listed twice")));
                 }
                 cpus.push(c);
             }

@@ -44,9 +44,18 @@ use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-/// Default spin time before an idle worker parks, in microseconds (see `DESIGN.md`/`README`:
-/// chosen from `tests/runtime_blocktime.rs`; it covers the gaps between the ops of one decode
-/// step, so workers do not pay a futex wake per op, and parks them between tokens).
+/// Default spin time before an idle worker parks, in microseconds.
+///
+/// Chosen with `tests/runtime_blocktime.rs` (2 lanes, a job of 2 x 5 us chunks, the caller
+/// busy for a "gap" between dispatches; 2 shared vCPUs under load average 7-10, so only the
+/// shape of the result counts). Parking at once (0) cost 5-30 us of p50 dispatch latency at
+/// every gap of 20 us and more (the futex wake-up), and more worker CPU than spinning at
+/// short gaps. 50 us was already too short for a 500 us gap (p50 18 us vs 10.5 us); 200 us and
+/// 1000 us both hid the wake-up there, but 1000 us cost ~1.7x the worker CPU of 200 us per
+/// dispatch at a 3 ms gap (160 vs 94 us). 200 us covers the host-side gaps between the ops
+/// of one decode step (tens of us) and parks the workers in the gap between tokens, where a
+/// spin would be pure waste; the spin after the last op of a token is bounded by 200 us of
+/// CPU per worker.
 pub const DEFAULT_BLOCKTIME_US: u64 = 200;
 
 /// Configuration of one pool. Sessions with equal configurations share one pool.
