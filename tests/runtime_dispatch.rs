@@ -52,8 +52,22 @@ fn every_chunk_runs_exactly_once() {
     }
 }
 
+/// A nested dispatch that went to the pool would deadlock on the pool's dispatch lock: run
+/// the body on a watchdog so that this fails instead of hanging.
 #[test]
 fn nested_dispatch_runs_inline() {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let r = catch_unwind(nested_body);
+        let _ = tx.send(r.is_ok());
+    });
+    let ok = rx
+        .recv_timeout(std::time::Duration::from_secs(10))
+        .expect("nested dispatch deadlocked");
+    assert!(ok, "nested dispatch checks failed (see the panic above)");
+}
+
+fn nested_body() {
     let pool = pool_for(&cfg(3, 102));
     let before = pool.counters().inline_fallbacks;
     let c = counts(8 * 5);
@@ -84,15 +98,22 @@ fn nested_dispatch_runs_inline() {
 #[test]
 fn concurrent_dispatchers_share_one_pool() {
     let pool = pool_for(&cfg(3, 103));
+    let start = Arc::new(std::sync::Barrier::new(4));
     let handles: Vec<_> = (0..4)
         .map(|t| {
             let pool = Arc::clone(&pool);
+            let start = Arc::clone(&start);
             std::thread::spawn(move || {
+                start.wait();
                 for k in 0..200usize {
                     let n = 1 + (k * 7 + t) % 41;
                     let c = counts(n);
                     let sum = AtomicUsize::new(0);
                     let f = |i: usize| {
+                        if i == 0 && k % 4 == t {
+                            // Hold this dispatch open for a while so the others collide with it.
+                            std::thread::sleep(std::time::Duration::from_micros(100));
+                        }
                         c[i].fetch_add(1, Ordering::Relaxed);
                         sum.fetch_add(i * (t + 1), Ordering::Relaxed);
                     };

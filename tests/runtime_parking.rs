@@ -73,7 +73,10 @@ fn parked_workers_are_woken_for_every_job() {
                     std::thread::yield_now();
                 }
             });
-            timeouts += timed_out.load(Ordering::SeqCst) as u32;
+            if timed_out.load(Ordering::SeqCst) {
+                timeouts += 1;
+                break;
+            }
             // Let the worker go idle (and park) between jobs.
             std::thread::sleep(Duration::from_micros(300));
         }
