@@ -82,24 +82,30 @@ pub(crate) struct Signal {
 }
 
 impl Signal {
-    /// Announces a new job (or shutdown) and wakes parked workers if there are any.
+    /// Announces a new job and wakes parked workers if there are any.
     pub(crate) fn publish(&self) {
         // B1, SeqCst: ordered against the workers' A2 loads (see module docs); also a release
         // of the job lent just before.
         self.epoch.0.fetch_add(1, Ordering::SeqCst);
         // B2, SeqCst: must not be reordered before B1.
         if self.sleepers.0.load(Ordering::SeqCst) != 0 {
-            // Empty critical section: serialises with a worker between its check and its wait.
-            drop(self.lock.lock());
-            self.cv.notify_all();
+            self.wake_all();
         }
+    }
+
+    fn wake_all(&self) {
+        // Empty critical section: serialises with a worker between its check and its wait.
+        drop(self.lock.lock());
+        self.cv.notify_all();
     }
 
     /// Tells every worker to exit, waking the parked ones.
     pub(crate) fn shutdown(&self) {
-        // SeqCst store before the epoch bump in `publish`: a worker that sees the bump sees it.
+        // SeqCst store before the epoch bump: a worker that sees the bump sees the flag.
         self.shutdown.store(true, Ordering::SeqCst);
-        self.publish();
+        self.epoch.0.fetch_add(1, Ordering::SeqCst);
+        // Unconditional: shutdown is rare, so no need for the sleeper-count shortcut.
+        self.wake_all();
     }
 
     fn moved(&self, seen: u64, order: Ordering) -> Option<Wake> {
