@@ -13,6 +13,12 @@
 //! `f`) is lent to the workers through `abi::os::FnLender`, which does not return before no
 //! worker can touch it any more; that is what makes the borrow sound without `'static`.
 //!
+//! # Shortcuts
+//!
+//! `n == 0` returns at once; `n == 1` or a one-lane pool runs on the caller without waking
+//! anybody (and without marking the caller as inside a chunk, so a single chunk may itself
+//! dispatch onto the pool).
+//!
 //! # Nested and concurrent dispatch
 //!
 //! - A dispatch issued from inside a running chunk (any pool; detected with a thread-local
@@ -288,6 +294,17 @@ fn worker_main(sh: &Shared, lane: usize) {
                 sh.lender.borrow(|job| job(lane));
             }
         }
+    }
+}
+
+impl std::fmt::Debug for Lanes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lanes")
+            .field("config", &self.cfg)
+            .field("cpus", &self.cpus)
+            .field("worker_tids", &self.tids)
+            .field("counters", &self.counters())
+            .finish()
     }
 }
 
