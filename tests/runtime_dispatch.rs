@@ -209,3 +209,26 @@ fn panic_in_chunk_reaches_caller_and_pool_survives() {
     });
     assert_once(&c, "after worker panic");
 }
+
+#[test]
+fn single_chunk_runs_on_caller_without_waking() {
+    let pool = pool_for(&cfg(3, 0));
+    pool.task_chunks(8, &|_| {});
+    // blocktime 0: the workers park right after that job.
+    std::thread::sleep(std::time::Duration::from_millis(30));
+    let k0 = pool.counters();
+    let me = std::thread::current().id();
+    for _ in 0..20 {
+        let ran_on = std::sync::Mutex::new(None);
+        pool.decode_chunks(1, &|_| {
+            *ran_on.lock().unwrap() = Some(std::thread::current().id())
+        });
+        assert_eq!(ran_on.into_inner().unwrap(), Some(me));
+        pool.task_chunks(1, &|_| {});
+    }
+    std::thread::sleep(std::time::Duration::from_millis(30));
+    let k = pool.counters();
+    assert_eq!(k.wakes, k0.wakes, "n = 1 woke a worker: {k:?}");
+    assert_eq!(k.spin_hits, k0.spin_hits, "n = 1 published a job: {k:?}");
+    assert_eq!(k.decode_dispatches - k0.decode_dispatches, 20);
+}
