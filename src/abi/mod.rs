@@ -1,6 +1,7 @@
-//! The only place with ORT FFI: rcpu's own `#[repr(C)]` EP-ABI declarations, the negotiated
-//! `OrtApi`, status and panic guard, the factory/EP/kernel shells (vtables and casts only) and
-//! safe views (kernel context, tensors, kernel info, graph/node) handed to the rest of the crate.
+//! The only place with FFI: rcpu's own `#[repr(C)]` EP-ABI declarations, the negotiated
+//! `OrtApi`, status and panic guard, the factory/EP/kernel shells (vtables and casts only), safe
+//! views (kernel context, tensors, kernel info, graph/node) handed to the rest of the crate, and
+//! `os` (the OS calls and the closure lending the worker lanes need).
 
 pub mod api;
 pub mod ep;
@@ -11,6 +12,7 @@ pub mod graph;
 pub mod kernel;
 pub mod kernel_context;
 pub mod kernel_info;
+pub mod os;
 pub mod session;
 pub mod status;
 pub mod tensor;

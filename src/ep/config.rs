@@ -20,8 +20,8 @@ pub const OPTION_KEYS: [&str; 5] = header::HEADER_OPTION_KEYS;
 /// The EP name as the public header declares it (`ep::EP_NAME` must equal it; tested).
 pub const HEADER_EP_NAME: &str = header::HEADER_EP_NAME;
 
-/// Default spin time of an idle worker before it parks (see runtime::lanes for the measurement).
-pub const DEFAULT_BLOCKTIME_US: u64 = 200;
+/// Default spin time of an idle worker before it parks (measured; see `runtime::lanes`).
+pub use crate::runtime::DEFAULT_BLOCKTIME_US;
 
 /// The parsed provider options of one EP instance.
 #[derive(Debug, Clone, PartialEq, Eq)]

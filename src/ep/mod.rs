@@ -46,7 +46,7 @@ impl EpInstance {
             blocktime_us: config.blocktime_us,
         };
         let lanes = pool_for(&pool_cfg);
-        for w in lanes.pin_warnings() {
+        for w in lanes.pin_warnings().iter() {
             logger.warn(&format!("{EP_NAME}: {w}"));
         }
         let env = Arc::new(KernelEnv { par: lanes });

@@ -1,6 +1,24 @@
 //! Topology, affinity and the pinned worker lanes (decode dispatch and task dispatch).
+//!
+//! - [`topology`]: physical cores and SMT siblings (from /sys) within the affinity mask;
+//! - [`affinity`]: the `affinity` setting and the per-lane CPU plan;
+//! - [`lanes`]: the pool (caller + pinned workers) implementing [`Par`];
+//! - [`park`]: how idle workers spin, yield and park (the wake-up protocol);
+//! - [`counters`]: per-pool counters; [`registry`]: process-wide sharing of pools.
+//!
+//! No `unsafe` here: OS calls and the lending of borrowed closures live in `crate::abi::os`.
+#![forbid(unsafe_code)]
+pub mod affinity;
+pub mod counters;
+pub mod lanes;
 pub mod par;
+pub mod park;
+pub mod registry;
+pub mod topology;
 
+pub use affinity::{Affinity, AffinityParseError, PinError};
+pub use counters::PoolCounters;
+pub use lanes::{default_threads, Lanes, PoolConfig, DEFAULT_BLOCKTIME_US};
 pub use par::{Par, Serial};
-mod stub_lanes;
-pub use stub_lanes::*;
+pub use registry::{pool_for, pool_stats, reset_counters};
+pub use topology::Topology;

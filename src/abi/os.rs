@@ -1,0 +1,242 @@
+//! Operating-system FFI used by the worker lanes, behind safe wrappers.
+//!
+//! Everything here that needs `unsafe` is small and carries a `// SAFETY:` comment; the
+//! runtime (`crate::runtime`) contains no `unsafe` at all. Besides the Linux calls
+//! (`sched_getaffinity`, `sched_setaffinity`, `sched_getcpu`, `gettid`, per-thread CPU time)
+//! this file holds [`FnLender`], the one non-FFI unsafe primitive the lanes need: lending a
+//! *borrowed* (non-`'static`) closure to long-lived worker threads for the duration of a call.
+
+use std::io;
+use std::ptr;
+use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
+use std::time::Duration;
+
+/// Number of CPUs a `cpu_set_t` can describe (glibc's fixed-size set).
+const SET_BITS: usize = 8 * std::mem::size_of::<libc::cpu_set_t>();
+
+fn empty_set() -> libc::cpu_set_t {
+    // SAFETY: `cpu_set_t` is a plain bit array; all-zero bytes is the valid empty set.
+    unsafe { std::mem::zeroed() }
+}
+
+/// CPUs in the calling thread's affinity mask (`sched_getaffinity(0)`), ascending.
+pub fn allowed_cpus() -> io::Result<Vec<usize>> {
+    let mut set = empty_set();
+    // SAFETY: `set` is a valid, writable `cpu_set_t` and we pass its exact size; pid 0 means
+    // the calling thread.
+    let rc = unsafe { libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `CPU_ISSET` only reads the bit array; every index is below `SET_BITS`.
+    Ok((0..SET_BITS)
+        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+        .collect())
+}
+
+/// Pins the calling thread to exactly one CPU (`sched_setaffinity(0)`).
+pub fn pin_current_thread(cpu: usize) -> io::Result<()> {
+    if cpu >= SET_BITS {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("cpu {cpu} is beyond the {SET_BITS}-cpu affinity set"),
+        ));
+    }
+    let mut set = empty_set();
+    // SAFETY: `cpu < SET_BITS`, so `CPU_SET` writes inside the bit array.
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    // SAFETY: `set` is a valid `cpu_set_t` of the size passed; pid 0 means the calling thread.
+    let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The CPU the calling thread is running on right now (`sched_getcpu`), if the OS says.
+pub fn current_cpu() -> Option<usize> {
+    // SAFETY: `sched_getcpu` takes no arguments and only returns a value.
+    let c = unsafe { libc::sched_getcpu() };
+    usize::try_from(c).ok()
+}
+
+/// Kernel thread id of the calling thread (`gettid`).
+pub fn gettid() -> i32 {
+    // SAFETY: the `gettid` syscall takes no arguments, cannot fail and returns the caller's tid.
+    let tid = unsafe { libc::syscall(libc::SYS_gettid) };
+    tid as i32
+}
+
+/// CPU time consumed so far by the calling thread (`CLOCK_THREAD_CPUTIME_ID`).
+pub fn current_thread_cpu_time() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; the clock id is a constant the kernel knows.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if rc != 0 {
+        return Duration::ZERO;
+    }
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// CPU time (user + system) consumed so far by thread `tid` of this process, from /proc.
+///
+/// Reads `/proc/self/task/TID/schedstat` (nanoseconds) and falls back to `utime + stime` of
+/// `/proc/self/task/TID/stat` (clock ticks, converted) when schedstat is not available.
+pub fn thread_cpu_time(tid: i32) -> io::Result<Duration> {
+    if let Ok(s) = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")) {
+        if let Some(ns) = s
+            .split_whitespace()
+            .next()
+            .and_then(|v| v.parse::<u64>().ok())
+        {
+            return Ok(Duration::from_nanos(ns));
+        }
+    }
+    let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat"))?;
+    // The command name (field 2) is in parentheses and may contain spaces: skip past it.
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // After ")", field index 0 is `state` (field 3); utime is field 14, stime field 15.
+    let tick = |i: usize| fields.get(i).and_then(|v| v.parse::<u64>().ok());
+    match (tick(11), tick(12)) {
+        (Some(u), Some(s)) => {
+            // SAFETY: `sysconf` only returns a configuration value.
+            let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+            let hz = if hz > 0 { hz as u64 } else { 100 };
+            Ok(Duration::from_nanos((u + s) * 1_000_000_000 / hz))
+        }
+        _ => Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("unparsable /proc/self/task/{tid}/stat"),
+        )),
+    }
+}
+
+/// The closure type the lanes run: called with the lane index.
+pub type LaneFn<'a> = dyn Fn(usize) + Sync + 'a;
+
+/// Lends a borrowed closure to other threads for exactly the duration of [`FnLender::lend`].
+///
+/// Protocol (two atomics, both sides `SeqCst`, a Dekker-style handshake):
+/// - the lender stores a pointer to its closure reference in `ptr`, runs its body, then stores
+///   null in `ptr` ("revoke") and waits until `users` is 0 before returning;
+/// - a borrower first increments `users`, then loads `ptr`; if non-null it calls the closure
+///   and finally decrements `users` (also on unwind, through a guard).
+///
+/// Why no borrower can touch the closure after `lend` returns: all four operations are
+/// `SeqCst`, so they sit in one total order S. A borrower that loaded the non-null pointer did
+/// so before the revoking store in S (any later load sees null or another lender's pointer,
+/// and `lend` refuses to overwrite a live pointer); its increment precedes its load, hence
+/// precedes the revoke, hence precedes the lender's wait loads of `users`, which therefore
+/// count it until its decrement (`SeqCst`, so also a release that publishes everything the
+/// closure wrote to the lender's acquiring load).
+pub struct FnLender {
+    ptr: AtomicPtr<()>,
+    users: AtomicUsize,
+}
+
+impl Default for FnLender {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl FnLender {
+    pub const fn new() -> Self {
+        Self {
+            ptr: AtomicPtr::new(ptr::null_mut()),
+            users: AtomicUsize::new(0),
+        }
+    }
+
+    /// Publishes `f` to borrowers, runs `body`, revokes `f` and waits (calling `idle(i)` for
+    /// wait iteration `i`) until no borrower is still inside `f`; then returns `body`'s value
+    /// or re-raises its panic. Panics (before publishing anything) if `f` is already lent.
+    /// A panic inside `idle` aborts the process (unwinding out of the wait would be unsound).
+    pub fn lend<R>(
+        &self,
+        f: &LaneFn<'_>,
+        body: impl FnOnce() -> R,
+        idle: &mut dyn FnMut(u64),
+    ) -> R {
+        let slot: &LaneFn<'_> = f;
+        let p = &slot as *const &LaneFn<'_> as *mut ();
+        // SeqCst: part of the handshake described on the type.
+        if self
+            .ptr
+            .compare_exchange(ptr::null_mut(), p, Ordering::SeqCst, Ordering::SeqCst)
+            .is_err()
+        {
+            panic!("FnLender::lend: a closure is already lent (nested or concurrent lend)");
+        }
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body));
+        // SeqCst: the revoke; see the type's documentation.
+        self.ptr.store(ptr::null_mut(), Ordering::SeqCst);
+        let mut i = 0u64;
+        // SeqCst load: synchronises with every borrower's decrement (a release).
+        while self.users.load(Ordering::SeqCst) != 0 {
+            let step = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| idle(i)));
+            if step.is_err() {
+                std::process::abort();
+            }
+            i += 1;
+        }
+        match r {
+            Ok(v) => v,
+            Err(p) => std::panic::resume_unwind(p),
+        }
+    }
+
+    /// If a closure is lent right now, calls `g` with it and returns `Some`; else `None`.
+    pub fn borrow<R>(&self, g: impl FnOnce(&LaneFn<'_>) -> R) -> Option<R> {
+        struct Release<'a>(&'a AtomicUsize);
+        impl Drop for Release<'_> {
+            fn drop(&mut self) {
+                // SeqCst (a release): publishes the closure's effects to the lender's wait.
+                self.0.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+        // SeqCst: increment before the load below; see the type's documentation.
+        self.users.fetch_add(1, Ordering::SeqCst);
+        let _release = Release(&self.users);
+        let p = self.ptr.load(Ordering::SeqCst) as *const &LaneFn<'_>;
+        if p.is_null() {
+            return None;
+        }
+        // SAFETY: a non-null `ptr` points at the `&LaneFn` local of a `lend` call that is still
+        // running: `lend` does not return (so neither that local nor the closure it refers to
+        // can be dropped) until `users` is 0, and our increment is counted until `_release`
+        // drops at the end of this function, after `g` is done with the reference.
+        let f: &LaneFn<'_> = unsafe { *p };
+        Some(g(f))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn affinity_roundtrip() {
+        let cpus = allowed_cpus().unwrap();
+        assert!(!cpus.is_empty());
+        assert!(gettid() > 0);
+        assert!(thread_cpu_time(gettid()).is_ok());
+    }
+
+    #[test]
+    fn lender_lends_only_during_lend() {
+        let l = FnLender::new();
+        assert!(l.borrow(|f| f(0)).is_none());
+        let hits = AtomicUsize::new(0);
+        let f = |i: usize| {
+            hits.fetch_add(i, Ordering::Relaxed);
+        };
+        l.lend(&f, || l.borrow(|g| g(5)), &mut |_| {});
+        assert_eq!(hits.load(Ordering::Relaxed), 5);
+        assert!(l.borrow(|f| f(0)).is_none());
+    }
+}

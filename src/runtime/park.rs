@@ -1,0 +1,209 @@
+//! How idle workers wait for the next job: spin, yield on an interval, then park.
+//!
+//! # The protocol
+//!
+//! State (all in [`Signal`]): `epoch`, a job generation counter bumped once per published
+//! job (and once at shutdown); `sleepers`, the number of workers that are about to park or
+//! parked; `shutdown`; and a mutex + condition variable used only for parking.
+//!
+//! Every worker remembers the last epoch it acted on (`seen`). After each job it:
+//! 1. **spins**: loads `epoch` (Acquire) each iteration; a value other than `seen` means a
+//!    new job (a *spin hit*). Each iteration issues `std::hint::spin_loop()`; every
+//!    [`WORKER_YIELD_EVERY`] iterations (never on every one) it calls `yield_now` so a
+//!    co-scheduled thread can run, and every [`CLOCK_CHECK_EVERY`] iterations it reads the
+//!    clock; when `blocktime_us` has elapsed (immediately when it is 0) it stops spinning;
+//! 2. **announces** itself: `sleepers += 1` (SeqCst), then re-loads `epoch` (SeqCst). If the
+//!    epoch moved it withdraws (`sleepers -= 1`) and takes the job;
+//! 3. **parks**: takes the mutex, re-checks `epoch`/`shutdown` under it, and waits on the
+//!    condvar until the epoch moves (loop, so spurious wake-ups are harmless); then
+//!    `sleepers -= 1` and it takes the job.
+//!
+//! A publisher (the dispatching thread, or `Lanes::drop` for shutdown) bumps `epoch`
+//! (SeqCst) and *then* loads `sleepers` (SeqCst); if it is non-zero it locks and unlocks the
+//! mutex and calls `notify_all`. Zero sleepers means no syscall and no lock at all: the
+//! common case while workers spin between the ops of one token.
+//!
+//! # Why no wake-up is lost
+//!
+//! Worker: `A1 sleepers += 1; A2 load epoch`. Publisher: `B1 epoch += 1; B2 load sleepers`.
+//! All four are SeqCst, so they are totally ordered. If A2 misses B1 (A2 before B1), then A1
+//! precedes B2, so B2 sees the worker and the publisher notifies. The notification cannot
+//! slip in between the worker's check and its wait: the worker checks `epoch` while holding
+//! the mutex and `Condvar::wait` releases it atomically, and the publisher takes that same
+//! mutex (after B1) before notifying. Either the publisher's lock comes first, and then the
+//! worker's check under the mutex happens after B1 and sees the new epoch; or the worker is
+//! already waiting when the publisher gets the mutex, and the notification reaches it.
+//! If A2 sees B1, the worker never parks. (Not all publishers need to notify: when B2 reads
+//! 0, every worker's A2 comes later than B1 in the order and sees the new epoch.)
+//!
+//! `sleepers -= 1` after waking is Relaxed: a stale non-zero value only costs a publisher
+//! one needless lock/notify, never a lost wake-up. `shutdown` is stored (SeqCst) before the
+//! shutdown epoch bump, so a worker that sees that epoch (Acquire) also sees `shutdown`.
+//!
+//! The job itself is not in [`Signal`]: the publisher lends it through `abi::os::FnLender`
+//! *before* bumping the epoch, so a worker that sees the bump finds the job (or, if it
+//! arrives late, an empty lender, which simply means the job is already done).
+
+use super::counters::Counters;
+use parking_lot::{Condvar, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+/// A spinning worker yields once every this many spin iterations.
+pub const WORKER_YIELD_EVERY: u64 = 256;
+/// A spinning worker reads the clock once every this many iterations.
+pub const CLOCK_CHECK_EVERY: u64 = 64;
+/// A caller waiting for a straggler spins this many iterations before it starts yielding...
+pub const CALLER_SPINS_BEFORE_YIELD: u64 = 1024;
+/// ...and then yields once every this many iterations.
+pub const CALLER_YIELD_EVERY: u64 = 64;
+
+/// Keeps the hot `epoch` on its own cache line, away from the counters and the mutex.
+#[repr(align(128))]
+#[derive(Default)]
+struct Padded<T>(T);
+
+/// What a waiting worker was woken for.
+pub(crate) enum Wake {
+    /// A new epoch (a job may be lent; it may also be over already).
+    Job(u64),
+    /// The pool is shutting down.
+    Exit,
+}
+
+/// The publish/park rendezvous of one pool (see the module documentation).
+#[derive(Default)]
+pub(crate) struct Signal {
+    epoch: Padded<AtomicU64>,
+    sleepers: Padded<AtomicUsize>,
+    shutdown: AtomicBool,
+    lock: Mutex<()>,
+    cv: Condvar,
+}
+
+impl Signal {
+    /// Announces a new job and wakes parked workers if there are any.
+    pub(crate) fn publish(&self) {
+        // B1, SeqCst: ordered against the workers' A2 loads (see module docs); also a release
+        // of the job lent just before.
+        self.epoch.0.fetch_add(1, Ordering::SeqCst);
+        // B2, SeqCst: must not be reordered before B1.
+        if self.sleepers.0.load(Ordering::SeqCst) != 0 {
+            self.wake_all();
+        }
+    }
+
+    fn wake_all(&self) {
+        // Empty critical section: serialises with a worker between its check and its wait.
+        drop(self.lock.lock());
+        self.cv.notify_all();
+    }
+
+    /// Tells every worker to exit, waking the parked ones.
+    pub(crate) fn shutdown(&self) {
+        // SeqCst store before the epoch bump: a worker that sees the bump sees the flag.
+        self.shutdown.store(true, Ordering::SeqCst);
+        self.epoch.0.fetch_add(1, Ordering::SeqCst);
+        // Unconditional: shutdown is rare, so no need for the sleeper-count shortcut.
+        self.wake_all();
+    }
+
+    fn moved(&self, seen: u64, order: Ordering) -> Option<Wake> {
+        let e = self.epoch.0.load(order);
+        if e == seen {
+            None
+        } else if self.shutdown.load(Ordering::Acquire) {
+            // Acquire pairs with the SeqCst store in `shutdown` (ordered before the bump).
+            Some(Wake::Exit)
+        } else {
+            Some(Wake::Job(e))
+        }
+    }
+
+    /// Waits (spin, then park) until the epoch differs from `seen`.
+    pub(crate) fn wait(&self, seen: u64, blocktime: Duration, c: &Counters) -> Wake {
+        if let Some(w) = self.spin(seen, blocktime, c) {
+            return w;
+        }
+        // A1, SeqCst: announce before the re-check (A2).
+        self.sleepers.0.fetch_add(1, Ordering::SeqCst);
+        // A2, SeqCst.
+        if let Some(w) = self.moved(seen, Ordering::SeqCst) {
+            // Relaxed: a stale count only causes a needless notify.
+            self.sleepers.0.fetch_sub(1, Ordering::Relaxed);
+            Counters::add(&c.spin_hits, 1);
+            return w;
+        }
+        Counters::add(&c.parks, 1);
+        let mut g = self.lock.lock();
+        let w = loop {
+            // Under the mutex, so a publisher's notify cannot fall between this and `wait`.
+            if let Some(w) = self.moved(seen, Ordering::SeqCst) {
+                break w;
+            }
+            self.cv.wait(&mut g);
+        };
+        drop(g);
+        // Relaxed: see module docs.
+        self.sleepers.0.fetch_sub(1, Ordering::Relaxed);
+        Counters::add(&c.wakes, 1);
+        w
+    }
+
+    /// The spin phase: `Some` if the epoch moved within `blocktime`.
+    fn spin(&self, seen: u64, blocktime: Duration, c: &Counters) -> Option<Wake> {
+        if blocktime.is_zero() {
+            return None;
+        }
+        let start = Instant::now();
+        let (mut iters, mut yields) = (0u64, 0u64);
+        let found = loop {
+            // Acquire: pairs with the publisher's bump, making the lent job visible.
+            if let Some(w) = self.moved(seen, Ordering::Acquire) {
+                break Some(w);
+            }
+            std::hint::spin_loop();
+            iters += 1;
+            if iters % WORKER_YIELD_EVERY == 0 {
+                std::thread::yield_now();
+                yields += 1;
+            }
+            if iters % CLOCK_CHECK_EVERY == 0 && start.elapsed() >= blocktime {
+                break None;
+            }
+        };
+        Counters::add(&c.spin_iters, iters);
+        Counters::add(&c.spin_yields, yields);
+        if found.is_some() {
+            Counters::add(&c.spin_hits, 1);
+        }
+        found
+    }
+}
+
+/// The caller's wait for stragglers, one call per wait iteration: spin, and after
+/// [`CALLER_SPINS_BEFORE_YIELD`] iterations also yield every [`CALLER_YIELD_EVERY`].
+#[derive(Default)]
+pub(crate) struct StragglerWait {
+    pub(crate) spins: u64,
+    pub(crate) yields: u64,
+}
+
+impl StragglerWait {
+    pub(crate) fn step(&mut self, i: u64) {
+        self.spins += 1;
+        std::hint::spin_loop();
+        if i >= CALLER_SPINS_BEFORE_YIELD && i % CALLER_YIELD_EVERY == 0 {
+            std::thread::yield_now();
+            self.yields += 1;
+        }
+    }
+
+    pub(crate) fn record(&self, c: &Counters) {
+        if self.spins > 0 {
+            Counters::add(&c.straggler_waits, 1);
+            Counters::add(&c.straggler_spins, self.spins);
+            Counters::add(&c.straggler_yields, self.yields);
+        }
+    }
+}

@@ -1,0 +1,234 @@
+//! Correctness of the two dispatches of the pinned lanes: exactly-once, nesting, concurrent
+//! dispatchers, pool sharing, panics. Each test uses its own `blocktime_us` so that tests
+//! running in parallel in this binary do not share pools (and counters).
+
+use rcpu::runtime::{default_threads, pool_for, pool_stats, Affinity, Par, PoolConfig};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+fn cfg(threads: usize, blocktime_us: u64) -> PoolConfig {
+    PoolConfig {
+        threads,
+        affinity: Affinity::Physical,
+        blocktime_us,
+    }
+}
+
+fn counts(n: usize) -> Vec<AtomicUsize> {
+    (0..n).map(|_| AtomicUsize::new(0)).collect()
+}
+
+fn assert_once(c: &[AtomicUsize], what: &str) {
+    for (i, v) in c.iter().enumerate() {
+        assert_eq!(v.load(Ordering::Relaxed), 1, "{what}: chunk {i}");
+    }
+}
+
+#[test]
+fn every_chunk_runs_exactly_once() {
+    for threads in 1..=4 {
+        let pool = pool_for(&cfg(threads, 101));
+        assert_eq!(pool.lanes(), threads);
+        assert_eq!(pool.cpus().len(), threads);
+        for n in [0usize, 1, 2, 3, 17, 1000] {
+            for rep in 0..3 {
+                let c = counts(n);
+                pool.decode_chunks(n, &|i| {
+                    c[i].fetch_add(1, Ordering::Relaxed);
+                });
+                assert_once(&c, &format!("decode threads={threads} n={n} rep={rep}"));
+                let c = counts(n);
+                pool.task_chunks(n, &|i| {
+                    c[i].fetch_add(1, Ordering::Relaxed);
+                });
+                assert_once(&c, &format!("task threads={threads} n={n} rep={rep}"));
+            }
+        }
+        let k = pool.counters();
+        // n = 0 is not a dispatch; the other five sizes are, three times each.
+        assert_eq!(k.decode_dispatches, 15, "threads={threads}");
+        assert_eq!(k.task_dispatches, 15, "threads={threads}");
+    }
+}
+
+/// A nested dispatch that went to the pool would deadlock on the pool's dispatch lock: run
+/// the body on a watchdog so that this fails instead of hanging.
+#[test]
+fn nested_dispatch_runs_inline() {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let r = catch_unwind(nested_body);
+        let _ = tx.send(r.is_ok());
+    });
+    let ok = rx
+        .recv_timeout(std::time::Duration::from_secs(10))
+        .expect("nested dispatch deadlocked");
+    assert!(ok, "nested dispatch checks failed (see the panic above)");
+}
+
+fn nested_body() {
+    let pool = pool_for(&cfg(3, 102));
+    let before = pool.counters().inline_fallbacks;
+    let c = counts(8 * 5);
+    pool.task_chunks(8, &|i| {
+        pool.task_chunks(5, &|j| {
+            c[i * 5 + j].fetch_add(1, Ordering::Relaxed);
+        });
+    });
+    assert_once(&c, "nested task");
+    let after = pool.counters().inline_fallbacks;
+    assert_eq!(after - before, 8, "every nested dispatch runs inline");
+    // Decode nested in task, and the pool is fine afterwards.
+    let c = counts(4 * 3);
+    pool.task_chunks(4, &|i| {
+        pool.decode_chunks(3, &|j| {
+            c[i * 3 + j].fetch_add(1, Ordering::Relaxed);
+        })
+    });
+    assert_once(&c, "decode nested in task");
+    assert_eq!(pool.counters().inline_fallbacks - after, 4);
+    let c = counts(100);
+    pool.decode_chunks(100, &|i| {
+        c[i].fetch_add(1, Ordering::Relaxed);
+    });
+    assert_once(&c, "after nesting");
+}
+
+#[test]
+fn concurrent_dispatchers_share_one_pool() {
+    let pool = pool_for(&cfg(3, 103));
+    let start = Arc::new(std::sync::Barrier::new(4));
+    let handles: Vec<_> = (0..4)
+        .map(|t| {
+            let pool = Arc::clone(&pool);
+            let start = Arc::clone(&start);
+            std::thread::spawn(move || {
+                start.wait();
+                for k in 0..200usize {
+                    let n = 1 + (k * 7 + t) % 41;
+                    let c = counts(n);
+                    let sum = AtomicUsize::new(0);
+                    let f = |i: usize| {
+                        if i == 0 && k % 4 == t {
+                            // Hold this dispatch open for a while so the others collide with it.
+                            std::thread::sleep(std::time::Duration::from_micros(100));
+                        }
+                        c[i].fetch_add(1, Ordering::Relaxed);
+                        sum.fetch_add(i * (t + 1), Ordering::Relaxed);
+                    };
+                    if k % 2 == 0 {
+                        pool.decode_chunks(n, &f);
+                    } else {
+                        pool.task_chunks(n, &f);
+                    }
+                    assert_once(&c, &format!("thread {t} job {k}"));
+                    assert_eq!(sum.load(Ordering::Relaxed), (t + 1) * n * (n - 1) / 2);
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    let k = pool.counters();
+    assert_eq!(k.decode_dispatches + k.task_dispatches, 800);
+}
+
+#[test]
+fn equal_configs_share_a_pool() {
+    let a = pool_for(&cfg(2, 104));
+    let b = pool_for(&cfg(2, 104));
+    assert!(Arc::ptr_eq(&a, &b));
+    let c = pool_for(&cfg(2, 105));
+    assert!(!Arc::ptr_eq(&a, &c));
+    let d = pool_for(&PoolConfig {
+        affinity: Affinity::Off,
+        ..cfg(2, 104)
+    });
+    assert!(!Arc::ptr_eq(&a, &d));
+    assert_eq!(d.cpus(), &[None, None]);
+    // threads = 0 resolves to the default count and shares with an explicit request for it.
+    let e = pool_for(&cfg(0, 104));
+    let f = pool_for(&cfg(default_threads(), 104));
+    assert!(Arc::ptr_eq(&e, &f));
+    assert_eq!(e.lanes(), default_threads());
+    let stats = pool_stats();
+    let rows = stats.as_array().unwrap();
+    assert!(rows.iter().any(|r| r["config"]["blocktime_us"] == 105
+        && r["lanes"] == 2
+        && r["counters"]["parks"].is_u64()));
+}
+
+#[test]
+fn panic_in_chunk_reaches_caller_and_pool_survives() {
+    let pool = pool_for(&cfg(3, 106));
+    for (kind, bad) in [(0, 7usize), (1, 0), (0, 19)] {
+        let r = catch_unwind(AssertUnwindSafe(|| {
+            let f = |i: usize| {
+                if i == bad {
+                    panic!("boom {i}");
+                }
+            };
+            if kind == 0 {
+                pool.decode_chunks(20, &f)
+            } else {
+                pool.task_chunks(20, &f)
+            }
+        }));
+        let msg = r.unwrap_err().downcast::<String>().unwrap();
+        assert_eq!(*msg, format!("boom {bad}"));
+        let c = counts(50);
+        pool.task_chunks(50, &|i| {
+            c[i].fetch_add(1, Ordering::Relaxed);
+        });
+        assert_once(&c, "after panic");
+    }
+    // A panic raised on a worker thread (retry until a worker took a chunk).
+    let mut raised = false;
+    for _ in 0..50 {
+        let r = catch_unwind(AssertUnwindSafe(|| {
+            pool.decode_chunks(8, &|_| {
+                std::thread::sleep(std::time::Duration::from_micros(300));
+                let me = std::thread::current();
+                if me.name().is_some_and(|n| n.starts_with("rcpu-w")) {
+                    panic!("worker boom");
+                }
+            })
+        }));
+        if let Err(p) = r {
+            assert_eq!(*p.downcast::<&str>().unwrap(), "worker boom");
+            raised = true;
+            break;
+        }
+    }
+    assert!(raised, "a worker panic was re-raised on the caller");
+    let c = counts(30);
+    pool.decode_chunks(30, &|i| {
+        c[i].fetch_add(1, Ordering::Relaxed);
+    });
+    assert_once(&c, "after worker panic");
+}
+
+#[test]
+fn single_chunk_runs_on_caller_without_waking() {
+    let pool = pool_for(&cfg(3, 0));
+    pool.task_chunks(8, &|_| {});
+    // blocktime 0: the workers park right after that job.
+    std::thread::sleep(std::time::Duration::from_millis(30));
+    let k0 = pool.counters();
+    let me = std::thread::current().id();
+    for _ in 0..20 {
+        let ran_on = std::sync::Mutex::new(None);
+        pool.decode_chunks(1, &|_| {
+            *ran_on.lock().unwrap() = Some(std::thread::current().id())
+        });
+        assert_eq!(ran_on.into_inner().unwrap(), Some(me));
+        pool.task_chunks(1, &|_| {});
+    }
+    std::thread::sleep(std::time::Duration::from_millis(30));
+    let k = pool.counters();
+    assert_eq!(k.wakes, k0.wakes, "n = 1 woke a worker: {k:?}");
+    assert_eq!(k.spin_hits, k0.spin_hits, "n = 1 published a job: {k:?}");
+    assert_eq!(k.decode_dispatches - k0.decode_dispatches, 20);
+}
