@@ -2,3 +2,4 @@
 //! signature, a scalar reference beside them, ISA variants picked once per process from
 //! [`isa::Isa::get`].
 pub mod isa;
+pub mod matmul_nbits;
