@@ -1,8 +1,9 @@
 //! AVX-512 tile kernels: one zmm = the 16 columns of a group (one dword lane per column).
 //!
-//! fp32: each 64-byte chunk (8 k x 16 columns) is unpacked with shift + and (`>> 8j` for k0+j,
-//! `>> 8j+4` for k0+4+j), converted, and FMA'd with broadcast A into four accumulators per row
-//! (k mod 4) to hide FMA latency. Per block: `total += (dot - zp * sum_a) * scale`.
+//! fp32: each 64-byte chunk (8 k x 16 columns) is unpacked with a shift (`>> 8j` for k0+j,
+//! `>> 8j+4` for k0+4+j) and a `vpermps` lookup in a 16-entry f32 table (code -> float; it
+//! reads only the low 4 index bits, so no mask and no convert), then FMA'd with broadcast A into
+//! four accumulators per row (k mod 4) to hide FMA latency. Per block: `total += (dot - zp * sum_a) * scale`.
 //! int8: `& 0x0F` / `>> 4 & 0x0F` give 4 consecutive unsigned codes per lane, multiplied with a
 //! broadcast dword of 4 int8 A values by `vpdpbusd` (VNNI) or `vpmaddubsw` + `vpmaddwd`;
 //! per block `total += f32(dot - zp * sum_a8) * (scale * scale_a)`.
@@ -30,14 +31,12 @@ macro_rules! by_rows {
     };
 }
 
-/// Codes of one k of a chunk as f32: `(v >> SH) & 0x0F`.
+/// Codes of one k of a chunk as f32: `lut[(v >> SH) & 0x0F]`. `vpermps` reads only the low
+/// four index bits, so the table lookup is the mask and the int -> float conversion at once.
 #[inline]
 #[target_feature(enable = "avx512f")]
-fn nib<const SH: u32>(v: __m512i) -> __m512 {
-    _mm512_cvtepi32_ps(_mm512_and_si512(
-        _mm512_srli_epi32::<SH>(v),
-        _mm512_set1_epi32(0x0F),
-    ))
+fn nib<const SH: u32>(v: __m512i, lut: __m512) -> __m512 {
+    _mm512_permutexvar_ps(_mm512_srli_epi32::<SH>(v), lut)
 }
 
 /// Zero points of block `kb` as i32 lanes (8 when absent).
@@ -85,6 +84,9 @@ unsafe fn f32_rows<const R: usize>(
         a.f.len() >= (r0 + R) * a.kp && a.kp == g.k_blocks * bs && a.fsum.len() >= (r0 + R) * a.kb
     );
     let wp = g.w.as_ptr();
+    let lut = _mm512_setr_ps(
+        0., 1., 2., 3., 4., 5., 6., 7., 8., 9., 10., 11., 12., 13., 14., 15.,
+    );
     let mut total = [_mm512_setzero_ps(); R];
     for kb in 0..g.k_blocks {
         let mut acc = [[_mm512_setzero_ps(); 4]; R];
@@ -93,14 +95,14 @@ unsafe fn f32_rows<const R: usize>(
             // SAFETY: chunk k0 occupies bytes k0*8 .. k0*8+64 of w (asserted length above).
             let v = unsafe { _mm512_loadu_si512(wp.add(k0 * NR / 2) as *const _) };
             let w = [
-                nib::<0>(v),
-                nib::<8>(v),
-                nib::<16>(v),
-                nib::<24>(v),
-                nib::<4>(v),
-                nib::<12>(v),
-                nib::<20>(v),
-                _mm512_cvtepi32_ps(_mm512_srli_epi32::<28>(v)),
+                _mm512_permutexvar_ps(v, lut),
+                nib::<8>(v, lut),
+                nib::<16>(v, lut),
+                nib::<24>(v, lut),
+                nib::<4>(v, lut),
+                nib::<12>(v, lut),
+                nib::<20>(v, lut),
+                nib::<28>(v, lut),
             ];
             for (r, acc_r) in acc.iter_mut().enumerate() {
                 // SAFETY: row r0 + r has kp >= k0 + 8 elements (asserted above).
@@ -154,30 +156,33 @@ macro_rules! i8_rows {
             let mut total = [_mm512_setzero_ps(); R];
             for kb in 0..g.k_blocks {
                 let mut acc = [[_mm512_setzero_si512(); 4]; R];
-                for c in 0..bs / 8 {
-                    let k0 = kb * bs + c * 8;
-                    // SAFETY: chunk k0 occupies bytes k0*8 .. k0*8+64 of w (asserted length).
-                    let v = unsafe { _mm512_loadu_si512(wp.add(k0 * NR / 2) as *const _) };
-                    let lo = _mm512_and_si512(v, mask);
-                    let hi = _mm512_and_si512(_mm512_srli_epi32::<4>(v), mask);
-                    let s2 = (c & 1) * 2;
-                    for (r, acc_r) in acc.iter_mut().enumerate() {
-                        // SAFETY: row r0 + r has kp >= k0 + 8 int8 values; unaligned reads.
-                        let (a_lo, a_hi) = unsafe {
-                            let ap = a.q.as_ptr().add((r0 + r) * a.kp + k0);
-                            (
-                                _mm512_set1_epi32((ap as *const i32).read_unaligned()),
-                                _mm512_set1_epi32((ap.add(4) as *const i32).read_unaligned()),
-                            )
-                        };
-                        acc_r[s2] = {
-                            let ($acc, $u, $s) = (acc_r[s2], lo, a_lo);
-                            $dot
-                        };
-                        acc_r[s2 + 1] = {
-                            let ($acc, $u, $s) = (acc_r[s2 + 1], hi, a_hi);
-                            $dot
-                        };
+                // Two chunks per iteration (block_size / 8 is even) so every accumulator index is
+                // a constant and the accumulators stay in registers.
+                for c in (0..bs / 8).step_by(2) {
+                    for half in 0..2 {
+                        let k0 = kb * bs + (c + half) * 8;
+                        // SAFETY: chunk k0 occupies bytes k0*8 .. k0*8+64 of w (asserted length).
+                        let v = unsafe { _mm512_loadu_si512(wp.add(k0 * NR / 2) as *const _) };
+                        let lo = _mm512_and_si512(v, mask);
+                        let hi = _mm512_and_si512(_mm512_srli_epi32::<4>(v), mask);
+                        for (r, acc_r) in acc.iter_mut().enumerate() {
+                            // SAFETY: row r0 + r has kp >= k0 + 8 int8 values; unaligned reads.
+                            let (a_lo, a_hi) = unsafe {
+                                let ap = a.q.as_ptr().add((r0 + r) * a.kp + k0);
+                                (
+                                    _mm512_set1_epi32((ap as *const i32).read_unaligned()),
+                                    _mm512_set1_epi32((ap.add(4) as *const i32).read_unaligned()),
+                                )
+                            };
+                            acc_r[2 * half] = {
+                                let ($acc, $u, $s) = (acc_r[2 * half], lo, a_lo);
+                                $dot
+                            };
+                            acc_r[2 * half + 1] = {
+                                let ($acc, $u, $s) = (acc_r[2 * half + 1], hi, a_hi);
+                                $dot
+                            };
+                        }
                     }
                 }
                 // SAFETY: scales holds k_blocks * 16 floats.
