@@ -6,7 +6,9 @@
 //! 4, the unpacked path at M=1, and M=128 GFLOP/s; plus a plain read of a same-sized buffer.
 //! Times are the best of `iters` runs.
 
-use rcpu::kernels::matmul_nbits::{matmul_packed_with, matmul_unpacked_with, pack, Kernels, NBitsParams};
+use rcpu::kernels::matmul_nbits::{
+    matmul_packed_with, matmul_unpacked_with, pack, Kernels, NBitsParams,
+};
 use rcpu::runtime::par::Serial;
 use std::time::Instant;
 
@@ -24,8 +26,15 @@ fn best_secs(iters: usize, mut f: impl FnMut()) -> f64 {
 }
 
 fn main() {
-    let args: Vec<usize> = std::env::args().skip(1).filter_map(|s| s.parse().ok()).collect();
-    let (k, n, iters) = (*args.first().unwrap_or(&4096), *args.get(1).unwrap_or(&4096), *args.get(2).unwrap_or(&30));
+    let args: Vec<usize> = std::env::args()
+        .skip(1)
+        .filter_map(|s| s.parse().ok())
+        .collect();
+    let (k, n, iters) = (
+        *args.first().unwrap_or(&4096),
+        *args.get(1).unwrap_or(&4096),
+        *args.get(2).unwrap_or(&30),
+    );
     let bs = 32;
     let mut seed = 0x1234_5678_9abc_def1u64;
     let mut rnd = move || {
@@ -35,19 +44,32 @@ fn main() {
         seed
     };
     let p0 = NBitsParams::new(k, n, bs, 0, true);
-    let b: Vec<u8> = (0..n * p0.k_blocks() * p0.blob_bytes()).map(|_| rnd() as u8).collect();
-    let scales: Vec<f32> = (0..n * p0.k_blocks()).map(|_| (rnd() % 1000) as f32 * 1e-4).collect();
+    let b: Vec<u8> = (0..n * p0.k_blocks() * p0.blob_bytes())
+        .map(|_| rnd() as u8)
+        .collect();
+    let scales: Vec<f32> = (0..n * p0.k_blocks())
+        .map(|_| (rnd() % 1000) as f32 * 1e-4)
+        .collect();
     let zp: Vec<u8> = (0..n * p0.zp_row_bytes()).map(|_| rnd() as u8).collect();
-    let a: Vec<f32> = (0..128 * k).map(|_| (rnd() % 2000) as f32 * 1e-3 - 1.0).collect();
+    let a: Vec<f32> = (0..128 * k)
+        .map(|_| (rnd() % 2000) as f32 * 1e-3 - 1.0)
+        .collect();
     let mut out = vec![0f32; 128 * n];
 
     let buf = vec![1u8; n * k / 2 + n * p0.k_blocks() * 5];
     let t = best_secs(iters, || {
-        let s: u64 = buf.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap())).fold(0, u64::wrapping_add);
+        let s: u64 = buf
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+            .fold(0, u64::wrapping_add);
         std::hint::black_box(s);
     });
     println!("K={k} N={n} block={bs} zp=yes threads=1 iters={iters}");
-    println!("plain read of {} MB: {:.1} GB/s", buf.len() >> 20, buf.len() as f64 / t / 1e9);
+    println!(
+        "plain read of {} MB: {:.1} GB/s",
+        buf.len() >> 20,
+        buf.len() as f64 / t / 1e9
+    );
     for acc in [0, 4] {
         let p = NBitsParams::new(k, n, bs, acc, true);
         let packed = pack(&b, &scales, Some(&zp), &p);
@@ -58,7 +80,18 @@ fn main() {
                 matmul_packed_with(kern, &a[..k], 1, &packed, None, &mut out[..n], &Serial);
             });
             let tu = best_secs(iters.div_ceil(4), || {
-                matmul_unpacked_with(kern, &a[..k], 1, &b, &scales, Some(&zp), &p, None, &mut out[..n], &Serial);
+                matmul_unpacked_with(
+                    kern,
+                    &a[..k],
+                    1,
+                    &b,
+                    &scales,
+                    Some(&zp),
+                    &p,
+                    None,
+                    &mut out[..n],
+                    &Serial,
+                );
             });
             let m = 128;
             let tm = best_secs(iters.div_ceil(10).max(3), || {
