@@ -70,6 +70,10 @@ fn main() {
         buf.len() >> 20,
         buf.len() as f64 / t / 1e9
     );
+    let tp = best_secs(5, || {
+        std::hint::black_box(pack(&b, &scales, Some(&zp), &p0));
+    });
+    println!("pack (serial): {:.1} us", tp * 1e6);
     for acc in [0, 4] {
         let p = NBitsParams::new(k, n, bs, acc, true);
         let packed = pack(&b, &scales, Some(&zp), &p);

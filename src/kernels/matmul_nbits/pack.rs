@@ -146,21 +146,26 @@ pub(crate) fn pack_group(
                 z[so] = zero_point(zero_points, p, n, kb);
             }
             let src = &b[(n * kbs + kb) * blob..(n * kbs + kb + 1) * blob];
-            for c in 0..bs / 8 {
+            let base = kb * bs / 8 * chunk_bytes + 4 * col;
+            // Chunks entirely inside K: 4 source bytes (pairs (k0,k0+1) .. (k0+6,k0+7), low
+            // nibble first) -> 4 packed bytes (k0+j low, k0+4+j high).
+            let full = (p.k.saturating_sub(kb * bs) / 8).min(bs / 8);
+            for (c, s) in src.chunks_exact(4).take(full).enumerate() {
+                let o = base + c * chunk_bytes;
+                let d: &mut [u8; 4] = (&mut w_out[o..o + 4]).try_into().unwrap();
+                *d = [
+                    (s[0] & 0x0F) | (s[2] << 4),
+                    (s[0] >> 4) | (s[2] & 0xF0),
+                    (s[1] & 0x0F) | (s[3] << 4),
+                    (s[1] >> 4) | (s[3] & 0xF0),
+                ];
+            }
+            for c in full..bs / 8 {
                 let k0 = kb * bs + c * 8;
-                let o = (kb * bs / 8 + c) * chunk_bytes + 4 * col;
-                if k0 + 8 <= p.k {
-                    // Source bytes hold pairs (k0,k0+1) .. (k0+6,k0+7), low nibble first.
-                    let s = &src[c * 4..c * 4 + 4];
-                    w_out[o] = (s[0] & 0x0F) | (s[2] << 4);
-                    w_out[o + 1] = (s[0] >> 4) | (s[2] & 0xF0);
-                    w_out[o + 2] = (s[1] & 0x0F) | (s[3] << 4);
-                    w_out[o + 3] = (s[1] >> 4) | (s[3] & 0xF0);
-                } else {
-                    let code = |k: usize| if k < p.k { weight_code(b, p, k, n) } else { 0 };
-                    for j in 0..4 {
-                        w_out[o + j] = code(k0 + j) | (code(k0 + 4 + j) << 4);
-                    }
+                let o = base + c * chunk_bytes;
+                let code = |k: usize| if k < p.k { weight_code(b, p, k, n) } else { 0 };
+                for j in 0..4 {
+                    w_out[o + j] = code(k0 + j) | (code(k0 + 4 + j) << 4);
                 }
             }
         }
