@@ -161,7 +161,11 @@ fn int8_rounding_ties() {
     let mut pr = Problem::new(32, 16, 2, 32, 4, false, false, 11);
     // Row 0: max 127 => scale 1, values with exact .5 fractions; row 1: all zero (scale 0).
     for (i, x) in pr.a[..32].iter_mut().enumerate() {
-        *x = if i == 0 { 127.0 } else { (i as f32 - 16.0) + 0.5 };
+        *x = if i == 0 {
+            127.0
+        } else {
+            (i as f32 - 16.0) + 0.5
+        };
     }
     pr.a[32..].fill(0.0);
     check(&pr, "ties");
