@@ -113,6 +113,10 @@ pub fn pack(b: &[u8], scales: &[f32], zero_points: Option<&[u8]>, p: &NBitsParam
 }
 
 /// Packs column group `g` into the given (zeroed or stale) slices; every byte is written.
+///
+/// Chunk `i` of a group covers k = 8i..8i+8 and is dword `i` of each column's row of B (blocks
+/// are multiples of 8 long), so packing is a 16-way dword transpose with a lane-local nibble
+/// shuffle ([`shuffle_chunk`]); only the chunk that straddles K goes element by element.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn pack_group(
     b: &[u8],
@@ -124,50 +128,71 @@ pub(crate) fn pack_group(
     s_out: &mut [f32],
     mut z_out: Option<&mut [u8]>,
 ) {
-    let (kbs, bs, blob) = (p.k_blocks(), p.block_size, p.blob_bytes());
-    let chunk_bytes = NR * 4;
-    for col in 0..NR {
-        let n = g * NR + col;
-        for kb in 0..kbs {
+    let kbs = p.k_blocks();
+    let row_bytes = kbs * p.blob_bytes();
+    let cols = p.n.saturating_sub(g * NR).min(NR);
+    for kb in 0..kbs {
+        for col in 0..NR {
             let so = kb * NR + col;
-            if n >= p.n {
-                s_out[so] = 0.0;
-                if let Some(z) = z_out.as_deref_mut() {
-                    z[so] = 0;
-                }
-                for c in 0..bs / 8 {
-                    let o = (kb * bs / 8 + c) * chunk_bytes + 4 * col;
-                    w_out[o..o + 4].fill(0);
-                }
-                continue;
-            }
-            s_out[so] = scales[n * kbs + kb];
+            let n = g * NR + col;
+            s_out[so] = if col < cols {
+                scales[n * kbs + kb]
+            } else {
+                0.0
+            };
             if let Some(z) = z_out.as_deref_mut() {
-                z[so] = zero_point(zero_points, p, n, kb);
-            }
-            let src = &b[(n * kbs + kb) * blob..(n * kbs + kb + 1) * blob];
-            let base = kb * bs / 8 * chunk_bytes + 4 * col;
-            // Chunks entirely inside K: 4 source bytes (pairs (k0,k0+1) .. (k0+6,k0+7), low
-            // nibble first) -> 4 packed bytes (k0+j low, k0+4+j high).
-            let full = (p.k.saturating_sub(kb * bs) / 8).min(bs / 8);
-            for (c, s) in src.chunks_exact(4).take(full).enumerate() {
-                let o = base + c * chunk_bytes;
-                let d: &mut [u8; 4] = (&mut w_out[o..o + 4]).try_into().unwrap();
-                *d = [
-                    (s[0] & 0x0F) | (s[2] << 4),
-                    (s[0] >> 4) | (s[2] & 0xF0),
-                    (s[1] & 0x0F) | (s[3] << 4),
-                    (s[1] >> 4) | (s[3] & 0xF0),
-                ];
-            }
-            for c in full..bs / 8 {
-                let k0 = kb * bs + c * 8;
-                let o = base + c * chunk_bytes;
-                let code = |k: usize| if k < p.k { weight_code(b, p, k, n) } else { 0 };
-                for j in 0..4 {
-                    w_out[o + j] = code(k0 + j) | (code(k0 + 4 + j) << 4);
-                }
+                z[so] = if col < cols {
+                    zero_point(zero_points, p, n, kb)
+                } else {
+                    0
+                };
             }
         }
     }
+    let chunks = kbs * p.block_size / 8;
+    let full = p.k / 8;
+    // Full chunks of real columns: one column at a time, reading its row of B sequentially.
+    for col in 0..cols {
+        let n = g * NR + col;
+        let row = &b[n * row_bytes..n * row_bytes + 4 * full];
+        for (x, out) in row.chunks_exact(4).zip(w_out.chunks_exact_mut(4 * NR)) {
+            let v = shuffle_chunk(u32::from_le_bytes([x[0], x[1], x[2], x[3]]));
+            out[4 * col..4 * col + 4].copy_from_slice(&v.to_le_bytes());
+        }
+    }
+    // Padding columns, the chunk straddling K (codes past K are padding, written as 0) and
+    // chunks past K.
+    for (i, out) in w_out.chunks_exact_mut(4 * NR).enumerate().take(chunks) {
+        let first_col = if i < full { cols } else { 0 };
+        for (col, d) in out.chunks_exact_mut(4).enumerate().skip(first_col) {
+            let v = if col < cols && 8 * i < p.k {
+                let n = g * NR + col;
+                let code = |k: usize| {
+                    if k < p.k {
+                        weight_code(b, p, k, n) as u32
+                    } else {
+                        0
+                    }
+                };
+                (0..4).fold(0, |acc, j| {
+                    acc | (code(8 * i + j) | code(8 * i + 4 + j) << 4) << (8 * j)
+                })
+            } else {
+                0
+            };
+            d.copy_from_slice(&v.to_le_bytes());
+        }
+    }
+}
+
+/// One chunk from ORT order (byte j = codes k0+2j low, k0+2j+1 high) to packed order
+/// (byte j = codes k0+j low, k0+4+j high).
+#[inline]
+fn shuffle_chunk(x: u32) -> u32 {
+    let lo = x & 0x0F0F_0F0F; // codes k0, k0+2, k0+4, k0+6
+    let hi = (x >> 4) & 0x0F0F_0F0F; // codes k0+1, k0+3, k0+5, k0+7
+    let first = (lo & 0xFF) | ((hi & 0xFF) << 8) | ((lo & 0xFF00) << 8) | ((hi & 0xFF00) << 16);
+    let second =
+        ((lo >> 16) & 0xFF) | ((hi >> 8) & 0xFF00) | ((lo >> 8) & 0xFF_0000) | (hi & 0xFF00_0000);
+    first | (second << 4)
 }
