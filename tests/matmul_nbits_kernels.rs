@@ -143,9 +143,19 @@ fn dispatched_entry_points() {
     assert_eq!(n1, n2);
     assert!(n1.ends_with("-acc4-gemm"), "{n1}");
     assert_eq!(y1, y2);
-    let hw = rcpu::kernels::isa::Isa::detect_hardware();
-    assert!(Kernels::for_isa(hw).is_some());
-    assert!(!Kernels::supported().is_empty());
+    // Every level up to the hardware's has a kernel set, so the loops above really cover
+    // each variant this CPU can run.
+    use rcpu::kernels::isa::Isa;
+    let hw = Isa::detect_hardware();
+    let levels = [Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Vnni];
+    for l in levels {
+        assert_eq!(Kernels::for_isa(l).is_some(), l <= hw, "{}", l.name());
+    }
+    assert_eq!(
+        Kernels::supported().len(),
+        levels.iter().filter(|&&l| l <= hw).count()
+    );
+    assert_eq!(Kernels::active().isa, hw.min(Isa::get()));
     eprintln!(
         "variants: {:?}",
         Kernels::supported()
