@@ -1,7 +1,7 @@
 //! Rough single-thread timing of the MatMulNBits kernels (not a benchmark under
 //! BENCHMARKING.md rules: no interleaving with ORT, no steady-state detection).
 //!
-//! `cargo run --release -p rcpu --example matmul_nbits_timing [K N iters]`
+//! `cargo run --release -p rcpu --example matmul_nbits_timing [K N iters [gemm=1]]`
 //! Prints, per ISA variant: M=1 GB/s of packed weight bytes (codes + scales) for accuracy 0 and
 //! 4, the unpacked path at M=1, and M=128 GFLOP/s; plus a plain read of a same-sized buffer.
 //! Times are the best of `iters` runs.
@@ -35,6 +35,7 @@ fn main() {
         *args.get(1).unwrap_or(&4096),
         *args.get(2).unwrap_or(&30),
     );
+    let gemm = *args.get(3).unwrap_or(&1) != 0;
     let bs = 32;
     let mut seed = 0x1234_5678_9abc_def1u64;
     let mut rnd = move || {
@@ -51,10 +52,11 @@ fn main() {
         .map(|_| (rnd() % 1000) as f32 * 1e-4)
         .collect();
     let zp: Vec<u8> = (0..n * p0.zp_row_bytes()).map(|_| rnd() as u8).collect();
-    let a: Vec<f32> = (0..128 * k)
+    let a_all: Vec<f32> = (0..128 * k)
         .map(|_| (rnd() % 2000) as f32 * 1e-3 - 1.0)
         .collect();
     let mut out = vec![0f32; 128 * n];
+    let a = &a_all[..if gemm { 128 * k } else { k }];
 
     let buf = vec![1u8; n * k / 2 + n * p0.k_blocks() * 5];
     let t = best_secs(iters, || {
@@ -98,9 +100,13 @@ fn main() {
                 );
             });
             let m = 128;
-            let tm = best_secs(iters.div_ceil(10).max(3), || {
-                matmul_packed_with(kern, &a, m, &packed, None, &mut out, &Serial);
-            });
+            let tm = if gemm {
+                best_secs(iters.div_ceil(10).max(3), || {
+                    matmul_packed_with(kern, a, m, &packed, None, &mut out, &Serial);
+                })
+            } else {
+                f64::NAN
+            };
             println!(
                 "{name:24} M=1: {:7.1} us {:6.1} GB/s | unpacked M=1: {:8.1} us | M=128: {:7.1} GFLOP/s",
                 t1 * 1e6,

@@ -180,3 +180,14 @@ fn int8_rounding_ties() {
     pr.a[32..].fill(0.0);
     check(&pr, "ties");
 }
+
+/// K shorter than one 8-k chunk: every packed chunk is padding or straddles K.
+#[test]
+fn tiny_k() {
+    for (i, k) in [1usize, 5, 7, 9].into_iter().enumerate() {
+        for acc in [0, 4] {
+            let pr = Problem::new(k, 17, 3, 16, acc, i % 2 == 0, true, 300 + i as u64);
+            check(&pr, &format!("tiny K={k} acc={acc}"));
+        }
+    }
+}
