@@ -18,7 +18,7 @@
 //! (see the kernels), so no `-zp*scale` table is stored: it would add as many bytes as the scales.
 
 use super::params::NBitsParams;
-use super::reference::{weight_code, zero_point};
+use super::reference::weight_code;
 
 /// Columns per group.
 pub const NR: usize = 16;
@@ -131,20 +131,23 @@ pub(crate) fn pack_group(
     let kbs = p.k_blocks();
     let row_bytes = kbs * p.blob_bytes();
     let cols = p.n.saturating_sub(g * NR).min(NR);
-    for kb in 0..kbs {
-        for col in 0..NR {
-            let so = kb * NR + col;
-            let n = g * NR + col;
-            s_out[so] = if col < cols {
-                scales[n * kbs + kb]
-            } else {
-                0.0
-            };
-            if let Some(z) = z_out.as_deref_mut() {
-                z[so] = if col < cols {
-                    zero_point(zero_points, p, n, kb)
-                } else {
-                    0
+    let zrb = p.zp_row_bytes();
+    for col in 0..NR {
+        let n = g * NR + col;
+        let real = col < cols;
+        let srow = if real {
+            &scales[n * kbs..(n + 1) * kbs]
+        } else {
+            &[][..]
+        };
+        for kb in 0..kbs {
+            s_out[kb * NR + col] = if real { srow[kb] } else { 0.0 };
+        }
+        if let Some(z) = z_out.as_deref_mut() {
+            for kb in 0..kbs {
+                z[kb * NR + col] = match zero_points {
+                    Some(zp) if real => (zp[n * zrb + kb / 2] >> (4 * (kb % 2))) & 0x0F,
+                    _ => 0,
                 };
             }
         }
@@ -156,7 +159,7 @@ pub(crate) fn pack_group(
         let n = g * NR + col;
         let row = &b[n * row_bytes..n * row_bytes + 4 * full];
         for (x, out) in row.chunks_exact(4).zip(w_out.chunks_exact_mut(4 * NR)) {
-            let v = shuffle_chunk(u32::from_le_bytes([x[0], x[1], x[2], x[3]]));
+            let v = shuffle_chunk(u32::from_le_bytes(x.try_into().unwrap()));
             out[4 * col..4 * col + 4].copy_from_slice(&v.to_le_bytes());
         }
     }
