@@ -1,6 +1,6 @@
 //! The table of kernels rcpu registers with ORT. Adding an op = adding its `OpDef` here.
 
-use crate::kernels::nodes::{binary, gemm, matmul};
+use crate::kernels::nodes::{binary, gemm, matmul, matmul_nbits};
 use crate::kernels::op::OpDef;
 
 pub static OPS: &[OpDef] = &[
@@ -10,4 +10,5 @@ pub static OPS: &[OpDef] = &[
     binary::DIV,
     matmul::MATMUL,
     gemm::GEMM,
+    matmul_nbits::MATMUL_NBITS,
 ];

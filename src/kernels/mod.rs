@@ -4,6 +4,7 @@
 pub mod elementwise;
 pub mod gemm;
 pub mod isa;
+pub mod matmul_nbits;
 pub mod nodes;
 pub mod op;
 pub mod shape;

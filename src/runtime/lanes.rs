@@ -176,7 +176,8 @@ impl Lanes {
             match spawned {
                 Ok(h) => workers.push(h),
                 Err(e) => {
-                    let msg = format!("could not start worker rcpu-w{w}: {e}; running with fewer lanes");
+                    let msg =
+                        format!("could not start worker rcpu-w{w}: {e}; running with fewer lanes");
                     tracing::warn!("rcpu: {msg}");
                     warnings.push(msg);
                     break;

@@ -6,3 +6,4 @@ pub mod binary;
 pub mod claim;
 pub mod gemm;
 pub mod matmul;
+pub mod matmul_nbits;

@@ -1,0 +1,183 @@
+//! Splitting a MatMulNBits call into chunks over `Par`, for packed and unpacked weights.
+//!
+//! M = 1: `decode_chunks` over ranges of column groups, each range streaming about
+//! [`CHUNK_WEIGHT_BYTES`] of packed weights. M > 1 (packed): `task_chunks` over
+//! (row tile of [`ROW_TILE`] rows) x (range of column groups). Unpacked: chunks are ranges of
+//! column groups over all rows, each packing one group at a time into chunk-local scratch.
+//! Rows are always blocked `MR` at a time from row 0, so every output element sees the same
+//! kernel call shape on both paths.
+
+use super::disjoint::DisjointOut;
+use super::dispatch::{Kernels, TileFn};
+use super::pack::{group_weight_bytes, groups, pack_group, GroupView, PackedNBits, NR};
+use super::params::NBitsParams;
+use super::prepare_a::PreparedA;
+use super::MR;
+use crate::runtime::par::Par;
+
+/// Packed weight bytes a chunk aims to stream.
+pub(crate) const CHUNK_WEIGHT_BYTES: usize = 32 * 1024;
+/// Rows per M > 1 task tile.
+pub(crate) const ROW_TILE: usize = 16;
+
+pub(crate) enum Source<'a> {
+    Packed(&'a PackedNBits),
+    Unpacked {
+        b: &'a [u8],
+        scales: &'a [f32],
+        zero_points: Option<&'a [u8]>,
+        p: &'a NBitsParams,
+    },
+}
+
+pub(crate) fn run(
+    kernels: &Kernels,
+    a: &[f32],
+    m: usize,
+    src: Source,
+    bias: Option<&[f32]>,
+    out: &mut [f32],
+    par: &dyn Par,
+) -> &'static str {
+    let p = match &src {
+        Source::Packed(pk) => pk.params,
+        Source::Unpacked { p, .. } => **p,
+    };
+    let name = kernels.variant_name(p.accuracy_level, m);
+    if m == 0 {
+        return name;
+    }
+    assert!(
+        a.len() >= m * p.k,
+        "MatMulNBits: A has {} elements, expected {} (M={m} x K={})",
+        a.len(),
+        m * p.k,
+        p.k
+    );
+    assert!(
+        out.len() >= m * p.n,
+        "MatMulNBits: output has {} elements, expected {}",
+        out.len(),
+        m * p.n
+    );
+    if let Some(b) = bias {
+        assert_eq!(
+            b.len(),
+            p.n,
+            "MatMulNBits: bias has {} elements, expected N={}",
+            b.len(),
+            p.n
+        );
+    }
+    let prep = PreparedA::new(a, m, &p);
+    let tile = if p.int8_compute() {
+        kernels.i8_tile
+    } else {
+        kernels.f32_tile
+    };
+    let g_count = groups(&p);
+    let gpc = (CHUNK_WEIGHT_BYTES / group_weight_bytes(&p)).max(1);
+    let col_chunks = g_count.div_ceil(gpc);
+    let dst = DisjointOut::new(out);
+    let ctx = Ctx {
+        tile,
+        prep: &prep,
+        p: &p,
+        bias,
+        dst: &dst,
+        m,
+    };
+    match src {
+        Source::Packed(pk) => {
+            let row_tiles = if m == 1 { 1 } else { m.div_ceil(ROW_TILE) };
+            let body = |ci: usize| {
+                let (rt, cc) = (ci / col_chunks, ci % col_chunks);
+                let rows = rt * ROW_TILE..((rt + 1) * ROW_TILE).min(m);
+                for g in cc * gpc..((cc + 1) * gpc).min(g_count) {
+                    ctx.group(&pk.group(g), g, rows.clone());
+                }
+            };
+            if m == 1 {
+                par.decode_chunks(col_chunks, &body);
+            } else {
+                par.task_chunks(row_tiles * col_chunks, &body);
+            }
+        }
+        Source::Unpacked {
+            b,
+            scales,
+            zero_points,
+            p,
+        } => {
+            let kbs = p.k_blocks();
+            let body = |cc: usize| {
+                let mut w = vec![0u8; group_weight_bytes(p)];
+                let mut s = vec![0f32; kbs * NR];
+                let mut z = zero_points.map(|_| vec![0u8; kbs * NR]);
+                for g in cc * gpc..((cc + 1) * gpc).min(g_count) {
+                    pack_group(
+                        b,
+                        scales,
+                        zero_points,
+                        p,
+                        g,
+                        &mut w,
+                        &mut s,
+                        z.as_deref_mut(),
+                    );
+                    let view = GroupView {
+                        w: &w,
+                        scales: &s,
+                        zps: z.as_deref(),
+                        k_blocks: kbs,
+                        block_size: p.block_size,
+                    };
+                    ctx.group(&view, g, 0..m);
+                }
+            };
+            if m == 1 {
+                par.decode_chunks(col_chunks, &body);
+            } else {
+                par.task_chunks(col_chunks, &body);
+            }
+        }
+    }
+    name
+}
+
+struct Ctx<'a, 'o> {
+    tile: TileFn,
+    prep: &'a PreparedA,
+    p: &'a NBitsParams,
+    bias: Option<&'a [f32]>,
+    dst: &'a DisjointOut<'o>,
+    m: usize,
+}
+
+impl Ctx<'_, '_> {
+    /// Computes column group `g` for `rows` (which start at a multiple of `MR`) and writes it.
+    fn group(&self, view: &GroupView, g: usize, rows: std::ops::Range<usize>) {
+        debug_assert!(rows.start % MR == 0 && rows.end <= self.m);
+        let cols = g * NR..((g + 1) * NR).min(self.p.n);
+        let mut res = [[0f32; NR]; MR];
+        let mut vals = [0f32; NR];
+        let mut r0 = rows.start;
+        while r0 < rows.end {
+            let nr = (rows.end - r0).min(MR);
+            // SAFETY: `tile` comes from a `Kernels` table, which only holds variants whose CPU
+            // features the hardware has; the view and prepared A have the sizes the kernels
+            // index (k_blocks * block_size k per row, 16 columns), and r0 + nr <= m.
+            unsafe { (self.tile)(view, self.prep, r0, nr, &mut res) };
+            for (ri, row) in res.iter().enumerate().take(nr) {
+                let v = &mut vals[..cols.len()];
+                for (i, c) in cols.clone().enumerate() {
+                    v[i] = row[i] + self.bias.map_or(0.0, |b| b[c]);
+                }
+                // SAFETY: (row r0 + ri, columns of group g) belongs to exactly one chunk: chunks
+                // partition (row tile x group range), so no other writer touches this range.
+                unsafe { self.dst.write((r0 + ri) * self.p.n + cols.start, v) };
+            }
+            r0 += nr;
+        }
+    }
+}

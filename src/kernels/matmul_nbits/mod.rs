@@ -1,0 +1,123 @@
+//! `com.microsoft.MatMulNBits` (bits = 4): pure compute.
+//!
+//! * [`params`]: attributes, validation, expected input sizes.
+//! * [`reference`]: naive scalar references over ORT's layout (test ground truth).
+//! * [`pack`]: the prepacked layout ([`PackedNBits`]), 16-column groups.
+//! * [`prepare_a`]: per-call A preparation (padding + block sums, or int8 quantisation).
+//! * `tile_*`: one tile kernel per ISA and accuracy; the same kernel serves M = 1 (GEMV, one
+//!   row per call) and M > 1 (GEMM, up to [`MR`] rows per call, sharing each unpacked weight).
+//! * [`dispatch`]: the per-process kernel table and ledger names.
+//! * `driver`: chunking over `Par` and the unpacked fallback.
+//!
+//! The unpacked path ([`matmul_unpacked`]) packs, inside each chunk, only the column groups
+//! that chunk computes (into a chunk-local scratch buffer) and then runs the very same tile
+//! kernel with the same row blocking, so its results are bit-identical to [`matmul_packed`].
+
+mod disjoint;
+pub mod dispatch;
+mod driver;
+pub mod pack;
+pub mod params;
+pub mod prepare_a;
+pub mod reference;
+#[cfg(target_arch = "x86_64")]
+mod tile_avx2;
+#[cfg(target_arch = "x86_64")]
+mod tile_avx512;
+mod tile_scalar;
+
+pub use dispatch::{variant_name, Kernels};
+pub use pack::{pack, PackedNBits, NR};
+pub use params::NBitsParams;
+
+use crate::runtime::par::Par;
+
+/// Rows per tile-kernel call (register blocking along M).
+pub const MR: usize = 4;
+
+/// Y = A W (+ bias) from a prepacked weight with the process's kernels; returns the variant name.
+/// `a` holds `m` rows of `K`, `out` `m` rows of `N`. `m == 0` is a no-op.
+pub fn matmul_packed(
+    a: &[f32],
+    m: usize,
+    packed: &PackedNBits,
+    bias: Option<&[f32]>,
+    out: &mut [f32],
+    par: &dyn Par,
+) -> &'static str {
+    matmul_packed_with(Kernels::active(), a, m, packed, bias, out, par)
+}
+
+/// [`matmul_packed`] with an explicit kernel set (e.g. from [`Kernels::for_isa`]).
+pub fn matmul_packed_with(
+    kernels: &Kernels,
+    a: &[f32],
+    m: usize,
+    packed: &PackedNBits,
+    bias: Option<&[f32]>,
+    out: &mut [f32],
+    par: &dyn Par,
+) -> &'static str {
+    driver::run(
+        kernels,
+        a,
+        m,
+        driver::Source::Packed(packed),
+        bias,
+        out,
+        par,
+    )
+}
+
+/// Y = A W (+ bias) straight from ORT's layout (the path when no packed copy is cached).
+/// Bit-identical to [`matmul_packed`] on the same inputs.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_unpacked(
+    a: &[f32],
+    m: usize,
+    b: &[u8],
+    scales: &[f32],
+    zero_points: Option<&[u8]>,
+    p: &NBitsParams,
+    bias: Option<&[f32]>,
+    out: &mut [f32],
+    par: &dyn Par,
+) -> &'static str {
+    matmul_unpacked_with(
+        Kernels::active(),
+        a,
+        m,
+        b,
+        scales,
+        zero_points,
+        p,
+        bias,
+        out,
+        par,
+    )
+}
+
+/// [`matmul_unpacked`] with an explicit kernel set.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_unpacked_with(
+    kernels: &Kernels,
+    a: &[f32],
+    m: usize,
+    b: &[u8],
+    scales: &[f32],
+    zero_points: Option<&[u8]>,
+    p: &NBitsParams,
+    bias: Option<&[f32]>,
+    out: &mut [f32],
+    par: &dyn Par,
+) -> &'static str {
+    p.check_sizes(b.len(), scales.len(), zero_points.map(|z| z.len()), None)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let src = driver::Source::Unpacked {
+        b,
+        scales,
+        zero_points,
+        p,
+    };
+    driver::run(kernels, a, m, src, bias, out, par)
+}

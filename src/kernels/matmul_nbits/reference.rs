@@ -1,0 +1,113 @@
+//! Plain scalar references over the ORIGINAL ORT layout: the ground truth tests compare against.
+//! Deliberately naive (element-wise nibble extraction, f64 accumulation) and independent of the
+//! packed layout.
+
+use super::params::NBitsParams;
+
+/// The 4-bit code of weight (k, n) in ORT's B layout: low nibble first.
+pub fn weight_code(b: &[u8], p: &NBitsParams, k: usize, n: usize) -> u8 {
+    let kb = k / p.block_size;
+    let within = k % p.block_size;
+    let byte = b[(n * p.k_blocks() + kb) * p.blob_bytes() + within / 2];
+    if within % 2 == 0 {
+        byte & 0x0F
+    } else {
+        byte >> 4
+    }
+}
+
+/// The zero point of (column n, block kb): nibble kb of column n's row; 8 when absent.
+pub fn zero_point(zero_points: Option<&[u8]>, p: &NBitsParams, n: usize, kb: usize) -> u8 {
+    match zero_points {
+        None => 8,
+        Some(z) => {
+            let byte = z[n * p.zp_row_bytes() + kb / 2];
+            if kb % 2 == 0 {
+                byte & 0x0F
+            } else {
+                byte >> 4
+            }
+        }
+    }
+}
+
+/// fp32 semantics: dequantise W[k][n] = (q - zp) * scale, then Y = A W (+ bias), f64 sums.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_reference(
+    a: &[f32],
+    m: usize,
+    b: &[u8],
+    scales: &[f32],
+    zero_points: Option<&[u8]>,
+    p: &NBitsParams,
+    bias: Option<&[f32]>,
+    out: &mut [f32],
+) {
+    let (k_len, n_len, kbs) = (p.k, p.n, p.k_blocks());
+    for n in 0..n_len {
+        let w: Vec<f64> = (0..k_len)
+            .map(|k| {
+                let kb = k / p.block_size;
+                let q = weight_code(b, p, k, n) as f64;
+                let zp = zero_point(zero_points, p, n, kb) as f64;
+                (q - zp) * scales[n * kbs + kb] as f64
+            })
+            .collect();
+        for r in 0..m {
+            let row = &a[r * k_len..(r + 1) * k_len];
+            let mut s: f64 = row.iter().zip(&w).map(|(&x, &y)| x as f64 * y).sum();
+            if let Some(bias) = bias {
+                s += bias[n] as f64;
+            }
+            out[r * n_len + n] = s as f32;
+        }
+    }
+}
+
+/// Accuracy-level-4 semantics: each row of A quantised per block to int8 (symmetric,
+/// scale = max|a| / 127, round to nearest even), integer dot with (q - zp), then scaled.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_reference_int8(
+    a: &[f32],
+    m: usize,
+    b: &[u8],
+    scales: &[f32],
+    zero_points: Option<&[u8]>,
+    p: &NBitsParams,
+    bias: Option<&[f32]>,
+    out: &mut [f32],
+) {
+    let (k_len, n_len, kbs, bs) = (p.k, p.n, p.k_blocks(), p.block_size);
+    for r in 0..m {
+        let row = &a[r * k_len..(r + 1) * k_len];
+        // Quantise the row, block by block.
+        let mut qa = vec![0i32; k_len];
+        let mut sa = vec![0f64; kbs];
+        for (kb, sa_kb) in sa.iter_mut().enumerate() {
+            let blk = kb * bs..((kb + 1) * bs).min(k_len);
+            let amax = row[blk.clone()]
+                .iter()
+                .fold(0f32, |acc, x| acc.max(x.abs()));
+            let scale = amax / 127.0;
+            let inv = if amax > 0.0 { 127.0 / amax } else { 0.0 };
+            *sa_kb = scale as f64;
+            for k in blk {
+                qa[k] = (row[k] * inv).round_ties_even().clamp(-127.0, 127.0) as i32;
+            }
+        }
+        for n in 0..n_len {
+            let mut s = 0f64;
+            for kb in 0..kbs {
+                let zp = zero_point(zero_points, p, n, kb) as i32;
+                let dot: i64 = (kb * bs..((kb + 1) * bs).min(k_len))
+                    .map(|k| ((weight_code(b, p, k, n) as i32 - zp) * qa[k]) as i64)
+                    .sum();
+                s += dot as f64 * sa[kb] * scales[n * kbs + kb] as f64;
+            }
+            if let Some(bias) = bias {
+                s += bias[n] as f64;
+            }
+            out[r * n_len + n] = s as f32;
+        }
+    }
+}

@@ -1,0 +1,302 @@
+//! com.microsoft.MatMulNBits (bits=4) as an ORT kernel: claim rules, constant inputs copied at
+//! creation, B prepacked once through the governed weight cache (declined -> computed from the
+//! original weight every call, bit-identical), compute on the EP's lanes.
+
+use std::sync::Arc;
+
+use crate::abi::graph::Node;
+use crate::abi::kernel_context::KernelContext;
+use crate::abi::kernel_info::KernelInfo;
+use crate::abi::status::{Error, Result};
+use crate::abi::tensor::{ElemType, Tensor};
+use crate::kernels::matmul_nbits::{
+    matmul_packed, matmul_unpacked, pack, NBitsParams, PackedNBits,
+};
+use crate::kernels::op::{types, Decline, KernelEnv, OpDef, OpKernel};
+use crate::memory::{content_hash, params_hash, weight_cache, CachedWeight, WeightKey};
+use crate::telemetry::ledger;
+
+use super::claim::{input, input_type, only_attrs, require_elem, require_output_elem, F32};
+
+const OP: &str = "MatMulNBits";
+const IN_A: usize = 0;
+const IN_B: usize = 1;
+const IN_SCALES: usize = 2;
+const IN_ZP: usize = 3;
+const IN_G_IDX: usize = 4;
+const IN_BIAS: usize = 5;
+/// `weight_prepacked` is set by ORT 1.31 itself: non-zero means B already holds MLAS's packed
+/// layout, which rcpu does not read, so only 0 is claimed.
+const ATTRS: [&str; 6] = [
+    "K",
+    "N",
+    "bits",
+    "block_size",
+    "accuracy_level",
+    "weight_prepacked",
+];
+/// Accuracy levels rcpu implements: 0/1 compute in fp32, 4 quantises A to int8 per block.
+const ACCURACY_LEVELS: [i64; 3] = [0, 1, 4];
+
+fn params_from(
+    get: impl Fn(&str) -> Option<i64>,
+    has_zp: bool,
+) -> std::result::Result<NBitsParams, String> {
+    let req = |name: &str| get(name).ok_or_else(|| format!("attribute '{name}' is missing"));
+    let (k, n) = (req("K")?, req("N")?);
+    let bits = req("bits")?;
+    let block = req("block_size")?;
+    let acc = get("accuracy_level").unwrap_or(0);
+    if bits != 4 {
+        return Err(format!("bits={bits} is not implemented (only 4)"));
+    }
+    if !ACCURACY_LEVELS.contains(&acc) {
+        return Err(format!("accuracy_level={acc} is not implemented (0, 1, 4)"));
+    }
+    let to_usize = |name: &str, v: i64| {
+        usize::try_from(v).map_err(|_| format!("attribute {name}={v} is negative"))
+    };
+    let p = NBitsParams::new(
+        to_usize("K", k)?,
+        to_usize("N", n)?,
+        to_usize("block_size", block)?,
+        acc as usize,
+        has_zp,
+    );
+    p.validate()?;
+    Ok(p)
+}
+
+fn claim(node: &Node<'_>) -> std::result::Result<(), Decline> {
+    only_attrs(node, &ATTRS)?;
+    if let Some(v) = node.attr_i64("weight_prepacked").filter(|&v| v != 0) {
+        return Err(format!(
+            "weight_prepacked={v} (B in MLAS's packed layout) is not implemented"
+        ));
+    }
+    require_elem(node, IN_A, F32)?;
+    require_elem(node, IN_B, ElemType::ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8)?;
+    require_elem(node, IN_SCALES, F32)?;
+    let has_zp = input_type(node, IN_ZP)?.is_some();
+    if has_zp {
+        require_elem(node, IN_ZP, ElemType::ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8)
+            .map_err(|e| format!("{e} (float zero points are not implemented)"))?;
+    }
+    if input_type(node, IN_G_IDX)?.is_some() {
+        return Err("g_idx is not implemented".into());
+    }
+    if input_type(node, IN_BIAS)?.is_some() {
+        require_elem(node, IN_BIAS, F32)?;
+    }
+    require_output_elem(node, F32)?;
+    let p = params_from(|n| node.attr_i64(n), has_zp)?;
+    // Where the constant inputs are known, their sizes must agree with K, N and block_size.
+    let len = |i: usize| -> std::result::Result<Option<usize>, Decline> {
+        Ok(match input_type(node, i)? {
+            Some(t) => t.static_dims().map(|d| d.iter().product()),
+            None => None,
+        })
+    };
+    if let (Some(b), Some(s)) = (len(IN_B)?, len(IN_SCALES)?) {
+        let zp = if has_zp { len(IN_ZP)? } else { None };
+        if !has_zp || zp.is_some() {
+            p.check_sizes(b, s, zp, len(IN_BIAS)?)?;
+        }
+    }
+    // A's last dimension, where known, must be K.
+    if let Some(a) = input_type(node, IN_A)? {
+        if let Some(&last) = a.dims.last() {
+            if last >= 0 && last as usize != p.k {
+                return Err(format!("input A has last dimension {last}, K is {}", p.k));
+            }
+        }
+    }
+    let _ = input(node, IN_A)?;
+    Ok(())
+}
+
+struct MatMulNBits {
+    p: NBitsParams,
+    /// Constant scales / zero points / bias copied at creation (None: read per call).
+    scales: Option<Vec<f32>>,
+    zero_points: Option<Vec<u8>>,
+    bias: Option<Vec<f32>>,
+    packed: Option<Arc<CachedWeight<PackedNBits>>>,
+    env: Arc<KernelEnv>,
+}
+
+fn copy_const<T: crate::abi::tensor::Element>(
+    info: &KernelInfo<'_>,
+    i: usize,
+) -> Result<Option<Vec<T>>> {
+    Ok(match info.constant_input(i)? {
+        Some(t) => Some(t.data::<T>()?.to_vec()),
+        None => None,
+    })
+}
+
+fn create(info: &KernelInfo<'_>, env: &Arc<KernelEnv>) -> Result<Box<dyn OpKernel>> {
+    let n_inputs = info.input_count()?;
+    // An omitted optional input has no type: ORT reports an error, which means "absent" here.
+    let present = |i: usize| n_inputs > i && matches!(info.input_type(i), Ok(Some(_)));
+    let has_zp = present(IN_ZP);
+    let p = params_from(|n| info.attr_i64(n), has_zp).map_err(Error::invalid_argument)?;
+    let scales = copy_const::<f32>(info, IN_SCALES)?;
+    let zero_points = if has_zp {
+        copy_const::<u8>(info, IN_ZP)?
+    } else {
+        None
+    };
+    let bias = if present(IN_BIAS) {
+        copy_const::<f32>(info, IN_BIAS)?
+    } else {
+        None
+    };
+    if let Some(s) = &scales {
+        let zp_len = zero_points.as_ref().map(|z| z.len());
+        if !has_zp || zp_len.is_some() {
+            let b_len = p.n * p.k_blocks() * p.blob_bytes();
+            p.check_sizes(b_len, s.len(), zp_len, bias.as_ref().map(|b| b.len()))
+                .map_err(Error::invalid_argument)?;
+        }
+    }
+    Ok(Box::new(MatMulNBits {
+        p,
+        scales,
+        zero_points,
+        bias,
+        packed: None,
+        env: env.clone(),
+    }))
+}
+
+impl MatMulNBits {
+    fn cache_key(&self, b: &[u8], scales: &[f32], zp: Option<&[u8]>) -> WeightKey {
+        let p = &self.p;
+        let scale_bytes: Vec<u8> = scales.iter().flat_map(|s| s.to_le_bytes()).collect();
+        let params = params_hash(&[
+            p.k as u64,
+            p.n as u64,
+            p.block_size as u64,
+            p.accuracy_level as u64,
+            p.has_zero_points as u64,
+            content_hash(&scale_bytes),
+            zp.map(content_hash).unwrap_or(0),
+        ]);
+        WeightKey::new(OP, params, b)
+    }
+}
+
+impl OpKernel for MatMulNBits {
+    fn prepack(&mut self, input_index: usize, tensor: &Tensor<'_>) -> Result<bool> {
+        if input_index != IN_B {
+            return Ok(false);
+        }
+        // Packing needs the constant scales (and zero points); without them, compute unpacked.
+        let Some(scales) = self.scales.as_deref() else {
+            return Ok(false);
+        };
+        if self.p.has_zero_points && self.zero_points.is_none() {
+            return Ok(false);
+        }
+        let b = tensor.data::<u8>()?;
+        let zp = self.zero_points.as_deref();
+        self.p
+            .check_sizes(b.len(), scales.len(), zp.map(|z| z.len()), None)
+            .map_err(Error::invalid_argument)?;
+        let key = self.cache_key(b, scales, zp);
+        // Packed layout: the 4-bit codes plus per-(column, block) scale and zero-point terms,
+        // padded to whole column groups.
+        let predicted = b.len() + scales.len() * 8 + 4096;
+        let p = self.p;
+        let packed = weight_cache().get_or_pack(
+            &key,
+            predicted,
+            || pack(b, scales, zp, &p),
+            |w: &PackedNBits| w.bytes(),
+        );
+        let got = packed.is_some();
+        self.packed = packed;
+        Ok(got)
+    }
+
+    fn compute(&self, ctx: &KernelContext<'_>) -> Result<()> {
+        let p = &self.p;
+        let a = ctx.required_input(IN_A)?;
+        let shape = a.shape();
+        let Some((&k, lead)) = shape.split_last() else {
+            return Err(Error::invalid_argument(
+                "input A is a scalar; MatMulNBits needs [..., K]",
+            ));
+        };
+        if k != p.k {
+            return Err(Error::invalid_argument(format!(
+                "input A has last dimension {k}, expected K={} (A shape {shape:?})",
+                p.k
+            )));
+        }
+        let m: usize = lead.iter().product();
+        let mut out_shape = lead.to_vec();
+        out_shape.push(p.n);
+        let out = ctx.output(0, &out_shape)?.into_data::<f32>()?;
+        let a = a.data::<f32>()?;
+        let bias_in;
+        let bias = match &self.bias {
+            Some(b) => Some(b.as_slice()),
+            None => {
+                bias_in = ctx.input(IN_BIAS)?;
+                match &bias_in {
+                    Some(t) => {
+                        let b = t.data::<f32>()?;
+                        if b.len() != p.n {
+                            return Err(Error::invalid_argument(format!(
+                                "input bias has {} elements, expected N={}",
+                                b.len(),
+                                p.n
+                            )));
+                        }
+                        Some(b)
+                    }
+                    None => None,
+                }
+            }
+        };
+        let par = &*self.env.par;
+        let variant = match &self.packed {
+            Some(w) => matmul_packed(a, m, w, bias, out, par),
+            None => {
+                let b_t = ctx.required_input(IN_B)?;
+                let s_t = ctx.input(IN_SCALES)?;
+                let z_t = ctx.input(IN_ZP)?;
+                let b = b_t.data::<u8>()?;
+                let scales = match &self.scales {
+                    Some(s) => s.as_slice(),
+                    None => s_t
+                        .as_ref()
+                        .ok_or_else(|| Error::invalid_argument("input scales is missing"))?
+                        .data::<f32>()?,
+                };
+                let zp = match (&self.zero_points, &z_t) {
+                    (Some(z), _) => Some(z.as_slice()),
+                    (None, Some(t)) if p.has_zero_points => Some(t.data::<u8>()?),
+                    _ => None,
+                };
+                p.check_sizes(b.len(), scales.len(), zp.map(|z| z.len()), None)
+                    .map_err(Error::invalid_argument)?;
+                matmul_unpacked(a, m, b, scales, zp, p, bias, out, par)
+            }
+        };
+        ledger::record(OP, variant, par.lanes());
+        Ok(())
+    }
+}
+
+pub const MATMUL_NBITS: OpDef = OpDef {
+    op: OP,
+    domain: "com.microsoft",
+    since: 1,
+    until: 1,
+    types: &[("T1", types::F32), ("T2", types::U8), ("T3", types::U8)],
+    claim,
+    create,
+};

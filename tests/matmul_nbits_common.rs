@@ -1,0 +1,110 @@
+// Shared helpers for the matmul_nbits tests (included with `#[path]`/`mod`).
+#![allow(dead_code)]
+
+use rcpu::kernels::matmul_nbits::NBitsParams;
+use rcpu::runtime::par::Par;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// xorshift64*: deterministic test data.
+pub struct Rng(pub u64);
+impl Rng {
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    pub fn f32(&mut self, lo: f32, hi: f32) -> f32 {
+        lo + (hi - lo) * ((self.next_u64() >> 40) as f32 / (1u64 << 24) as f32)
+    }
+    pub fn bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n).map(|_| self.next_u64() as u8).collect()
+    }
+}
+
+/// One MatMulNBits problem in ORT's layout.
+pub struct Problem {
+    pub p: NBitsParams,
+    pub m: usize,
+    pub a: Vec<f32>,
+    pub b: Vec<u8>,
+    pub scales: Vec<f32>,
+    pub zp: Option<Vec<u8>>,
+    pub bias: Option<Vec<f32>>,
+}
+
+impl Problem {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        k: usize,
+        n: usize,
+        m: usize,
+        bs: usize,
+        acc: usize,
+        zp: bool,
+        bias: bool,
+        seed: u64,
+    ) -> Problem {
+        let p = NBitsParams::new(k, n, bs, acc, zp);
+        let mut r = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+        let a = (0..m * k).map(|_| r.f32(-1.0, 1.0)).collect();
+        let b = r.bytes(n * p.k_blocks() * p.blob_bytes());
+        let scales = (0..n * p.k_blocks()).map(|_| r.f32(-0.1, 0.1)).collect();
+        let zp = zp.then(|| r.bytes(n * p.zp_row_bytes()));
+        let bias = bias.then(|| (0..n).map(|_| r.f32(-1.0, 1.0)).collect());
+        Problem {
+            p,
+            m,
+            a,
+            b,
+            scales,
+            zp,
+            bias,
+        }
+    }
+}
+
+/// Relative L2 error of `got` against `want` (absolute when `want` is all zero).
+pub fn rel_l2(got: &[f32], want: &[f32]) -> f64 {
+    let num: f64 = got
+        .iter()
+        .zip(want)
+        .map(|(&g, &w)| (g as f64 - w as f64).powi(2))
+        .sum();
+    let den: f64 = want.iter().map(|&w| (w as f64).powi(2)).sum();
+    if den == 0.0 {
+        num.sqrt()
+    } else {
+        (num / den).sqrt()
+    }
+}
+
+/// Runs chunks on 3 scoped threads pulling from an atomic counter.
+pub struct ThreePar;
+impl ThreePar {
+    fn run(&self, n: usize, f: &(dyn Fn(usize) + Sync)) {
+        let next = AtomicUsize::new(0);
+        std::thread::scope(|s| {
+            for _ in 0..3 {
+                s.spawn(|| loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= n {
+                        break;
+                    }
+                    f(i);
+                });
+            }
+        });
+    }
+}
+impl Par for ThreePar {
+    fn lanes(&self) -> usize {
+        3
+    }
+    fn decode_chunks(&self, n: usize, f: &(dyn Fn(usize) + Sync)) {
+        self.run(n, f)
+    }
+    fn task_chunks(&self, n: usize, f: &(dyn Fn(usize) + Sync)) {
+        self.run(n, f)
+    }
+}

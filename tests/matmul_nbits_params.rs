@@ -1,0 +1,77 @@
+//! MatMulNBits parameter validation: every bad attribute or input size is an Err naming it.
+
+use rcpu::kernels::matmul_nbits::NBitsParams;
+
+fn sizes(p: &NBitsParams) -> (usize, usize, usize) {
+    (
+        p.n * p.k_blocks() * p.blob_bytes(),
+        p.n * p.k_blocks(),
+        p.n * p.zp_row_bytes(),
+    )
+}
+
+#[test]
+fn derived_sizes() {
+    let p = NBitsParams::new(100, 7, 32, 0, true);
+    assert_eq!(p.k_blocks(), 4);
+    assert_eq!(p.blob_bytes(), 16);
+    assert_eq!(p.zp_row_bytes(), 2);
+    let (b, s, z) = sizes(&p);
+    assert!(p.check_sizes(b, s, Some(z), Some(7)).is_ok());
+}
+
+#[test]
+fn bad_block_sizes() {
+    for bs in [8, 512, 48, 0, 100] {
+        let e = NBitsParams::new(64, 4, bs, 0, false)
+            .validate()
+            .unwrap_err();
+        assert!(
+            e.contains("block_size") && e.contains(&bs.to_string()),
+            "{e}"
+        );
+    }
+    for bs in [16, 32, 64, 128, 256] {
+        NBitsParams::new(64, 4, bs, 0, false).validate().unwrap();
+    }
+}
+
+#[test]
+fn bad_bits_and_accuracy() {
+    let mut p = NBitsParams::new(64, 4, 32, 0, false);
+    p.bits = 8;
+    assert!(p.validate().unwrap_err().contains("bits"));
+    let p = NBitsParams::new(64, 4, 32, 5, false);
+    assert!(p.validate().unwrap_err().contains("accuracy_level"));
+}
+
+#[test]
+fn wrong_input_lengths_name_the_input() {
+    let p = NBitsParams::new(100, 7, 32, 0, true);
+    let (b, s, z) = sizes(&p);
+    let e = p.check_sizes(b - 1, s, Some(z), None).unwrap_err();
+    assert!(
+        e.contains("input B") && e.contains(&b.to_string()) && e.contains(&(b - 1).to_string()),
+        "{e}"
+    );
+    let e = p.check_sizes(b, s + 1, Some(z), None).unwrap_err();
+    assert!(e.contains("scales") && e.contains(&s.to_string()), "{e}");
+    let e = p.check_sizes(b, s, Some(z + 3), None).unwrap_err();
+    assert!(
+        e.contains("zero_points") && e.contains(&z.to_string()),
+        "{e}"
+    );
+    let e = p.check_sizes(b, s, None, None).unwrap_err();
+    assert!(e.contains("zero_points"), "{e}");
+    let e = p.check_sizes(b, s, Some(z), Some(6)).unwrap_err();
+    assert!(e.contains("bias"), "{e}");
+    let q = NBitsParams::new(100, 7, 32, 0, false);
+    assert!(q
+        .check_sizes(b, s, Some(z), None)
+        .unwrap_err()
+        .contains("zero_points"));
+    let e = NBitsParams::new(100, 7, 24, 0, false)
+        .check_sizes(b, s, None, None)
+        .unwrap_err();
+    assert!(e.contains("block_size"), "{e}");
+}
