@@ -70,7 +70,7 @@ fn sampled_sizes_all_variants() {
             let idx = i * NS.len() + j;
             let m = MS[idx % MS.len()];
             let bs = BSS[(idx / 2 + i) % BSS.len()];
-            let (zp, bias) = (idx % 2 == 0, (idx / 3) % 2 == 0);
+            let (zp, bias) = (idx.is_multiple_of(2), (idx / 3).is_multiple_of(2));
             // Keep the biggest shapes cheap: large K only with modest M.
             let m = if k >= 1000 && n > 17 { m.min(5) } else { m };
             for acc in [0, 4] {

@@ -164,7 +164,7 @@ impl<'a> Tensor<'a> {
         if n == 0 {
             return Ok(&[]);
         }
-        if self.data.is_null() || (self.data as usize) % std::mem::align_of::<T>() != 0 {
+        if self.data.is_null() || !(self.data as usize).is_multiple_of(std::mem::align_of::<T>()) {
             return Err(Error::fail("tensor data pointer is NULL or misaligned"));
         }
         // SAFETY: ORT guarantees the buffer holds n elements of T (type checked above), is
@@ -219,7 +219,7 @@ impl<'a> TensorMut<'a> {
         if n == 0 {
             return Ok(&mut []);
         }
-        if self.data.is_null() || (self.data as usize) % std::mem::align_of::<T>() != 0 {
+        if self.data.is_null() || !(self.data as usize).is_multiple_of(std::mem::align_of::<T>()) {
             return Err(Error::fail("output data pointer is NULL or misaligned"));
         }
         // SAFETY: ORT allocated n elements of T for this output (type checked), aligned

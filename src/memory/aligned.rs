@@ -22,7 +22,7 @@ impl<T: Copy + Default> AlignedBuf<T> {
         assert!(
             Self::ELEM > 0
                 && Self::ELEM <= ALIGN
-                && ALIGN % Self::ELEM == 0
+                && ALIGN.is_multiple_of(Self::ELEM)
                 && std::mem::align_of::<T>() == Self::ELEM,
             "AlignedBuf: element size must equal its alignment and divide 64"
         );

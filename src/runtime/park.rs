@@ -193,7 +193,7 @@ impl StragglerWait {
     pub(crate) fn step(&mut self, i: u64) {
         self.spins += 1;
         std::hint::spin_loop();
-        if i >= CALLER_SPINS_BEFORE_YIELD && i % CALLER_YIELD_EVERY == 0 {
+        if i >= CALLER_SPINS_BEFORE_YIELD && i.is_multiple_of(CALLER_YIELD_EVERY) {
             std::thread::yield_now();
             self.yields += 1;
         }

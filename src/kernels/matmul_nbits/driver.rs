@@ -157,7 +157,7 @@ struct Ctx<'a, 'o> {
 impl Ctx<'_, '_> {
     /// Computes column group `g` for `rows` (which start at a multiple of `MR`) and writes it.
     fn group(&self, view: &GroupView, g: usize, rows: std::ops::Range<usize>) {
-        debug_assert!(rows.start % MR == 0 && rows.end <= self.m);
+        debug_assert!(rows.start.is_multiple_of(MR) && rows.end <= self.m);
         let cols = g * NR..((g + 1) * NR).min(self.p.n);
         let mut res = [[0f32; NR]; MR];
         let mut vals = [0f32; NR];

@@ -9,7 +9,7 @@ pub fn weight_code(b: &[u8], p: &NBitsParams, k: usize, n: usize) -> u8 {
     let kb = k / p.block_size;
     let within = k % p.block_size;
     let byte = b[(n * p.k_blocks() + kb) * p.blob_bytes() + within / 2];
-    if within % 2 == 0 {
+    if within.is_multiple_of(2) {
         byte & 0x0F
     } else {
         byte >> 4
@@ -22,7 +22,7 @@ pub fn zero_point(zero_points: Option<&[u8]>, p: &NBitsParams, n: usize, kb: usi
         None => 8,
         Some(z) => {
             let byte = z[n * p.zp_row_bytes() + kb / 2];
-            if kb % 2 == 0 {
+            if kb.is_multiple_of(2) {
                 byte & 0x0F
             } else {
                 byte >> 4
