@@ -93,7 +93,9 @@ fn lowering_the_budget_keeps_existing_grants() {
 
 #[test]
 fn concurrent_reserve_release_never_exceeds_budget() {
-    const BUDGET: u64 = 1000;
+    // One thread alone holds up to 3 grants of up to 300 bytes, so it meets this budget even
+    // when the scheduler runs the threads one after another (a loaded 2-core CI machine).
+    const BUDGET: u64 = 500;
     const THREADS: u64 = 16;
     const ITERS: u64 = 20_000;
     let g = Arc::new(Governor::new(BUDGET));
