@@ -18,7 +18,11 @@ pub fn max_scaled_err(a: &[f32], b: &[f32], rtol: f32, atol: f32) -> f32 {
         .zip(b)
         .map(|(&x, &y)| {
             if x.is_nan() || y.is_nan() {
-                if x.is_nan() && y.is_nan() { 0.0 } else { f32::INFINITY }
+                if x.is_nan() && y.is_nan() {
+                    0.0
+                } else {
+                    f32::INFINITY
+                }
             } else if x == y {
                 0.0
             } else {

@@ -167,7 +167,10 @@ fn value_info(name: &str, elem: i32, dims: Option<&[Dim]>) -> ValueInfoProto {
             })
             .collect(),
     });
-    ValueInfoProto { name: name.into(), r#type: Some(TypeProto { tensor_type: Some(TypeTensor { elem_type: elem, shape }) }) }
+    ValueInfoProto {
+        name: name.into(),
+        r#type: Some(TypeProto { tensor_type: Some(TypeTensor { elem_type: elem, shape }) }),
+    }
 }
 
 impl GraphBuilder {
@@ -254,7 +257,11 @@ impl GraphBuilder {
             ir_version: 10,
             producer_name: "rcpu-e2e".into(),
             graph: Some(self.g.clone()),
-            opset_import: self.opsets.iter().map(|(d, v)| OperatorSetIdProto { domain: d.clone(), version: *v }).collect(),
+            opset_import: self
+                .opsets
+                .iter()
+                .map(|(d, v)| OperatorSetIdProto { domain: d.clone(), version: *v })
+                .collect(),
         }
         .encode_to_vec()
     }

@@ -102,7 +102,8 @@ fn check(api: &OrtApi, st: OrtStatusPtr) -> Res<()> {
     // SAFETY: st is a live status from ORT; released once here.
     unsafe {
         let m = (api.GetErrorMessage)(st.0);
-        let msg = if m.is_null() { "(no message)".to_string() } else { CStr::from_ptr(m).to_string_lossy().into_owned() };
+        let msg =
+            if m.is_null() { "(no message)".to_string() } else { CStr::from_ptr(m).to_string_lossy().into_owned() };
         (api.ReleaseStatus)(st.0);
         Err(msg)
     }
@@ -313,7 +314,9 @@ impl Session {
         }
         let mut mem = std::ptr::null_mut();
         // SAFETY: out-pointer live; released below.
-        check(api, unsafe { (api.CreateCpuMemoryInfo)(OrtAllocatorType::OrtArenaAllocator, OrtMemType::OrtMemTypeDefault, &mut mem) })?;
+        check(api, unsafe {
+            (api.CreateCpuMemoryInfo)(OrtAllocatorType::OrtArenaAllocator, OrtMemType::OrtMemTypeDefault, &mut mem)
+        })?;
         let mut vals: Vec<*mut OrtValue> = Vec::new();
         let result = (|| -> Res<Vec<Tensor>> {
             for t in inputs {
@@ -322,7 +325,15 @@ impl Session {
                 // SAFETY: the tensor borrows t's buffer, which outlives the Run call below;
                 // ORT does not write inputs.
                 check(api, unsafe {
-                    (api.CreateTensorWithDataAsOrtValue)(mem, ptr as *mut c_void, bytes, t.shape.as_ptr(), t.shape.len(), elem, &mut v)
+                    (api.CreateTensorWithDataAsOrtValue)(
+                        mem,
+                        ptr as *mut c_void,
+                        bytes,
+                        t.shape.as_ptr(),
+                        t.shape.len(),
+                        elem,
+                        &mut v,
+                    )
                 })?;
                 vals.push(v);
             }

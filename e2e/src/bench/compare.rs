@@ -1,0 +1,284 @@
+//! `rcpu-bench compare`: parity first, then interleaved rounds of ORT, rcpu and a null arm, each in
+//! its own worker process; steady-state window, null band, verdict, bandwidth floor, routes.
+
+use serde_json::{json, Value};
+
+use super::args::Opts;
+use super::arm::{ArmKind, Worker, WorkerCfg};
+use super::conditions::{self, cpu_ticks};
+use super::quant::{median, quantile};
+use super::steady::{steady_start, SteadyCfg};
+use super::target::{placement, progress, Target};
+use super::verdict::{verdict, NullBand};
+use super::{counters, membw, os};
+
+/// Foreign busy share above which a round is marked as taken under heavy load.
+const HEAVY_FOREIGN: f64 = 0.25;
+
+struct Round {
+    order: Vec<usize>,
+    /// Per arm (ort, rcpu, null): p50 and p90 in microseconds.
+    p50: [f64; 3],
+    p90: [f64; 3],
+    foreign: f64,
+    /// CPU ms the two idle arms burned while each arm was timed (summed over arms).
+    idle_cpu_ms: f64,
+    /// How long each arm kept burning CPU after its batch (spinning threads) before it went quiet.
+    settle_ms: [f64; 3],
+}
+
+pub fn run(o: &Opts) -> Result<i32, String> {
+    let t = Target::resolve(o)?;
+    let (cpus, threads) = placement(o)?;
+    let load_start = conditions::loadavg();
+    let null_kind = if o.null_arm == "ort" { ArmKind::Ort } else { ArmKind::Rcpu };
+    let cfg = WorkerCfg { threads, cpus: cpus.clone(), model_path: t.path.clone(), m: t.m, seed: o.seed };
+    let header = format!(
+        "{} | threads={threads} cpus={cpus:?} rounds={} iters={} warmup={} null={}",
+        t.label, o.rounds, o.iters, o.warmup, o.null_arm
+    );
+    println!("rcpu-bench compare: {header}");
+    println!(
+        "process model: each arm runs in its own worker process (rcpu-bench __worker), pinned with \
+         sched_setaffinity to cpus {cpus:?}; idle arms block on a pipe read while another is timed"
+    );
+    progress("starting workers (ort, rcpu, null) and creating sessions");
+    let mut arms = vec![
+        Worker::spawn("ort", ArmKind::Ort, &cfg)?,
+        Worker::spawn("rcpu", ArmKind::Rcpu, &cfg)?,
+        Worker::spawn(&format!("null({})", o.null_arm), null_kind, &cfg)?,
+    ];
+    let mut ort_version = String::new();
+    for a in arms.iter_mut() {
+        let l = a.cmd("load")?;
+        ort_version = l["ort_version"].as_str().unwrap_or("").to_string();
+    }
+
+    // Rule 7: parity before timing.
+    let tol = o.tol.unwrap_or_else(|| t.info.default_tol());
+    let outs: Vec<Vec<f32>> = arms.iter_mut().map(|a| out_vec(a)).collect::<Result<_, _>>()?;
+    let e_rcpu = crate::compare::rel_l2(&outs[1], &outs[0]);
+    let e_null = crate::compare::rel_l2(&outs[2], &outs[0]);
+    let ok = e_rcpu <= tol && e_null <= tol;
+    println!(
+        "parity: rcpu vs ORT rel L2 = {e_rcpu:.3e}, null vs ORT = {e_null:.3e} (tol {tol:.0e}) {}",
+        if ok { "OK" } else { "MISMATCH" }
+    );
+    if !ok {
+        println!("refusing to time a mismatch (rule 7)");
+        return Ok(2);
+    }
+
+    progress(&format!("warm-up: {} runs per arm", o.warmup));
+    for a in arms.iter_mut() {
+        a.call(json!({"cmd": "time", "iters": o.warmup}))?;
+        a.cmd("reset_stats")?;
+    }
+    progress(&format!("read bandwidth for a {:.1} MB buffer on {threads} threads", t.weight_bytes as f64 / 1e6));
+    let bw = membw::read_gbps(t.weight_bytes as usize, threads, 5);
+
+    let mut rounds: Vec<Round> = vec![];
+    let mut wheres: [Value; 3] = [Value::Null, Value::Null, Value::Null];
+    for r in 0..o.rounds {
+        let order: Vec<usize> = if r % 2 == 0 { vec![0, 1, 2] } else { vec![2, 1, 0] };
+        let (ticks0, self0) = (cpu_ticks(&cpus), os::usage().cpu_s());
+        let cpu0: Vec<f64> = arms.iter().map(|a| a.cpu_s()).collect();
+        let (mut p50, mut p90, mut idle_cpu_ms, mut settle_ms) = ([0.0; 3], [0.0; 3], 0.0, [0.0; 3]);
+        for &i in &order {
+            let before: Vec<f64> = arms.iter().map(|a| a.cpu_s()).collect();
+            let res = arms[i].call(json!({"cmd": "time", "iters": o.iters}))?;
+            settle_ms[i] += arms[i].settle(500);
+            let after: Vec<f64> = arms.iter().map(|a| a.cpu_s()).collect();
+            idle_cpu_ms += (0..3).filter(|&j| j != i).map(|j| (after[j] - before[j]) * 1e3).sum::<f64>();
+            let us: Vec<f64> =
+                res["ns"].as_array().into_iter().flatten().filter_map(|v| v.as_f64()).map(|v| v / 1e3).collect();
+            p50[i] = median(&us);
+            p90[i] = quantile(&us, 0.9);
+            wheres[i] = res["where"].clone();
+        }
+        let ticks1 = cpu_ticks(&cpus);
+        let ours: f64 = arms.iter().zip(&cpu0).map(|(a, c0)| a.cpu_s() - c0).sum::<f64>() + os::usage().cpu_s() - self0;
+        let tck = os::clk_tck();
+        let total_s = (ticks1.total - ticks0.total) as f64 / tck;
+        let busy_s = (ticks1.busy - ticks0.busy) as f64 / tck;
+        let foreign = if total_s > 0.0 { ((busy_s - ours) / total_s).clamp(0.0, 1.0) } else { 0.0 };
+        progress(&format!(
+            "round {}/{}: ort {:.0} us, rcpu {:.0} us, null {:.0} us, foreign load {:.0}%",
+            r + 1,
+            o.rounds,
+            p50[0],
+            p50[1],
+            p50[2],
+            foreign * 100.0
+        ));
+        rounds.push(Round { order, p50, p90, foreign, idle_cpu_ms, settle_ms });
+    }
+    let stats = arms[1].cmd("stats")?;
+    let load_end = conditions::loadavg();
+    drop(arms);
+
+    // Table.
+    let names = ["ort", "rcpu", "null"];
+    println!();
+    println!(
+        "{:>5}  {:<16} {:>10} {:>10} {:>10} {:>9} {:>13} {:>8} {:>12}",
+        "round",
+        "order",
+        "ort p50us",
+        "rcpu p50us",
+        "null p50us",
+        "ORT/rcpu",
+        "null_b_over_a",
+        "foreign",
+        "idle-arm ms"
+    );
+    for (i, r) in rounds.iter().enumerate() {
+        let order: Vec<&str> = r.order.iter().map(|&j| names[j]).collect();
+        println!(
+            "{:>5}  {:<16} {:>10.1} {:>10.1} {:>10.1} {:>9.3} {:>13.3} {:>7.0}% {:>12.1}{}",
+            i + 1,
+            order.join(","),
+            r.p50[0],
+            r.p50[1],
+            r.p50[2],
+            r.p50[0] / r.p50[1],
+            null_ratio(r, null_kind),
+            r.foreign * 100.0,
+            r.idle_cpu_ms,
+            if r.foreign > HEAVY_FOREIGN { "  heavy foreign load" } else { "" }
+        );
+    }
+
+    // Rule 4: steady window per arm; the latest start wins.
+    let sc = SteadyCfg { k: o.steady_k, tol: o.steady_tol, ..SteadyCfg::default() };
+    let starts: Vec<Option<usize>> =
+        (0..3).map(|a| steady_start(&rounds.iter().map(|r| r.p50[a]).collect::<Vec<_>>(), &sc)).collect();
+    let start = starts.iter().try_fold(0usize, |acc, s| s.map(|s| acc.max(s)));
+    let heavy = rounds.iter().filter(|r| r.foreign > HEAVY_FOREIGN).count();
+    println!();
+    println!(
+        "conditions: cpu '{}'; clock ort={} rcpu={} null={}; loadavg start [{load_start}] end [{load_end}]; \
+         foreign busy share of cpus {cpus:?}: median {:.0}% (max {:.0}%), {heavy}/{} rounds under heavy foreign load (>{:.0}%, kept)",
+        conditions::cpu_model(),
+        clock(&wheres[0]),
+        clock(&wheres[1]),
+        clock(&wheres[2]),
+        median(&rounds.iter().map(|r| r.foreign).collect::<Vec<_>>()) * 100.0,
+        quantile(&rounds.iter().map(|r| r.foreign).collect::<Vec<_>>(), 1.0) * 100.0,
+        rounds.len(),
+        HEAVY_FOREIGN * 100.0,
+    );
+    let settle: Vec<f64> = (0..3).map(|a| median(&rounds.iter().map(|r| r.settle_ms[a]).collect::<Vec<_>>())).collect();
+    println!(
+        "rule 3: own process per arm, and before the next arm is timed the bench waits until the last one's \
+         process stops using CPU (median wait after a batch: ort {:.0} ms, rcpu {:.0} ms, null {:.0} ms); idle arms \
+         still burned {:.0} ms CPU in total while others were timed (/proc ticks, 10 ms resolution). ORT {}",
+        settle[0],
+        settle[1],
+        settle[2],
+        rounds.iter().map(|r| r.idle_cpu_ms).sum::<f64>(),
+        ort_version
+    );
+    let (route_lines, route_json) = counters::route_report(&t.info.ops, &stats, (o.rounds * o.iters) as u64);
+    println!("routes on rcpu (ledger, per timed iteration):");
+    for l in &route_lines {
+        println!("  {l}");
+    }
+
+    let mut summary = json!({
+        "label": header, "threads": threads, "cpus": cpus, "rounds": o.rounds, "iters": o.iters,
+        "parity": {"rel_l2_rcpu": e_rcpu, "rel_l2_null": e_null, "tol": tol},
+        "conditions": {"cpu_model": conditions::cpu_model(), "where": wheres, "loadavg_start": load_start,
+            "loadavg_end": load_end, "foreign_share": rounds.iter().map(|r| r.foreign).collect::<Vec<_>>()},
+        "per_round_p50_us": rounds.iter().map(|r| r.p50.to_vec()).collect::<Vec<_>>(),
+        "per_round_p90_us": rounds.iter().map(|r| r.p90.to_vec()).collect::<Vec<_>>(),
+        "routes": route_json, "read_gbps": bw, "weight_bytes": t.weight_bytes,
+    });
+    let code = match start {
+        None => {
+            println!(
+                "steady state NOT REACHED (per-arm steady starts {starts:?}; rolling median k={} within {:.0}%): no headline ratio",
+                sc.k,
+                sc.tol * 100.0
+            );
+            summary["steady"] = json!(false);
+            3
+        }
+        Some(s) => {
+            let w = &rounds[s..];
+            let med = |a: usize, p90: bool| {
+                median(&w.iter().map(|r| if p90 { r.p90[a] } else { r.p50[a] }).collect::<Vec<_>>())
+            };
+            let ratio = med(0, false) / med(1, false);
+            let nulls: Vec<f64> = w.iter().map(|r| null_ratio(r, null_kind)).collect();
+            println!("steady window: rounds {}..{} ({} warm-up rounds excluded)", s + 1, rounds.len(), s);
+            for (a, name) in names.iter().enumerate() {
+                let gbps = if t.decode { t.weight_bytes as f64 / (med(a, false) * 1e-6) / 1e9 } else { f64::NAN };
+                println!(
+                    "  {name:<5} p50 {:>9.1} us  p90 {:>9.1} us{}",
+                    med(a, false),
+                    med(a, true),
+                    if t.decode {
+                        format!("  {gbps:>6.2} GB/s = {:>5.1}% of measured read bw", gbps / bw * 100.0)
+                    } else {
+                        String::new()
+                    }
+                );
+            }
+            if t.decode {
+                println!(
+                    "physical limit: {:.1} MB of weights per token; read bandwidth measured now {bw:.2} GB/s ({threads} threads) -> floor {:.1} us/token",
+                    t.weight_bytes as f64 / 1e6,
+                    t.weight_bytes as f64 / bw / 1e3
+                );
+            }
+            summary["steady"] = json!({"start": s, "p50_us": [med(0,false), med(1,false), med(2,false)], "p90_us": [med(0,true), med(1,true), med(2,true)]});
+            match NullBand::from_ratios(&nulls) {
+                Some(b) => {
+                    let v = verdict(ratio, &b);
+                    let (slo, shi) = b.symmetric();
+                    println!(
+                        "HEADLINE [{}; threads={threads}; {} rounds x {} iters]: ORT/rcpu = {ratio:.3}  null_b_over_a median {:.3}, band [{:.3}, {:.3}] (symmetric [{slo:.3}, {shi:.3}])  verdict: {}",
+                        t.label,
+                        w.len(),
+                        o.iters,
+                        median(&nulls),
+                        b.lo,
+                        b.hi,
+                        v.word()
+                    );
+                    summary["headline"] =
+                        json!({"ratio_ort_over_rcpu": ratio, "null_b_over_a": nulls, "band": b, "verdict": v.word()});
+                }
+                None => println!("null band unavailable (bad null ratios): no verdict"),
+            }
+            0
+        }
+    };
+    if let Some(f) = &o.json {
+        std::fs::write(f, serde_json::to_string_pretty(&summary).unwrap_or_default())
+            .map_err(|e| format!("{f}: {e}"))?;
+        progress(&format!("wrote {f}"));
+    }
+    Ok(code)
+}
+
+fn out_vec(a: &mut Worker) -> Result<Vec<f32>, String> {
+    let v = a.cmd("output")?;
+    Ok(v["data"].as_array().ok_or("no output data")?.iter().map(|x| x.as_f64().unwrap_or(f64::NAN) as f32).collect())
+}
+
+/// null_b_over_a: the null arm over the arm it repeats.
+fn null_ratio(r: &Round, null_kind: ArmKind) -> f64 {
+    match null_kind {
+        ArmKind::Rcpu => r.p50[2] / r.p50[1],
+        ArmKind::Ort => r.p50[2] / r.p50[0],
+    }
+}
+
+fn clock(w: &Value) -> String {
+    match w["cpu"].as_u64() {
+        Some(c) => format!("cpu{c}@{}", w["mhz"].as_str().unwrap_or("unavailable")),
+        None => "unavailable".into(),
+    }
+}

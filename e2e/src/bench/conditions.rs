@@ -1,0 +1,106 @@
+//! The machine's conditions (rule 5), read from /proc and /sys: CPU model, per-CPU clock, load
+//! average, per-CPU busy time, per-process and per-thread CPU time, peak RSS.
+
+use std::fs;
+
+pub fn cpu_model() -> String {
+    fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// `scaling_cur_freq` of `cpu` in MHz, or "unavailable".
+pub fn cpu_mhz(cpu: usize) -> String {
+    fs::read_to_string(format!("/sys/devices/system/cpu/cpu{cpu}/cpufreq/scaling_cur_freq"))
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .map(|khz| format!("{} MHz", khz / 1000))
+        .unwrap_or_else(|| "unavailable".into())
+}
+
+/// The 1-minute load average.
+pub fn loadavg() -> String {
+    fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unavailable".into())
+}
+
+/// Busy and total jiffies of one CPU from /proc/stat.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CpuTicks {
+    pub busy: u64,
+    pub total: u64,
+}
+
+/// Summed ticks of `cpus`.
+pub fn cpu_ticks(cpus: &[usize]) -> CpuTicks {
+    let s = fs::read_to_string("/proc/stat").unwrap_or_default();
+    let mut t = CpuTicks::default();
+    for line in s.lines() {
+        let mut it = line.split_whitespace();
+        let Some(name) = it.next() else { continue };
+        let Some(id) = name.strip_prefix("cpu").and_then(|x| x.parse::<usize>().ok()) else { continue };
+        if !cpus.contains(&id) {
+            continue;
+        }
+        // user nice system idle iowait irq softirq steal ...
+        let v: Vec<u64> = it.take(8).filter_map(|x| x.parse().ok()).collect();
+        if v.len() < 5 {
+            continue;
+        }
+        let total: u64 = v.iter().sum();
+        t.total += total;
+        t.busy += total - v[3] - v[4];
+    }
+    t
+}
+
+/// utime + stime of a /proc stat file in seconds (`/proc/PID/stat` or `/proc/PID/task/TID/stat`).
+pub fn stat_cpu_s(path: &str) -> Option<f64> {
+    let s = fs::read_to_string(path).ok()?;
+    // Fields after the parenthesised comm: state is field 3; utime/stime are fields 14/15.
+    let rest = &s[s.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+    Some(ticks as f64 / super::os::clk_tck())
+}
+
+pub fn process_cpu_s(pid: u32) -> f64 {
+    stat_cpu_s(&format!("/proc/{pid}/stat")).unwrap_or(0.0)
+}
+
+/// The CPU a task last ran on (field 39 of its stat).
+pub fn last_cpu(pid: u32) -> Option<usize> {
+    let s = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &s[s.rfind(')')? + 2..];
+    rest.split_whitespace().nth(36)?.parse().ok()
+}
+
+/// Threads of this process: (tid, name, cpu seconds).
+pub fn threads() -> Vec<(u32, String, f64)> {
+    let mut v: Vec<(u32, String, f64)> = fs::read_dir("/proc/self/task")
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .filter_map(|e| {
+                    let tid: u32 = e.file_name().to_str()?.parse().ok()?;
+                    let comm = fs::read_to_string(format!("/proc/self/task/{tid}/comm")).ok()?.trim().to_string();
+                    let cpu = stat_cpu_s(&format!("/proc/self/task/{tid}/stat")).unwrap_or(0.0);
+                    Some((tid, comm, cpu))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort_by_key(|t| t.0);
+    v
+}
+
+/// VmHWM (peak resident set) in KiB.
+pub fn vm_hwm_kb() -> Option<u64> {
+    let s = fs::read_to_string("/proc/self/status").ok()?;
+    s.lines().find(|l| l.starts_with("VmHWM:"))?.split_whitespace().nth(1)?.parse().ok()
+}
