@@ -56,7 +56,7 @@ pub fn run(o: &Opts) -> Result<i32, String> {
 
     // Rule 7: parity before timing.
     let tol = o.tol.unwrap_or_else(|| t.info.default_tol());
-    let outs: Vec<Vec<f32>> = arms.iter_mut().map(|a| out_vec(a)).collect::<Result<_, _>>()?;
+    let outs: Vec<Vec<f32>> = arms.iter_mut().map(out_vec).collect::<Result<_, _>>()?;
     let e_rcpu = crate::compare::rel_l2(&outs[1], &outs[0]);
     let e_null = crate::compare::rel_l2(&outs[2], &outs[0]);
     let ok = e_rcpu <= tol && e_null <= tol;

@@ -209,8 +209,9 @@ mod tests {
     #[test]
     fn weight_bytes_count_every_initializer() {
         let s = Spec::parse("nbits:k=64,n=32,layers=2,block=32,acc=0").unwrap();
-        // per layer: B 32*2*16 + scales 32*2*4 + zp 32*1
-        assert_eq!(s.generate().weight_bytes, 2 * (1024 + 256 + 32));
+        // layer 0 (64->32, 2 blocks): B 32*2*16 + scales 32*2*4 + zp 32*1;
+        // layer 1 (32->64, 1 block): B 64*1*16 + scales 64*1*4 + zp 64*1.
+        assert_eq!(s.generate().weight_bytes, (1024 + 256 + 32) + (1024 + 256 + 64));
         assert_eq!(Spec::parse("matmul:k=8,n=4,layers=3").unwrap().generate().weight_bytes, 3 * 8 * 4 * 4);
     }
 }

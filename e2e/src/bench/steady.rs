@@ -62,7 +62,7 @@ mod tests {
     fn warm_up_spike_is_excluded() {
         let s = [400.0, 250.0, 180.0, 100.0, 101.0, 99.0, 100.5, 100.0, 99.5, 100.2, 100.1, 99.9];
         let st = steady_start(&s, &SteadyCfg::default()).expect("steady after the spike");
-        assert!(st >= 1 && st <= 3, "window starts after the spike, at {st}");
+        assert!((1..=3).contains(&st), "window starts after the spike, at {st}");
     }
 
     #[test]
