@@ -20,7 +20,8 @@ struct Round {
     /// Per arm (ort, rcpu, null): p50 and p90 in microseconds.
     p50: [f64; 3],
     p90: [f64; 3],
-    foreign: f64,
+    /// Busy share of the arms' CPUs taken by other processes (None: round too short to tell).
+    foreign: Option<f64>,
     /// CPU ms the two idle arms burned while each arm was timed (summed over arms).
     idle_cpu_ms: f64,
     /// How long each arm kept burning CPU after its batch (spinning threads) before it went quiet.
@@ -78,6 +79,8 @@ pub fn run(o: &Opts) -> Result<i32, String> {
     let bw = membw::read_gbps(t.weight_bytes as usize, threads, 5);
 
     let mut rounds: Vec<Round> = vec![];
+    let (run_ticks0, run_self0) = (cpu_ticks(&cpus), os::usage().cpu_s());
+    let run_cpu0: Vec<f64> = arms.iter().map(|a| a.cpu_s()).collect();
     let mut wheres: [Value; 3] = [Value::Null, Value::Null, Value::Null];
     for r in 0..o.rounds {
         let order: Vec<usize> = if r % 2 == 0 { vec![0, 1, 2] } else { vec![2, 1, 0] };
@@ -96,23 +99,21 @@ pub fn run(o: &Opts) -> Result<i32, String> {
             p90[i] = quantile(&us, 0.9);
             wheres[i] = res["where"].clone();
         }
-        let ticks1 = cpu_ticks(&cpus);
         let ours: f64 = arms.iter().zip(&cpu0).map(|(a, c0)| a.cpu_s() - c0).sum::<f64>() + os::usage().cpu_s() - self0;
-        let tck = os::clk_tck();
-        let total_s = (ticks1.total - ticks0.total) as f64 / tck;
-        let busy_s = (ticks1.busy - ticks0.busy) as f64 / tck;
-        let foreign = if total_s > 0.0 { ((busy_s - ours) / total_s).clamp(0.0, 1.0) } else { 0.0 };
+        let foreign = conditions::foreign_share(ticks0, cpu_ticks(&cpus), ours);
         progress(&format!(
-            "round {}/{}: ort {:.0} us, rcpu {:.0} us, null {:.0} us, foreign load {:.0}%",
+            "round {}/{}: ort {:.0} us, rcpu {:.0} us, null {:.0} us, foreign load {}",
             r + 1,
             o.rounds,
             p50[0],
             p50[1],
             p50[2],
-            foreign * 100.0
+            conditions::pct(foreign)
         ));
         rounds.push(Round { order, p50, p90, foreign, idle_cpu_ms, settle_ms });
     }
+    let (run_ticks1, run_self1) = (cpu_ticks(&cpus), os::usage().cpu_s());
+    let run_arm_cpu1: Vec<f64> = arms.iter().map(|a| a.cpu_s()).collect();
     let stats = arms[1].cmd("stats")?;
     let load_end = conditions::loadavg();
     drop(arms);
@@ -135,7 +136,7 @@ pub fn run(o: &Opts) -> Result<i32, String> {
     for (i, r) in rounds.iter().enumerate() {
         let order: Vec<&str> = r.order.iter().map(|&j| names[j]).collect();
         println!(
-            "{:>5}  {:<16} {:>10.1} {:>10.1} {:>10.1} {:>9.3} {:>13.3} {:>7.0}% {:>12.1}{}",
+            "{:>5}  {:<16} {:>10.1} {:>10.1} {:>10.1} {:>9.3} {:>13.3} {:>8} {:>12.1}{}",
             i + 1,
             order.join(","),
             r.p50[0],
@@ -143,9 +144,9 @@ pub fn run(o: &Opts) -> Result<i32, String> {
             r.p50[2],
             r.p50[0] / r.p50[1],
             null_ratio(r, null_kind),
-            r.foreign * 100.0,
+            conditions::pct(r.foreign),
             r.idle_cpu_ms,
-            if r.foreign > HEAVY_FOREIGN { "  heavy foreign load" } else { "" }
+            if r.foreign.unwrap_or(0.0) > HEAVY_FOREIGN { "  heavy foreign load" } else { "" }
         );
     }
 
@@ -154,17 +155,19 @@ pub fn run(o: &Opts) -> Result<i32, String> {
     let starts: Vec<Option<usize>> =
         (0..3).map(|a| steady_start(&rounds.iter().map(|r| r.p50[a]).collect::<Vec<_>>(), &sc)).collect();
     let start = starts.iter().try_fold(0usize, |acc, s| s.map(|s| acc.max(s)));
-    let heavy = rounds.iter().filter(|r| r.foreign > HEAVY_FOREIGN).count();
+    let heavy = rounds.iter().filter(|r| r.foreign.unwrap_or(0.0) > HEAVY_FOREIGN).count();
+    let run_ours: f64 = run_cpu0.iter().zip(&run_arm_cpu1).map(|(a, b)| b - a).sum::<f64>() + run_self1 - run_self0;
+    let run_foreign = conditions::foreign_share(run_ticks0, run_ticks1, run_ours);
     println!();
     println!(
         "conditions: cpu '{}'; clock ort={} rcpu={} null={}; loadavg start [{load_start}] end [{load_end}]; \
-         foreign busy share of cpus {cpus:?}: median {:.0}% (max {:.0}%), {heavy}/{} rounds under heavy foreign load (>{:.0}%, kept)",
+         foreign busy share of cpus {cpus:?} over the timed rounds: {} (worst round {}), {heavy}/{} rounds under heavy foreign load (>{:.0}%, kept)",
         conditions::cpu_model(),
         clock(&wheres[0]),
         clock(&wheres[1]),
         clock(&wheres[2]),
-        median(&rounds.iter().map(|r| r.foreign).collect::<Vec<_>>()) * 100.0,
-        quantile(&rounds.iter().map(|r| r.foreign).collect::<Vec<_>>(), 1.0) * 100.0,
+        conditions::pct(run_foreign),
+        conditions::pct(rounds.iter().filter_map(|r| r.foreign).reduce(f64::max)),
         rounds.len(),
         HEAVY_FOREIGN * 100.0,
     );
@@ -180,7 +183,11 @@ pub fn run(o: &Opts) -> Result<i32, String> {
         ort_version
     );
     let (route_lines, route_json) = counters::route_report(&t.info.ops, &stats, (o.rounds * o.iters) as u64);
-    println!("routes on rcpu (ledger, per timed iteration):");
+    println!(
+        "routes on rcpu (ledger of the rcpu arm, rcpu {} isa {}, per timed iteration):",
+        stats["version"].as_str().unwrap_or("?"),
+        stats["isa"].as_str().unwrap_or("?")
+    );
     for l in &route_lines {
         println!("  {l}");
     }
@@ -189,7 +196,7 @@ pub fn run(o: &Opts) -> Result<i32, String> {
         "label": header, "threads": threads, "cpus": cpus, "rounds": o.rounds, "iters": o.iters,
         "parity": {"rel_l2_rcpu": e_rcpu, "rel_l2_null": e_null, "tol": tol},
         "conditions": {"cpu_model": conditions::cpu_model(), "where": wheres, "loadavg_start": load_start,
-            "loadavg_end": load_end, "foreign_share": rounds.iter().map(|r| r.foreign).collect::<Vec<_>>()},
+            "loadavg_end": load_end, "foreign_share_rounds": rounds.iter().map(|r| r.foreign).collect::<Vec<_>>(), "foreign_share_run": run_foreign},
         "per_round_p50_us": rounds.iter().map(|r| r.p50.to_vec()).collect::<Vec<_>>(),
         "per_round_p90_us": rounds.iter().map(|r| r.p90.to_vec()).collect::<Vec<_>>(),
         "routes": route_json, "read_gbps": bw, "weight_bytes": t.weight_bytes,

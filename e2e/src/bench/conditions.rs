@@ -104,3 +104,21 @@ pub fn vm_hwm_kb() -> Option<u64> {
     let s = fs::read_to_string("/proc/self/status").ok()?;
     s.lines().find(|l| l.starts_with("VmHWM:"))?.split_whitespace().nth(1)?.parse().ok()
 }
+
+/// Share of the CPUs' time that other processes were busy between two readings, given the CPU
+/// seconds our own processes used meanwhile. None when the window is too short for the 10 ms
+/// tick resolution of /proc/stat (fewer than 20 ticks over the CPUs).
+pub fn foreign_share(t0: CpuTicks, t1: CpuTicks, ours_s: f64) -> Option<f64> {
+    let ticks = t1.total.saturating_sub(t0.total);
+    if ticks < 20 {
+        return None;
+    }
+    let tck = super::os::clk_tck();
+    let busy_s = t1.busy.saturating_sub(t0.busy) as f64 / tck;
+    Some(((busy_s - ours_s) / (ticks as f64 / tck)).clamp(0.0, 1.0))
+}
+
+/// "42%" or "n/a".
+pub fn pct(v: Option<f64>) -> String {
+    v.map(|x| format!("{:.0}%", x * 100.0)).unwrap_or_else(|| "n/a".into())
+}

@@ -70,7 +70,28 @@ pub fn route_report(ops: &[String], stats: &Value, per: u64) -> (Vec<String>, Va
         }
         _ => lines.push("pools: none reported by this rcpu build (no pool counters to show)".into()),
     }
+    if stats["memory"].is_object() {
+        let mut kv = vec![];
+        flatten("", &stats["memory"], &mut kv);
+        lines.push(format!(
+            "memory (non-zero figures): {}",
+            if kv.is_empty() { "all zero".into() } else { kv.join(" ") }
+        ));
+    }
     (lines, json!({"routes": routes, "pools": pools_json, "isa": stats["isa"], "version": stats["version"]}))
+}
+
+/// `a.b=v` for every non-zero leaf.
+fn flatten(prefix: &str, v: &Value, out: &mut Vec<String>) {
+    match v {
+        Value::Object(m) => {
+            for (k, x) in m {
+                flatten(&if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") }, x, out);
+            }
+        }
+        Value::Number(n) if n.as_f64() == Some(0.0) => {}
+        other => out.push(format!("{prefix}={other}")),
+    }
 }
 
 #[cfg(test)]

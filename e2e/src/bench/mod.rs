@@ -68,7 +68,7 @@ fn demo_opts(mut o: Opts, argv: &[String]) -> Opts {
         o.rounds = 10;
     }
     if !given("--iters") {
-        o.iters = 10;
+        o.iters = 20;
     }
     if !given("--warmup") {
         o.warmup = 5;
