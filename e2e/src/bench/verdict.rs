@@ -84,6 +84,8 @@ mod tests {
         // The band is symmetric: an A/A that only ran slow still covers the fast side.
         let one_sided = band(&[1.0, 1.2, 1.1]);
         assert_eq!(verdict(1.0 / 1.15, &one_sided), Verdict::Noise);
+        let slow_side = band(&[0.8, 1.0, 0.9]);
+        assert_eq!(verdict(1.15, &slow_side), Verdict::Noise);
     }
 
     #[test]
