@@ -5,7 +5,7 @@ use serde_json::{json, Value};
 
 use super::args::Opts;
 use super::arm::{ArmKind, Worker, WorkerCfg};
-use super::conditions::{self, cpu_ticks};
+use super::conditions::{self, cpu_ticks, CpuTicks};
 use super::quant::{median, quantile};
 use super::steady::{steady_start, SteadyCfg};
 use super::target::{placement, progress, Target};
@@ -79,19 +79,23 @@ pub fn run(o: &Opts) -> Result<i32, String> {
     let bw = membw::read_gbps(t.weight_bytes as usize, threads, 5);
 
     let mut rounds: Vec<Round> = vec![];
-    let (run_ticks0, run_self0) = (cpu_ticks(&cpus), os::usage().cpu_s());
-    let run_cpu0: Vec<f64> = arms.iter().map(|a| a.cpu_s()).collect();
+    // Foreign load is measured over the timed windows only (not the settle waits in between).
+    let (mut run_ticks, mut run_ours) = (CpuTicks::default(), 0.0);
     let mut wheres: [Value; 3] = [Value::Null, Value::Null, Value::Null];
     for r in 0..o.rounds {
         let order: Vec<usize> = if r % 2 == 0 { vec![0, 1, 2] } else { vec![2, 1, 0] };
-        let (ticks0, self0) = (cpu_ticks(&cpus), os::usage().cpu_s());
-        let cpu0: Vec<f64> = arms.iter().map(|a| a.cpu_s()).collect();
+        let (mut ticks, mut ours) = (CpuTicks::default(), 0.0);
         let (mut p50, mut p90, mut idle_cpu_ms, mut settle_ms) = ([0.0; 3], [0.0; 3], 0.0, [0.0; 3]);
         for &i in &order {
             let before: Vec<f64> = arms.iter().map(|a| a.cpu_s()).collect();
+            let (t0, self0) = (cpu_ticks(&cpus), os::usage().cpu_s());
             let res = arms[i].call(json!({"cmd": "time", "iters": o.iters}))?;
             settle_ms[i] += arms[i].settle(500);
+            let (t1, self1) = (cpu_ticks(&cpus), os::usage().cpu_s());
             let after: Vec<f64> = arms.iter().map(|a| a.cpu_s()).collect();
+            ticks.busy += t1.busy.saturating_sub(t0.busy);
+            ticks.total += t1.total.saturating_sub(t0.total);
+            ours += after.iter().zip(&before).map(|(a, b)| a - b).sum::<f64>() + self1 - self0;
             idle_cpu_ms += (0..3).filter(|&j| j != i).map(|j| (after[j] - before[j]) * 1e3).sum::<f64>();
             let us: Vec<f64> =
                 res["ns"].as_array().into_iter().flatten().filter_map(|v| v.as_f64()).map(|v| v / 1e3).collect();
@@ -99,8 +103,10 @@ pub fn run(o: &Opts) -> Result<i32, String> {
             p90[i] = quantile(&us, 0.9);
             wheres[i] = res["where"].clone();
         }
-        let ours: f64 = arms.iter().zip(&cpu0).map(|(a, c0)| a.cpu_s() - c0).sum::<f64>() + os::usage().cpu_s() - self0;
-        let foreign = conditions::foreign_share(ticks0, cpu_ticks(&cpus), ours);
+        let foreign = conditions::foreign_share(CpuTicks::default(), ticks, ours);
+        run_ticks.busy += ticks.busy;
+        run_ticks.total += ticks.total;
+        run_ours += ours;
         progress(&format!(
             "round {}/{}: ort {:.0} us, rcpu {:.0} us, null {:.0} us, foreign load {}",
             r + 1,
@@ -112,8 +118,6 @@ pub fn run(o: &Opts) -> Result<i32, String> {
         ));
         rounds.push(Round { order, p50, p90, foreign, idle_cpu_ms, settle_ms });
     }
-    let (run_ticks1, run_self1) = (cpu_ticks(&cpus), os::usage().cpu_s());
-    let run_arm_cpu1: Vec<f64> = arms.iter().map(|a| a.cpu_s()).collect();
     let stats = arms[1].cmd("stats")?;
     let load_end = conditions::loadavg();
     drop(arms);
@@ -156,12 +160,11 @@ pub fn run(o: &Opts) -> Result<i32, String> {
         (0..3).map(|a| steady_start(&rounds.iter().map(|r| r.p50[a]).collect::<Vec<_>>(), &sc)).collect();
     let start = starts.iter().try_fold(0usize, |acc, s| s.map(|s| acc.max(s)));
     let heavy = rounds.iter().filter(|r| r.foreign.unwrap_or(0.0) > HEAVY_FOREIGN).count();
-    let run_ours: f64 = run_cpu0.iter().zip(&run_arm_cpu1).map(|(a, b)| b - a).sum::<f64>() + run_self1 - run_self0;
-    let run_foreign = conditions::foreign_share(run_ticks0, run_ticks1, run_ours);
+    let run_foreign = conditions::foreign_share(CpuTicks::default(), run_ticks, run_ours);
     println!();
     println!(
         "conditions: cpu '{}'; clock ort={} rcpu={} null={}; loadavg start [{load_start}] end [{load_end}]; \
-         foreign busy share of cpus {cpus:?} over the timed rounds: {} (worst round {}), {heavy}/{} rounds under heavy foreign load (>{:.0}%, kept)",
+         foreign busy share of cpus {cpus:?} while arms were timed: {} (worst round {}), {heavy}/{} rounds under heavy foreign load (>{:.0}%, kept)",
         conditions::cpu_model(),
         clock(&wheres[0]),
         clock(&wheres[1]),
@@ -245,10 +248,11 @@ pub fn run(o: &Opts) -> Result<i32, String> {
                     let v = verdict(ratio, &b);
                     let (slo, shi) = b.symmetric();
                     println!(
-                        "HEADLINE [{}; threads={threads}; {} rounds x {} iters]: ORT/rcpu = {ratio:.3}  null_b_over_a median {:.3}, band [{:.3}, {:.3}] (symmetric [{slo:.3}, {shi:.3}])  verdict: {}",
+                        "HEADLINE [{}; threads={threads}; {} rounds x {} iters; rcpu routes: {}]: ORT/rcpu = {ratio:.3}  null_b_over_a median {:.3}, band [{:.3}, {:.3}] (symmetric [{slo:.3}, {shi:.3}])  verdict: {}",
                         t.label,
                         w.len(),
                         o.iters,
+                        counters::route_summary(&t.info.ops, &stats),
                         median(&nulls),
                         b.lo,
                         b.hi,

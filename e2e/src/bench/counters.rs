@@ -15,6 +15,27 @@ pub fn counter_cell(value: u64, per: u64, route_ran: bool) -> String {
     }
 }
 
+/// One line naming every op's route, for headline rows: `MatMul=stub x1 lanes, Relu=did not run`.
+pub fn route_summary(ops: &[String], stats: &Value) -> String {
+    let empty = vec![];
+    let ledger = stats["ledger"].as_array().unwrap_or(&empty);
+    ops.iter()
+        .map(|op| {
+            let rows: Vec<String> = ledger
+                .iter()
+                .filter(|r| r["op"] == op.as_str() && r["calls"].as_u64().unwrap_or(0) > 0)
+                .map(|r| format!("{}/{}lanes", r["variant"].as_str().unwrap_or("?"), r["lanes"]))
+                .collect();
+            if rows.is_empty() {
+                format!("{op}=did not run on rcpu")
+            } else {
+                format!("{op}={}", rows.join("+"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// Lines for the report and the same facts as JSON. `ops`: the model's op types;
 /// `per`: iterations (or tokens) the counters span.
 pub fn route_report(ops: &[String], stats: &Value, per: u64) -> (Vec<String>, Value) {
@@ -107,6 +128,7 @@ mod tests {
         assert!(text.contains("dispatches=route did not run"), "{text}");
         assert!(!text.contains("dispatches=0"), "a dead counter printed as 0: {text}");
         assert_eq!(j["pools"][0]["per_iter"]["dispatches"], Value::Null);
+        assert_eq!(route_summary(&["MatMulNBits".into()], &stats), "MatMulNBits=did not run on rcpu");
     }
 
     #[test]
@@ -120,6 +142,7 @@ mod tests {
         assert!(text.contains("MatMul: variant=avx2 lanes=2 calls/iter=2.00"), "{text}");
         assert!(text.contains("Relu: route did not run"), "{text}");
         assert!(text.contains("dispatches=4.00") && text.contains("parks=0.00"), "{text}");
+        assert_eq!(route_summary(&["MatMul".into()], &stats), "MatMul=avx2/2lanes");
     }
 
     #[test]
