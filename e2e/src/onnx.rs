@@ -193,6 +193,12 @@ impl GraphBuilder {
         self
     }
 
+    /// An output of known shape (what `onnx.checker` asks of graph outputs).
+    pub fn output_shaped(&mut self, name: &str, elem: i32, dims: &[Dim]) -> &mut Self {
+        self.g.output.push(value_info(name, elem, Some(dims)));
+        self
+    }
+
     pub fn initializer_raw(&mut self, name: &str, elem: i32, dims: &[i64], raw: Vec<u8>) -> &mut Self {
         self.g.initializer.push(TensorProto { dims: dims.to_vec(), data_type: elem, name: name.into(), raw_data: raw });
         self

@@ -130,7 +130,8 @@ impl Spec {
             }
             prev = out;
         }
-        g.output("y", dtype::FLOAT);
+        let out = if self.layers % 2 == 1 { self.n } else { self.k };
+        g.output_shaped("y", dtype::FLOAT, &[Dim::Sym("m"), Dim::Fixed(out as i64)]);
         Generated { bytes: g.build(), weight_bytes }
     }
 }
