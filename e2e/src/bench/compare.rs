@@ -95,6 +95,7 @@ pub fn run(o: &Opts) -> Result<i32, String> {
             let after: Vec<f64> = arms.iter().map(|a| a.cpu_s()).collect();
             ticks.busy += t1.busy.saturating_sub(t0.busy);
             ticks.total += t1.total.saturating_sub(t0.total);
+            ticks.steal += t1.steal.saturating_sub(t0.steal);
             ours += after.iter().zip(&before).map(|(a, b)| a - b).sum::<f64>() + self1 - self0;
             idle_cpu_ms += (0..3).filter(|&j| j != i).map(|j| (after[j] - before[j]) * 1e3).sum::<f64>();
             let us: Vec<f64> =
@@ -106,6 +107,7 @@ pub fn run(o: &Opts) -> Result<i32, String> {
         let foreign = conditions::foreign_share(CpuTicks::default(), ticks, ours);
         run_ticks.busy += ticks.busy;
         run_ticks.total += ticks.total;
+        run_ticks.steal += ticks.steal;
         run_ours += ours;
         progress(&format!(
             "round {}/{}: ort {:.0} us, rcpu {:.0} us, null {:.0} us, foreign load {}",
@@ -164,13 +166,14 @@ pub fn run(o: &Opts) -> Result<i32, String> {
     println!();
     println!(
         "conditions: cpu '{}'; clock ort={} rcpu={} null={}; loadavg start [{load_start}] end [{load_end}]; \
-         foreign busy share of cpus {cpus:?} while arms were timed: {} (worst round {}), {heavy}/{} rounds under heavy foreign load (>{:.0}%, kept)",
+         foreign busy share of cpus {cpus:?} while arms were timed: {} (worst round {}), of which hypervisor steal {:.0}%; {heavy}/{} rounds under heavy foreign load (>{:.0}%, kept)",
         conditions::cpu_model(),
         clock(&wheres[0]),
         clock(&wheres[1]),
         clock(&wheres[2]),
         conditions::pct(run_foreign),
         conditions::pct(rounds.iter().filter_map(|r| r.foreign).reduce(f64::max)),
+        run_ticks.steal as f64 * 100.0 / run_ticks.total.max(1) as f64,
         rounds.len(),
         HEAVY_FOREIGN * 100.0,
     );
@@ -204,6 +207,14 @@ pub fn run(o: &Opts) -> Result<i32, String> {
         "per_round_p90_us": rounds.iter().map(|r| r.p90.to_vec()).collect::<Vec<_>>(),
         "routes": route_json, "read_gbps": bw, "weight_bytes": t.weight_bytes,
     });
+    if t.decode {
+        println!(
+            "physical limit: {:.1} MB of weights per token; read bandwidth measured in this run {bw:.2} GB/s \
+             ({threads} threads, same-size buffer, best of 5) -> floor {:.1} us/token",
+            t.weight_bytes as f64 / 1e6,
+            t.weight_bytes as f64 / bw / 1e3
+        );
+    }
     let code = match start {
         None => {
             println!(
@@ -233,13 +244,6 @@ pub fn run(o: &Opts) -> Result<i32, String> {
                     } else {
                         String::new()
                     }
-                );
-            }
-            if t.decode {
-                println!(
-                    "physical limit: {:.1} MB of weights per token; read bandwidth measured now {bw:.2} GB/s ({threads} threads) -> floor {:.1} us/token",
-                    t.weight_bytes as f64 / 1e6,
-                    t.weight_bytes as f64 / bw / 1e3
                 );
             }
             summary["steady"] = json!({"start": s, "p50_us": [med(0,false), med(1,false), med(2,false)], "p90_us": [med(0,true), med(1,true), med(2,true)]});

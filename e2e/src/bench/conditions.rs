@@ -35,6 +35,8 @@ pub fn loadavg() -> String {
 pub struct CpuTicks {
     pub busy: u64,
     pub total: u64,
+    /// Time the hypervisor gave to other guests (counted in `busy`: it was taken from us).
+    pub steal: u64,
 }
 
 /// Summed ticks of `cpus`.
@@ -56,6 +58,7 @@ pub fn cpu_ticks(cpus: &[usize]) -> CpuTicks {
         let total: u64 = v.iter().sum();
         t.total += total;
         t.busy += total - v[3] - v[4];
+        t.steal += v.get(7).copied().unwrap_or(0);
     }
     t
 }
