@@ -65,12 +65,15 @@ pub fn cpu_ticks(cpus: &[usize]) -> CpuTicks {
 
 /// utime + stime of a /proc stat file in seconds (`/proc/PID/stat` or `/proc/PID/task/TID/stat`).
 pub fn stat_cpu_s(path: &str) -> Option<f64> {
-    let s = fs::read_to_string(path).ok()?;
-    // Fields after the parenthesised comm: state is field 3; utime/stime are fields 14/15.
-    let rest = &s[s.rfind(')')? + 2..];
+    Some(stat_ticks(&fs::read_to_string(path).ok()?)? as f64 / super::os::clk_tck())
+}
+
+/// utime + stime ticks from the text of a stat file. The comm may hold spaces and parentheses,
+/// so fields are counted after the last ')': state is field 3, utime/stime are fields 14/15.
+pub fn stat_ticks(s: &str) -> Option<u64> {
+    let rest = s.get(s.rfind(')')? + 1..)?;
     let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
-    Some(ticks as f64 / super::os::clk_tck())
+    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
 }
 
 pub fn process_cpu_s(pid: u32) -> f64 {
@@ -80,8 +83,7 @@ pub fn process_cpu_s(pid: u32) -> f64 {
 /// The CPU a task last ran on (field 39 of its stat).
 pub fn last_cpu(pid: u32) -> Option<usize> {
     let s = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &s[s.rfind(')')? + 2..];
-    rest.split_whitespace().nth(36)?.parse().ok()
+    s.get(s.rfind(')')? + 1..)?.split_whitespace().nth(36)?.parse().ok()
 }
 
 /// Threads of this process: (tid, name, cpu seconds).
@@ -124,4 +126,30 @@ pub fn foreign_share(t0: CpuTicks, t1: CpuTicks, ours_s: f64) -> Option<f64> {
 /// "42%" or "n/a".
 pub fn pct(v: Option<f64>) -> String {
     v.map(|x| format!("{:.0}%", x * 100.0)).unwrap_or_else(|| "n/a".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_times_survive_odd_thread_names() {
+        let line = "1234 (rcpu w) (x)) S 1 1234 1234 0 -1 4194560 100 0 0 0 250 37 0 0 20 0 3 0 1 1 1";
+        assert_eq!(stat_ticks(line), Some(287));
+        assert_eq!(stat_ticks("garbage"), None);
+        assert!(stat_cpu_s("/proc/self/stat").is_some());
+    }
+
+    #[test]
+    fn foreign_share_subtracts_our_time_and_refuses_short_windows() {
+        let z = CpuTicks::default();
+        let tck = crate::bench::os::clk_tck();
+        // 200 ticks on the CPUs, 150 busy, of which our processes used 50 ticks' worth: 50% foreign.
+        let t1 = CpuTicks { busy: 150, total: 200, steal: 0 };
+        let f = foreign_share(z, t1, 50.0 / tck).unwrap();
+        assert!((f - 0.5).abs() < 1e-9, "{f}");
+        assert_eq!(foreign_share(z, CpuTicks { busy: 5, total: 10, steal: 0 }, 0.0), None);
+        assert_eq!(foreign_share(z, t1, 10.0), Some(0.0), "never negative");
+        assert!(!cpu_model().is_empty() && !loadavg().is_empty());
+    }
 }
