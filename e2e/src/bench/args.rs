@@ -15,6 +15,8 @@ rcpu-bench: side-by-side ORT CPU EP vs rcpu, under the rules of docs/BENCHMARKIN
   rcpu-bench gen     SPEC --out FILE.onnx
   rcpu-bench demo    [compare flags]   (compare --gen nbits:k=4096,n=4096,layers=4,block=32,acc=4,m=1 --threads 2)
 
+Exit codes: 0 ok (compare: a headline), 1 error, 2 bad arguments or parity mismatch (nothing timed),
+            3 compare ran but steady state was NOT REACHED (no headline).
 SPEC: nbits:k=4096,n=4096,layers=1,block=32,acc=4,m=1[,zp=0|1][,sym]   or   matmul:k=2048,n=2048,m=1[,layers=L]
 ";
 
