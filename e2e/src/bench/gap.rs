@@ -58,6 +58,7 @@ pub fn run(o: &Opts) -> Result<i32, String> {
         }
     }
     drop(arms);
+    rows.sort_by(|a, b| (a.gap_us, &a.arm).cmp(&(b.gap_us, &b.arm)));
     println!(
         "{:<5} {:>8} {:>10} {:>10} {:>12} {:>9} {:>9} {:>9} {:>9}",
         "arm", "gap_us", "p50 us", "p90 us", "cpu ms/tok", "cpu/wall", "vcs/tok", "ivcs/tok", "VmHWM MB"

@@ -106,6 +106,13 @@ pub fn print(run: &Measured, t: &Target, o: &Opts) -> Result<i32, String> {
     for l in &route_lines {
         println!("  {l}");
     }
+    let ran_none = route_json["routes"].as_array().is_some_and(|r| r.iter().all(|x| x["ran"] == false));
+    if ran_none {
+        println!(
+            "  NOTE: rcpu ran none of this model's ops: the 'rcpu' and null arms measured ORT's CPU EP fallback \
+             (intra_op threads 1), not an rcpu kernel"
+        );
+    }
 
     let mut summary = json!({
         "label": header, "threads": threads, "cpus": cpus, "rounds": o.rounds, "iters": o.iters,
