@@ -88,3 +88,24 @@ fn bench_binary_compares_a_small_model_and_says_what_did_not_run() {
     assert!(text.contains("MatMulNBits: variant=") || text.contains("MatMulNBits: route did not run"), "{text}");
     assert!(text.contains("HEADLINE") || text.contains("steady state NOT REACHED"), "{text}");
 }
+
+#[test]
+fn bench_binary_gap_sweep_writes_a_plot_and_bad_flags_exit_2() {
+    let svg = std::env::temp_dir().join(format!("rcpu-bench-test-{}.svg", std::process::id()));
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rcpu-bench"))
+        .args(["gap", "--gen", "nbits:k=64,n=64,layers=1,block=32,acc=4", "--sweep", "0,200", "--tokens", "5"])
+        .args(["--threads", "1", "--svg", svg.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("cpu ms/tok") && text.contains("VmHWM"), "{text}");
+    let plot = std::fs::read_to_string(&svg).unwrap();
+    let _ = std::fs::remove_file(&svg);
+    assert!(plot.starts_with("<svg") && plot.matches("<polyline").count() == 4, "two panels x two arms: {plot}");
+
+    let bad =
+        std::process::Command::new(env!("CARGO_BIN_EXE_rcpu-bench")).args(["compare", "--bogus"]).output().unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown flag '--bogus'"));
+}

@@ -92,8 +92,17 @@ fn handle(st: &mut State, req: &Value) -> Result<Value, String> {
             Ok(json!({"env_s": env_s, "session_s": session_s, "ort_version": ort.version(), "pid": std::process::id()}))
         }
         "output" => {
-            let y = session(st)?.run(&st.inputs)?;
-            Ok(json!({"shape": y[0].shape, "data": y[0].as_f32()}))
+            // Every f32 output, concatenated in output order (parity covers them all).
+            let ys = session(st)?.run(&st.inputs)?;
+            let data: Vec<f32> = ys
+                .iter()
+                .filter_map(|y| match &y.data {
+                    crate::Data::F32(v) => Some(v.clone()),
+                    _ => None,
+                })
+                .flatten()
+                .collect();
+            Ok(json!({"shapes": ys.iter().map(|y| y.shape.clone()).collect::<Vec<_>>(), "data": data}))
         }
         "time" => {
             let s = session(st)?;
