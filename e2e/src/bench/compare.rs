@@ -96,6 +96,7 @@ pub fn run(o: &Opts) -> Result<i32, String> {
     for a in arms.iter_mut() {
         a.call(json!({"cmd": "time", "iters": o.warmup}))?;
         a.cmd("reset_stats")?;
+        a.settle(500);
     }
     progress(&format!("read bandwidth for a {:.1} MB buffer on {threads} threads", t.weight_bytes as f64 / 1e6));
     let bw = membw::read_gbps(t.weight_bytes as usize, threads, 5);
