@@ -1,6 +1,7 @@
 //! End-to-end harness: loads the real ONNX Runtime (libonnxruntime.so from the pinned wheel)
 //! next to the rcpu plugin, builds models, runs both EPs on the same inputs and compares.
 
+pub mod bench;
 pub mod compare;
 pub mod onnx;
 pub mod ort;

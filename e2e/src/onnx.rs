@@ -201,6 +201,12 @@ impl GraphBuilder {
         self
     }
 
+    /// An output of known shape (what `onnx.checker` asks of graph outputs).
+    pub fn output_shaped(&mut self, name: &str, elem: i32, dims: &[Dim]) -> &mut Self {
+        self.g.output.push(value_info(name, elem, Some(dims)));
+        self
+    }
+
     pub fn initializer_raw(
         &mut self,
         name: &str,

@@ -12,9 +12,18 @@ const BLOCK: usize = 32;
 
 fn nbits_model(seed: u64) -> Vec<u8> {
     let kb = K.div_ceil(BLOCK);
-    let codes: Vec<u8> = rand_f32(N * kb * BLOCK / 2, seed).iter().map(|x| ((x + 1.0) * 127.9) as u8).collect();
-    let scales: Vec<f32> = rand_f32(N * kb, seed + 1).iter().map(|x| 0.01 + x.abs() * 0.05).collect();
-    let zp: Vec<u8> = rand_f32(N * kb.div_ceil(2), seed + 2).iter().map(|x| ((x + 1.0) * 127.9) as u8).collect();
+    let codes: Vec<u8> = rand_f32(N * kb * BLOCK / 2, seed)
+        .iter()
+        .map(|x| ((x + 1.0) * 127.9) as u8)
+        .collect();
+    let scales: Vec<f32> = rand_f32(N * kb, seed + 1)
+        .iter()
+        .map(|x| 0.01 + x.abs() * 0.05)
+        .collect();
+    let zp: Vec<u8> = rand_f32(N * kb.div_ceil(2), seed + 2)
+        .iter()
+        .map(|x| ((x + 1.0) * 127.9) as u8)
+        .collect();
     let mut g = GraphBuilder::new("nbits", 17);
     g.input("a", dtype::FLOAT, &[Dim::Sym("m"), Dim::Fixed(K as i64)])
         .initializer_u8("b", &[N as i64, kb as i64, (BLOCK / 2) as i64], &codes)
@@ -39,7 +48,9 @@ fn nbits_model(seed: u64) -> Vec<u8> {
 }
 
 fn entries(stats: &PluginStats) -> u64 {
-    stats.json().unwrap()["memory"]["weight_cache"]["entries"].as_u64().expect("weight_cache.entries")
+    stats.json().unwrap()["memory"]["weight_cache"]["entries"]
+        .as_u64()
+        .expect("weight_cache.entries")
 }
 
 #[test]
@@ -50,25 +61,51 @@ fn sessions_share_packed_weights_and_a_zero_budget_is_identical() {
     let a = Tensor::f32(&[3, K as i64], rand_f32(3 * K, 5));
 
     let base = entries(&stats);
-    let s1 = ort.session(&model, &SessionSpec::rcpu(&[("threads", "2")])).unwrap();
-    let s2 = ort.session(&model, &SessionSpec::rcpu(&[("threads", "1")])).unwrap();
-    assert_eq!(entries(&stats), base + 1, "two sessions of one model hold one packed copy");
-    let other = ort.session(&nbits_model(12), &SessionSpec::rcpu(&[])).unwrap();
-    assert_eq!(entries(&stats), base + 2, "a different weight is a different entry");
+    let s1 = ort
+        .session(&model, &SessionSpec::rcpu(&[("threads", "2")]))
+        .unwrap();
+    let s2 = ort
+        .session(&model, &SessionSpec::rcpu(&[("threads", "1")]))
+        .unwrap();
+    assert_eq!(
+        entries(&stats),
+        base + 1,
+        "two sessions of one model hold one packed copy"
+    );
+    let other = ort
+        .session(&nbits_model(12), &SessionSpec::rcpu(&[]))
+        .unwrap();
+    assert_eq!(
+        entries(&stats),
+        base + 2,
+        "a different weight is a different entry"
+    );
     drop(other);
-    assert_eq!(entries(&stats), base + 1, "the entry goes with its last session");
+    assert_eq!(
+        entries(&stats),
+        base + 1,
+        "the entry goes with its last session"
+    );
 
     let y1 = s1.run(std::slice::from_ref(&a)).unwrap();
     let y2 = s2.run(std::slice::from_ref(&a)).unwrap();
     assert_eq!(y1, y2, "lane count must not change results");
 
     drop((s1, s2));
-    assert_eq!(entries(&stats), base, "every packed copy released with its sessions");
+    assert_eq!(
+        entries(&stats),
+        base,
+        "every packed copy released with its sessions"
+    );
 
     // Budget 0 (process-wide): with no packed copy left to share, this session's kernel is
     // refused one and computes from ORT's original weight; the result must be byte-identical.
-    let s0 = ort.session(&model, &SessionSpec::rcpu(&[("weight_cache_mb", "0")])).unwrap();
-    let declines = stats.json().unwrap()["memory"]["weight_cache"]["declines"].as_u64().unwrap();
+    let s0 = ort
+        .session(&model, &SessionSpec::rcpu(&[("weight_cache_mb", "0")]))
+        .unwrap();
+    let declines = stats.json().unwrap()["memory"]["weight_cache"]["declines"]
+        .as_u64()
+        .unwrap();
     assert!(declines >= 1, "the zero budget must decline: {declines}");
     assert_eq!(entries(&stats), base, "nothing cached under a zero budget");
     let y0 = s0.run(std::slice::from_ref(&a)).unwrap();

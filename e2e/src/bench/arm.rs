@@ -1,0 +1,136 @@
+//! The parent's handle on a worker process (one arm each, rule 3): spawn `rcpu-bench __worker`,
+//! send requests, read replies, watch its CPU time from /proc.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+
+use serde_json::{json, Value};
+
+/// Which runtime an arm uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ArmKind {
+    Ort,
+    Rcpu,
+}
+
+impl ArmKind {
+    pub fn name(&self) -> &'static str {
+        match self {
+            ArmKind::Ort => "ort",
+            ArmKind::Rcpu => "rcpu",
+        }
+    }
+}
+
+/// Everything a worker needs to start.
+#[derive(Debug, Clone)]
+pub struct WorkerCfg {
+    pub threads: usize,
+    pub cpus: Vec<usize>,
+    pub model_path: String,
+    pub m: usize,
+    pub seed: u64,
+}
+
+pub struct Worker {
+    pub label: String,
+    pub kind: ArmKind,
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl Worker {
+    pub fn spawn(label: &str, kind: ArmKind, cfg: &WorkerCfg) -> Result<Worker, String> {
+        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        let cpus: Vec<String> = cfg.cpus.iter().map(|c| c.to_string()).collect();
+        let mut child = Command::new(exe)
+            .args([
+                "__worker",
+                "--arm",
+                kind.name(),
+                "--threads",
+                &cfg.threads.to_string(),
+            ])
+            .args(["--cpus", &cpus.join(","), "--model", &cfg.model_path])
+            .args(["--m", &cfg.m.to_string(), "--seed", &cfg.seed.to_string()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|e| format!("spawning worker: {e}"))?;
+        let stdin = child.stdin.take().ok_or("no worker stdin")?;
+        let stdout = BufReader::new(child.stdout.take().ok_or("no worker stdout")?);
+        Ok(Worker {
+            label: label.into(),
+            kind,
+            child,
+            stdin,
+            stdout,
+        })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends `req` and waits for its reply.
+    pub fn call(&mut self, req: Value) -> Result<Value, String> {
+        writeln!(self.stdin, "{req}").map_err(|e| format!("{}: worker gone ({e})", self.label))?;
+        self.stdin.flush().map_err(|e| e.to_string())?;
+        let mut line = String::new();
+        loop {
+            line.clear();
+            let n = self
+                .stdout
+                .read_line(&mut line)
+                .map_err(|e| e.to_string())?;
+            if n == 0 {
+                return Err(format!(
+                    "{}: worker exited before replying to {req}",
+                    self.label
+                ));
+            }
+            if let Some(j) = line.strip_prefix("@@ ") {
+                let v: Value =
+                    serde_json::from_str(j).map_err(|e| format!("bad worker reply: {e}"))?;
+                if let Some(e) = v.get("err") {
+                    return Err(format!("{}: {}", self.label, e.as_str().unwrap_or("?")));
+                }
+                return Ok(v["ok"].clone());
+            }
+        }
+    }
+
+    pub fn cmd(&mut self, cmd: &str) -> Result<Value, String> {
+        self.call(json!({"cmd": cmd}))
+    }
+
+    /// Waits (up to `max_ms`) until this worker's process stops using CPU (ORT's pool threads spin
+    /// after a run); returns the milliseconds waited. Quiet = no CPU tick over three 10 ms polls.
+    pub fn settle(&self, max_ms: u64) -> f64 {
+        let t = std::time::Instant::now();
+        let mut last = self.cpu_s();
+        let mut quiet = 0;
+        while t.elapsed().as_millis() < max_ms as u128 && quiet < 3 {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            let now = self.cpu_s();
+            quiet = if now == last { quiet + 1 } else { 0 };
+            last = now;
+        }
+        t.elapsed().as_secs_f64() * 1e3
+    }
+
+    /// utime + stime of the whole worker (all threads), seconds.
+    pub fn cpu_s(&self) -> f64 {
+        super::conditions::process_cpu_s(self.pid())
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = writeln!(self.stdin, "{}", json!({"cmd": "quit"}));
+        let _ = self.stdin.flush();
+        let _ = self.child.wait();
+    }
+}

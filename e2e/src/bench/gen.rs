@@ -1,0 +1,326 @@
+//! Decode-shaped models generated on the spot (no downloads), from a spec:
+//!
+//! - `nbits:k=4096,n=4096,layers=1,block=32,acc=4,m=1[,zp=0|1][,sym]`: a chain of
+//!   `com.microsoft.MatMulNBits` (4-bit, block-quantized, seeded random weights). `zp=1` (default)
+//!   gives each block an explicit zero point (the `zero_points` input); `sym` (= `zp=0`) drops the
+//!   input, so ORT uses the implicit zero point 8.
+//! - `matmul:k=2048,n=2048,m=1[,layers=1]`: a chain of f32 `MatMul` with constant weights.
+//!
+//! Chaining: layer i maps K->N when i is even and N->K when i is odd, so any K, N chain (for K=N
+//! every layer is K->K). The weights streamed per token are the sum over layers either way.
+//! The input `x` is f32 [m, K] with `m` symbolic; `m=` only sets the M the bench runs with.
+//! Scales are drawn so each layer keeps the activation's magnitude (no overflow in long chains).
+
+use crate::onnx::{dtype, Attr, Dim, GraphBuilder};
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Kind {
+    NBits {
+        block: usize,
+        acc: i64,
+        zero_points: bool,
+    },
+    MatMul,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Spec {
+    pub kind: Kind,
+    pub k: usize,
+    pub n: usize,
+    pub layers: usize,
+    pub m: usize,
+    pub seed: u64,
+}
+
+/// A generated model and what the bench needs to know about it.
+pub struct Generated {
+    pub bytes: Vec<u8>,
+    /// Bytes of constant weights read per token (all initializers of all layers).
+    pub weight_bytes: u64,
+}
+
+impl Spec {
+    pub fn parse(s: &str) -> Result<Spec, String> {
+        let (kind, rest) = s
+            .split_once(':')
+            .ok_or_else(|| format!("bad --gen spec '{s}': expected nbits:... or matmul:..."))?;
+        let mut spec = Spec {
+            kind: Kind::MatMul,
+            k: 0,
+            n: 0,
+            layers: 1,
+            m: 1,
+            seed: 1,
+        };
+        let (mut block, mut acc, mut zp) = (32usize, 4i64, true);
+        for item in rest.split(',').map(str::trim).filter(|x| !x.is_empty()) {
+            if item == "sym" {
+                zp = false;
+                continue;
+            }
+            let (key, val) = item
+                .split_once('=')
+                .ok_or_else(|| format!("bad spec item '{item}' in '{s}'"))?;
+            let num = || {
+                val.parse::<usize>()
+                    .map_err(|_| format!("spec '{s}': {key}='{val}' is not an integer"))
+            };
+            match key {
+                "k" => spec.k = num()?,
+                "n" => spec.n = num()?,
+                "layers" => spec.layers = num()?,
+                "m" => spec.m = num()?,
+                "seed" => spec.seed = num()? as u64,
+                "block" if kind == "nbits" => block = num()?,
+                "acc" if kind == "nbits" => acc = num()? as i64,
+                "zp" if kind == "nbits" => zp = num()? != 0,
+                _ => return Err(format!("spec '{s}': unknown key '{key}' for {kind}")),
+            }
+        }
+        spec.kind = match kind {
+            "nbits" => {
+                if block < 16 || !block.is_power_of_two() {
+                    return Err(format!("spec '{s}': block must be a power of two >= 16"));
+                }
+                if ![0, 1, 2, 3, 4].contains(&acc) {
+                    return Err(format!("spec '{s}': acc must be 0..4"));
+                }
+                Kind::NBits {
+                    block,
+                    acc,
+                    zero_points: zp,
+                }
+            }
+            "matmul" => Kind::MatMul,
+            _ => {
+                return Err(format!(
+                    "bad --gen spec '{s}': unknown kind '{kind}' (nbits|matmul)"
+                ))
+            }
+        };
+        if spec.k == 0 || spec.n == 0 || spec.layers == 0 || spec.m == 0 {
+            return Err(format!(
+                "spec '{s}': k, n, layers and m must be set and positive"
+            ));
+        }
+        Ok(spec)
+    }
+
+    /// Short label for tables: `nbits k=4096 n=4096 L=4 b32 acc4 zp m=1`.
+    pub fn label(&self) -> String {
+        match &self.kind {
+            Kind::NBits {
+                block,
+                acc,
+                zero_points,
+            } => format!(
+                "nbits k={} n={} L={} b{} acc{} {} m={}",
+                self.k,
+                self.n,
+                self.layers,
+                block,
+                acc,
+                if *zero_points { "zp" } else { "sym" },
+                self.m
+            ),
+            Kind::MatMul => format!(
+                "f32 matmul k={} n={} L={} m={}",
+                self.k, self.n, self.layers, self.m
+            ),
+        }
+    }
+
+    /// Layer i's (in, out) features.
+    fn dims(&self, i: usize) -> (usize, usize) {
+        if i.is_multiple_of(2) {
+            (self.k, self.n)
+        } else {
+            (self.n, self.k)
+        }
+    }
+
+    pub fn generate(&self) -> Generated {
+        let mut g = GraphBuilder::new("rcpu_bench", 17);
+        g.input(
+            "x",
+            dtype::FLOAT,
+            &[Dim::Sym("m"), Dim::Fixed(self.k as i64)],
+        );
+        let mut weight_bytes = 0u64;
+        let mut prev = "x".to_string();
+        for i in 0..self.layers {
+            let (kin, nout) = self.dims(i);
+            let out = if i + 1 == self.layers {
+                "y".to_string()
+            } else {
+                format!("h{i}")
+            };
+            let seed = self.seed.wrapping_mul(1000).wrapping_add(i as u64);
+            match &self.kind {
+                Kind::NBits {
+                    block,
+                    acc,
+                    zero_points,
+                } => {
+                    weight_bytes += nbits_layer(
+                        &mut g,
+                        i,
+                        &prev,
+                        &out,
+                        kin,
+                        nout,
+                        *block,
+                        *acc,
+                        *zero_points,
+                        seed,
+                    );
+                }
+                Kind::MatMul => {
+                    let scale = (3.0 / kin as f32).sqrt();
+                    let w: Vec<f32> = crate::rand_f32(kin * nout, seed)
+                        .iter()
+                        .map(|v| v * scale)
+                        .collect();
+                    let wn = format!("w{i}");
+                    g.initializer_f32(&wn, &[kin as i64, nout as i64], &w);
+                    g.node(
+                        "MatMul",
+                        "",
+                        &format!("matmul{i}"),
+                        &[&prev, &wn],
+                        &[&out],
+                        &[],
+                    );
+                    weight_bytes += (kin * nout * 4) as u64;
+                }
+            }
+            prev = out;
+        }
+        let out = if self.layers % 2 == 1 { self.n } else { self.k };
+        g.output_shaped("y", dtype::FLOAT, &[Dim::Sym("m"), Dim::Fixed(out as i64)]);
+        Generated {
+            bytes: g.build(),
+            weight_bytes,
+        }
+    }
+}
+
+/// Deterministic bytes (xorshift), for the packed nibbles.
+fn rand_bytes(n: usize, seed: u64) -> Vec<u8> {
+    let mut s = seed.wrapping_mul(0xD1B5_4A32_D192_ED03) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 32) as u8
+        })
+        .collect()
+}
+
+/// One MatMulNBits node; returns the bytes of its initializers.
+#[allow(clippy::too_many_arguments)]
+fn nbits_layer(
+    g: &mut GraphBuilder,
+    i: usize,
+    input: &str,
+    out: &str,
+    k: usize,
+    n: usize,
+    block: usize,
+    acc: i64,
+    zero_points: bool,
+    seed: u64,
+) -> u64 {
+    let kb = k.div_ceil(block);
+    // B: (N, k_blocks, block/2), two 4-bit values per byte, low nibble first.
+    let b = rand_bytes(n * kb * block / 2, seed);
+    // (q - zp) has variance ~21 for uniform 4-bit q; keep each output near the input's magnitude.
+    let base = 1.0 / (21.0 * k as f32).sqrt();
+    let scales: Vec<f32> = crate::rand_f32(n * kb, seed ^ 0x5ca1e)
+        .iter()
+        .map(|r| base * (1.0 + 0.5 * r))
+        .collect();
+    let (bn, sn, zn) = (format!("B{i}"), format!("scales{i}"), format!("zp{i}"));
+    g.initializer_u8(&bn, &[n as i64, kb as i64, (block / 2) as i64], &b);
+    g.initializer_f32(&sn, &[(n * kb) as i64], &scales);
+    let mut bytes = (b.len() + scales.len() * 4) as u64;
+    let mut inputs = vec![input, bn.as_str(), sn.as_str()];
+    if zero_points {
+        // N * ceil(k_blocks/2) bytes, two zero points per byte, low nibble first; kept near 8.
+        let zp: Vec<u8> = rand_bytes(n * kb.div_ceil(2), seed ^ 0x2e70)
+            .iter()
+            .map(|v| 0x77 + (v & 0x11))
+            .collect();
+        g.initializer_u8(&zn, &[zp.len() as i64], &zp);
+        bytes += zp.len() as u64;
+        inputs.push(zn.as_str());
+    }
+    let attrs = [
+        ("K", Attr::Int(k as i64)),
+        ("N", Attr::Int(n as i64)),
+        ("bits", Attr::Int(4)),
+        ("block_size", Attr::Int(block as i64)),
+        ("accuracy_level", Attr::Int(acc)),
+    ];
+    g.node(
+        "MatMulNBits",
+        "com.microsoft",
+        &format!("matmulnbits{i}"),
+        &inputs,
+        &[out],
+        &attrs,
+    );
+    bytes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_specs_and_rejects_bad_ones() {
+        let s = Spec::parse("nbits:k=4096,n=14336,layers=2,block=32,acc=4,m=1,sym").unwrap();
+        assert_eq!((s.k, s.n, s.layers, s.m), (4096, 14336, 2, 1));
+        assert_eq!(
+            s.kind,
+            Kind::NBits {
+                block: 32,
+                acc: 4,
+                zero_points: false
+            }
+        );
+        assert_eq!(
+            Spec::parse("matmul:k=2048,n=2048,m=1").unwrap().kind,
+            Kind::MatMul
+        );
+        for bad in [
+            "nbits",
+            "nbits:k=4096",
+            "foo:k=1,n=1",
+            "nbits:k=64,n=64,block=24",
+            "matmul:k=8,n=8,acc=4",
+        ] {
+            assert!(Spec::parse(bad).is_err(), "{bad} must be rejected");
+        }
+    }
+
+    #[test]
+    fn weight_bytes_count_every_initializer() {
+        let s = Spec::parse("nbits:k=64,n=32,layers=2,block=32,acc=0").unwrap();
+        // layer 0 (64->32, 2 blocks): B 32*2*16 + scales 32*2*4 + zp 32*1;
+        // layer 1 (32->64, 1 block): B 64*1*16 + scales 64*1*4 + zp 64*1.
+        assert_eq!(
+            s.generate().weight_bytes,
+            (1024 + 256 + 32) + (1024 + 256 + 64)
+        );
+        assert_eq!(
+            Spec::parse("matmul:k=8,n=4,layers=3")
+                .unwrap()
+                .generate()
+                .weight_bytes,
+            3 * 8 * 4 * 4
+        );
+    }
+}

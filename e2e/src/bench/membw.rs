@@ -1,0 +1,81 @@
+//! The physical limit for M=1 decode (rule 8): read bandwidth for a buffer the size of the weights,
+//! measured here, now. `threads` threads (spawned once) each sum their share of the buffer; one
+//! pass reads the buffer `reps` times (at least ~256 MB in all, so a small, cache-resident buffer
+//! is timed over many reads, just as decode re-reads its weights every token); best of `passes`.
+
+use std::sync::Barrier;
+use std::time::Instant;
+
+/// Best read bandwidth in GB/s over `passes` passes of a `bytes`-sized buffer.
+pub fn read_gbps(bytes: usize, threads: usize, passes: usize) -> f64 {
+    let words = (bytes / 8).max(1024);
+    let buf: Vec<u64> = (0..words as u64)
+        .map(|i| i.wrapping_mul(0x9E37_79B9))
+        .collect();
+    let threads = threads.max(1);
+    let chunk = words.div_ceil(threads);
+    let reps = ((256usize << 20) / (words * 8)).max(1);
+    let passes = passes.max(1);
+    let gate = Barrier::new(buf.chunks(chunk).count());
+    // Each thread times its own reads (the spawning thread would be descheduled on a machine with
+    // as many CPUs as readers, so it cannot hold the stopwatch); a pass lasts as long as its
+    // slowest reader.
+    let per_thread: Vec<Vec<f64>> = std::thread::scope(|s| {
+        let hs: Vec<_> = buf
+            .chunks(chunk)
+            .map(|c| {
+                let gate = &gate;
+                s.spawn(move || {
+                    let mut sink = 0u64;
+                    let mut dts = Vec::with_capacity(passes);
+                    for _ in 0..passes {
+                        gate.wait();
+                        let t = Instant::now();
+                        for _ in 0..reps {
+                            sink = sink.wrapping_add(sum(std::hint::black_box(c)));
+                        }
+                        dts.push(t.elapsed().as_secs_f64());
+                    }
+                    std::hint::black_box(sink);
+                    dts
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| h.join().unwrap_or_default())
+            .collect()
+    });
+    (0..passes)
+        .map(|p| {
+            per_thread
+                .iter()
+                .filter_map(|d| d.get(p))
+                .copied()
+                .fold(0.0, f64::max)
+        })
+        .filter(|&dt| dt > 0.0)
+        .map(|dt| (words * 8 * reps) as f64 / dt / 1e9)
+        .fold(0.0, f64::max)
+}
+
+/// Sum with independent accumulators so the loop vectorises and is limited by loads.
+fn sum(c: &[u64]) -> u64 {
+    let mut acc = [0u64; 8];
+    let mut it = c.chunks_exact(8);
+    for w in &mut it {
+        for (a, x) in acc.iter_mut().zip(w) {
+            *a = a.wrapping_add(*x);
+        }
+    }
+    let tail: u64 = it.remainder().iter().copied().fold(0, u64::wrapping_add);
+    acc.iter().copied().fold(tail, u64::wrapping_add)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn bandwidth_is_positive_and_finite() {
+        let g = super::read_gbps(1 << 20, 2, 2);
+        assert!(g.is_finite() && g > 0.0, "{g}");
+    }
+}

@@ -1,0 +1,96 @@
+//! `rcpu-bench`: the benchmark tool (docs/BENCHMARKING.md). One file per responsibility:
+//! args (command line), gen (decode-shaped models), model (what a model holds), target (model and
+//! placement), os (the few unsafe OS calls), conditions (/proc, /sys), quant (quantiles), steady
+//! (steady-state window), verdict (null band), membw (bandwidth floor), report (the compare report and JSON), counters (ledger and pool
+//! report), arm/worker (one process per arm), svg (plots), and one file per subcommand.
+
+pub mod args;
+pub mod arm;
+pub mod census;
+pub mod cold;
+pub mod compare;
+pub mod conditions;
+pub mod counters;
+pub mod gap;
+pub mod gen;
+pub mod membw;
+pub mod model;
+pub mod os;
+pub mod quant;
+pub mod report;
+pub mod steady;
+pub mod svg;
+pub mod target;
+pub mod verdict;
+pub mod worker;
+
+use args::{Cmd, Opts};
+
+/// The demo: compare on a 4-layer 4096x4096 int4 decode chain, sized to finish in about a minute.
+pub const DEMO_SPEC: &str = "nbits:k=4096,n=4096,layers=4,block=32,acc=4,m=1";
+
+/// Runs the command line; returns the process exit code.
+pub fn main(argv: &[String]) -> i32 {
+    let cmd = match args::parse(argv) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("rcpu-bench: {e}");
+            return 2;
+        }
+    };
+    let r = match cmd {
+        Cmd::Help => {
+            print!("{}", args::USAGE);
+            Ok(0)
+        }
+        Cmd::Worker(w) => worker::run(w).map(|_| 0),
+        Cmd::Compare(o) => compare::run(&o),
+        // The demo is a show: "no headline" (3) is a result it prints, not a failure of the script.
+        Cmd::Demo(o) => compare::run(&demo_opts(o, argv)).map(|c| if c == 3 { 0 } else { c }),
+        Cmd::Gap(o) => gap::run(&o),
+        Cmd::Cold(o) => cold::run(&o),
+        Cmd::Census(o) => census::run(&o),
+        Cmd::Gen(o) => gen_file(&o),
+    };
+    r.unwrap_or_else(|e| {
+        eprintln!("rcpu-bench: {e}");
+        1
+    })
+}
+
+fn demo_opts(mut o: Opts, argv: &[String]) -> Opts {
+    let given = |f: &str| {
+        argv.iter()
+            .any(|a| a == f || a.starts_with(&format!("{f}=")))
+    };
+    if o.gen.is_none() && o.model.is_none() {
+        o.gen = Some(DEMO_SPEC.into());
+    }
+    if !given("--threads") {
+        o.threads = Some(2);
+    }
+    if !given("--rounds") {
+        o.rounds = 10;
+    }
+    if !given("--iters") {
+        o.iters = 20;
+    }
+    if !given("--warmup") {
+        o.warmup = 5;
+    }
+    o
+}
+
+fn gen_file(o: &Opts) -> Result<i32, String> {
+    let spec = gen::Spec::parse(o.gen.as_deref().unwrap_or(""))?;
+    let g = spec.generate();
+    let out = o.out.as_deref().unwrap_or("model.onnx");
+    std::fs::write(out, &g.bytes).map_err(|e| format!("{out}: {e}"))?;
+    println!(
+        "wrote {out}: {} ({} bytes, {} weight bytes per token)",
+        spec.label(),
+        g.bytes.len(),
+        g.weight_bytes
+    );
+    Ok(0)
+}

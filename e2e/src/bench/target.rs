@@ -1,0 +1,83 @@
+//! The model under test (a file or a generated spec), where its bytes live for the workers, and
+//! the CPUs/threads the arms use.
+
+use super::args::Opts;
+use super::gen::Spec;
+use super::model::ModelInfo;
+use super::os;
+
+pub struct Target {
+    pub label: String,
+    pub path: String,
+    pub info: ModelInfo,
+    pub weight_bytes: u64,
+    pub m: usize,
+    /// True when the model is a generated M=1 decode chain (the bandwidth floor applies).
+    pub decode: bool,
+    temp: bool,
+}
+
+impl Target {
+    pub fn resolve(o: &Opts) -> Result<Target, String> {
+        if let Some(spec) = &o.gen {
+            let s = Spec::parse(spec)?;
+            let g = s.generate();
+            let path = std::env::temp_dir().join(format!(
+                "rcpu-bench-{}-{}.onnx",
+                std::process::id(),
+                s.seed
+            ));
+            std::fs::write(&path, &g.bytes)
+                .map_err(|e| format!("writing {}: {e}", path.display()))?;
+            let info = ModelInfo::parse(&g.bytes)?;
+            let m = o.m.unwrap_or(s.m);
+            return Ok(Target {
+                label: s.label(),
+                path: path.display().to_string(),
+                info,
+                weight_bytes: g.weight_bytes,
+                m,
+                decode: m == 1,
+                temp: true,
+            });
+        }
+        let path = o.model.clone().ok_or("no model")?;
+        let bytes = std::fs::read(&path).map_err(|e| format!("reading {path}: {e}"))?;
+        let info = ModelInfo::parse(&bytes)?;
+        let m = o.m.unwrap_or(1);
+        Ok(Target {
+            label: path.clone(),
+            path,
+            weight_bytes: info.weight_bytes,
+            info,
+            m,
+            decode: m == 1,
+            temp: false,
+        })
+    }
+}
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        if self.temp {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// CPUs (the flag, else this process's affinity mask) and threads (the flag, else one per CPU).
+/// Pins this process too, so what it measures (bandwidth) runs where the arms run.
+pub fn placement(o: &Opts) -> Result<(Vec<usize>, usize), String> {
+    let cpus = match &o.cpus {
+        Some(c) => c.clone(),
+        None => os::affinity()?,
+    };
+    let threads = o.threads.unwrap_or(cpus.len());
+    os::pin(&cpus)?;
+    Ok((cpus, threads))
+}
+
+/// Progress on stderr.
+pub fn progress(msg: &str) {
+    eprintln!("[rcpu-bench] {msg}");
+}

@@ -1,0 +1,172 @@
+//! The worker process: one arm (ORT CPU EP or rcpu) in its own process, pinned to the configured
+//! CPUs, driven by the parent over stdin/stdout, one JSON request per line in, one `@@ `-prefixed
+//! JSON reply per line out (anything else on stdout is ignored by the parent).
+
+use std::io::{BufRead, Write};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use super::conditions;
+use super::model::ModelInfo;
+use super::os;
+use crate::stats::PluginStats;
+use crate::{Ort, Session, SessionSpec, Tensor};
+
+#[derive(Debug)]
+pub struct WorkerArgs {
+    pub arm: String,
+    pub threads: usize,
+    pub cpus: Vec<usize>,
+    pub model: String,
+    pub m: usize,
+    pub seed: u64,
+}
+
+struct State {
+    args: WorkerArgs,
+    model: Vec<u8>,
+    info: ModelInfo,
+    inputs: Vec<Tensor>,
+    session: Option<Session>,
+    stats: Option<PluginStats>,
+}
+
+pub fn run(args: WorkerArgs) -> Result<(), String> {
+    os::pin(&args.cpus)?;
+    let model = std::fs::read(&args.model).map_err(|e| format!("reading {}: {e}", args.model))?;
+    let info = ModelInfo::parse(&model)?;
+    let inputs = info.inputs_for(args.m, args.seed);
+    let mut st = State {
+        args,
+        model,
+        info,
+        inputs,
+        session: None,
+        stats: None,
+    };
+    let stdin = std::io::stdin();
+    let mut out = std::io::stdout().lock();
+    for line in stdin.lock().lines() {
+        let line = line.map_err(|e| e.to_string())?;
+        let req: Value =
+            serde_json::from_str(&line).map_err(|e| format!("bad request '{line}': {e}"))?;
+        if req["cmd"] == "quit" {
+            break;
+        }
+        let reply = match handle(&mut st, &req) {
+            Ok(v) => json!({"ok": v}),
+            Err(e) => json!({"err": e}),
+        };
+        writeln!(out, "@@ {reply}").map_err(|e| e.to_string())?;
+        out.flush().map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+fn session(st: &State) -> Result<&Session, String> {
+    st.session
+        .as_ref()
+        .ok_or_else(|| "no session: send 'load' first".to_string())
+}
+
+fn run_timed(s: &Session, inputs: &[Tensor]) -> Result<f64, String> {
+    let t = Instant::now();
+    s.run(inputs)?;
+    Ok(t.elapsed().as_nanos() as f64)
+}
+
+fn where_we_ran() -> Value {
+    let cpu = os::current_cpu();
+    json!({"cpu": cpu, "mhz": cpu.map(conditions::cpu_mhz).unwrap_or_else(|| "unavailable".into())})
+}
+
+fn handle(st: &mut State, req: &Value) -> Result<Value, String> {
+    let n = |k: &str| req[k].as_u64().unwrap_or(0) as usize;
+    match req["cmd"].as_str().unwrap_or("") {
+        "load" => {
+            let t0 = Instant::now();
+            let ort = if st.args.arm == "rcpu" {
+                crate::ort_with_rcpu()
+            } else {
+                Ort::get()
+            };
+            let env_s = t0.elapsed().as_secs_f64();
+            let spec = if st.args.arm == "rcpu" {
+                SessionSpec::rcpu(&[("threads", &st.args.threads.to_string())])
+            } else {
+                SessionSpec::ort(Some(st.args.threads))
+            };
+            let t1 = Instant::now();
+            st.session = Some(ort.session(&st.model, &spec)?);
+            let session_s = t1.elapsed().as_secs_f64();
+            if st.args.arm == "rcpu" {
+                st.stats = Some(PluginStats::open()?);
+            }
+            Ok(
+                json!({"env_s": env_s, "session_s": session_s, "ort_version": ort.version(), "pid": std::process::id()}),
+            )
+        }
+        "output" => {
+            // Every f32 output, concatenated in output order (parity covers them all).
+            let ys = session(st)?.run(&st.inputs)?;
+            let data: Vec<f32> = ys
+                .iter()
+                .filter_map(|y| match &y.data {
+                    crate::Data::F32(v) => Some(v.clone()),
+                    _ => None,
+                })
+                .flatten()
+                .collect();
+            Ok(
+                json!({"shapes": ys.iter().map(|y| y.shape.clone()).collect::<Vec<_>>(), "data": data}),
+            )
+        }
+        "time" => {
+            let s = session(st)?;
+            let ns: Vec<f64> = (0..n("iters"))
+                .map(|_| run_timed(s, &st.inputs))
+                .collect::<Result<_, _>>()?;
+            Ok(json!({"ns": ns, "where": where_we_ran()}))
+        }
+        "gap" => {
+            let s = session(st)?;
+            let gap = Duration::from_micros(n("gap_us") as u64);
+            let busy = req["busy"].as_bool().unwrap_or(false);
+            let (u0, t0) = (os::usage(), Instant::now());
+            let mut ns = Vec::with_capacity(n("tokens"));
+            for _ in 0..n("tokens") {
+                ns.push(run_timed(s, &st.inputs)?);
+                if busy {
+                    let t = Instant::now();
+                    while t.elapsed() < gap {
+                        std::hint::spin_loop();
+                    }
+                } else if !gap.is_zero() {
+                    std::thread::sleep(gap);
+                }
+            }
+            let wall = t0.elapsed().as_secs_f64();
+            let u = os::usage().since(&u0);
+            Ok(
+                json!({"ns": ns, "wall_s": wall, "usage": u, "hwm_kb": conditions::vm_hwm_kb(), "where": where_we_ran()}),
+            )
+        }
+        "reset_stats" => {
+            if let Some(p) = &st.stats {
+                p.reset()?;
+            }
+            Ok(Value::Null)
+        }
+        "stats" => match &st.stats {
+            Some(p) => p.json(),
+            None => Ok(Value::Null),
+        },
+        "threads" => Ok(json!(conditions::threads()
+            .into_iter()
+            .map(|(tid, name, cpu)| json!({"tid": tid, "name": name, "cpu_s": cpu}))
+            .collect::<Vec<_>>())),
+        "info" => Ok(json!({"ops": st.info.ops, "weight_bytes": st.info.weight_bytes})),
+        other => Err(format!("unknown worker command '{other}'")),
+    }
+}

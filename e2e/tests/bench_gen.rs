@@ -1,0 +1,186 @@
+//! rcpu-bench's model generator against real ORT: the MatMulNBits layout it writes (packing, low
+//! nibble first, scales, zero points) is what ORT computes with, checked against a reference
+//! dequantization; and the bench binary end to end on a small model.
+
+use rcpu_e2e::bench::gen::Spec;
+use rcpu_e2e::bench::model::ModelInfo;
+use rcpu_e2e::compare::rel_l2;
+use rcpu_e2e::onnx::ModelProto;
+use rcpu_e2e::{Ort, SessionSpec, Tensor};
+
+use prost::Message;
+
+/// y = x W^T from the generated initializers, dequantized here by the documented layout.
+fn reference(model: &[u8], x: &[f32], k: usize, n: usize, block: usize) -> Vec<f32> {
+    let g = ModelProto::decode(model).unwrap().graph.unwrap();
+    let get = |name: &str| {
+        g.initializer
+            .iter()
+            .find(|t| t.name == name)
+            .unwrap()
+            .raw_data
+            .clone()
+    };
+    let (b, s, zp) = (
+        get("B0"),
+        get("scales0"),
+        g.initializer
+            .iter()
+            .find(|t| t.name == "zp0")
+            .map(|t| t.raw_data.clone()),
+    );
+    let scales: Vec<f32> = s
+        .chunks(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+    let kb = k.div_ceil(block);
+    (0..n)
+        .map(|row| {
+            (0..k)
+                .map(|kk| {
+                    let (blk, off) = (kk / block, kk % block);
+                    let byte = b[(row * kb + blk) * block / 2 + off / 2];
+                    let q = if off % 2 == 0 { byte & 15 } else { byte >> 4 } as f32;
+                    let z = match &zp {
+                        Some(z) => {
+                            let zb = z[row * kb.div_ceil(2) + blk / 2];
+                            (if blk % 2 == 0 { zb & 15 } else { zb >> 4 }) as f32
+                        }
+                        None => 8.0,
+                    };
+                    x[kk] * (q - z) * scales[row * kb + blk]
+                })
+                .sum()
+        })
+        .collect()
+}
+
+#[test]
+fn generated_matmulnbits_runs_on_ort_and_matches_reference_dequantization() {
+    let ort = Ort::get();
+    for spec in [
+        "nbits:k=96,n=40,layers=1,block=32,acc=0",
+        "nbits:k=64,n=24,layers=1,block=16,acc=0,sym",
+    ] {
+        let s = Spec::parse(spec).unwrap();
+        let g = s.generate();
+        let info = ModelInfo::parse(&g.bytes).unwrap();
+        assert_eq!(info.ops, vec!["MatMulNBits".to_string()]);
+        let sess = ort
+            .session(&g.bytes, &SessionSpec::ort(Some(1)))
+            .unwrap_or_else(|e| panic!("{spec}: {e}"));
+        let x = rcpu_e2e::rand_f32(s.k, 5);
+        let y = sess
+            .run(&[Tensor::f32(&[1, s.k as i64], x.clone())])
+            .unwrap();
+        assert_eq!(y[0].shape, vec![1, s.n as i64]);
+        let block = if spec.contains("block=16") { 16 } else { 32 };
+        let err = rel_l2(y[0].as_f32(), &reference(&g.bytes, &x, s.k, s.n, block));
+        assert!(
+            err < 1e-5,
+            "{spec}: ORT disagrees with the generator's layout, rel L2 {err}"
+        );
+    }
+}
+
+#[test]
+fn generated_chains_with_k_ne_n_and_f32_matmul_run_on_ort() {
+    let ort = Ort::get();
+    for spec in [
+        "nbits:k=64,n=96,layers=3,block=32,acc=4",
+        "matmul:k=32,n=48,layers=2,m=3",
+    ] {
+        let s = Spec::parse(spec).unwrap();
+        let sess = ort
+            .session(&s.generate().bytes, &SessionSpec::ort(Some(1)))
+            .unwrap_or_else(|e| panic!("{spec}: {e}"));
+        let y = sess
+            .run(&[Tensor::f32(
+                &[s.m as i64, s.k as i64],
+                rcpu_e2e::rand_f32(s.m * s.k, 1),
+            )])
+            .unwrap();
+        let out = if s.layers % 2 == 1 { s.n } else { s.k };
+        assert_eq!(y[0].shape, vec![s.m as i64, out as i64], "{spec}");
+        let v = y[0].as_f32();
+        let rms = (v.iter().map(|x| x * x).sum::<f32>() / v.len() as f32).sqrt();
+        assert!(
+            rms.is_finite() && rms > 1e-2 && rms < 1e2,
+            "{spec}: activations drift across layers (rms {rms})"
+        );
+    }
+}
+
+#[test]
+fn bench_binary_compares_a_small_model_and_says_what_did_not_run() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rcpu-bench"))
+        .args([
+            "compare",
+            "--gen",
+            "nbits:k=64,n=64,layers=2,block=32,acc=4",
+            "--rounds",
+            "6",
+            "--iters",
+            "3",
+        ])
+        .args(["--warmup", "1", "--threads", "1"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("parity: rcpu vs ORT"), "{text}");
+    assert!(text.contains("null_b_over_a"), "{text}");
+    assert!(
+        text.contains("process model: each arm runs in its own worker process"),
+        "{text}"
+    );
+    // Whether rcpu claims MatMulNBits or not, the route line must say one or the other.
+    assert!(
+        text.contains("MatMulNBits: variant=") || text.contains("MatMulNBits: route did not run"),
+        "{text}"
+    );
+    assert!(
+        text.contains("HEADLINE") || text.contains("steady state NOT REACHED"),
+        "{text}"
+    );
+}
+
+#[test]
+fn bench_binary_gap_sweep_writes_a_plot_and_bad_flags_exit_2() {
+    let svg = std::env::temp_dir().join(format!("rcpu-bench-test-{}.svg", std::process::id()));
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rcpu-bench"))
+        .args([
+            "gap",
+            "--gen",
+            "nbits:k=64,n=64,layers=1,block=32,acc=4",
+            "--sweep",
+            "0,200",
+            "--tokens",
+            "5",
+        ])
+        .args(["--threads", "1", "--svg", svg.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("cpu ms/tok") && text.contains("VmHWM"),
+        "{text}"
+    );
+    let plot = std::fs::read_to_string(&svg).unwrap();
+    let _ = std::fs::remove_file(&svg);
+    assert!(
+        plot.starts_with("<svg") && plot.matches("<polyline").count() == 4,
+        "two panels x two arms: {plot}"
+    );
+
+    let bad = std::process::Command::new(env!("CARGO_BIN_EXE_rcpu-bench"))
+        .args(["compare", "--bogus"])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown flag '--bogus'"));
+}
