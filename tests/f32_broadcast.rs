@@ -5,39 +5,7 @@
 use rcpu::kernels::elementwise::{binary_f32, binary_f32_with, BinaryOp};
 use rcpu::kernels::isa::Isa;
 use rcpu::kernels::shape::{broadcast_shapes, broadcast_strides, coalesce};
-use rcpu::runtime::par::{Par, Serial};
-use std::sync::atomic::{AtomicUsize, Ordering};
-
-/// A 3-lane Par on scoped threads: chunks handed out by an atomic counter.
-struct ThreePar;
-impl ThreePar {
-    fn run(&self, n: usize, f: &(dyn Fn(usize) + Sync)) {
-        let next = AtomicUsize::new(0);
-        let work = || loop {
-            let i = next.fetch_add(1, Ordering::Relaxed);
-            if i >= n {
-                break;
-            }
-            f(i);
-        };
-        std::thread::scope(|s| {
-            s.spawn(work);
-            s.spawn(work);
-            work();
-        });
-    }
-}
-impl Par for ThreePar {
-    fn lanes(&self) -> usize {
-        3
-    }
-    fn decode_chunks(&self, n: usize, f: &(dyn Fn(usize) + Sync)) {
-        self.run(n, f)
-    }
-    fn task_chunks(&self, n: usize, f: &(dyn Fn(usize) + Sync)) {
-        self.run(n, f)
-    }
-}
+use rcpu::runtime::par::{Par, ScopedThreads, Serial};
 
 struct Rng(u64);
 impl Rng {
@@ -112,7 +80,7 @@ fn check(sa: &[usize], sb: &[usize], seed: u64) -> Vec<&'static str> {
     let a = rng.vec(sa.iter().product());
     let b = rng.vec(sb.iter().product());
     let mut names = vec![];
-    let pars: [&dyn Par; 2] = [&Serial, &ThreePar];
+    let pars: [&dyn Par; 2] = [&Serial, &ScopedThreads(3)];
     for op in OPS {
         let (oshape, want) = reference(op, &a, sa, &b, sb);
         assert_eq!(broadcast_shapes(sa, sb).unwrap(), oshape);

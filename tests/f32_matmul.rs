@@ -4,38 +4,7 @@
 
 use rcpu::kernels::gemm::matmul_f32;
 use rcpu::kernels::shape::matmul_shapes;
-use rcpu::runtime::par::{Par, Serial};
-use std::sync::atomic::{AtomicUsize, Ordering};
-
-struct ThreePar;
-impl ThreePar {
-    fn run(&self, n: usize, f: &(dyn Fn(usize) + Sync)) {
-        let next = AtomicUsize::new(0);
-        let work = || loop {
-            let i = next.fetch_add(1, Ordering::Relaxed);
-            if i >= n {
-                break;
-            }
-            f(i);
-        };
-        std::thread::scope(|s| {
-            s.spawn(work);
-            s.spawn(work);
-            work();
-        });
-    }
-}
-impl Par for ThreePar {
-    fn lanes(&self) -> usize {
-        3
-    }
-    fn decode_chunks(&self, n: usize, f: &(dyn Fn(usize) + Sync)) {
-        self.run(n, f)
-    }
-    fn task_chunks(&self, n: usize, f: &(dyn Fn(usize) + Sync)) {
-        self.run(n, f)
-    }
-}
+use rcpu::runtime::par::{Par, ScopedThreads, Serial};
 
 fn data(n: usize, seed: u32) -> Vec<f32> {
     (0..n)
@@ -137,7 +106,7 @@ fn batched_broadcast() {
     assert_eq!(p.batch, 10);
     assert_eq!(p.a_offsets[..6], [0, 0, 0, 0, 0, 12]);
     assert_eq!(p.b_offsets[..6], [0, 24, 48, 72, 96, 0]);
-    for par in [&Serial as &dyn Par, &ThreePar] {
+    for par in [&Serial as &dyn Par, &ScopedThreads(3)] {
         check(&[2, 1, 3, 4], &[5, 4, 6], par);
         check(&[3, 7, 5], &[5, 9], par); // shared B: folded into one product
         check(&[2, 7, 5], &[2, 5, 9], par);
@@ -150,7 +119,7 @@ fn batched_broadcast() {
 fn empty_and_k_zero() {
     check(&[0, 3, 4], &[4, 5], &Serial);
     check(&[3, 0], &[0, 4], &Serial); // k == 0: zeros
-    check(&[2, 0], &[0, 2], &ThreePar);
+    check(&[2, 0], &[0, 2], &ScopedThreads(3));
 }
 
 #[test]

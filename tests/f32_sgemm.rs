@@ -7,38 +7,7 @@
 
 use rcpu::kernels::gemm::{sgemm, sgemm_with};
 use rcpu::kernels::isa::Isa;
-use rcpu::runtime::par::{Par, Serial};
-use std::sync::atomic::{AtomicUsize, Ordering};
-
-struct ThreePar;
-impl ThreePar {
-    fn run(&self, n: usize, f: &(dyn Fn(usize) + Sync)) {
-        let next = AtomicUsize::new(0);
-        let work = || loop {
-            let i = next.fetch_add(1, Ordering::Relaxed);
-            if i >= n {
-                break;
-            }
-            f(i);
-        };
-        std::thread::scope(|s| {
-            s.spawn(work);
-            s.spawn(work);
-            work();
-        });
-    }
-}
-impl Par for ThreePar {
-    fn lanes(&self) -> usize {
-        3
-    }
-    fn decode_chunks(&self, n: usize, f: &(dyn Fn(usize) + Sync)) {
-        self.run(n, f)
-    }
-    fn task_chunks(&self, n: usize, f: &(dyn Fn(usize) + Sync)) {
-        self.run(n, f)
-    }
-}
+use rcpu::runtime::par::{Par, ScopedThreads, Serial};
 
 struct Rng(u64);
 impl Rng {
@@ -243,7 +212,7 @@ fn every_beta_zero_ignores_nan_c_even_when_k_is_zero() {
 #[test]
 fn parallel_grid_and_gemv_chunks() {
     // Large enough (>= 1M MACs) to split into a tile grid / decode chunks; 3 lanes and serial.
-    let pars: [&dyn Par; 2] = [&ThreePar, &Serial];
+    let pars: [&dyn Par; 2] = [&ScopedThreads(3), &Serial];
     for isa in ISAS {
         for par in pars {
             for t in 0..4 {

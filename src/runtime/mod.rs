@@ -19,6 +19,6 @@ pub mod topology;
 pub use affinity::{Affinity, AffinityParseError, PinError};
 pub use counters::PoolCounters;
 pub use lanes::{default_threads, Lanes, PoolConfig, DEFAULT_BLOCKTIME_US};
-pub use par::{Par, Serial};
+pub use par::{Par, ScopedThreads, Serial};
 pub use registry::{pool_for, pool_stats, reset_counters};
 pub use topology::Topology;

@@ -37,3 +37,42 @@ impl Par for Serial {
         (0..n).for_each(f)
     }
 }
+
+/// Runs chunks on `threads` scoped OS threads (the caller is one of them), handing chunk
+/// indices out through one atomic counter. It spawns threads on every dispatch, so it serves
+/// tests and tools that need real concurrency without the pinned lanes, never the hot path.
+#[derive(Debug, Clone, Copy)]
+pub struct ScopedThreads(pub usize);
+
+impl ScopedThreads {
+    fn run(&self, n: usize, f: &(dyn Fn(usize) + Sync)) {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let next = AtomicUsize::new(0);
+        // Relaxed: the counter only partitions indices; scope join publishes every write of f.
+        let work = || loop {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            if i >= n {
+                break;
+            }
+            f(i);
+        };
+        std::thread::scope(|s| {
+            for _ in 1..self.0.max(1) {
+                s.spawn(work);
+            }
+            work();
+        });
+    }
+}
+
+impl Par for ScopedThreads {
+    fn lanes(&self) -> usize {
+        self.0.max(1)
+    }
+    fn decode_chunks(&self, n: usize, f: &(dyn Fn(usize) + Sync)) {
+        self.run(n, f)
+    }
+    fn task_chunks(&self, n: usize, f: &(dyn Fn(usize) + Sync)) {
+        self.run(n, f)
+    }
+}
