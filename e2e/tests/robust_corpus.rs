@@ -796,7 +796,7 @@ fn same_outputs(a: &[serde_json::Value], b: &[serde_json::Value]) -> Result<(), 
                 (p - q).abs() <= 1e-4 + 1e-3 * q.abs()
             };
             if !ok {
-                return Err(format!("output {i}[{j}]: rcpu {p} vs ORT {q}"));
+                return Err(format!("output {i}[{j}]: rcpu {p} vs reference {q}"));
             }
         }
     }
