@@ -15,12 +15,16 @@ fn take_u64(d: &mut &[u8]) -> u64 {
 
 fuzz_target!(|data: &[u8]| {
     let mut d = data;
+    // RCPU_FUZZ_SKIP_KNOWN=1 keeps dimensions below 2^32, clear of the known size-overflow
+    // bug in NBitsParams::check_sizes (see ../README.md), to fuzz everything else meanwhile.
+    let skip_known = std::env::var_os("RCPU_FUZZ_SKIP_KNOWN").is_some();
     // Dimensions: the top byte chooses a range so small, realistic values are common.
     let dim = |d: &mut &[u8]| {
         let v = take_u64(d);
         match v >> 62 {
             0 | 1 => (v % 300) as usize,
             2 => (v % 5000) as usize,
+            _ if skip_known => (v & 0xffff_ffff) as usize,
             _ => (v & 0x3fff_ffff_ffff_ffff) as usize,
         }
     };
@@ -76,6 +80,16 @@ fuzz_target!(|data: &[u8]| {
     let mut y1 = vec![f32::NAN; m * p.n];
     let mut y2 = vec![f32::NAN; m * p.n];
     matmul_packed(&a, m, &packed, None, &mut y1, &Serial);
-    matmul_unpacked(&a, m, &b, &scales, zp.as_deref(), &p, None, &mut y2, &Serial);
+    matmul_unpacked(
+        &a,
+        m,
+        &b,
+        &scales,
+        zp.as_deref(),
+        &p,
+        None,
+        &mut y2,
+        &Serial,
+    );
     assert!(y1.iter().zip(&y2).all(|(x, y)| x.to_bits() == y.to_bits()));
 });
