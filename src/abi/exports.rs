@@ -62,5 +62,7 @@ pub fn reset_stats() {
 /// `RcpuEp_Version() -> const char*`.
 pub fn version() -> *const c_char {
     static V: &str = concat!(env!("CARGO_PKG_VERSION"), "\0");
-    V.as_ptr() as *const c_char
+    super::status::guard_value("RcpuEp_Version", V.as_ptr() as *const c_char, || {
+        V.as_ptr() as *const c_char
+    })
 }

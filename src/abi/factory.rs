@@ -41,7 +41,7 @@ unsafe extern "C" fn get_version(this: *const OrtEpFactory) -> *const c_char {
 }
 
 unsafe extern "C" fn get_vendor_id(_this: *const OrtEpFactory) -> u32 {
-    VENDOR_ID
+    guard_value("GetVendorId", VENDOR_ID, || VENDOR_ID)
 }
 
 unsafe extern "C" fn create_data_transfer(
@@ -60,7 +60,7 @@ unsafe extern "C" fn create_data_transfer(
 }
 
 unsafe extern "C" fn is_stream_aware(_this: *const OrtEpFactory) -> bool {
-    false
+    guard_value("IsStreamAware", false, || false)
 }
 
 unsafe extern "C" fn get_supported_devices(

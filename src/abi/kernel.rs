@@ -7,7 +7,7 @@ use super::api::api;
 use super::ep_types::*;
 use super::kernel_context::KernelContext;
 use super::kernel_info::KernelInfo;
-use super::status::{check_raw, guard, Error, Result};
+use super::status::{check_raw, guard, guard_node, Error, Result};
 use super::tensor::Tensor;
 use crate::kernels::op::{KernelEnv, OpDef, OpKernel};
 
@@ -30,15 +30,13 @@ unsafe extern "C" fn kernel_compute(
     this: *mut OrtKernelImpl,
     ctx: *mut OrtKernelContext,
 ) -> StatusPtr {
-    guard("Compute", || {
-        // SAFETY: `this` was created by `create_kernel` as a KernelShell and is alive until Release.
-        let shell = unsafe { &*(this as *const KernelShell) };
+    // SAFETY: `this` was created by `create_kernel` as a KernelShell and is alive until Release
+    // (reading it cannot panic; the label is needed to name the node in a panic's message).
+    let shell = unsafe { &*(this as *const KernelShell) };
+    guard_node("Compute", &shell.label, || {
         // SAFETY: ctx is the live context ORT passes for this call.
         let ctx = unsafe { KernelContext::new(ctx) };
-        shell
-            .kernel
-            .compute(&ctx)
-            .map_err(|e| e.context(&shell.label))
+        shell.kernel.compute(&ctx)
     })
 }
 
@@ -59,22 +57,22 @@ unsafe extern "C" fn kernel_prepack(
     _cache: *mut OrtSharedPrePackedWeightCache,
     is_packed: *mut bool,
 ) -> StatusPtr {
-    guard("PrePackWeight", || {
+    // SAFETY: `this` is our live KernelShell; ORT does not run Compute concurrently with
+    // prepack. Only the label is read here (to name the node in errors and panics).
+    let label = unsafe { &(*(this as *const KernelShell)).label };
+    guard_node("PrePackWeight", label, || {
         if is_packed.is_null() {
             return Err(Error::invalid_argument("PrePackWeight: NULL is_packed"));
         }
         // SAFETY: non-NULL out-pointer from ORT.
         unsafe { *is_packed = false };
-        // SAFETY: `this` is our live KernelShell; ORT does not run Compute concurrently with prepack.
-        let shell = unsafe { &mut *(this as *mut KernelShell) };
+        // SAFETY: as above; the only reference into the shell used from here on.
+        let kernel = unsafe { &mut (*(this as *mut KernelShell)).kernel };
         // SAFETY: ORT keeps the weight alive during this call; we never keep the pointer.
         let t = unsafe { Tensor::from_value(tensor) }?;
         let idx = usize::try_from(input_index)
             .map_err(|_| Error::invalid_argument("negative input index"))?;
-        let packed = shell
-            .kernel
-            .prepack(idx, &t)
-            .map_err(|e| e.context(&shell.label))?;
+        let packed = kernel.prepack(idx, &t)?;
         // SAFETY: as above.
         unsafe { *is_packed = packed };
         Ok(())

@@ -135,6 +135,20 @@ pub fn guard(what: &str, f: impl FnOnce() -> Result<()>) -> StatusPtr {
     }
 }
 
+/// [`guard`] for a kernel entry: an error or a panic is prefixed with `label` (the node, e.g.
+/// "MatMul node 'mm0'"), so even an internal panic names the node it happened in.
+pub fn guard_node(what: &str, label: &str, f: impl FnOnce() -> Result<()>) -> StatusPtr {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(())) => std::ptr::null_mut(),
+        Ok(Err(e)) => e.context(label).into_status(),
+        Err(p) => Error::ep_fail(format!(
+            "{label}: rcpu: internal panic in {what}: {}",
+            panic_message(&*p)
+        ))
+        .into_status(),
+    }
+}
+
 /// Runs `f` for an `extern "C"` entry that cannot return a status; a panic yields `fallback`
 /// and is reported on stderr.
 pub fn guard_value<T>(what: &str, fallback: T, f: impl FnOnce() -> T) -> T {

@@ -1,0 +1,213 @@
+//! Lifecycle: create, run and release many rcpu sessions, then unregister and re-register the
+//! plugin library repeatedly (releasing every session first, as ORT requires). The worker lanes
+//! (`rcpu-w*` threads) must return to zero once no session lives, VmRSS must stay flat after a
+//! warm-up, and nothing may crash.
+//!
+//! Everything is one `#[test]` so no other test of this binary starts threads or sessions while
+//! the counts are taken. `RCPU_LIFECYCLE_SESSIONS` / `RCPU_LIFECYCLE_CYCLES` shrink the loops
+//! (e.g. under valgrind).
+
+use rcpu_e2e::onnx::dtype::FLOAT;
+use rcpu_e2e::onnx::{Attr, Dim, GraphBuilder};
+use rcpu_e2e::{paths, rand_f32, Ort, SessionSpec, Tensor};
+
+/// Registration name used only by this binary (the plugin is registered nowhere else here).
+const REG: &str = "rcpu_lifecycle";
+/// Allowed VmRSS growth from the warmed-up state to the end of each phase.
+const RSS_BOUND_KIB: i64 = 24 * 1024;
+
+fn env_count(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// A small model rcpu claims entirely: Add, MatMul, Gemm, and a MatMulNBits with constants
+/// (so the weight cache and prepack run on every session).
+fn model() -> Vec<u8> {
+    let (k, n, block) = (64i64, 16i64, 32i64);
+    let kb = k / block;
+    let b: Vec<u8> = (0..(n * kb * block / 2) as usize)
+        .map(|i| (i * 29 % 256) as u8)
+        .collect();
+    let mut g = GraphBuilder::new("life", 17);
+    g.input("x", FLOAT, &[Dim::Sym("m"), Dim::Fixed(k)])
+        .initializer_f32("bias", &[k], &rand_f32(k as usize, 1))
+        .initializer_f32("w", &[k, k], &rand_f32((k * k) as usize, 2))
+        .initializer_u8("B", &[n, kb, block / 2], &b)
+        .initializer_f32("scales", &[n * kb], &vec![0.02; (n * kb) as usize])
+        .initializer_f32("w2", &[n, 8], &rand_f32((n * 8) as usize, 3))
+        .node("Add", "", "add0", &["x", "bias"], &["t0"], &[])
+        .node("MatMul", "", "mm0", &["t0", "w"], &["t1"], &[])
+        .node(
+            "MatMulNBits",
+            "com.microsoft",
+            "mnb0",
+            &["t1", "B", "scales"],
+            &["t2"],
+            &[
+                ("K", Attr::Int(k)),
+                ("N", Attr::Int(n)),
+                ("bits", Attr::Int(4)),
+                ("block_size", Attr::Int(block)),
+            ],
+        )
+        .node("Gemm", "", "gemm0", &["t2", "w2"], &["y"], &[])
+        .output("y", FLOAT);
+    g.build()
+}
+
+/// Threads of this process named `rcpu-w*`.
+fn rcpu_threads() -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .expect("/proc/self/task")
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            std::fs::read_to_string(e.path().join("comm"))
+                .map(|c| c.starts_with("rcpu-w"))
+                .unwrap_or(false)
+        })
+        .count()
+}
+
+fn vm_rss_kib() -> i64 {
+    let s = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+    s.lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS line")
+}
+
+fn plugin_mapped() -> bool {
+    std::fs::read_to_string("/proc/self/maps")
+        .map(|m| m.contains("librcpu_ep.so"))
+        .unwrap_or(false)
+}
+
+/// One session on a fresh thread that exits afterwards: thread-local destructors the plugin
+/// registers on the caller's thread would otherwise keep the library mapped (glibc does not
+/// unload a DSO with pending TLS destructors), hiding what happens on a real unload/reload.
+fn one_session(
+    ort: &Ort,
+    model: &[u8],
+    threads: &str,
+    x: &Tensor,
+    want: Option<&[f32]>,
+) -> Vec<f32> {
+    std::thread::scope(|s| {
+        s.spawn(|| one_session_here(ort, model, threads, x, want))
+            .join()
+            .unwrap_or_else(|p| std::panic::resume_unwind(p))
+    })
+}
+
+/// Create, run (checking the output against `want`), release.
+fn one_session_here(
+    ort: &Ort,
+    model: &[u8],
+    threads: &str,
+    x: &Tensor,
+    want: Option<&[f32]>,
+) -> Vec<f32> {
+    let s = ort
+        .session(model, &SessionSpec::rcpu(&[("threads", threads)]))
+        .unwrap_or_else(|e| panic!("session (threads={threads}): {e}"));
+    let y = s.run(std::slice::from_ref(x)).expect("run");
+    let y = y[0].as_f32().to_vec();
+    if let Some(w) = want {
+        assert_eq!(y, w, "threads={threads}: output changed across sessions");
+    }
+    if threads == "2" {
+        // While the session lives, its pool has exactly one worker.
+        assert_eq!(
+            rcpu_threads(),
+            1,
+            "a threads=2 session runs one rcpu worker"
+        );
+    }
+    y
+}
+
+#[test]
+fn sessions_and_registrations_come_and_go_without_leaks() {
+    let sessions = env_count("RCPU_LIFECYCLE_SESSIONS", 1000);
+    let cycles = env_count("RCPU_LIFECYCLE_CYCLES", 20);
+    let ort = Ort::get();
+    let plugin = paths::plugin().unwrap_or_else(|e| panic!("{e}"));
+    let model = model();
+    let x = Tensor::f32(&[3, 64], rand_f32(192, 5));
+    let threads_before = rcpu_threads();
+    assert_eq!(threads_before, 0, "no rcpu worker before registration");
+
+    ort.register(REG, &plugin).expect("register");
+    // Warm-up: allocator arenas, lazily initialised tables, ORT's own caches.
+    let want = one_session(ort, &model, "2", &x, None);
+    for i in 0..20 {
+        one_session(ort, &model, ["1", "2"][i % 2], &x, Some(&want));
+    }
+    assert_eq!(rcpu_threads(), 0, "workers joined after warm-up");
+    let rss_warm = vm_rss_kib();
+
+    // Phase 1: many sessions, alternating lane counts (a pool starts and stops each time).
+    for i in 0..sessions {
+        one_session(ort, &model, ["2", "1", "3"][i % 3], &x, Some(&want));
+    }
+    let threads_after_sessions = rcpu_threads();
+    let rss_sessions = vm_rss_kib();
+    println!(
+        "lifecycle: {sessions} sessions: rcpu-w threads {threads_before} -> {threads_after_sessions}; \
+         VmRSS warm {rss_warm} KiB -> {rss_sessions} KiB ({:+} KiB)",
+        rss_sessions - rss_warm
+    );
+    assert_eq!(
+        threads_after_sessions, 0,
+        "worker lanes outlived their sessions"
+    );
+    assert!(
+        rss_sessions - rss_warm <= RSS_BOUND_KIB,
+        "VmRSS grew by {} KiB over {sessions} sessions",
+        rss_sessions - rss_warm
+    );
+
+    // Phase 2: unregister / register cycles, a session run in between (released before the
+    // library is unregistered, as ORT requires).
+    let mut unmapped = 0;
+    for c in 0..cycles {
+        ort.unregister(REG).expect("unregister");
+        assert_eq!(
+            rcpu_threads(),
+            0,
+            "cycle {c}: workers alive after unregister"
+        );
+        if !plugin_mapped() {
+            unmapped += 1;
+        }
+        let refused = std::thread::scope(|s| {
+            s.spawn(|| ort.session(&model, &SessionSpec::rcpu(&[])).is_err())
+                .join()
+                .unwrap()
+        });
+        assert!(
+            refused,
+            "cycle {c}: an rcpu session was created while the plugin was unregistered"
+        );
+        ort.register(REG, &plugin).expect("re-register");
+        one_session(ort, &model, ["2", "1"][c % 2], &x, Some(&want));
+        assert_eq!(rcpu_threads(), 0, "cycle {c}: workers outlived the session");
+    }
+    ort.unregister(REG).expect("final unregister");
+    let rss_end = vm_rss_kib();
+    println!(
+        "lifecycle: {cycles} unregister/register cycles: plugin unmapped after {unmapped} of them; \
+         rcpu-w threads {}; VmRSS {rss_end} KiB ({:+} KiB vs warm)",
+        rcpu_threads(),
+        rss_end - rss_warm
+    );
+    assert_eq!(rcpu_threads(), 0);
+    assert!(
+        rss_end - rss_warm <= RSS_BOUND_KIB,
+        "VmRSS grew by {} KiB over the register cycles",
+        rss_end - rss_warm
+    );
+}
