@@ -189,12 +189,9 @@ fn nbits_params_pack_and_matmul_never_panic() {
     );
 }
 
-/// Known bug: `NBitsParams::check_sizes` multiplies N * k_blocks * blob_bytes unchecked, so
-/// dimensions near 2^40 overflow (a panic in debug builds; in release the product wraps and
-/// K = N = 2^40 with empty weights is accepted, see the `nbits_huge_k_and_n_empty_weights`
-/// case of e2e/tests/robust_corpus.rs). Run with `--ignored` once params.rs uses checked math.
+/// Dimensions up to 2^63: `NBitsParams::validate` must refuse sizes beyond the address space
+/// before anything multiplies (it once wrapped K = N = 2^40 to an expected size of 0).
 #[test]
-#[ignore = "known bug: NBitsParams::check_sizes overflows on huge K/N (fix in params.rs)"]
 fn huge_dims_do_not_panic() {
     run(0x5eed_1234_abcd_0002, 3000, u64::MAX >> 1);
 }

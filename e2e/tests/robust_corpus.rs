@@ -31,14 +31,9 @@ const ENV_ARM: &str = "RCPU_ROBUST_ARM";
 const MARK: &str = "ROBUST-RESULT ";
 const HUGE: i64 = 1 << 40;
 
-/// Cases where rcpu panics inside a guarded entry (ORT still gets a clean error). Each entry
-/// must keep panicking until fixed: a fixed bug left on this list fails the case.
-const KNOWN_BUGS: &[(&str, &str)] = &[(
-    "nbits_huge_k_and_n_empty_weights",
-    "NBitsParams::check_sizes multiplies N * k_blocks * blob unchecked: K = N = 2^40 wraps \
-     the expected sizes to 0, the claim accepts empty weights and PrePackWeight panics on a \
-     slice index (fix: checked_mul in src/kernels/matmul_nbits/params.rs)",
-)];
+/// Cases with a known, not yet fixed bug: (case name, the bug). Such a case fails once it stops
+/// panicking, so the list cannot go stale.
+const KNOWN_BUGS: &[(&str, &str)] = &[];
 
 #[derive(Debug, Clone, Copy)]
 enum Expect {

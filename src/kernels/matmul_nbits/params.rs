@@ -73,6 +73,24 @@ impl NBitsParams {
                 self.k, self.n
             ));
         }
+        // Every size derived from K and N (B bytes, scales, the packed copy, the output row)
+        // must be representable: huge attributes are refused here, before anything multiplies.
+        let fits = self
+            .n
+            .checked_next_multiple_of(16)
+            .and_then(|n| n.checked_mul(self.k_blocks()))
+            .and_then(|nk| nk.checked_mul(self.blob_bytes() + 8))
+            .is_some_and(|bytes| bytes <= isize::MAX as usize)
+            && self
+                .k
+                .checked_next_multiple_of(self.block_size.max(1))
+                .is_some();
+        if !fits {
+            return Err(format!(
+                "MatMulNBits: K={} and N={} give weight sizes beyond the address space",
+                self.k, self.n
+            ));
+        }
         if self.accuracy_level > 4 {
             return Err(format!(
                 "MatMulNBits: accuracy_level must be in 0..=4, got {}",
