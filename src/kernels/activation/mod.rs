@@ -119,7 +119,7 @@ fn run(
             (k.f)(act, &x[start..start + o.len()], None, o)
         }),
         Some(b) => {
-            if b.is_empty() || n % b.len() != 0 {
+            if b.is_empty() || !n.is_multiple_of(b.len()) {
                 return Err(format!(
                     "{act:?}: bias of {} elements does not divide the input's {n}",
                     b.len()

@@ -21,21 +21,6 @@ pub fn output_wired(node: &Node<'_>, i: usize) -> std::result::Result<bool, Decl
     })
 }
 
-/// Declines outputs `from..` that are wired (optional outputs rcpu does not produce).
-pub fn no_outputs_from(
-    node: &Node<'_>,
-    from: usize,
-    what: &str,
-) -> std::result::Result<(), Decline> {
-    let n = node.outputs().map_err(err)?.len();
-    for i in from..n {
-        if output_wired(node, i)? {
-            return Err(format!("output {i} ({what}) is not implemented"));
-        }
-    }
-    Ok(())
-}
-
 /// Declines `stash_type` other than 1 (float32 statistics).
 pub fn stash_type_f32(node: &Node<'_>) -> std::result::Result<(), Decline> {
     match node.attr_i64("stash_type") {

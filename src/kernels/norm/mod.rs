@@ -126,7 +126,7 @@ fn check(n: usize, inp: &NormInputs<'_>, out: &NormOutputs<'_>) -> Result<usize,
     if n == 0 {
         return Err("normalised size is 0".into());
     }
-    if inp.x.len() % n != 0 {
+    if !inp.x.len().is_multiple_of(n) {
         return Err(format!(
             "input of {} elements is not rows of {n}",
             inp.x.len()
@@ -148,8 +148,8 @@ fn check(n: usize, inp: &NormInputs<'_>, out: &NormOutputs<'_>) -> Result<usize,
         need("beta", b.len(), n)?;
     }
     if let Some(s) = inp.skip {
-        let ok = !s.is_empty() && s.len() % n == 0 && rows % (s.len() / n) == 0;
-        if !ok && !(rows == 0 && s.is_empty()) {
+        let ok = !s.is_empty() && s.len().is_multiple_of(n) && rows.is_multiple_of(s.len() / n);
+        if !(ok || rows == 0 && s.is_empty()) {
             return Err(format!(
                 "skip of {} elements does not broadcast to {rows} rows of {n}",
                 s.len()
@@ -178,7 +178,7 @@ struct Piece<'a> {
     sum: Option<&'a mut [f32]>,
 }
 
-fn split<'a>(s: Option<&'a mut [f32]>, len: usize) -> Vec<Option<&'a mut [f32]>> {
+fn split(s: Option<&mut [f32]>, len: usize) -> Vec<Option<&mut [f32]>> {
     match s {
         Some(s) => s.chunks_mut(len).map(Some).collect(),
         None => Vec::new(),
