@@ -154,3 +154,27 @@ fn large_buffers_take_the_parallel_path() {
         }
     }
 }
+
+/// The exp behind sigmoid (and softmax) is accurate to a few ulp, not just to the 1e-5 parity
+/// tolerance: sigmoid's relative error over [-87, 87] (dominated by exp for x < 0), in units of
+/// 2^-24, must stay within 4 for every variant.
+#[test]
+fn sigmoid_is_within_a_few_ulp() {
+    let x: Vec<f32> = (0..174_001).map(|i| -87.0 + i as f32 * 0.001).collect();
+    for isa in ISAS {
+        let mut y = vec![0.0f32; x.len()];
+        if activation_f32_with(isa, Activation::Sigmoid, &x, None, &mut y, &Serial).is_err() {
+            continue;
+        }
+        let worst = x
+            .iter()
+            .zip(&y)
+            .map(|(&v, &g)| {
+                let w = reference(Activation::Sigmoid, v);
+                ((g as f64 - w) / w).abs() / f32::EPSILON as f64 * 2.0
+            })
+            .fold(0.0f64, f64::max);
+        eprintln!("{isa:?}: sigmoid max error {worst:.2} ulp");
+        assert!(worst <= 4.0, "{isa:?}: sigmoid max error {worst:.2} ulp");
+    }
+}

@@ -157,6 +157,16 @@ fn all_sizes_all_forms() {
 }
 
 #[test]
+fn epsilon_enters_the_denominator() {
+    let mut rng = Rng(31);
+    for simplified in [true, false] {
+        let mut c = case(&mut rng, simplified, false, false, 3, 17);
+        c.eps = 0.5;
+        check(&c, &format!("eps=0.5 simpl={simplified}"));
+    }
+}
+
+#[test]
 fn many_rows_take_the_parallel_path() {
     let mut rng = Rng(77);
     for simplified in [true, false] {
