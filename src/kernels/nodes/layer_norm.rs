@@ -53,6 +53,10 @@ impl OpKernel for LayerNorm {
         };
         let xs = x.data::<f32>()?;
         if xs.is_empty() {
+            // Rows of zero elements: ORT's statistics are 0/0 (NaN); no rows: nothing to write.
+            for s in [mean, inv_std].into_iter().flatten() {
+                s.fill(f32::NAN);
+            }
             ledger::record(self.op, "empty", self.env.par.lanes());
             return Ok(());
         }

@@ -44,6 +44,7 @@ const AVX512: Kernels = Kernels {
 };
 
 fn table(isa: Isa) -> Option<&'static Kernels> {
+    #[cfg(target_arch = "x86_64")]
     use crate::kernels::activation::simd;
     match isa {
         Isa::Scalar => Some(&SCALAR),
