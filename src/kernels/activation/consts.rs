@@ -2,6 +2,8 @@
 
 /// Below this, `exp(x)` is under the smallest normal f32 and is returned as 0.
 pub(crate) const EXP_MIN_ARG: f32 = -87.336_54;
+/// Below this `exp(x)` rounds to 0 even as a subnormal (used where the scaling is `vscalefps`).
+pub(crate) const EXP_SCALEF_MIN_ARG: f32 = -104.0;
 /// ln 2 split for Cody-Waite range reduction (`LN2_HI` has trailing zero bits).
 pub(crate) const LN2_HI: f32 = 0.693_359_4;
 pub(crate) const LN2_LO: f32 = -2.121_944_4e-4;

@@ -55,6 +55,12 @@ pub(crate) trait Simd: Copy {
     fn reduce_add(self, v: Self::V) -> f32;
     fn reduce_max(self, v: Self::V) -> f32;
 
+    /// `1 / a` (within an ulp; exact division unless a variant has a cheaper refined estimate).
+    #[inline(always)]
+    fn recip(self, a: Self::V) -> Self::V {
+        self.div(self.splat(1.0), a)
+    }
+
     /// Lanes `[i, i + n)` of `s` for `n <= W`, the rest filled with `fill`.
     #[inline(always)]
     fn load_part(self, s: &[f32], i: usize, n: usize, fill: f32) -> Self::V {
@@ -77,7 +83,8 @@ pub(crate) trait Simd: Copy {
         }
         r
     }
-    /// `exp(x)` for `x <= 0` (NaN propagates; below the normal range the result is 0).
+    /// `exp(x)` for `x <= 0` (NaN propagates; below the normal range the result is 0 here, a
+    /// correctly scaled subnormal in the AVX-512 override).
     #[inline(always)]
     fn exp_neg(self, x: Self::V) -> Self::V {
         let lo = self.splat(EXP_MIN_ARG);
@@ -95,7 +102,7 @@ pub(crate) trait Simd: Copy {
     #[inline(always)]
     fn sigmoid(self, x: Self::V) -> Self::V {
         let e = self.exp_neg(self.sub(self.splat(0.0), self.abs(x)));
-        let r = self.div(self.splat(1.0), self.add(self.splat(1.0), e));
+        let r = self.recip(self.add(self.splat(1.0), e));
         self.select_lt(x, self.splat(0.0), self.mul(e, r), r)
     }
     /// `1 + erf(z)`, accurate in relative terms also where it is small (z << 0).
@@ -307,6 +314,27 @@ impl Simd for Avx512 {
             x,
             v
         ))
+    }
+    /// `vscalefps` scales by `2^n` for any `n` (gradual underflow included), so the clamp only
+    /// has to keep the reduction finite and the underflow/NaN selects of the default go away
+    /// (`max(lo, x)` returns `x` when it is NaN, and NaN flows through the arithmetic).
+    #[inline(always)]
+    fn exp_neg(self, x: __m512) -> __m512 {
+        let xc = self.max(self.splat(EXP_SCALEF_MIN_ARG), x);
+        let n = self.round(self.mul(xc, self.splat(std::f32::consts::LOG2_E)));
+        let r = self.fma(n, self.splat(-LN2_HI), xc);
+        let r = self.fma(n, self.splat(-LN2_LO), r);
+        let p = self.horner(r, &EXP_POLY);
+        let y = self.add(self.fma(self.mul(r, r), p, r), self.splat(1.0));
+        tf!(_mm512_scalef_ps(y, n))
+    }
+    /// `vrcp14ps` (relative error < 2^-14) and one Newton step: error ~2^-28 before rounding,
+    /// far cheaper than `vdivps zmm`.
+    #[inline(always)]
+    fn recip(self, a: __m512) -> __m512 {
+        let r = tf!(_mm512_rcp14_ps(a));
+        let e = tf!(_mm512_fnmadd_ps(a, r, _mm512_set1_ps(1.0)));
+        self.fma(r, e, r)
     }
     #[inline(always)]
     fn reduce_add(self, v: __m512) -> f32 {

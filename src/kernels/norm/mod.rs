@@ -4,7 +4,8 @@
 //! Per row, as ORT's CPU EP does it: `v = x (+ skip) (+ bias)`; `mean = sum(v) / n`;
 //! `d = sqrt(sum(v^2) / n + eps)` (simplified) or `sqrt(sum(v^2) / n - mean^2 + eps)`; then
 //! `y = v / d * scale` (simplified) or `y = (v - mean) / d * scale (+ beta)`, accumulated in f32
-//! (ORT sums serially; rcpu sums in SIMD lanes, which is at least as accurate). Optional outputs:
+//! (ORT sums serially; rcpu sums in SIMD lanes, which is at least as accurate). The SIMD variants
+//! multiply by `1 / d` instead of dividing each element (within an ulp of ORT, much cheaper). Optional outputs:
 //! per-row `mean`, per-row `inv_std = 1 / d`, and the pre-norm sum `v`.
 //!
 //! Rows are split over lanes when `rows * n` reaches [`PAR_MIN_ELEMS`].

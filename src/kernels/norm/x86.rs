@@ -70,7 +70,8 @@ fn row_generic<S: Simd>(
     } else {
         (q - mean * mean + p.epsilon).sqrt()
     };
-    let (vd, vmean) = (s.splat(d), s.splat(mean));
+    // Multiply by 1/d (one division per row; ORT divides per element: within 1 ulp of it).
+    let (vinv, vmean) = (s.splat(1.0 / d), s.splat(mean));
     // Second pass: reads the kept sum from `y` (fused) or `x`, writes `y` block by block.
     let mut i = 0;
     while i < n {
@@ -84,9 +85,9 @@ fn row_generic<S: Simd>(
         };
         let v = if fused { ld(y) } else { ld(r.x) };
         let t = if p.simplified {
-            s.mul(s.div(v, vd), ld(r.scale))
+            s.mul(s.mul(v, vinv), ld(r.scale))
         } else {
-            let t = s.mul(s.div(s.sub(v, vmean), vd), ld(r.scale));
+            let t = s.mul(s.mul(s.sub(v, vmean), vinv), ld(r.scale));
             match r.beta {
                 Some(b) => s.add(t, ld(b)),
                 None => t,

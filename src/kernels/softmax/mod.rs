@@ -20,8 +20,8 @@ use crate::runtime::par::Par;
 pub const PAR_MIN_ELEMS: usize = 1 << 15;
 const CHUNK_ELEMS: usize = 1 << 14;
 
-/// Softmax of one contiguous row into `out`.
-type RowFn = fn(&[f32], &mut [f32]);
+/// Softmax of consecutive contiguous rows of `n` elements into `out` (one call per chunk).
+type RowFn = fn(&[f32], &mut [f32], usize);
 
 struct Kernels {
     row: RowFn,
@@ -112,14 +112,14 @@ fn run(
     let block = dim * inner;
     let per_chunk = (CHUNK_ELEMS / block).max(1);
     let f = |start_block: usize, o: &mut [f32]| {
+        let at = start_block * block;
+        if inner == 1 {
+            (k.row)(&x[at..at + o.len()], o, dim);
+            return;
+        }
         for (b, ob) in o.chunks_mut(block).enumerate() {
-            let at = (start_block + b) * block;
-            let xb = &x[at..at + block];
-            if inner == 1 {
-                (k.row)(xb, ob);
-            } else {
-                scalar::strided(xb, dim, inner, ob);
-            }
+            let at = at + b * block;
+            scalar::strided(&x[at..at + block], dim, inner, ob);
         }
     };
     if n < PAR_MIN_ELEMS || outer < 2 || par.lanes() < 2 {

@@ -5,6 +5,13 @@
 use crate::kernels::activation::simd::{isa_entry, Avx2, Avx512, Simd};
 
 #[inline(always)]
+fn rows_generic<S: Simd>(s: S, x: &[f32], out: &mut [f32], n: usize) {
+    for (xr, or) in x.chunks(n).zip(out.chunks_mut(n)) {
+        row_generic(s, xr, or);
+    }
+}
+
+#[inline(always)]
 fn row_generic<S: Simd>(s: S, x: &[f32], out: &mut [f32]) {
     let n = x.len();
     assert_eq!(out.len(), n);
@@ -47,6 +54,6 @@ fn row_generic<S: Simd>(s: S, x: &[f32], out: &mut [f32]) {
     }
 }
 
-isa_entry!(row_avx2, Avx2, "avx2,fma", row_generic, (x: &[f32], out: &mut [f32]));
-isa_entry!(row_avx512, Avx512, "avx512f,avx512dq,avx2,fma", row_generic,
-    (x: &[f32], out: &mut [f32]));
+isa_entry!(row_avx2, Avx2, "avx2,fma", rows_generic, (x: &[f32], out: &mut [f32], n: usize));
+isa_entry!(row_avx512, Avx512, "avx512f,avx512dq,avx2,fma", rows_generic,
+    (x: &[f32], out: &mut [f32], n: usize));
