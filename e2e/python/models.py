@@ -199,3 +199,116 @@ def float_matmul_const(k: int, n: int, rng: np.random.Generator, name: str = "ma
     w = rng.standard_normal((k, n)).astype(np.float32)
     node = helper.make_node("MatMul", ["A", "W"], ["Y"], name=name)
     return _model([node], [_vi("A", ["M", k])], [_vi("Y", ["M", n])], [numpy_helper.from_array(w, "W")])
+
+
+# ---------------------------------------------------------------------------------------------
+# Glue ops of a decoder layer (normalisations, softmax, activations)
+# ---------------------------------------------------------------------------------------------
+
+
+def glue_op(
+    op: str,
+    inputs,
+    n_outputs: int = 1,
+    domain: str = "",
+    opset: int = OPSET,
+    name: str = "glue0",
+    out_names=None,
+    **attrs,
+) -> onnx.ModelProto:
+    """One `op` node. `inputs` is a list of (name, shape or np.ndarray or None): a shape makes a
+    float32 graph input, an array a constant initializer (its dtype kept), None an omitted
+    optional input. `out_names` overrides the output names ("" leaves an optional output empty)."""
+    ins, vis, inits = [], [], []
+    for nm, spec in inputs:
+        if spec is None:
+            ins.append("")
+        elif isinstance(spec, np.ndarray):
+            ins.append(nm)
+            inits.append(numpy_helper.from_array(spec, nm))
+        else:
+            ins.append(nm)
+            vis.append(_vi(nm, spec))
+    outs = list(out_names) if out_names is not None else [f"Y{i}" for i in range(n_outputs)]
+    node = helper.make_node(op, ins, outs, name=name, domain=domain or None, **attrs)
+    ms = 1 if domain == "com.microsoft" else None
+    return _model([node], vis, [_vi(o, None) for o in outs if o], inits, opset=opset, ms_opset=ms)
+
+
+# Qwen2-0.5B decoder-layer shapes.
+QWEN2_HIDDEN = 896
+QWEN2_INTER = 4864
+QWEN2_HEADS = 14
+QWEN2_KV_HEADS = 2
+QWEN2_HEAD_DIM = 64
+DECODER_ATTENTION_NODES = {"attn"}
+
+
+def _nbits_node(rng, name, inp, out, k, n, block_size, acc, bias: bool):
+    w = (rng.standard_normal((k, n)) * (1.0 / np.sqrt(k))).astype(np.float32)
+    b_packed, scales, _, _ = quantize_nbits4(w, block_size, False)
+    inits = [
+        numpy_helper.from_array(b_packed, f"{name}.B"),
+        numpy_helper.from_array(scales, f"{name}.scales"),
+    ]
+    ins = [inp, f"{name}.B", f"{name}.scales"]
+    if bias:
+        inits.append(numpy_helper.from_array((rng.standard_normal(n) * 0.1).astype(np.float32), f"{name}.bias"))
+        ins += ["", "", f"{name}.bias"]
+    node = helper.make_node(
+        "MatMulNBits", ins, [out], name=name, domain="com.microsoft",
+        K=k, N=n, bits=4, block_size=block_size, accuracy_level=acc,
+    )
+    return node, inits
+
+
+def decoder_layer(rng: np.random.Generator, accuracy_level: int = 4, block_size: int = 32,
+                  hidden: int = QWEN2_HIDDEN, inter: int = QWEN2_INTER) -> onnx.ModelProto:
+    """One Qwen2-style decoder layer (prompt step, no KV cache): RMSNorm -> q/k/v MatMulNBits (with
+    bias) -> GroupQueryAttention (stays on ORT) -> o_proj -> SkipSimplifiedLayerNorm (residual sum
+    as output 3) -> gate/up MatMulNBits -> SiLU (Sigmoid * x) * up -> down MatMulNBits -> Add.
+    Inputs: X [B, S, hidden] f32, seqlens_k int32 [B] (= S - 1), total_seq_len int32 scalar (= S)."""
+    h, d = QWEN2_HEAD_DIM, hidden
+    q_n, kv_n = QWEN2_HEADS * h, QWEN2_KV_HEADS * h
+    inits = [
+        numpy_helper.from_array((1.0 + 0.1 * rng.standard_normal(d)).astype(np.float32), "ln1.w"),
+        numpy_helper.from_array((1.0 + 0.1 * rng.standard_normal(d)).astype(np.float32), "ln2.w"),
+    ]
+    nodes = [helper.make_node("SimplifiedLayerNormalization", ["X", "ln1.w"], ["h1"], name="ln1",
+                              axis=-1, epsilon=1e-6, stash_type=1)]
+    for nm, n, out in (("q_proj", q_n, "q"), ("k_proj", kv_n, "k"), ("v_proj", kv_n, "v")):
+        node, ini = _nbits_node(rng, nm, "h1", out, d, n, block_size, accuracy_level, bias=True)
+        nodes.append(node)
+        inits += ini
+    nodes.append(helper.make_node(
+        "GroupQueryAttention", ["q", "k", "v", "", "", "seqlens_k", "total_seq_len"],
+        ["attn_out", "present_k", "present_v"], name="attn", domain="com.microsoft",
+        num_heads=QWEN2_HEADS, kv_num_heads=QWEN2_KV_HEADS,
+    ))
+    node, ini = _nbits_node(rng, "o_proj", "attn_out", "o", q_n, d, block_size, accuracy_level, bias=False)
+    nodes.append(node)
+    inits += ini
+    nodes.append(helper.make_node(
+        "SkipSimplifiedLayerNormalization", ["o", "X", "ln2.w"], ["h2", "", "", "resid"],
+        name="ln2", domain="com.microsoft", epsilon=1e-6,
+    ))
+    for nm, out in (("gate_proj", "g"), ("up_proj", "u")):
+        node, ini = _nbits_node(rng, nm, "h2", out, d, inter, block_size, accuracy_level, bias=False)
+        nodes.append(node)
+        inits += ini
+    nodes += [
+        helper.make_node("Sigmoid", ["g"], ["g_sig"], name="silu_sigmoid"),
+        helper.make_node("Mul", ["g", "g_sig"], ["g_act"], name="silu_mul"),
+        helper.make_node("Mul", ["g_act", "u"], ["gu"], name="gate_mul"),
+    ]
+    node, ini = _nbits_node(rng, "down_proj", "gu", "down", inter, d, block_size, accuracy_level, bias=False)
+    nodes.append(node)
+    inits += ini
+    nodes.append(helper.make_node("Add", ["resid", "down"], ["Y"], name="residual_add"))
+    inputs = [
+        _vi("X", ["B", "S", d]),
+        helper.make_tensor_value_info("seqlens_k", TensorProto.INT32, ["B"]),
+        helper.make_tensor_value_info("total_seq_len", TensorProto.INT32, []),
+    ]
+    return _model(nodes, inputs, [_vi("Y", ["B", "S", d]), _vi("present_k", None), _vi("present_v", None)],
+                  inits, ms_opset=1)

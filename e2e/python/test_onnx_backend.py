@@ -22,7 +22,10 @@ from onnx.backend.test.case.node import collect_testcases
 
 from conftest import assert_on_cpu, assert_on_rcpu, cpu_session, rcpu_session
 
-RCPU_OPS = ("Add", "Sub", "Mul", "Div", "MatMul", "Gemm")
+RCPU_OPS = (
+    "Add", "Sub", "Mul", "Div", "MatMul", "Gemm",
+    "LayerNormalization", "Softmax", "Sigmoid", "Gelu",
+)
 RTOL = 1e-4
 ATOL = 1e-6
 

@@ -1,6 +1,8 @@
 //! The table of kernels rcpu registers with ORT. Adding an op = adding its `OpDef` here.
 
-use crate::kernels::nodes::{binary, gemm, matmul, matmul_nbits};
+use crate::kernels::nodes::{
+    activation, binary, gemm, layer_norm, matmul, matmul_nbits, skip_layer_norm, softmax,
+};
 use crate::kernels::op::OpDef;
 
 pub static OPS: &[OpDef] = &[
@@ -11,4 +13,12 @@ pub static OPS: &[OpDef] = &[
     matmul::MATMUL,
     gemm::GEMM,
     matmul_nbits::MATMUL_NBITS,
+    layer_norm::LAYER_NORMALIZATION,
+    layer_norm::SIMPLIFIED_LAYER_NORMALIZATION,
+    skip_layer_norm::SKIP_SIMPLIFIED_LAYER_NORMALIZATION,
+    softmax::SOFTMAX,
+    activation::SIGMOID,
+    activation::GELU,
+    activation::MS_GELU,
+    activation::FAST_GELU,
 ];

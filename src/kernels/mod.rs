@@ -1,10 +1,13 @@
 //! Kernels, one module per op family. Each family: pure compute functions behind a uniform
 //! signature, a scalar reference beside them, ISA variants picked once per process from
 //! [`isa::Isa::get`]. `op.rs` is the contract with `ep/`; `nodes/` holds the ORT-facing kernels.
+pub mod activation;
 pub mod elementwise;
 pub mod gemm;
 pub mod isa;
 pub mod matmul_nbits;
 pub mod nodes;
+pub mod norm;
 pub mod op;
 pub mod shape;
+pub mod softmax;

@@ -2,8 +2,13 @@
 //! and compute, calling into the pure compute of its family (`elementwise`, `gemm`,
 //! `matmul_nbits`, ...). Everything here is safe code over the `abi` views.
 
+pub mod activation;
 pub mod binary;
 pub mod claim;
 pub mod gemm;
+pub mod glue_common;
+pub mod layer_norm;
 pub mod matmul;
 pub mod matmul_nbits;
+pub mod skip_layer_norm;
+pub mod softmax;

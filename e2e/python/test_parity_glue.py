@@ -1,0 +1,236 @@
+"""Float32 parity of rcpu's glue ops (normalisations, softmax, activations) against ORT's CPU EP,
+their claim rules (what must stay on ORT), and a Qwen2-0.5B-shaped decoder layer.
+
+Tolerances, elementwise |rcpu - cpu| <= atol + rtol * |cpu| (NaN positions and infinities equal):
+    LayerNormalization, SimplifiedLayerNormalization, SkipSimplifiedLayerNormalization, Softmax,
+    Sigmoid: rtol 1e-5, atol 1e-6;  Gelu / FastGelu: rtol 1e-5, atol 1e-5.
+Decoder layer: relative L2 of the output vs ORT CPU <= 2e-2 (accuracy_level 4) / 1e-4 (level 0).
+
+Every positive test asserts the node ran on RcpuExecutionProvider.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import models
+from conftest import assert_on_cpu, assert_on_rcpu, assigned_to_rcpu, rel_l2
+
+TIGHT = (1e-5, 1e-6)
+GELU_TOL = (1e-5, 1e-5)
+SPECIALS = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-30, -1e-30, 30.0, -30.0, 100.0, -100.0, 1e30, -1e30],
+                    np.float32)
+
+
+def assert_close(got, want, tol, what=""):
+    rtol, atol = tol
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.dtype == want.dtype == np.float32, f"{what}: dtype {got.dtype} vs {want.dtype}"
+    assert got.shape == want.shape, f"{what}: shape {got.shape} != {want.shape}"
+    assert np.array_equal(np.isnan(got), np.isnan(want)), f"{what}: NaN positions differ"
+    inf = np.isinf(want)
+    assert np.array_equal(got[inf], want[inf]), f"{what}: infinities differ"
+    ok = ~np.isnan(want) & ~inf
+    g, w = got[ok].astype(np.float64), want[ok].astype(np.float64)
+    err = np.abs(g - w)
+    bad = np.flatnonzero(err > atol + rtol * np.abs(w))
+    assert bad.size == 0, f"{what}: {bad.size}/{err.size} out of tolerance, e.g. got {g[bad[:4]]} want {w[bad[:4]]}"
+
+
+def _x(rng, shape, specials=False, scale=3.0):
+    x = np.asarray(rng.standard_normal(shape) * scale, np.float32)
+    if specials and x.size:
+        flat = x.reshape(-1)
+        idx = rng.choice(flat.size, size=min(flat.size, len(SPECIALS)), replace=False)
+        flat[idx] = SPECIALS[: idx.size]
+    return x
+
+
+def _parity(make_sessions, model, feeds, tol, node="glue0"):
+    cpu, rc = make_sessions(model, {"threads": 2})
+    assert_on_rcpu(rc, node)
+    want, got = cpu.run(None, feeds), rc.run(None, feeds)
+    assert len(got) == len(want)
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert_close(g, w, tol, f"output {i}")
+    return got
+
+
+# ------------------------------------------------------------------------------ normalisations
+
+NORM_SHAPES = [((2, 5, 896), -1), ((1, 1, 17), -1), ((3, 4096), -1), ((7, 3), 1), ((2, 3, 16), 1), ((4, 100), 0),
+               ((1, 1), -1), ((0, 15), -1), ((64, 1024), -1)]
+
+
+def _norm_params(rng, shape, axis):
+    a = axis % len(shape)
+    pshape = shape[a:]
+    return (1.0 + 0.2 * rng.standard_normal(pshape)).astype(np.float32), (0.1 * rng.standard_normal(pshape)).astype(
+        np.float32
+    )
+
+
+@pytest.mark.parametrize("shape,axis", NORM_SHAPES, ids=[f"{s}-ax{a}" for s, a in NORM_SHAPES])
+@pytest.mark.parametrize("inv_out", [False, True])
+def test_simplified_layer_norm(make_sessions, shape, axis, inv_out):
+    rng = np.random.default_rng(sum(shape) + axis + 3 + inv_out)
+    scale, _ = _norm_params(rng, shape, axis)
+    model = models.glue_op(
+        "SimplifiedLayerNormalization", [("X", list(shape)), ("scale", scale)],
+        out_names=["Y", "inv"] if inv_out else ["Y"], axis=axis, epsilon=1e-6,
+    )
+    _parity(make_sessions, model, {"X": _x(rng, shape)}, TIGHT)
+
+
+@pytest.mark.parametrize("shape,axis", NORM_SHAPES, ids=[f"{s}-ax{a}" for s, a in NORM_SHAPES])
+@pytest.mark.parametrize("with_b,stats", [(True, True), (False, False), (True, False)])
+def test_layer_norm(make_sessions, shape, axis, with_b, stats):
+    rng = np.random.default_rng(sum(shape) + 3 * (axis + 3) + with_b)
+    scale, b = _norm_params(rng, shape, axis)
+    ins = [("X", list(shape)), ("scale", scale)] + ([("B", b)] if with_b else [])
+    model = models.glue_op("LayerNormalization", ins, out_names=["Y", "mean", "inv"] if stats else ["Y"],
+                           axis=axis, epsilon=1e-5)
+    _parity(make_sessions, model, {"X": _x(rng, shape)}, TIGHT)
+
+
+def test_norms_nan_inf_rows(make_sessions):
+    rng = np.random.default_rng(5)
+    x = _x(rng, (6, 33))
+    x[1, 3], x[2, 0], x[3, 32] = np.nan, np.inf, -np.inf
+    scale, b = _norm_params(rng, (6, 33), -1)
+    for op, ins in (("SimplifiedLayerNormalization", [("X", [6, 33]), ("scale", scale)]),
+                    ("LayerNormalization", [("X", [6, 33]), ("scale", scale), ("B", b)])):
+        got = _parity(make_sessions, models.glue_op(op, ins), {"X": x}, TIGHT)
+        assert np.all(np.isfinite(got[0][0])), "a clean row stays finite"
+
+
+@pytest.mark.parametrize("rows", [1, 5, 40])
+@pytest.mark.parametrize("bias,sum_out,skip_kind", [(False, False, "full"), (True, True, "full"),
+                                                    (True, False, "2d"), (False, True, "batch1")])
+def test_skip_simplified_layer_norm(make_sessions, rows, bias, sum_out, skip_kind):
+    rng = np.random.default_rng(rows * 10 + bias * 2 + sum_out)
+    b_, h = 2, 896
+    xs = (b_, rows, h)
+    sk = {"full": xs, "2d": (rows, h), "batch1": (1, rows, h)}[skip_kind]
+    gamma = (1.0 + 0.1 * rng.standard_normal(h)).astype(np.float32)
+    ins = [("X", list(xs)), ("skip", list(sk)), ("gamma", gamma)]
+    if bias:
+        ins.append(("bias", (0.1 * rng.standard_normal(h)).astype(np.float32)))
+    outs = ["Y", "", "", "S"] if sum_out else ["Y"]
+    model = models.glue_op("SkipSimplifiedLayerNormalization", ins, domain="com.microsoft", out_names=outs,
+                           epsilon=1e-6)
+    _parity(make_sessions, model, {"X": _x(rng, xs), "skip": _x(rng, sk)}, TIGHT)
+
+
+# ------------------------------------------------------------------------------ softmax
+
+SOFTMAX_CASES = [((3, 17), -1), ((2, 5, 100), -1), ((1, 4096), -1), ((2, 3, 4), 1), ((4, 6), 0), ((2, 3, 5), -3),
+                 ((5, 1), -1), ((2, 14, 7, 7), -1), ((0, 8), -1)]
+
+
+@pytest.mark.parametrize("shape,axis", SOFTMAX_CASES, ids=[f"{s}-ax{a}" for s, a in SOFTMAX_CASES])
+def test_softmax(make_sessions, shape, axis):
+    rng = np.random.default_rng(len(shape) * 7 + axis + 3)
+    model = models.glue_op("Softmax", [("X", list(shape))], axis=axis)
+    _parity(make_sessions, model, {"X": _x(rng, shape, scale=4.0)}, TIGHT)
+
+
+def test_softmax_special_rows(make_sessions):
+    rng = np.random.default_rng(8)
+    x = _x(rng, (6, 19))
+    x[1, 4] = np.nan
+    x[2, 7] = np.inf
+    x[3, :] = -np.inf
+    x[4, 0] = -np.inf
+    x[5] += 1000.0
+    got = _parity(make_sessions, models.glue_op("Softmax", [("X", [6, 19])]), {"X": x}, TIGHT)
+    assert np.all(np.isfinite(got[0][0])) and np.all(np.isfinite(got[0][5]))
+
+
+# ------------------------------------------------------------------------------ activations
+
+ACT_SHAPES = [(1,), (3,), (15,), (16,), (17,), (2, 100), (4, 4096), (0, 5), (3, 50000)]
+
+
+@pytest.mark.parametrize("shape", ACT_SHAPES, ids=str)
+@pytest.mark.parametrize("opset", [6, 13, 17])
+def test_sigmoid(make_sessions, shape, opset):
+    rng = np.random.default_rng(len(shape) + opset)
+    model = models.glue_op("Sigmoid", [("X", list(shape))], opset=opset)
+    _parity(make_sessions, model, {"X": _x(rng, shape, specials=True, scale=8.0)}, TIGHT)
+
+
+@pytest.mark.parametrize("shape", ACT_SHAPES, ids=str)
+@pytest.mark.parametrize("variant", ["onnx-none", "onnx-tanh", "onnx-default", "ms-gelu", "fastgelu", "fastgelu-bias"])
+def test_gelu(make_sessions, shape, variant):
+    rng = np.random.default_rng(len(shape) * 3 + len(variant))
+    ins = [("X", list(shape))]
+    if variant.startswith("onnx"):
+        attrs = {} if variant == "onnx-default" else {"approximate": variant.split("-")[1]}
+        model = models.glue_op("Gelu", ins, opset=20, **attrs)
+    elif variant == "ms-gelu":
+        model = models.glue_op("Gelu", ins, domain="com.microsoft")
+    else:
+        if variant == "fastgelu-bias":
+            ins.append(("bias", rng.standard_normal(shape[-1]).astype(np.float32)))
+        model = models.glue_op("FastGelu", ins, domain="com.microsoft")
+    _parity(make_sessions, model, {"X": _x(rng, shape, specials=True, scale=4.0)}, GELU_TOL)
+
+
+# ------------------------------------------------------------------------------ declines
+
+
+def _stays_on_cpu(make_sessions, model, feeds):
+    cpu, rc = make_sessions(model, {"threads": 2})
+    assert_on_cpu(rc, "glue0")
+    for g, w in zip(rc.run(None, feeds), cpu.run(None, feeds)):
+        np.testing.assert_array_equal(g, w)
+
+
+def test_declines(make_sessions):
+    rng = np.random.default_rng(1)
+    x = _x(rng, (3, 8))
+    scale = np.ones(8, np.float32)
+    # stash_type other than 1 (float32 statistics)
+    _stays_on_cpu(make_sessions, models.glue_op("LayerNormalization", [("X", [3, 8]), ("scale", scale)],
+                                                stash_type=0), {"X": x})
+    # Softmax opset 11 (flattening semantics)
+    _stays_on_cpu(make_sessions, models.glue_op("Softmax", [("X", [3, 8])], opset=11), {"X": x})
+    # SkipSimplifiedLayerNormalization with the mean / inv_std_var outputs wired
+    m = models.glue_op("SkipSimplifiedLayerNormalization", [("X", [1, 3, 8]), ("skip", [1, 3, 8]), ("gamma", scale)],
+                       domain="com.microsoft", out_names=["Y", "", "inv"])
+    cpu, rc = make_sessions(m, {"threads": 2})
+    assert_on_cpu(rc, "glue0")
+    # double input
+    m = models.glue_op("Sigmoid", [("X", [3, 8])])
+    m.graph.input[0].type.tensor_type.elem_type = 11  # DOUBLE
+    m.graph.output[0].type.tensor_type.elem_type = 11
+    _stays_on_cpu(make_sessions, m, {"X": x.astype(np.float64)})
+    # Scale broadcast (1 element for 8 normalised) is not implemented
+    _stays_on_cpu(make_sessions, models.glue_op("SimplifiedLayerNormalization",
+                                                [("X", [3, 8]), ("scale", np.ones(1, np.float32))]), {"X": x})
+
+
+# ------------------------------------------------------------------------------ decoder layer
+
+
+@pytest.mark.parametrize("acc,tol", [(4, 2e-2), (0, 1e-4)])
+def test_decoder_layer(make_sessions, acc, tol):
+    rng = np.random.default_rng(2024 + acc)
+    model = models.decoder_layer(rng, accuracy_level=acc)
+    cpu, rc = make_sessions(model, {"threads": 2})
+    all_nodes = {n.name for n in model.graph.node}
+    rc_nodes = assigned_to_rcpu(rc)
+    assert rc_nodes == all_nodes - models.DECODER_ATTENTION_NODES, f"on rcpu: {sorted(rc_nodes)}"
+    assert_on_cpu(rc, models.DECODER_ATTENTION_NODES)
+    for b, s in ((1, 1), (1, 7), (2, 33)):
+        feeds = {
+            "X": rng.standard_normal((b, s, models.QWEN2_HIDDEN)).astype(np.float32),
+            "seqlens_k": np.full((b,), s - 1, np.int32),
+            "total_seq_len": np.array(s, np.int32),
+        }
+        want, got = cpu.run(None, feeds)[0], rc.run(None, feeds)[0]
+        assert got.shape == want.shape and np.all(np.isfinite(got))
+        e = rel_l2(got, want)
+        assert e <= tol, f"B={b} S={s} acc={acc}: rel_l2 {e:.3g} > {tol}"

@@ -1,0 +1,47 @@
+//! Constants of the vector math shared by the scalar and SIMD variants (rcpu's own fits).
+
+/// Below this, `exp(x)` is under the smallest normal f32 and is returned as 0.
+pub(crate) const EXP_MIN_ARG: f32 = -87.336_54;
+/// Below this `exp(x)` rounds to 0 even as a subnormal (used where the scaling is `vscalefps`).
+pub(crate) const EXP_SCALEF_MIN_ARG: f32 = -104.0;
+/// ln 2 split for Cody-Waite range reduction (`LN2_HI` has trailing zero bits).
+pub(crate) const LN2_HI: f32 = 0.693_359_4;
+pub(crate) const LN2_LO: f32 = -2.121_944_4e-4;
+/// `exp(r) = 1 + r + r^2 * P(r)` on `|r| <= ln2 / 2`.
+pub(crate) const EXP_POLY: [f32; 6] = [
+    0.5,
+    0.166_666_67,
+    0.041_666_467,
+    0.008_333_373,
+    0.001_393_357_9,
+    0.000_198_495_04,
+];
+/// `erf(z) = z * P(z^2)` on `|z| < 1`.
+pub(crate) const ERF_SMALL: [f32; 7] = [
+    std::f32::consts::FRAC_2_SQRT_PI,
+    -0.376_126_3,
+    0.112_836_115,
+    -0.026_854_781,
+    0.005_190_011_6,
+    -0.000_802_403_26,
+    7.897_26e-5,
+];
+/// `erfc(a) = exp(-a^2 + Q(a))` on `1 <= a <= ERFC_MAX_ARG`.
+pub(crate) const ERFC_LARGE: [f32; 11] = [
+    0.000_358_993_94,
+    -1.130_396_1,
+    0.368_452_76,
+    -0.110_325_31,
+    0.026_526_539,
+    -0.004_763_921,
+    0.000_578_517_27,
+    -3.662_282e-5,
+    -6.290_623e-7,
+    2.777_067_6e-7,
+    -1.398_843_7e-8,
+];
+/// Beyond this `erfc` is below half an ulp of 1 (and under the fit's range): treated as 0.
+pub(crate) const ERFC_MAX_ARG: f32 = 4.5;
+/// `sqrt(2 / pi)`, the tanh-GELU inner scale, and `0.044715`.
+pub(crate) const GELU_TANH_ALPHA: f32 = 0.797_884_6;
+pub(crate) const GELU_TANH_GAMMA: f32 = 0.044_715;

@@ -1,0 +1,170 @@
+//! Elementwise activations over float32: Sigmoid (ONNX 6-13), Gelu (ONNX 20, approximate
+//! "none" | "tanh"), com.microsoft.Gelu (erf form) and com.microsoft.FastGelu (tanh form, optional
+//! 1-D bias added to X first, broadcast along the last dim).
+
+use std::sync::Arc;
+
+use crate::abi::graph::Node;
+use crate::abi::kernel_context::KernelContext;
+use crate::abi::kernel_info::KernelInfo;
+use crate::abi::status::{Error, Result};
+use crate::kernels::activation::{activation_f32, Activation};
+use crate::kernels::op::{types, Decline, KernelEnv, OpDef, OpKernel};
+use crate::telemetry::ledger;
+
+use super::claim::{input_type, only_attrs, require_elem, require_output_elem, F32};
+use super::glue_common::known_rank_dims;
+
+struct Act {
+    op: &'static str,
+    act: Activation,
+    /// Input 1 is an optional bias (FastGelu).
+    has_bias_input: bool,
+    env: Arc<KernelEnv>,
+}
+
+impl OpKernel for Act {
+    fn compute(&self, ctx: &KernelContext<'_>) -> Result<()> {
+        let x = ctx.required_input(0)?;
+        let bias = if self.has_bias_input {
+            ctx.input(1)?
+        } else {
+            None
+        };
+        let shape = x.shape().to_vec();
+        let out = ctx.output(0, &shape)?.into_data::<f32>()?;
+        let b = match &bias {
+            Some(b) => {
+                let last = shape.last().copied().unwrap_or(1);
+                if b.shape().len() != 1 || b.shape()[0] != last {
+                    return Err(Error::invalid_argument(format!(
+                        "bias has shape {:?}, expected [{last}] (X's last dimension)",
+                        b.shape()
+                    )));
+                }
+                Some(b.data::<f32>()?).filter(|_| !out.is_empty())
+            }
+            None => None,
+        };
+        let variant = activation_f32(self.act, x.data::<f32>()?, b, out, &*self.env.par)
+            .map_err(Error::invalid_argument)?;
+        ledger::record(self.op, variant, self.env.par.lanes());
+        Ok(())
+    }
+}
+
+fn claim_plain(node: &Node<'_>) -> std::result::Result<(), Decline> {
+    only_attrs(node, &[])?;
+    require_elem(node, 0, F32)?;
+    require_output_elem(node, F32)
+}
+
+/// ONNX Gelu-20: the string attribute `approximate` is read at creation ("none" | "tanh"; ORT's
+/// own kernel rejects anything else the same way, at creation).
+fn claim_gelu20(node: &Node<'_>) -> std::result::Result<(), Decline> {
+    only_attrs(node, &["approximate"])?;
+    require_elem(node, 0, F32)?;
+    require_output_elem(node, F32)
+}
+
+fn claim_fast_gelu(node: &Node<'_>) -> std::result::Result<(), Decline> {
+    only_attrs(node, &[])?;
+    require_elem(node, 0, F32)?;
+    if input_type(node, 1)?.is_some() {
+        require_elem(node, 1, F32)?;
+        if let Some(b) = known_rank_dims(node, 1)? {
+            if b.len() != 1 {
+                return Err(format!("bias has rank {}, expected 1", b.len()));
+            }
+            if let Some(&last) = known_rank_dims(node, 0)?.as_ref().and_then(|x| x.last()) {
+                if last >= 0 && b[0] >= 0 && b[0] != last {
+                    return Err(format!(
+                        "bias has {} elements, X's last dim is {last}",
+                        b[0]
+                    ));
+                }
+            }
+        }
+    }
+    require_output_elem(node, F32)
+}
+
+fn make(
+    env: &Arc<KernelEnv>,
+    op: &'static str,
+    act: Activation,
+    has_bias_input: bool,
+) -> Result<Box<dyn OpKernel>> {
+    Ok(Box::new(Act {
+        op,
+        act,
+        has_bias_input,
+        env: env.clone(),
+    }))
+}
+
+fn create_sigmoid(_info: &KernelInfo<'_>, env: &Arc<KernelEnv>) -> Result<Box<dyn OpKernel>> {
+    make(env, "Sigmoid", Activation::Sigmoid, false)
+}
+
+fn create_gelu20(info: &KernelInfo<'_>, env: &Arc<KernelEnv>) -> Result<Box<dyn OpKernel>> {
+    let act = match info.attr_string("approximate").as_deref() {
+        None | Some("none") => Activation::GeluErf,
+        Some("tanh") => Activation::GeluTanh,
+        Some(other) => {
+            return Err(Error::invalid_argument(format!(
+                "Gelu: approximate=\"{other}\" is not \"none\" or \"tanh\""
+            )))
+        }
+    };
+    make(env, "Gelu", act, false)
+}
+
+fn create_ms_gelu(_info: &KernelInfo<'_>, env: &Arc<KernelEnv>) -> Result<Box<dyn OpKernel>> {
+    make(env, "com.microsoft.Gelu", Activation::GeluErf, false)
+}
+
+fn create_fast_gelu(_info: &KernelInfo<'_>, env: &Arc<KernelEnv>) -> Result<Box<dyn OpKernel>> {
+    make(env, "FastGelu", Activation::GeluTanh, true)
+}
+
+/// Sigmoid 6 (no `consumed_inputs`) through 13 (the latest).
+pub const SIGMOID: OpDef = OpDef {
+    op: "Sigmoid",
+    domain: "",
+    since: 6,
+    until: 13,
+    types: &[("T", types::F32)],
+    claim: claim_plain,
+    create: create_sigmoid,
+};
+
+pub const GELU: OpDef = OpDef {
+    op: "Gelu",
+    domain: "",
+    since: 20,
+    until: 20,
+    types: &[("T", types::F32)],
+    claim: claim_gelu20,
+    create: create_gelu20,
+};
+
+pub const MS_GELU: OpDef = OpDef {
+    op: "Gelu",
+    domain: "com.microsoft",
+    since: 1,
+    until: 1,
+    types: &[("T", types::F32)],
+    claim: claim_plain,
+    create: create_ms_gelu,
+};
+
+pub const FAST_GELU: OpDef = OpDef {
+    op: "FastGelu",
+    domain: "com.microsoft",
+    since: 1,
+    until: 1,
+    types: &[("T", types::F32)],
+    claim: claim_fast_gelu,
+    create: create_fast_gelu,
+};

@@ -1,0 +1,136 @@
+//! f32 Softmax along one axis (ONNX Softmax-13 semantics), viewed as `[outer, dim, inner]`.
+//!
+//! Last axis (`inner == 1`): per row `m = max(x)`, `e = exp(x - m)`, `y = e * (1 / sum(e))`, the
+//! same steps and final reciprocal-multiply as ORT's CPU EP (MLAS). Any NaN or +inf in a row makes
+//! the whole row NaN (as ORT: `x - m` is NaN there and poisons the sum); a row of only -inf is NaN.
+//! Other axes (`inner > 1`) take a strided scalar path (the same math per element).
+//!
+//! Row blocks of at least [`PAR_MIN_ELEMS`] elements in total are split over lanes.
+
+mod scalar;
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+use once_cell::sync::Lazy;
+use parking_lot::Mutex;
+
+use crate::kernels::isa::Isa;
+use crate::runtime::par::Par;
+
+pub const PAR_MIN_ELEMS: usize = 1 << 15;
+const CHUNK_ELEMS: usize = 1 << 14;
+
+/// Softmax of consecutive contiguous rows of `n` elements into `out` (one call per chunk).
+type RowFn = fn(&[f32], &mut [f32], usize);
+
+struct Kernels {
+    row: RowFn,
+    names: [&'static str; 2],
+}
+
+const SCALAR: Kernels = Kernels {
+    row: scalar::row,
+    names: ["scalar-last-axis", "scalar-strided"],
+};
+#[cfg(target_arch = "x86_64")]
+const AVX2: Kernels = Kernels {
+    row: x86::row_avx2,
+    names: ["avx2-last-axis", "scalar-strided"],
+};
+#[cfg(target_arch = "x86_64")]
+const AVX512: Kernels = Kernels {
+    row: x86::row_avx512,
+    names: ["avx512-last-axis", "scalar-strided"],
+};
+
+fn table(isa: Isa) -> Option<&'static Kernels> {
+    #[cfg(target_arch = "x86_64")]
+    use crate::kernels::activation::simd;
+    match isa {
+        Isa::Scalar => Some(&SCALAR),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => simd::Avx2::get().map(|_| &AVX2),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 | Isa::Avx512Vnni => simd::Avx512::get().map(|_| &AVX512),
+        #[allow(unreachable_patterns)]
+        _ => None,
+    }
+}
+
+static DISPATCH: Lazy<&'static Kernels> = Lazy::new(|| table(Isa::get()).unwrap_or(&SCALAR));
+
+/// Softmax of `x` viewed as `[outer, dim, inner]` along `dim`. Returns the variant that ran.
+pub fn softmax_f32(
+    x: &[f32],
+    outer: usize,
+    dim: usize,
+    inner: usize,
+    out: &mut [f32],
+    par: &dyn Par,
+) -> Result<&'static str, String> {
+    run(*DISPATCH, x, outer, dim, inner, out, par)
+}
+
+/// [`softmax_f32`] forced onto one ISA variant (tests). `Err` when the CPU lacks it.
+pub fn softmax_f32_with(
+    isa: Isa,
+    x: &[f32],
+    outer: usize,
+    dim: usize,
+    inner: usize,
+    out: &mut [f32],
+    par: &dyn Par,
+) -> Result<&'static str, String> {
+    let k = table(isa).ok_or_else(|| format!("ISA {} not supported by this CPU", isa.name()))?;
+    run(k, x, outer, dim, inner, out, par)
+}
+
+fn run(
+    k: &'static Kernels,
+    x: &[f32],
+    outer: usize,
+    dim: usize,
+    inner: usize,
+    out: &mut [f32],
+    par: &dyn Par,
+) -> Result<&'static str, String> {
+    let n = outer
+        .checked_mul(dim)
+        .and_then(|v| v.checked_mul(inner))
+        .ok_or("softmax: shape overflows")?;
+    if x.len() != n || out.len() != n {
+        return Err(format!(
+            "softmax: buffers x={} out={} do not match [{outer}, {dim}, {inner}]",
+            x.len(),
+            out.len()
+        ));
+    }
+    if n == 0 {
+        return Ok(k.names[(inner != 1) as usize]);
+    }
+    // One "block" = one outer index: `dim * inner` contiguous elements.
+    let block = dim * inner;
+    let per_chunk = (CHUNK_ELEMS / block).max(1);
+    let f = |start_block: usize, o: &mut [f32]| {
+        let at = start_block * block;
+        if inner == 1 {
+            (k.row)(&x[at..at + o.len()], o, dim);
+            return;
+        }
+        for (b, ob) in o.chunks_mut(block).enumerate() {
+            let at = at + b * block;
+            scalar::strided(&x[at..at + block], dim, inner, ob);
+        }
+    };
+    if n < PAR_MIN_ELEMS || outer < 2 || par.lanes() < 2 {
+        f(0, out);
+    } else {
+        let parts: Vec<Mutex<&mut [f32]>> =
+            out.chunks_mut(per_chunk * block).map(Mutex::new).collect();
+        par.task_chunks(parts.len(), &|i| {
+            let mut piece = parts[i].lock();
+            f(i * per_chunk, &mut piece)
+        });
+    }
+    Ok(k.names[(inner != 1) as usize])
+}
