@@ -24,14 +24,18 @@ impl PluginStats {
         let f: libloading::Symbol<unsafe extern "C" fn(*mut c_char, usize) -> usize> =
             unsafe { self.lib.get(b"RcpuEp_StatsJson\0") }.map_err(|e| e.to_string())?;
         // SAFETY: NULL/0 asks for the size only.
-        let n = unsafe { f(std::ptr::null_mut(), 0) };
-        let mut buf = vec![0u8; n + 1];
-        // SAFETY: buf has n+1 writable bytes.
-        let m = unsafe { f(buf.as_mut_ptr() as *mut c_char, buf.len()) };
-        if m > n {
-            return Err("stats grew between calls".into());
+        let mut cap = unsafe { f(std::ptr::null_mut(), 0) } + 1024;
+        // Other threads may add ledger rows between the calls: grow and retry until it fits.
+        for _ in 0..8 {
+            let mut buf = vec![0u8; cap];
+            // SAFETY: buf has cap writable bytes.
+            let m = unsafe { f(buf.as_mut_ptr() as *mut c_char, buf.len()) };
+            if m < cap {
+                return serde_json::from_slice(&buf[..m]).map_err(|e| e.to_string());
+            }
+            cap = m + 1024;
         }
-        serde_json::from_slice(&buf[..m]).map_err(|e| e.to_string())
+        Err("stats JSON kept growing while being read".into())
     }
 
     /// Clears the ledger and pool counters.
