@@ -79,3 +79,55 @@ impl Isa {
         }
     }
 }
+
+/// The hardware level, detected once (no environment cap): what variants may run at all.
+pub fn hardware() -> Isa {
+    static HW: Lazy<Isa> = Lazy::new(Isa::detect_hardware);
+    *HW
+}
+
+/// The kernel tables of one family, one per ISA level it implements. Every family builds one
+/// with [`isa_tables!`](crate::isa_tables) and picks from it once per process.
+pub struct IsaTables<T: 'static> {
+    pub scalar: &'static T,
+    pub avx2: Option<&'static T>,
+    pub avx512: Option<&'static T>,
+}
+
+impl<T> IsaTables<T> {
+    /// The table for `isa`; `Err` when this CPU (or this build) cannot run it.
+    pub fn for_isa(&self, isa: Isa) -> Result<&'static T, String> {
+        let unsupported = || format!("ISA {} not supported by this CPU", isa.name());
+        if isa > hardware() {
+            return Err(unsupported());
+        }
+        match isa {
+            Isa::Scalar => Ok(self.scalar),
+            Isa::Avx2 => self.avx2.ok_or_else(unsupported),
+            Isa::Avx512 | Isa::Avx512Vnni => self.avx512.ok_or_else(unsupported),
+        }
+    }
+
+    /// The table for the process's level ([`Isa::get`]), scalar when none fits.
+    pub fn active(&self) -> &'static T {
+        self.for_isa(Isa::get()).unwrap_or(self.scalar)
+    }
+}
+
+/// `isa_tables!(SCALAR, AVX2, AVX512)`: an [`IsaTables`] whose SIMD entries exist on x86-64 only.
+#[macro_export]
+macro_rules! isa_tables {
+    ($scalar:expr, $avx2:expr, $avx512:expr) => {
+        $crate::kernels::isa::IsaTables {
+            scalar: &$scalar,
+            #[cfg(target_arch = "x86_64")]
+            avx2: Some(&$avx2),
+            #[cfg(not(target_arch = "x86_64"))]
+            avx2: None,
+            #[cfg(target_arch = "x86_64")]
+            avx512: Some(&$avx512),
+            #[cfg(not(target_arch = "x86_64"))]
+            avx512: None,
+        }
+    };
+}

@@ -59,19 +59,10 @@ const AVX512: Kernels = Kernels {
     name: "avx512",
 };
 
-fn table(isa: Isa) -> Option<&'static Kernels> {
-    match isa {
-        Isa::Scalar => Some(&SCALAR),
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => simd::Avx2::get().map(|_| &AVX2),
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 | Isa::Avx512Vnni => simd::Avx512::get().map(|_| &AVX512),
-        #[allow(unreachable_patterns)]
-        _ => None,
-    }
-}
+/// This family's kernel tables, one per ISA level.
+static TABLES: crate::kernels::isa::IsaTables<Kernels> = crate::isa_tables!(SCALAR, AVX2, AVX512);
 
-static DISPATCH: Lazy<&'static Kernels> = Lazy::new(|| table(Isa::get()).unwrap_or(&SCALAR));
+static DISPATCH: Lazy<&'static Kernels> = Lazy::new(|| TABLES.active());
 
 /// `out[i] = act(x[i] + bias[i % bias.len()])` (no bias: `act(x[i])`). `bias`, when given, must
 /// be non-empty and divide `x.len()`. Returns the variant that ran (`"avx512"`, ...).
@@ -94,7 +85,7 @@ pub fn activation_f32_with(
     out: &mut [f32],
     par: &dyn Par,
 ) -> Result<&'static str, String> {
-    let k = table(isa).ok_or_else(|| format!("ISA {} not supported by this CPU", isa.name()))?;
+    let k = TABLES.for_isa(isa)?;
     run(k, act, x, bias, out, par)
 }
 

@@ -347,8 +347,8 @@ impl Simd for Avx512 {
 }
 
 /// Defines `pub(crate) fn $name(args) -> ret` that runs `$generic(token, args)` compiled for
-/// `$feat`. Callers (the per-family dispatch tables) only reach it after `$tok::get()` succeeded
-/// once; it checks again (a cached atomic load) and panics rather than run without the ISA.
+/// `$feat`. Callers (the per-family `IsaTables`) only hand it out when the CPU has the level;
+/// it checks `$tok::get()` again (a cached atomic load) and panics rather than run without it.
 macro_rules! isa_entry {
     ($name:ident, $tok:ty, $feat:literal, $generic:path, ($($arg:ident : $ty:ty),*) $(-> $ret:ty)?) => {
         pub(crate) fn $name($($arg: $ty),*) $(-> $ret)? {

@@ -91,25 +91,11 @@ const AVX512: Kernels = Kernels {
     ],
 };
 
-/// The table for `isa`, or `None` when this CPU cannot run it.
-fn table(isa: Isa) -> Option<&'static Kernels> {
-    static HW: Lazy<Isa> = Lazy::new(Isa::detect_hardware);
-    if isa > *HW {
-        return None;
-    }
-    match isa {
-        Isa::Scalar => Some(&SCALAR),
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => Some(&AVX2),
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 | Isa::Avx512Vnni => Some(&AVX512),
-        #[allow(unreachable_patterns)]
-        _ => None,
-    }
-}
+/// This family's kernel tables, one per ISA level.
+static TABLES: crate::kernels::isa::IsaTables<Kernels> = crate::isa_tables!(SCALAR, AVX2, AVX512);
 
 /// The process's table, picked once from `Isa::get()`.
-static DISPATCH: Lazy<&'static Kernels> = Lazy::new(|| table(Isa::get()).unwrap_or(&SCALAR));
+static DISPATCH: Lazy<&'static Kernels> = Lazy::new(|| TABLES.active());
 
 /// `out = a op b` with numpy broadcasting; `out` must hold the broadcast shape's element count.
 /// Returns the variant that ran (e.g. `"avx512-same-shape"`, `"scalar-broadcast"`).
@@ -137,7 +123,7 @@ pub fn binary_f32_with(
     out: &mut [f32],
     par: &dyn Par,
 ) -> Result<&'static str, String> {
-    let k = table(isa).ok_or_else(|| format!("ISA {} not supported by this CPU", isa.name()))?;
+    let k = TABLES.for_isa(isa)?;
     run(k, op, a, a_shape, b, b_shape, out, par)
 }
 

@@ -84,25 +84,12 @@ const AVX512: GemmKernels = GemmKernels {
     ],
 };
 
-/// The table for `isa`, or `None` when this CPU cannot run it.
-fn table(isa: Isa) -> Option<&'static GemmKernels> {
-    static HW: Lazy<Isa> = Lazy::new(Isa::detect_hardware);
-    if isa > *HW {
-        return None;
-    }
-    match isa {
-        Isa::Scalar => Some(&SCALAR),
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => Some(&AVX2),
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 | Isa::Avx512Vnni => Some(&AVX512),
-        #[allow(unreachable_patterns)]
-        _ => None,
-    }
-}
+/// This family's kernel tables, one per ISA level.
+static TABLES: crate::kernels::isa::IsaTables<GemmKernels> =
+    crate::isa_tables!(SCALAR, AVX2, AVX512);
 
 /// The process's table, picked once from `Isa::get()`.
-static DISPATCH: Lazy<&'static GemmKernels> = Lazy::new(|| table(Isa::get()).unwrap_or(&SCALAR));
+static DISPATCH: Lazy<&'static GemmKernels> = Lazy::new(|| TABLES.active());
 
 /// A matrix operand: row-major storage with leading dimension `ld`, possibly transposed.
 #[derive(Clone, Copy)]
@@ -157,7 +144,7 @@ pub fn sgemm_with(
     ldc: usize,
     par: &dyn Par,
 ) -> Result<&'static str, String> {
-    let kern = table(isa).ok_or_else(|| format!("ISA {} not supported by this CPU", isa.name()))?;
+    let kern = TABLES.for_isa(isa)?;
     Ok(run(
         kern, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, par,
     ))

@@ -84,21 +84,10 @@ const AVX512: Kernels = Kernels {
     name: "avx512",
 };
 
-fn table(isa: Isa) -> Option<&'static Kernels> {
-    #[cfg(target_arch = "x86_64")]
-    use crate::kernels::activation::simd;
-    match isa {
-        Isa::Scalar => Some(&SCALAR),
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => simd::Avx2::get().map(|_| &AVX2),
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 | Isa::Avx512Vnni => simd::Avx512::get().map(|_| &AVX512),
-        #[allow(unreachable_patterns)]
-        _ => None,
-    }
-}
+/// This family's kernel tables, one per ISA level.
+static TABLES: crate::kernels::isa::IsaTables<Kernels> = crate::isa_tables!(SCALAR, AVX2, AVX512);
 
-static DISPATCH: Lazy<&'static Kernels> = Lazy::new(|| table(Isa::get()).unwrap_or(&SCALAR));
+static DISPATCH: Lazy<&'static Kernels> = Lazy::new(|| TABLES.active());
 
 /// Normalises every `n`-element row of `inp.x`. Returns the variant that ran.
 pub fn norm_f32(
@@ -120,7 +109,7 @@ pub fn norm_f32_with(
     out: NormOutputs<'_>,
     par: &dyn Par,
 ) -> Result<&'static str, String> {
-    let k = table(isa).ok_or_else(|| format!("ISA {} not supported by this CPU", isa.name()))?;
+    let k = TABLES.for_isa(isa)?;
     run(k, p, n, inp, out, par)
 }
 
