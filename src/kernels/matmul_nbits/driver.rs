@@ -69,7 +69,7 @@ pub(crate) fn run(
             p.n
         );
     }
-    let prep = PreparedA::new(a, m, &p);
+    let prep = PreparedA::for_kernels(kernels, a, m, &p);
     let tile = if p.int8_compute() {
         kernels.i8_tile
     } else {
