@@ -221,3 +221,25 @@ fn quantiser_matches_scalar_bit_for_bit() {
         }
     }
 }
+
+/// A row's result does not depend on how many rows share the call: M = 1 (GEMV, one row per
+/// tile call) equals row 0 of M = 2 (two rows per tile call) bit for bit.
+#[test]
+fn gemv_row_equals_gemm_row() {
+    for (i, &bs) in BSS.iter().enumerate() {
+        for acc in [0, 4] {
+            let k = [bs * 3, 1000, 4096][i % 3];
+            let pr = Problem::new(k, 33, 2, bs, acc, i % 2 == 0, i % 3 == 0, 500 + i as u64);
+            let (zp, bias) = (pr.zp.as_deref(), pr.bias.as_deref());
+            let packed = pack(&pr.b, &pr.scales, zp, &pr.p);
+            for kern in Kernels::supported() {
+                let mut y1 = vec![0f32; 33];
+                let mut y2 = vec![0f32; 66];
+                matmul_packed_with(kern, &pr.a[..k], 1, &packed, bias, &mut y1, &Serial);
+                matmul_packed_with(kern, &pr.a, 2, &packed, bias, &mut y2, &ThreePar);
+                let same = y1.iter().zip(&y2).all(|(x, y)| x.to_bits() == y.to_bits());
+                assert!(same, "bs={bs} K={k} acc={acc} {}", kern.isa.name());
+            }
+        }
+    }
+}
