@@ -10,7 +10,8 @@
 //! ```
 //! An arm is `ort`, `rcpu` (target/release/librcpu_ep.so or `RCPU_PLUGIN`) or `rcpu@/path.so`
 //! (another build). Ratios are `first arm / arm` (above 1: the arm is faster than the first).
-//! Name one arm twice for the A/A null band. Before timing, each rcpu arm's output is compared
+//! Name one arm twice for the A/A null band. `--opts k=v,...` adds rcpu provider options (e.g.
+//! `weight_cache_mb=0` to time the unpacked path). Before timing, each rcpu arm's output is compared
 //! with the first ORT arm's (rel L2 <= 1e-4 for acc 0/1, 2e-2 for acc 4); a mismatch aborts.
 
 use std::io::{BufRead, BufReader, Write};
@@ -106,10 +107,19 @@ fn child(arm: &str, s: &Shape, out: &str) {
         (Ort::get(), spec)
     } else {
         let t = s.threads.to_string();
-        (
-            ort_with_rcpu(),
-            SessionSpec::rcpu(&[("threads", t.as_str())]),
-        )
+        let mut opts = vec![("threads".to_string(), t)];
+        // Extra provider options, e.g. `--opts weight_cache_mb=0` (forces the unpacked path).
+        let extra: String = arg(
+            &std::env::args().collect::<Vec<_>>(),
+            "--opts",
+            String::new(),
+        );
+        for kv in extra.split(',').filter(|x| !x.is_empty()) {
+            let (k, v) = kv.split_once('=').expect("--opts k=v,...");
+            opts.push((k.to_string(), v.to_string()));
+        }
+        let opts: Vec<(&str, &str)> = opts.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        (ort_with_rcpu(), SessionSpec::rcpu(&opts))
     };
     let sess = ort.session(&bytes, &spec).expect("session");
     let a = Tensor::f32(
