@@ -85,3 +85,40 @@ fn prepare_a_cost() {
         );
     }
 }
+
+/// The lock-free ledger counts every call of a route across threads, merges, and resets to
+/// "never ran"; also prints its per-call cost.
+#[test]
+fn ledger_counts_and_costs() {
+    use rcpu::telemetry::ledger;
+    let op: &'static str = "NbitsLedgerTestOp";
+    std::thread::scope(|s| {
+        for _ in 0..4 {
+            s.spawn(|| {
+                for _ in 0..10_000 {
+                    ledger::record(op, "v1", 2);
+                }
+            });
+        }
+    });
+    // Same content at another address (a heap string leaked to 'static) merges into one row.
+    let v1_other: &'static str = Box::leak(String::from("v1").into_boxed_str());
+    ledger::record(op, v1_other, 2);
+    ledger::record(op, "v2", 2);
+    let rows: Vec<_> = ledger::rows()
+        .into_iter()
+        .filter(|r| r.route.op == op)
+        .collect();
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    assert_eq!((rows[0].route.variant, rows[0].calls), ("v1", 40_001));
+    assert_eq!((rows[1].route.variant, rows[1].calls), ("v2", 1));
+    assert_eq!(ledger::calls_for(op), 40_002);
+    let t0 = Instant::now();
+    for _ in 0..1_000_000 {
+        ledger::record(op, "v1", 2);
+    }
+    println!(
+        "ledger::record: {:.1} ns/call",
+        t0.elapsed().as_secs_f64() * 1e3
+    );
+}
