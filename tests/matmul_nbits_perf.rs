@@ -45,6 +45,7 @@ fn kernel_rates() {
             continue;
         }
         time(64, 1, acc, 400);
+        time(256, 1, acc, 200);
         time(4096, 1, acc, 20);
         time(256, 128, acc, 3);
     }
