@@ -191,3 +191,55 @@ fn tiny_k() {
         }
     }
 }
+
+/// Every kernel set's A quantiser is bit-identical to the scalar one (random rows, ties,
+/// all-zero blocks, partial last blocks, every block size).
+#[test]
+fn quantiser_matches_scalar_bit_for_bit() {
+    use rcpu::kernels::matmul_nbits::prepare_a::PreparedA;
+    for (i, &bs) in BSS.iter().enumerate() {
+        for k in [bs, 3 * bs, 5 * bs + 7, 1000] {
+            let mut pr = Problem::new(k, 1, 3, bs, 4, false, false, 900 + i as u64 + k as u64);
+            // Row 1: exact .5 quanta (scale 1 where the block max is 127); row 2: zeros.
+            for (j, x) in pr.a[k..2 * k].iter_mut().enumerate() {
+                *x = if j % bs == 0 {
+                    127.0
+                } else {
+                    ((j % 255) as f32 - 127.0) + 0.5
+                };
+            }
+            pr.a[2 * k..].fill(0.0);
+            let want = PreparedA::new(&pr.a, 3, &pr.p);
+            for kern in Kernels::supported() {
+                let got = PreparedA::for_kernels(kern, &pr.a, 3, &pr.p);
+                let ctx = format!("bs={bs} K={k} isa={}", kern.isa.name());
+                assert_eq!(got.q, want.q, "{ctx}: codes");
+                assert_eq!(got.qsum, want.qsum, "{ctx}: sums");
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&got.qscale), bits(&want.qscale), "{ctx}: scales");
+            }
+        }
+    }
+}
+
+/// A row's result does not depend on how many rows share the call: M = 1 (GEMV, one row per
+/// tile call) equals row 0 of M = 2 (two rows per tile call) bit for bit.
+#[test]
+fn gemv_row_equals_gemm_row() {
+    for (i, &bs) in BSS.iter().enumerate() {
+        for acc in [0, 4] {
+            let k = [bs * 3, 1000, 4096][i % 3];
+            let pr = Problem::new(k, 33, 2, bs, acc, i % 2 == 0, i % 3 == 0, 500 + i as u64);
+            let (zp, bias) = (pr.zp.as_deref(), pr.bias.as_deref());
+            let packed = pack(&pr.b, &pr.scales, zp, &pr.p);
+            for kern in Kernels::supported() {
+                let mut y1 = vec![0f32; 33];
+                let mut y2 = vec![0f32; 66];
+                matmul_packed_with(kern, &pr.a[..k], 1, &packed, bias, &mut y1, &Serial);
+                matmul_packed_with(kern, &pr.a, 2, &packed, bias, &mut y2, &ThreePar);
+                let same = y1.iter().zip(&y2).all(|(x, y)| x.to_bits() == y.to_bits());
+                assert!(same, "bs={bs} K={k} acc={acc} {}", kern.isa.name());
+            }
+        }
+    }
+}

@@ -48,6 +48,7 @@ fn count_parked(bytes: u64) {
 struct ThreadScratch {
     f32s: Option<Parked<f32>>,
     i32s: Option<Parked<i32>>,
+    u8s: Option<Parked<u8>>,
 }
 
 thread_local! {
@@ -130,12 +131,18 @@ pub fn with_scratch_i32<R>(len: usize, f: impl FnOnce(&mut [i32]) -> R) -> R {
     with_scratch(len, |s| &mut s.i32s, f)
 }
 
+/// Lend `f` a per-thread byte scratch slice of `len` bytes. Contents on entry are unspecified.
+pub fn with_scratch_u8<R>(len: usize, f: impl FnOnce(&mut [u8]) -> R) -> R {
+    with_scratch(len, |s| &mut s.u8s, f)
+}
+
 /// Release this thread's parked buffers now (their grants return to the budget).
 pub fn release_thread_scratch() {
     let _ = SCRATCH.try_with(|s| {
         let mut s = s.borrow_mut();
         s.f32s = None;
         s.i32s = None;
+        s.u8s = None;
     });
 }
 

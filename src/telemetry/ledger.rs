@@ -3,7 +3,9 @@
 //! Every kernel call records one row update. A counter that reads zero elsewhere can then be
 //! told apart from an instrument that never ran: the ledger says whether the route ran at all.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
 
 use once_cell::sync::Lazy;
 use parking_lot::Mutex;
@@ -25,11 +27,49 @@ pub struct RouteRow {
     pub calls: u64,
 }
 
-static LEDGER: Lazy<Mutex<HashMap<Route, u64>>> = Lazy::new(|| Mutex::new(HashMap::new()));
+/// Slots of the lock-free table; routes beyond it go to [`OVERFLOW`].
+const SLOTS: usize = 64;
+
+/// One route's counter. The route is set once (first caller wins) and never changes.
+struct Slot {
+    route: OnceLock<Route>,
+    calls: AtomicU64,
+}
+
+/// Fixed open-addressing table, probed from a hash of the name pointers: a call costs an
+/// atomic load, a short string compare and one relaxed `fetch_add`, with no lock (this runs
+/// on every kernel call). The same route may land in two slots (equal strings at different
+/// addresses, or two first callers racing); `rows` merges them.
+static TABLE: [Slot; SLOTS] = [const {
+    Slot {
+        route: OnceLock::new(),
+        calls: AtomicU64::new(0),
+    }
+}; SLOTS];
+
+static OVERFLOW: Lazy<Mutex<HashMap<Route, u64>>> = Lazy::new(|| Mutex::new(HashMap::new()));
+
+fn start_slot(op: &str, variant: &str, lanes: usize) -> usize {
+    let h = (op.as_ptr() as u64)
+        ^ (variant.as_ptr() as u64).rotate_left(21)
+        ^ (lanes as u64).rotate_left(42);
+    (h.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58) as usize % SLOTS
+}
 
 /// Records one call of `op` through `variant` with `lanes` lanes available.
 pub fn record(op: &'static str, variant: &'static str, lanes: usize) {
-    *LEDGER
+    let same = |r: &Route| r.lanes == lanes && r.op == op && r.variant == variant;
+    let start = start_slot(op, variant, lanes);
+    for i in 0..SLOTS {
+        let slot = &TABLE[(start + i) % SLOTS];
+        let r = slot.route.get_or_init(|| Route { op, variant, lanes });
+        if same(r) {
+            // Relaxed: a statistics counter; readers only need eventual totals.
+            slot.calls.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+    }
+    *OVERFLOW
         .lock()
         .entry(Route { op, variant, lanes })
         .or_insert(0) += 1;
@@ -37,29 +77,38 @@ pub fn record(op: &'static str, variant: &'static str, lanes: usize) {
 
 /// All routes taken so far, sorted.
 pub fn rows() -> Vec<RouteRow> {
-    let mut v: Vec<RouteRow> = LEDGER
-        .lock()
-        .iter()
-        .map(|(r, &calls)| RouteRow {
-            route: r.clone(),
-            calls,
-        })
-        .collect();
-    v.sort_by(|a, b| a.route.cmp(&b.route));
-    v
+    let mut merged: BTreeMap<Route, u64> = BTreeMap::new();
+    for slot in &TABLE {
+        if let Some(r) = slot.route.get() {
+            let calls = slot.calls.load(Ordering::Relaxed);
+            if calls > 0 {
+                *merged.entry(r.clone()).or_insert(0) += calls;
+            }
+        }
+    }
+    for (r, &calls) in OVERFLOW.lock().iter() {
+        *merged.entry(r.clone()).or_insert(0) += calls;
+    }
+    merged
+        .into_iter()
+        .map(|(route, calls)| RouteRow { route, calls })
+        .collect()
 }
 
 /// Calls recorded for `op` over all its variants (0 = the route never ran).
 pub fn calls_for(op: &str) -> u64 {
-    LEDGER
-        .lock()
+    rows()
         .iter()
-        .filter(|(r, _)| r.op == op)
-        .map(|(_, &c)| c)
+        .filter(|r| r.route.op == op)
+        .map(|r| r.calls)
         .sum()
 }
 
-/// Clears the ledger (benchmarks reset between phases).
+/// Clears the ledger (benchmarks reset between phases). Routes stay registered in their slots
+/// with zero calls, which `rows` leaves out, exactly as if they had never run.
 pub fn reset() {
-    LEDGER.lock().clear();
+    for slot in &TABLE {
+        slot.calls.store(0, Ordering::Relaxed);
+    }
+    OVERFLOW.lock().clear();
 }

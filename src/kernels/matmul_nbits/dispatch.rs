@@ -3,7 +3,7 @@
 use once_cell::sync::Lazy;
 
 use super::pack::{GroupView, NR};
-use super::prepare_a::PreparedA;
+use super::prepare_a::{quantize_row_scalar, PreparedA, QuantRowFn};
 use super::MR;
 use crate::kernels::isa::Isa;
 
@@ -20,6 +20,8 @@ pub struct Kernels {
     pub isa: Isa,
     pub(crate) f32_tile: TileFn,
     pub(crate) i8_tile: TileFn,
+    /// Per-row int8 quantiser of A (accuracy level 4).
+    pub(crate) quant_row: QuantRowFn,
     /// [f32 gemv, f32 gemm, int8 gemv, int8 gemm]
     names: [&'static str; 4],
 }
@@ -42,6 +44,7 @@ fn build(isa: Isa) -> Kernels {
             isa,
             f32_tile: s::tile_f32,
             i8_tile: s::tile_i8,
+            quant_row: quantize_row_scalar,
             names: names!("scalar"),
         },
         #[cfg(target_arch = "x86_64")]
@@ -51,6 +54,7 @@ fn build(isa: Isa) -> Kernels {
                 isa,
                 f32_tile: v::tile_f32,
                 i8_tile: v::tile_i8,
+                quant_row: quantize_row_scalar,
                 names: names!("avx2"),
             }
         }
@@ -61,6 +65,7 @@ fn build(isa: Isa) -> Kernels {
                 isa,
                 f32_tile: v::tile_f32,
                 i8_tile: v::tile_i8_maddubs,
+                quant_row: super::quant_avx512::quantize_row,
                 names: names!("avx512"),
             }
         }
@@ -71,6 +76,7 @@ fn build(isa: Isa) -> Kernels {
                 isa,
                 f32_tile: v::tile_f32,
                 i8_tile: v::tile_i8_vnni,
+                quant_row: super::quant_avx512::quantize_row,
                 names: names!("avx512vnni"),
             }
         }

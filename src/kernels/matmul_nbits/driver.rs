@@ -13,6 +13,7 @@ use super::pack::{group_weight_bytes, groups, pack_group, GroupView, PackedNBits
 use super::params::NBitsParams;
 use super::prepare_a::PreparedA;
 use super::MR;
+use crate::memory::scratch::{with_scratch_f32, with_scratch_u8};
 use crate::runtime::par::Par;
 
 /// Packed weight bytes a chunk aims to stream.
@@ -69,7 +70,7 @@ pub(crate) fn run(
             p.n
         );
     }
-    let prep = PreparedA::new(a, m, &p);
+    let prep = PreparedA::for_kernels(kernels, a, m, &p);
     let tile = if p.int8_compute() {
         kernels.i8_tile
     } else {
@@ -110,30 +111,29 @@ pub(crate) fn run(
             p,
         } => {
             let kbs = p.k_blocks();
+            let (wb, zb) = (group_weight_bytes(p), zero_points.map_or(0, |_| kbs * NR));
+            // Each chunk packs one group at a time into its lane's parked scratch (weights and
+            // zero points in one byte buffer, scales in an f32 one): no allocation once the
+            // lane's buffers are parked. `pack_group` writes every byte, so stale contents are
+            // fine.
             let body = |cc: usize| {
-                let mut w = vec![0u8; group_weight_bytes(p)];
-                let mut s = vec![0f32; kbs * NR];
-                let mut z = zero_points.map(|_| vec![0u8; kbs * NR]);
-                for g in cc * gpc..((cc + 1) * gpc).min(g_count) {
-                    pack_group(
-                        b,
-                        scales,
-                        zero_points,
-                        p,
-                        g,
-                        &mut w,
-                        &mut s,
-                        z.as_deref_mut(),
-                    );
-                    let view = GroupView {
-                        w: &w,
-                        scales: &s,
-                        zps: z.as_deref(),
-                        k_blocks: kbs,
-                        block_size: p.block_size,
-                    };
-                    ctx.group(&view, g, 0..m);
-                }
+                with_scratch_u8(wb + zb, |bytes| {
+                    with_scratch_f32(kbs * NR, |s| {
+                        let (w, z) = bytes.split_at_mut(wb);
+                        let mut z = zero_points.map(|_| z);
+                        for g in cc * gpc..((cc + 1) * gpc).min(g_count) {
+                            pack_group(b, scales, zero_points, p, g, w, s, z.as_deref_mut());
+                            let view = GroupView {
+                                w,
+                                scales: s,
+                                zps: z.as_deref(),
+                                k_blocks: kbs,
+                                block_size: p.block_size,
+                            };
+                            ctx.group(&view, g, 0..m);
+                        }
+                    })
+                })
             };
             if m == 1 {
                 par.decode_chunks(col_chunks, &body);

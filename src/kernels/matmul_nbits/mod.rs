@@ -3,7 +3,8 @@
 //! * [`params`]: attributes, validation, expected input sizes.
 //! * [`reference`]: naive scalar references over ORT's layout (test ground truth).
 //! * [`pack`]: the prepacked layout ([`PackedNBits`]), 16-column groups.
-//! * [`prepare_a`]: per-call A preparation (padding + block sums, or int8 quantisation).
+//! * [`prepare_a`]: per-call A preparation (padding + block sums, or int8 quantisation; the
+//!   quantiser is per ISA, `quant_avx512` for AVX-512, bit-identical to the scalar one).
 //! * `tile_*`: one tile kernel per ISA and accuracy; the same kernel serves M = 1 (GEMV, one
 //!   row per call) and M > 1 (GEMM, up to [`MR`] rows per call, sharing each unpacked weight).
 //! * [`dispatch`]: the per-process kernel table and ledger names.
@@ -19,6 +20,8 @@ mod driver;
 pub mod pack;
 pub mod params;
 pub mod prepare_a;
+#[cfg(target_arch = "x86_64")]
+mod quant_avx512;
 pub mod reference;
 #[cfg(target_arch = "x86_64")]
 mod tile_avx2;

@@ -19,6 +19,7 @@
 
 use super::params::NBitsParams;
 use super::reference::weight_code;
+use crate::memory::AlignedBuf;
 
 /// Columns per group.
 pub const NR: usize = 16;
@@ -27,9 +28,11 @@ pub const NR: usize = 16;
 #[derive(Debug, Clone)]
 pub struct PackedNBits {
     pub(crate) params: NBitsParams,
-    pub(crate) weights: Vec<u8>,
-    pub(crate) scales: Vec<f32>,
-    pub(crate) zero_points: Option<Vec<u8>>,
+    /// 64-byte aligned (as is every group inside it: group sizes are multiples of 64 bytes),
+    /// so no 64-byte weight or scale load of the kernels straddles two cache lines.
+    pub(crate) weights: AlignedBuf<u8>,
+    pub(crate) scales: AlignedBuf<f32>,
+    pub(crate) zero_points: Option<AlignedBuf<u8>>,
 }
 
 /// One column group's slices, as the kernels see them.
@@ -63,9 +66,9 @@ impl PackedNBits {
 
     /// Heap bytes really held.
     pub fn bytes(&self) -> usize {
-        self.weights.capacity()
-            + self.scales.capacity() * std::mem::size_of::<f32>()
-            + self.zero_points.as_ref().map_or(0, |z| z.capacity())
+        self.weights.held_bytes()
+            + self.scales.held_bytes()
+            + self.zero_points.as_ref().map_or(0, |z| z.held_bytes())
     }
 
     /// The slices of column group `g`.
@@ -73,9 +76,12 @@ impl PackedNBits {
         let p = &self.params;
         let (wb, sb) = (group_weight_bytes(p), p.k_blocks() * NR);
         GroupView {
-            w: &self.weights[g * wb..(g + 1) * wb],
-            scales: &self.scales[g * sb..(g + 1) * sb],
-            zps: self.zero_points.as_ref().map(|z| &z[g * sb..(g + 1) * sb]),
+            w: &self.weights.as_slice()[g * wb..(g + 1) * wb],
+            scales: &self.scales.as_slice()[g * sb..(g + 1) * sb],
+            zps: self
+                .zero_points
+                .as_ref()
+                .map(|z| &z.as_slice()[g * sb..(g + 1) * sb]),
             k_blocks: p.k_blocks(),
             block_size: p.block_size,
         }
@@ -89,9 +95,9 @@ pub fn pack(b: &[u8], scales: &[f32], zero_points: Option<&[u8]>, p: &NBitsParam
         .unwrap_or_else(|e| panic!("{e}"));
     let g_count = groups(p);
     let (wb, sb) = (group_weight_bytes(p), p.k_blocks() * NR);
-    let mut weights = vec![0u8; g_count * wb];
-    let mut sc = vec![0f32; g_count * sb];
-    let mut zps = zero_points.map(|_| vec![0u8; g_count * sb]);
+    let mut weights = AlignedBuf::<u8>::zeroed(g_count * wb);
+    let mut sc = AlignedBuf::<f32>::zeroed(g_count * sb);
+    let mut zps = zero_points.map(|_| AlignedBuf::<u8>::zeroed(g_count * sb));
     for g in 0..g_count {
         pack_group(
             b,
@@ -99,9 +105,10 @@ pub fn pack(b: &[u8], scales: &[f32], zero_points: Option<&[u8]>, p: &NBitsParam
             zero_points,
             p,
             g,
-            &mut weights[g * wb..(g + 1) * wb],
-            &mut sc[g * sb..(g + 1) * sb],
-            zps.as_mut().map(|z| &mut z[g * sb..(g + 1) * sb]),
+            &mut weights.as_mut_slice()[g * wb..(g + 1) * wb],
+            &mut sc.as_mut_slice()[g * sb..(g + 1) * sb],
+            zps.as_mut()
+                .map(|z| &mut z.as_mut_slice()[g * sb..(g + 1) * sb]),
         );
     }
     PackedNBits {

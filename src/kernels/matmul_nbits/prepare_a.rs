@@ -6,6 +6,7 @@
 //! int8 path: each row quantised per block (symmetric, scale = max|a| / 127, round to nearest
 //! even), zero padded, plus the integer sum of each row over each block.
 
+use super::dispatch::Kernels;
 use super::params::NBitsParams;
 
 /// A, prepared for the tile kernels. Row `r` of the active representation starts at `r * kp`;
@@ -29,8 +30,25 @@ pub struct PreparedA {
 }
 
 impl PreparedA {
-    /// Prepares the first `m` rows of `a` (row length `p.k`) for `p`'s accuracy level.
+    /// Prepares the first `m` rows of `a` (row length `p.k`) for `p`'s accuracy level, with the
+    /// scalar quantiser.
     pub fn new(a: &[f32], m: usize, p: &NBitsParams) -> PreparedA {
+        Self::new_with(&quantize_row_scalar, a, m, p)
+    }
+
+    /// [`PreparedA::new`] with the quantiser of `kernels` (bit-identical to the scalar one).
+    pub fn for_kernels(kernels: &Kernels, a: &[f32], m: usize, p: &NBitsParams) -> PreparedA {
+        let quant = |row: &[f32], bs: usize, q: &mut [i8], qs: &mut [f32], qsum: &mut [i32]| {
+            // SAFETY: a `Kernels` table only holds variants whose CPU features the hardware
+            // has; the quantiser checks its slice lengths itself.
+            unsafe { (kernels.quant_row)(row, bs, q, qs, qsum) }
+        };
+        Self::new_with(&quant, a, m, p)
+    }
+
+    /// [`PreparedA::new`] with a given row quantiser (with [`QuantRowFn`]'s contract; it must be
+    /// bit-identical to [`quantize_row_scalar`]).
+    fn new_with(quant: &QuantRow, a: &[f32], m: usize, p: &NBitsParams) -> PreparedA {
         let (kb, bs) = (p.k_blocks(), p.block_size);
         let kp = kb * bs;
         let mut out = PreparedA {
@@ -43,14 +61,13 @@ impl PreparedA {
             out.qscale = vec![0f32; m * kb];
             out.qsum = vec![0i32; m * kb];
             for r in 0..m {
-                let row = &a[r * p.k..(r + 1) * p.k];
-                for b in 0..kb {
-                    let src = &row[b * bs..((b + 1) * bs).min(p.k)];
-                    let dst = &mut out.q[r * kp + b * bs..r * kp + b * bs + src.len()];
-                    let (scale, sum) = quantize_block(src, dst);
-                    out.qscale[r * kb + b] = scale;
-                    out.qsum[r * kb + b] = sum;
-                }
+                quant(
+                    &a[r * p.k..(r + 1) * p.k],
+                    bs,
+                    &mut out.q[r * kp..(r + 1) * kp],
+                    &mut out.qscale[r * kb..(r + 1) * kb],
+                    &mut out.qsum[r * kb..(r + 1) * kb],
+                );
             }
         } else {
             out.f = vec![0f32; m * kp];
@@ -68,8 +85,33 @@ impl PreparedA {
     }
 }
 
+/// Quantises one row (`row.len()` = K) in blocks of `bs` into `q` (`>= k_blocks * bs`; bytes
+/// past K untouched), `qscale` and `qsum` (`k_blocks` each).
+/// Unsafe because SIMD variants require their CPU features (a `Kernels` table only holds
+/// supported ones).
+pub(crate) type QuantRowFn =
+    unsafe fn(row: &[f32], bs: usize, q: &mut [i8], qscale: &mut [f32], qsum: &mut [i32]);
+
+/// A safe row quantiser with [`QuantRowFn`]'s arguments.
+type QuantRow<'q> = dyn Fn(&[f32], usize, &mut [i8], &mut [f32], &mut [i32]) + 'q;
+
+/// The scalar [`QuantRowFn`] (the reference every SIMD quantiser must match bit for bit).
+pub(crate) fn quantize_row_scalar(
+    row: &[f32],
+    bs: usize,
+    q: &mut [i8],
+    qscale: &mut [f32],
+    qsum: &mut [i32],
+) {
+    let k = row.len();
+    for b in 0..k.div_ceil(bs) {
+        let src = &row[b * bs..((b + 1) * bs).min(k)];
+        (qscale[b], qsum[b]) = quantize_block(src, &mut q[b * bs..b * bs + src.len()]);
+    }
+}
+
 /// Quantises one block symmetrically to int8; returns (scale, sum of the codes).
-fn quantize_block(src: &[f32], dst: &mut [i8]) -> (f32, i32) {
+pub(crate) fn quantize_block(src: &[f32], dst: &mut [i8]) -> (f32, i32) {
     let amax = src.iter().fold(0f32, |acc, x| acc.max(x.abs()));
     let scale = amax / 127.0;
     let inv = if amax > 0.0 { 127.0 / amax } else { 0.0 };

@@ -1,0 +1,65 @@
+//! AVX-512 per-block int8 quantisation of A rows (accuracy level 4), bit-identical to the scalar
+//! [`super::prepare_a::quantize_row_scalar`]: the same `amax / 127` scale and `127 / amax`
+//! multiplier, and `vcvtps2dq` under the default rounding mode (round to nearest even) in place of
+//! the scalar add-and-subtract of 1.5 * 2^23, which rounds the same way for |y| < 2^22.
+
+// AVX-512 intrinsics are stable since Rust 1.89 (see tile_avx512.rs).
+#![allow(clippy::incompatible_msrv)]
+
+use std::arch::x86_64::*;
+
+use super::prepare_a::quantize_block;
+
+/// Quantises one row of `k = row.len()` values in blocks of `bs` into `q` (at least
+/// `kb * bs` bytes; bytes past `k` are left as they are), `qscale` and `qsum` (`kb` each).
+/// Full blocks (whose length is a multiple of 16, as every valid block size is) use AVX-512;
+/// a partial last block uses the scalar code.
+///
+/// # Safety
+/// The CPU must support AVX-512 F/BW/DQ/VL.
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl")]
+pub(crate) unsafe fn quantize_row(
+    row: &[f32],
+    bs: usize,
+    q: &mut [i8],
+    qscale: &mut [f32],
+    qsum: &mut [i32],
+) {
+    let k = row.len();
+    let kb = k.div_ceil(bs);
+    assert!(q.len() >= kb * bs && qscale.len() >= kb && qsum.len() >= kb);
+    for b in 0..kb {
+        let src = &row[b * bs..((b + 1) * bs).min(k)];
+        let dst = &mut q[b * bs..b * bs + src.len()];
+        if src.len() != bs || !bs.is_multiple_of(16) {
+            (qscale[b], qsum[b]) = quantize_block(src, dst);
+            continue;
+        }
+        let sp = src.as_ptr();
+        let mut amax = _mm512_setzero_ps();
+        for i in (0..bs).step_by(16) {
+            // SAFETY: i + 16 <= bs = src.len().
+            let v = unsafe { _mm512_loadu_ps(sp.add(i)) };
+            amax = _mm512_max_ps(amax, _mm512_abs_ps(v));
+        }
+        let amax = _mm512_reduce_max_ps(amax);
+        let scale = amax / 127.0;
+        let inv = _mm512_set1_ps(if amax > 0.0 { 127.0 / amax } else { 0.0 });
+        let (lo, hi) = (_mm512_set1_epi32(-127), _mm512_set1_epi32(127));
+        let mut sum = _mm512_setzero_si512();
+        for i in (0..bs).step_by(16) {
+            // SAFETY: i + 16 <= bs = src.len() = dst.len().
+            unsafe {
+                let v = _mm512_mul_ps(_mm512_loadu_ps(sp.add(i)), inv);
+                let x = _mm512_min_epi32(_mm512_max_epi32(_mm512_cvtps_epi32(v), lo), hi);
+                sum = _mm512_add_epi32(sum, x);
+                _mm_storeu_si128(
+                    dst.as_mut_ptr().add(i) as *mut __m128i,
+                    _mm512_cvtsepi32_epi8(x),
+                );
+            }
+        }
+        qscale[b] = scale;
+        qsum[b] = _mm512_reduce_add_epi32(sum);
+    }
+}
