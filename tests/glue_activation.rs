@@ -3,6 +3,7 @@
 //! (bit-identical to serial). Tolerance: sigmoid rtol 1e-5 / atol 1e-6; GELU rtol 1e-5 / atol 1e-5
 //! (the f64 references are exact, so this bounds rcpu's error, not a diff to ORT).
 
+#[path = "common/glue.rs"]
 mod glue_common;
 use glue_common::*;
 
@@ -64,7 +65,7 @@ fn check(act: Activation, x: &[f32], bias: Option<&[f32]>, what: &str) {
     let mut serial = vec![0.0f32; x.len()];
     activation_f32(act, x, bias, &mut serial, &Serial).unwrap();
     for isa in ISAS {
-        for (pname, par) in [("serial", &Serial as &dyn Par), ("3-lane", &ThreePar)] {
+        for (pname, par) in [("serial", &Serial as &dyn Par), ("3-lane", &THREE)] {
             let mut y = vec![f32::MAX; x.len()];
             match activation_f32_with(isa, act, x, bias, &mut y, par) {
                 Ok(_) => {}

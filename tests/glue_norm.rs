@@ -2,6 +2,7 @@
 //! f64 reference: every ISA this CPU has, odd row lengths, 0/1/many rows, NaN/Inf rows, serial
 //! and a 3-lane Par (bit-identical to serial). Tolerance: rtol 1e-5, atol 1e-6.
 
+#[path = "common/glue.rs"]
 mod glue_common;
 use glue_common::*;
 
@@ -100,7 +101,7 @@ fn check(c: &Case, what: &str) {
     let (ry, rm, ri, rs) = reference(c);
     let serial = run(c, None, &Serial).unwrap();
     for isa in ISAS {
-        for (pname, par) in [("serial", &Serial as &dyn Par), ("3-lane", &ThreePar)] {
+        for (pname, par) in [("serial", &Serial as &dyn Par), ("3-lane", &THREE)] {
             let Some((y, m, i, s)) = run(c, Some(isa), par) else {
                 continue;
             };

@@ -2,6 +2,7 @@
 //! NaN / +inf / all -inf rows, every ISA this CPU has, serial and a 3-lane Par (bit-identical).
 //! Tolerance: rtol 1e-5, atol 1e-6.
 
+#[path = "common/glue.rs"]
 mod glue_common;
 use glue_common::*;
 
@@ -39,7 +40,7 @@ fn check(x: &[f32], outer: usize, dim: usize, inner: usize, what: &str) {
     let mut serial = vec![0.0f32; x.len()];
     softmax_f32(x, outer, dim, inner, &mut serial, &Serial).unwrap();
     for isa in ISAS {
-        for (pname, par) in [("serial", &Serial as &dyn Par), ("3-lane", &ThreePar)] {
+        for (pname, par) in [("serial", &Serial as &dyn Par), ("3-lane", &THREE)] {
             let mut y = vec![f32::MAX; x.len()];
             match softmax_f32_with(isa, x, outer, dim, inner, &mut y, par) {
                 Ok(_) => {}

@@ -7,8 +7,9 @@
 //! Every ISA level the CPU supports is run explicitly (scalar included), each with `Serial`
 //! and with a 3-thread `Par`; the unpacked path must match the packed one bit for bit.
 
+#[path = "common/nbits.rs"]
 mod matmul_nbits_common;
-use matmul_nbits_common::{rel_l2, Problem, ThreePar};
+use matmul_nbits_common::{rel_l2, Problem, THREE};
 
 use rcpu::kernels::matmul_nbits::reference::{matmul_reference, matmul_reference_int8};
 use rcpu::kernels::matmul_nbits::{
@@ -31,7 +32,7 @@ fn check(pr: &Problem, label: &str) {
         matmul_reference_int8(&pr.a, m, &pr.b, &pr.scales, zp, p, bias, &mut want8);
     }
     let packed = pack(&pr.b, &pr.scales, zp, p);
-    let pars: [(&str, &dyn Par); 2] = [("serial", &Serial), ("3threads", &ThreePar)];
+    let pars: [(&str, &dyn Par); 2] = [("serial", &Serial), ("3threads", &THREE)];
     for kern in Kernels::supported() {
         for (pname, par) in pars {
             let ctx = format!(
@@ -138,7 +139,7 @@ fn dispatched_entry_points() {
     let mut y2 = vec![0f32; 3 * 17];
     let n1 = matmul_packed(&pr.a, 3, &packed, bias, &mut y1, &Serial);
     let n2 = matmul_unpacked(
-        &pr.a, 3, &pr.b, &pr.scales, zp, &pr.p, bias, &mut y2, &ThreePar,
+        &pr.a, 3, &pr.b, &pr.scales, zp, &pr.p, bias, &mut y2, &THREE,
     );
     assert_eq!(n1, n2);
     assert!(n1.ends_with("-acc4-gemm"), "{n1}");
@@ -236,7 +237,7 @@ fn gemv_row_equals_gemm_row() {
                 let mut y1 = vec![0f32; 33];
                 let mut y2 = vec![0f32; 66];
                 matmul_packed_with(kern, &pr.a[..k], 1, &packed, bias, &mut y1, &Serial);
-                matmul_packed_with(kern, &pr.a, 2, &packed, bias, &mut y2, &ThreePar);
+                matmul_packed_with(kern, &pr.a, 2, &packed, bias, &mut y2, &THREE);
                 let same = y1.iter().zip(&y2).all(|(x, y)| x.to_bits() == y.to_bits());
                 assert!(same, "bs={bs} K={k} acc={acc} {}", kern.isa.name());
             }

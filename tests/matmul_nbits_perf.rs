@@ -5,6 +5,7 @@
 //! packed weight (~170 KB) in L2, so the figure is the kernel's compute rate; N = 4096 (~10.5 MB)
 //! streams from L3 / DRAM. Prints the median of 15 repeats of `iters` calls each.
 
+#[path = "common/nbits.rs"]
 mod matmul_nbits_common;
 use matmul_nbits_common::Problem;
 

@@ -1,40 +1,12 @@
-// Shared helpers for the glue-op tests (norm, softmax, activation), included with `mod`.
+// Shared helpers for the glue-op tests (norm, softmax, activation), included with `#[path] mod`.
 #![allow(dead_code)]
 
 use rcpu::kernels::isa::Isa;
-use rcpu::runtime::par::Par;
+use rcpu::runtime::par::{Par, ScopedThreads};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-/// A 3-lane Par on scoped threads: chunks handed out by an atomic counter.
-pub struct ThreePar;
-impl ThreePar {
-    fn run(&self, n: usize, f: &(dyn Fn(usize) + Sync)) {
-        let next = AtomicUsize::new(0);
-        let work = || loop {
-            let i = next.fetch_add(1, Ordering::Relaxed);
-            if i >= n {
-                break;
-            }
-            f(i);
-        };
-        std::thread::scope(|s| {
-            s.spawn(work);
-            s.spawn(work);
-            work();
-        });
-    }
-}
-impl Par for ThreePar {
-    fn lanes(&self) -> usize {
-        3
-    }
-    fn decode_chunks(&self, n: usize, f: &(dyn Fn(usize) + Sync)) {
-        self.run(n, f)
-    }
-    fn task_chunks(&self, n: usize, f: &(dyn Fn(usize) + Sync)) {
-        self.run(n, f)
-    }
-}
+/// Three scoped threads: real concurrency for the chunked paths.
+pub const THREE: ScopedThreads = ScopedThreads(3);
 
 /// Counts task dispatches, to prove the parallel path was taken.
 pub struct CountingPar(pub AtomicUsize);
@@ -43,11 +15,11 @@ impl Par for CountingPar {
         3
     }
     fn decode_chunks(&self, n: usize, f: &(dyn Fn(usize) + Sync)) {
-        ThreePar.run(n, f)
+        THREE.decode_chunks(n, f)
     }
     fn task_chunks(&self, n: usize, f: &(dyn Fn(usize) + Sync)) {
         self.0.fetch_add(1, Ordering::Relaxed);
-        ThreePar.run(n, f)
+        THREE.task_chunks(n, f)
     }
 }
 

@@ -1,9 +1,8 @@
-// Shared helpers for the matmul_nbits tests (included with `#[path]`/`mod`).
+// Shared helpers for the matmul_nbits tests (included with `#[path] mod`).
 #![allow(dead_code)]
 
 use rcpu::kernels::matmul_nbits::NBitsParams;
-use rcpu::runtime::par::Par;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use rcpu::runtime::par::ScopedThreads;
 
 /// xorshift64*: deterministic test data.
 pub struct Rng(pub u64);
@@ -79,32 +78,5 @@ pub fn rel_l2(got: &[f32], want: &[f32]) -> f64 {
     }
 }
 
-/// Runs chunks on 3 scoped threads pulling from an atomic counter.
-pub struct ThreePar;
-impl ThreePar {
-    fn run(&self, n: usize, f: &(dyn Fn(usize) + Sync)) {
-        let next = AtomicUsize::new(0);
-        std::thread::scope(|s| {
-            for _ in 0..3 {
-                s.spawn(|| loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    if i >= n {
-                        break;
-                    }
-                    f(i);
-                });
-            }
-        });
-    }
-}
-impl Par for ThreePar {
-    fn lanes(&self) -> usize {
-        3
-    }
-    fn decode_chunks(&self, n: usize, f: &(dyn Fn(usize) + Sync)) {
-        self.run(n, f)
-    }
-    fn task_chunks(&self, n: usize, f: &(dyn Fn(usize) + Sync)) {
-        self.run(n, f)
-    }
-}
+/// Three scoped threads: real concurrency for the chunked paths.
+pub const THREE: ScopedThreads = ScopedThreads(3);
