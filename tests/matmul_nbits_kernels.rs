@@ -194,13 +194,13 @@ fn tiny_k() {
 }
 
 /// Every kernel set's A quantiser is bit-identical to the scalar one (random rows, ties,
-/// all-zero blocks, partial last blocks, every block size).
+/// all-zero blocks, non-finite values, partial last blocks, every block size).
 #[test]
 fn quantiser_matches_scalar_bit_for_bit() {
     use rcpu::kernels::matmul_nbits::prepare_a::PreparedA;
     for (i, &bs) in BSS.iter().enumerate() {
         for k in [bs, 3 * bs, 5 * bs + 7, 1000] {
-            let mut pr = Problem::new(k, 1, 3, bs, 4, false, false, 900 + i as u64 + k as u64);
+            let mut pr = Problem::new(k, 1, 4, bs, 4, false, false, 900 + i as u64 + k as u64);
             // Row 1: exact .5 quanta (scale 1 where the block max is 127); row 2: zeros.
             for (j, x) in pr.a[k..2 * k].iter_mut().enumerate() {
                 *x = if j % bs == 0 {
@@ -209,10 +209,20 @@ fn quantiser_matches_scalar_bit_for_bit() {
                     ((j % 255) as f32 - 127.0) + 0.5
                 };
             }
-            pr.a[2 * k..].fill(0.0);
-            let want = PreparedA::new(&pr.a, 3, &pr.p);
+            pr.a[2 * k..3 * k].fill(0.0);
+            // Row 3: non-finite values (NaN is ignored by the block max and coded 0; an infinite
+            // block max gives zero codes), mixed into ordinary blocks.
+            for (j, x) in pr.a[3 * k..].iter_mut().enumerate() {
+                match (j / bs) % 4 {
+                    0 if j % 5 == 0 => *x = f32::NAN,
+                    1 if j % 7 == 0 => *x = f32::INFINITY,
+                    2 if j % 11 == 0 => *x = f32::NEG_INFINITY,
+                    _ => {}
+                }
+            }
+            let want = PreparedA::new(&pr.a, 4, &pr.p);
             for kern in Kernels::supported() {
-                let got = PreparedA::for_kernels(kern, &pr.a, 3, &pr.p);
+                let got = PreparedA::for_kernels(kern, &pr.a, 4, &pr.p);
                 let ctx = format!("bs={bs} K={k} isa={}", kern.isa.name());
                 assert_eq!(got.q, want.q, "{ctx}: codes");
                 assert_eq!(got.qsum, want.qsum, "{ctx}: sums");

@@ -40,17 +40,24 @@ pub(crate) unsafe fn quantize_row(
         for i in (0..bs).step_by(16) {
             // SAFETY: i + 16 <= bs = src.len().
             let v = unsafe { _mm512_loadu_ps(sp.add(i)) };
-            amax = _mm512_max_ps(amax, _mm512_abs_ps(v));
+            // vmaxps returns its second operand when either is NaN: with `amax` second, a
+            // NaN element leaves it unchanged, as `f32::max` does in the scalar reference.
+            amax = _mm512_max_ps(_mm512_abs_ps(v), amax);
         }
         let amax = _mm512_reduce_max_ps(amax);
         let scale = amax / 127.0;
         let inv = _mm512_set1_ps(if amax > 0.0 { 127.0 / amax } else { 0.0 });
         let (lo, hi) = (_mm512_set1_epi32(-127), _mm512_set1_epi32(127));
+        let (flo, fhi) = (_mm512_set1_ps(-127.0), _mm512_set1_ps(127.0));
         let mut sum = _mm512_setzero_si512();
         for i in (0..bs).step_by(16) {
             // SAFETY: i + 16 <= bs = src.len() = dst.len().
             unsafe {
                 let v = _mm512_mul_ps(_mm512_loadu_ps(sp.add(i)), inv);
+                // As the scalar reference: NaN codes are 0 and the clamp happens in float
+                // (cvtps would turn NaN and +-inf into i32::MIN before an integer clamp).
+                let v = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask::<_CMP_ORD_Q>(v, v), v);
+                let v = _mm512_min_ps(_mm512_max_ps(v, flo), fhi);
                 let x = _mm512_min_epi32(_mm512_max_epi32(_mm512_cvtps_epi32(v), lo), hi);
                 sum = _mm512_add_epi32(sum, x);
                 _mm_storeu_si128(
