@@ -4,10 +4,9 @@ use rcpu::runtime::{pool_for, pool_stats, Affinity, Par, PoolConfig};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 fn rcpu_threads() -> usize {
-    std::fs::read_dir("/proc/self/task")
-        .unwrap()
-        .filter_map(|e| std::fs::read_to_string(e.ok()?.path().join("comm")).ok())
-        .filter(|c| c.trim_end().starts_with("rcpu-w"))
+    rcpu::abi::os::live_threads()
+        .iter()
+        .filter(|(_, n)| n.starts_with("rcpu-w"))
         .count()
 }
 

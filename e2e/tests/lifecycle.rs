@@ -7,6 +7,7 @@
 //! the counts are taken. `RCPU_LIFECYCLE_SESSIONS` / `RCPU_LIFECYCLE_CYCLES` shrink the loops
 //! (e.g. under valgrind).
 
+use rcpu::abi::os::live_threads;
 use rcpu_e2e::onnx::dtype::FLOAT;
 use rcpu_e2e::onnx::{Attr, Dim, GraphBuilder};
 use rcpu_e2e::{paths, rand_f32, Ort, SessionSpec, Tensor};
@@ -60,14 +61,9 @@ fn model() -> Vec<u8> {
 
 /// Threads of this process named `rcpu-w*`.
 fn rcpu_threads() -> usize {
-    std::fs::read_dir("/proc/self/task")
-        .expect("/proc/self/task")
-        .filter_map(|e| e.ok())
-        .filter(|e| {
-            std::fs::read_to_string(e.path().join("comm"))
-                .map(|c| c.starts_with("rcpu-w"))
-                .unwrap_or(false)
-        })
+    live_threads()
+        .iter()
+        .filter(|(_, n)| n.starts_with("rcpu-w"))
         .count()
 }
 

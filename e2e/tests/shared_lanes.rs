@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use rcpu::abi::os::live_threads;
 use rcpu_e2e::onnx::{dtype::FLOAT, Dim, GraphBuilder};
 use rcpu_e2e::{ort_with_rcpu, rand_f32, SessionSpec, Tensor};
 
@@ -18,20 +19,12 @@ fn thread_cpu_time(tid: i32) -> Duration {
     )
 }
 
-/// (tid, name) of every thread of this process whose name starts with `rcpu-`.
+/// (tid, name) of every live thread of this process whose name starts with `rcpu-`.
 fn rcpu_threads() -> Vec<(i32, String)> {
-    let mut v = Vec::new();
-    for e in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
-        let tid: i32 = e.file_name().to_string_lossy().parse().unwrap();
-        let name = std::fs::read_to_string(e.path().join("comm"))
-            .unwrap_or_default()
-            .trim()
-            .to_string();
-        if name.starts_with("rcpu-") {
-            v.push((tid, name));
-        }
-    }
-    v
+    live_threads()
+        .into_iter()
+        .filter(|(_, n)| n.starts_with("rcpu-"))
+        .collect()
 }
 
 #[test]

@@ -81,6 +81,28 @@ pub fn current_thread_cpu_time() -> Duration {
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
+/// (tid, name) of every thread of this process that has not exited. A joined thread can linger
+/// in /proc/self/task for a moment while the kernel reaps it (state Z or X after `pthread_join`
+/// returned): those are skipped, so a count taken right after a join is exact.
+pub fn live_threads() -> Vec<(i32, String)> {
+    let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| {
+            let tid: i32 = e.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            let (head, rest) = stat.rsplit_once(')')?;
+            let state = rest.split_whitespace().next()?;
+            if state == "Z" || state == "X" {
+                return None;
+            }
+            let name = head.split_once('(')?.1.to_string();
+            Some((tid, name))
+        })
+        .collect()
+}
+
 /// CPU time (user + system) consumed so far by thread `tid` of this process, from /proc.
 ///
 /// Reads `/proc/self/task/TID/schedstat` (nanoseconds) and falls back to `utime + stime` of
