@@ -11,6 +11,9 @@ pub fn stats_json() -> serde_json::Value {
         "ledger": ledger::rows(),
         "pools": crate::runtime::pool_stats(),
         "memory": crate::memory::stats(),
+        "kernels": {
+            "matmul_nbits_prepared_a_growths": crate::kernels::matmul_nbits::prepare_a::prepared_a_growths(),
+        },
     })
 }
 

@@ -5,6 +5,8 @@
 //! (`kc x NR`, zero padded), packs `MC` rows of A into `MR`-tall panels (`kc x MR`), and runs the
 //! register-tiled micro-kernel over every (MR, NR) pair, adding `alpha * tile` into C.
 
+use crate::memory::scratch::with_scratch_f32;
+
 use super::tiles::TileGrid;
 use super::{GemmKernels, Op};
 use crate::runtime::par::Par;
@@ -61,39 +63,50 @@ pub(super) fn gemm(
             return;
         }
         let (r0, c0, rows, cols) = (tile.row0, tile.col0, tile.rows, tile.cols);
-        let mut bpack = vec![0.0f32; KC * round_up(NC.min(cols), nr)];
-        let mut apack = vec![0.0f32; KC * round_up(MC.min(rows), mr)];
-        let mut acc = vec![0.0f32; mr * nr];
-        for jc in (0..cols).step_by(NC) {
-            let nc = NC.min(cols - jc);
-            for pc in (0..k).step_by(KC) {
-                let kc = KC.min(k - pc);
-                pack_b(b, pc, kc, c0 + jc, nc, nr, &mut bpack);
-                for ic in (0..rows).step_by(MC) {
-                    let mc = MC.min(rows - ic);
-                    pack_a(a, r0 + ic, mc, pc, kc, mr, &mut apack);
-                    for (jp, bpanel) in bpack.chunks(kc * nr).take(nc.div_ceil(nr)).enumerate() {
-                        let ncols = nr.min(nc - jp * nr);
-                        for (ip, apanel) in apack.chunks(kc * mr).take(mc.div_ceil(mr)).enumerate()
+        // Packing buffers come from this lane's parked scratch (accumulator budget): no
+        // allocation per task once warm. Contents on entry do not matter: pack_a/pack_b write
+        // every element they use (padding included) and the micro-kernel overwrites `acc`.
+        let (bl, al) = (
+            KC * round_up(NC.min(cols), nr),
+            KC * round_up(MC.min(rows), mr),
+        );
+        with_scratch_f32(bl + al + mr * nr, |buf| {
+            let (bpack, rest) = buf.split_at_mut(bl);
+            let (apack, acc) = rest.split_at_mut(al);
+            for jc in (0..cols).step_by(NC) {
+                let nc = NC.min(cols - jc);
+                for pc in (0..k).step_by(KC) {
+                    let kc = KC.min(k - pc);
+                    pack_b(b, pc, kc, c0 + jc, nc, nr, bpack);
+                    for ic in (0..rows).step_by(MC) {
+                        let mc = MC.min(rows - ic);
+                        pack_a(a, r0 + ic, mc, pc, kc, mr, apack);
+                        for (jp, bpanel) in bpack.chunks(kc * nr).take(nc.div_ceil(nr)).enumerate()
                         {
-                            let nrows = mr.min(mc - ip * mr);
-                            (kern.ukernel)(kc, apanel, bpanel, &mut acc);
-                            for r in 0..nrows {
-                                let crow = &mut tile.row(ic + ip * mr + r)[jc + jp * nr..][..ncols];
-                                let arow = &acc[r * nr..r * nr + ncols];
-                                if alpha == 1.0 {
-                                    crow.iter_mut().zip(arow).for_each(|(c, &v)| *c += v);
-                                } else {
-                                    crow.iter_mut()
-                                        .zip(arow)
-                                        .for_each(|(c, &v)| *c += alpha * v);
+                            let ncols = nr.min(nc - jp * nr);
+                            for (ip, apanel) in
+                                apack.chunks(kc * mr).take(mc.div_ceil(mr)).enumerate()
+                            {
+                                let nrows = mr.min(mc - ip * mr);
+                                (kern.ukernel)(kc, apanel, bpanel, acc);
+                                for r in 0..nrows {
+                                    let crow =
+                                        &mut tile.row(ic + ip * mr + r)[jc + jp * nr..][..ncols];
+                                    let arow = &acc[r * nr..r * nr + ncols];
+                                    if alpha == 1.0 {
+                                        crow.iter_mut().zip(arow).for_each(|(c, &v)| *c += v);
+                                    } else {
+                                        crow.iter_mut()
+                                            .zip(arow)
+                                            .for_each(|(c, &v)| *c += alpha * v);
+                                    }
                                 }
                             }
                         }
                     }
                 }
             }
-        }
+        });
     };
     if grid.count() == 1 {
         run(0);

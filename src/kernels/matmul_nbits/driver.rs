@@ -11,7 +11,7 @@ use super::disjoint::DisjointOut;
 use super::dispatch::{Kernels, TileFn};
 use super::pack::{group_weight_bytes, groups, pack_group, GroupView, PackedNBits, NR};
 use super::params::NBitsParams;
-use super::prepare_a::PreparedA;
+use super::prepare_a::{with_prepared, PreparedA};
 use super::MR;
 use crate::memory::scratch::{with_scratch_f32, with_scratch_u8};
 use crate::runtime::par::Par;
@@ -70,78 +70,80 @@ pub(crate) fn run(
             p.n
         );
     }
-    let prep = PreparedA::for_kernels(kernels, a, m, &p);
-    let tile = if p.int8_compute() {
-        kernels.i8_tile
-    } else {
-        kernels.f32_tile
-    };
-    let g_count = groups(&p);
-    let gpc = (CHUNK_WEIGHT_BYTES / group_weight_bytes(&p)).max(1);
-    let col_chunks = g_count.div_ceil(gpc);
-    let dst = DisjointOut::new(out);
-    let ctx = Ctx {
-        tile,
-        prep: &prep,
-        p: &p,
-        bias,
-        dst: &dst,
-        m,
-    };
-    match src {
-        Source::Packed(pk) => {
-            let row_tiles = if m == 1 { 1 } else { m.div_ceil(ROW_TILE) };
-            let body = |ci: usize| {
-                let (rt, cc) = (ci / col_chunks, ci % col_chunks);
-                let rows = rt * ROW_TILE..((rt + 1) * ROW_TILE).min(m);
-                for g in cc * gpc..((cc + 1) * gpc).min(g_count) {
-                    ctx.group(&pk.group(g), g, rows.clone());
+    // A is prepared once per call into this thread's parked buffers (no allocation when warm).
+    with_prepared(kernels, a, m, &p, |prep| {
+        let tile = if p.int8_compute() {
+            kernels.i8_tile
+        } else {
+            kernels.f32_tile
+        };
+        let g_count = groups(&p);
+        let gpc = (CHUNK_WEIGHT_BYTES / group_weight_bytes(&p)).max(1);
+        let col_chunks = g_count.div_ceil(gpc);
+        let dst = DisjointOut::new(out);
+        let ctx = Ctx {
+            tile,
+            prep,
+            p: &p,
+            bias,
+            dst: &dst,
+            m,
+        };
+        match src {
+            Source::Packed(pk) => {
+                let row_tiles = if m == 1 { 1 } else { m.div_ceil(ROW_TILE) };
+                let body = |ci: usize| {
+                    let (rt, cc) = (ci / col_chunks, ci % col_chunks);
+                    let rows = rt * ROW_TILE..((rt + 1) * ROW_TILE).min(m);
+                    for g in cc * gpc..((cc + 1) * gpc).min(g_count) {
+                        ctx.group(&pk.group(g), g, rows.clone());
+                    }
+                };
+                if m == 1 {
+                    par.decode_chunks(col_chunks, &body);
+                } else {
+                    par.task_chunks(row_tiles * col_chunks, &body);
                 }
-            };
-            if m == 1 {
-                par.decode_chunks(col_chunks, &body);
-            } else {
-                par.task_chunks(row_tiles * col_chunks, &body);
             }
-        }
-        Source::Unpacked {
-            b,
-            scales,
-            zero_points,
-            p,
-        } => {
-            let kbs = p.k_blocks();
-            let (wb, zb) = (group_weight_bytes(p), zero_points.map_or(0, |_| kbs * NR));
-            // Each chunk packs one group at a time into its lane's parked scratch (weights and
-            // zero points in one byte buffer, scales in an f32 one): no allocation once the
-            // lane's buffers are parked. `pack_group` writes every byte, so stale contents are
-            // fine.
-            let body = |cc: usize| {
-                with_scratch_u8(wb + zb, |bytes| {
-                    with_scratch_f32(kbs * NR, |s| {
-                        let (w, z) = bytes.split_at_mut(wb);
-                        let mut z = zero_points.map(|_| z);
-                        for g in cc * gpc..((cc + 1) * gpc).min(g_count) {
-                            pack_group(b, scales, zero_points, p, g, w, s, z.as_deref_mut());
-                            let view = GroupView {
-                                w,
-                                scales: s,
-                                zps: z.as_deref(),
-                                k_blocks: kbs,
-                                block_size: p.block_size,
-                            };
-                            ctx.group(&view, g, 0..m);
-                        }
+            Source::Unpacked {
+                b,
+                scales,
+                zero_points,
+                p,
+            } => {
+                let kbs = p.k_blocks();
+                let (wb, zb) = (group_weight_bytes(p), zero_points.map_or(0, |_| kbs * NR));
+                // Each chunk packs one group at a time into its lane's parked scratch (weights and
+                // zero points in one byte buffer, scales in an f32 one): no allocation once the
+                // lane's buffers are parked. `pack_group` writes every byte, so stale contents are
+                // fine.
+                let body = |cc: usize| {
+                    with_scratch_u8(wb + zb, |bytes| {
+                        with_scratch_f32(kbs * NR, |s| {
+                            let (w, z) = bytes.split_at_mut(wb);
+                            let mut z = zero_points.map(|_| z);
+                            for g in cc * gpc..((cc + 1) * gpc).min(g_count) {
+                                pack_group(b, scales, zero_points, p, g, w, s, z.as_deref_mut());
+                                let view = GroupView {
+                                    w,
+                                    scales: s,
+                                    zps: z.as_deref(),
+                                    k_blocks: kbs,
+                                    block_size: p.block_size,
+                                };
+                                ctx.group(&view, g, 0..m);
+                            }
+                        })
                     })
-                })
-            };
-            if m == 1 {
-                par.decode_chunks(col_chunks, &body);
-            } else {
-                par.task_chunks(col_chunks, &body);
+                };
+                if m == 1 {
+                    par.decode_chunks(col_chunks, &body);
+                } else {
+                    par.task_chunks(col_chunks, &body);
+                }
             }
         }
-    }
+    });
     name
 }
 

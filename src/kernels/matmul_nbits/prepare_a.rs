@@ -6,8 +6,12 @@
 //! int8 path: each row quantised per block (symmetric, scale = max|a| / 127, round to nearest
 //! even), zero padded, plus the integer sum of each row over each block.
 
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use super::dispatch::Kernels;
 use super::params::NBitsParams;
+use crate::memory::Grant;
 
 /// A, prepared for the tile kernels. Row `r` of the active representation starts at `r * kp`;
 /// per-block values of row `r` at `r * kb`.
@@ -49,40 +53,112 @@ impl PreparedA {
     /// [`PreparedA::new`] with a given row quantiser (with [`QuantRowFn`]'s contract; it must be
     /// bit-identical to [`quantize_row_scalar`]).
     fn new_with(quant: &QuantRow, a: &[f32], m: usize, p: &NBitsParams) -> PreparedA {
+        let mut out = PreparedA::default();
+        out.refill(quant, a, m, p);
+        out
+    }
+
+    /// Re-prepares in place, reusing the buffers' capacity (no allocation when they are big
+    /// enough). Padding is zeroed again on every call.
+    fn refill(&mut self, quant: &QuantRow, a: &[f32], m: usize, p: &NBitsParams) {
+        fn reset<T: Copy + Default>(v: &mut Vec<T>, n: usize) {
+            v.clear();
+            v.resize(n, T::default());
+        }
         let (kb, bs) = (p.k_blocks(), p.block_size);
         let kp = kb * bs;
-        let mut out = PreparedA {
-            kp,
-            kb,
-            ..Default::default()
-        };
+        (self.kp, self.kb) = (kp, kb);
+        let (int8, f32_rows) = if p.int8_compute() { (m, 0) } else { (0, m) };
+        reset(&mut self.q, int8 * kp);
+        reset(&mut self.qscale, int8 * kb);
+        reset(&mut self.qsum, int8 * kb);
+        reset(&mut self.f, f32_rows * kp);
+        reset(&mut self.fsum, f32_rows * kb);
         if p.int8_compute() {
-            out.q = vec![0i8; m * kp];
-            out.qscale = vec![0f32; m * kb];
-            out.qsum = vec![0i32; m * kb];
             for r in 0..m {
                 quant(
                     &a[r * p.k..(r + 1) * p.k],
                     bs,
-                    &mut out.q[r * kp..(r + 1) * kp],
-                    &mut out.qscale[r * kb..(r + 1) * kb],
-                    &mut out.qsum[r * kb..(r + 1) * kb],
+                    &mut self.q[r * kp..(r + 1) * kp],
+                    &mut self.qscale[r * kb..(r + 1) * kb],
+                    &mut self.qsum[r * kb..(r + 1) * kb],
                 );
             }
         } else {
-            out.f = vec![0f32; m * kp];
-            out.fsum = vec![0f32; m * kb];
             for r in 0..m {
                 let row = &a[r * p.k..(r + 1) * p.k];
-                out.f[r * kp..r * kp + p.k].copy_from_slice(row);
+                self.f[r * kp..r * kp + p.k].copy_from_slice(row);
                 for b in 0..kb {
-                    let blk = &out.f[r * kp + b * bs..r * kp + (b + 1) * bs];
-                    out.fsum[r * kb + b] = blk.iter().sum();
+                    let blk = &self.f[r * kp + b * bs..r * kp + (b + 1) * bs];
+                    self.fsum[r * kb + b] = blk.iter().sum();
                 }
             }
         }
-        out
     }
+
+    /// Heap bytes the buffers hold (capacity, not length).
+    fn held_bytes(&self) -> u64 {
+        let f32s = self.f.capacity() + self.fsum.capacity() + self.qscale.capacity();
+        (f32s * 4 + self.qsum.capacity() * 4 + self.q.capacity()) as u64
+    }
+}
+
+static GROWTHS: AtomicU64 = AtomicU64::new(0);
+
+/// Calls whose prepared-A buffers had to grow (allocate). Stays flat in a warm decode loop;
+/// reported in the stats JSON.
+pub fn prepared_a_growths() -> u64 {
+    GROWTHS.load(Ordering::Relaxed)
+}
+
+/// A prepared A parked between calls, with the accumulator-budget grant that pays for it.
+struct Parked {
+    prep: PreparedA,
+    grant: Grant,
+}
+
+thread_local! {
+    /// This thread's parked buffers (taken out while in use, so nested calls stay correct).
+    static PARKED: RefCell<Option<Parked>> = const { RefCell::new(None) };
+}
+
+/// Runs `f` with `a` prepared for `kernels`, reusing this thread's parked buffers: a decode
+/// step allocates nothing here once warm. After `f`, the buffers stay parked only while the
+/// process-wide accumulator budget grants their bytes; otherwise they are freed.
+pub fn with_prepared<R>(
+    kernels: &Kernels,
+    a: &[f32],
+    m: usize,
+    p: &NBitsParams,
+    f: impl FnOnce(&PreparedA) -> R,
+) -> R {
+    let quant = |row: &[f32], bs: usize, q: &mut [i8], qs: &mut [f32], qsum: &mut [i32]| {
+        // SAFETY: a `Kernels` table only holds variants whose CPU features the hardware has;
+        // the quantiser checks its slice lengths itself.
+        unsafe { (kernels.quant_row)(row, bs, q, qs, qsum) }
+    };
+    let parked = PARKED.try_with(|c| c.borrow_mut().take()).ok().flatten();
+    let (mut prep, grant) = match parked {
+        Some(Parked { prep, grant }) => (prep, Some(grant)),
+        None => (PreparedA::default(), None),
+    };
+    let before = prep.held_bytes();
+    prep.refill(&quant, a, m, p);
+    let bytes = prep.held_bytes();
+    if bytes > before {
+        // Relaxed: a statistic; nothing is published through it.
+        GROWTHS.fetch_add(1, Ordering::Relaxed);
+    }
+    let r = f(&prep);
+    let grant = match grant {
+        Some(mut g) => g.settle(bytes).is_ok().then_some(g),
+        None => crate::memory::accumulators().reserve(bytes).grant(),
+    };
+    if let Some(grant) = grant {
+        // During thread teardown the slot is gone and the buffers are simply freed.
+        let _ = PARKED.try_with(|c| *c.borrow_mut() = Some(Parked { prep, grant }));
+    }
+    r
 }
 
 /// Quantises one row (`row.len()` = K) in blocks of `bs` into `q` (`>= k_blocks * bs`; bytes
