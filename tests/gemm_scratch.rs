@@ -1,4 +1,4 @@
-//! A warm f32 GEMM takes its packing buffers from the lane's parked scratch: repeated calls
+//! A warm f32 GEMM (and GEMV) takes its packing (x/y) buffers from the lane's parked scratch: repeated calls
 //! allocate no fresh scratch (one test in its own binary: the scratch counters are global).
 
 use rcpu::kernels::gemm::sgemm;
@@ -31,4 +31,37 @@ fn warm_gemm_allocates_no_packing_buffers() {
         "the parked buffer was not reused"
     );
     assert_eq!(c, first, "results depend on scratch reuse");
+
+    // GEMV shapes (m = 1 and n = 1, both transposes): x and y come from the same scratch.
+    for (mm, nn, ta, tb) in [
+        (1, n, false, false),
+        (1, n, true, true),
+        (m, 1, false, false),
+        (m, 1, true, true),
+    ] {
+        let lda = if ta { mm } else { k };
+        let ldb = if tb { k } else { nn };
+        let mut y1 = vec![0f32; mm * nn];
+        sgemm(
+            ta, tb, mm, nn, k, 0.5, &a, lda, &b, ldb, 0.0, &mut y1, nn, &Serial,
+        );
+        let warm = scratch_stats();
+        let mut y = vec![0f32; mm * nn];
+        for _ in 0..10 {
+            sgemm(
+                ta, tb, mm, nn, k, 0.5, &a, lda, &b, ldb, 0.0, &mut y, nn, &Serial,
+            );
+        }
+        let now = scratch_stats();
+        let shape = format!("m={mm} n={nn} transA={ta} transB={tb}");
+        assert_eq!(
+            now.fresh_allocations, warm.fresh_allocations,
+            "{shape}: a warm GEMV allocated"
+        );
+        assert!(
+            now.reuses >= warm.reuses + 10,
+            "{shape}: scratch not reused"
+        );
+        assert_eq!(y, y1, "{shape}: results depend on scratch reuse");
+    }
 }

@@ -22,15 +22,10 @@ pub(super) enum Form<'a> {
 }
 
 /// Computes `y = M x` (length `len`, reduction `k`) for a gathered contiguous `x`.
-pub(super) fn gemv(
-    kern: &GemmKernels,
-    form: Form<'_>,
-    x: &[f32],
-    len: usize,
-    par: &dyn Par,
-) -> Vec<f32> {
+pub(super) fn gemv(kern: &GemmKernels, form: Form<'_>, x: &[f32], y: &mut [f32], par: &dyn Par) {
     let k = x.len();
-    let mut y = vec![0.0f32; len];
+    let len = y.len();
+    y.fill(0.0);
     let chunk = match form {
         Form::Dot { .. } => DOT_CHUNK,
         Form::Axpy { .. } => AXPY_CHUNK,
@@ -51,16 +46,17 @@ pub(super) fn gemv(
         }
     };
     if len * k < PAR_MIN_WORK || par.lanes() <= 1 || len <= chunk {
-        run(0, &mut y);
+        run(0, y);
     } else {
         // Disjoint pieces of y behind uncontended locks: any lane may take any piece.
         let parts: Vec<Mutex<&mut [f32]>> = y.chunks_mut(chunk).map(Mutex::new).collect();
         par.decode_chunks(parts.len(), &|i| run(i * chunk, &mut parts[i].lock()));
     }
-    y
 }
 
-/// Gathers `len` elements of a vector with stride `stride` starting at `off`.
-pub(super) fn gather(v: Op<'_>, off: usize, stride: usize, len: usize) -> Vec<f32> {
-    (0..len).map(|p| v.data[off + p * stride]).collect()
+/// Gathers `out.len()` elements of a vector with stride `stride` starting at `off`.
+pub(super) fn gather_into(v: Op<'_>, off: usize, stride: usize, out: &mut [f32]) {
+    for (p, o) in out.iter_mut().enumerate() {
+        *o = v.data[off + p * stride];
+    }
 }

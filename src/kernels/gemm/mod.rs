@@ -20,6 +20,8 @@ use crate::runtime::par::{Par, Serial};
 use driver::Geometry;
 use gemv::Form;
 use once_cell::sync::Lazy;
+
+use crate::memory::scratch::with_scratch_f32;
 use parking_lot::Mutex;
 
 type UkernelFn = fn(usize, &[f32], &[f32], &mut [f32]);
@@ -207,35 +209,42 @@ fn run(
         driver::gemm(kern, ao, bo, Geometry { m, n, k }, alpha, beta, c, ldc, par);
         return kern.names[4];
     }
+    // GEMV: x and y live in the lane's parked scratch (no allocation per call once warm).
     if m == 1 {
-        let x = if trans_a {
-            gemv::gather(ao, 0, lda, k)
-        } else {
-            a[..k].to_vec()
-        };
-        let form = if trans_b {
-            Form::Dot { m: b, ld: ldb }
-        } else {
-            Form::Axpy { m: b, ld: ldb }
-        };
-        let y = gemv::gemv(kern, form, &x, n, par);
-        write_vec(&y, c, 1, alpha, beta);
-        return kern.names[1];
+        return with_scratch_f32(k + n, |buf| {
+            let (x, y) = buf.split_at_mut(k);
+            if trans_a {
+                gemv::gather_into(ao, 0, lda, x);
+            } else {
+                x.copy_from_slice(&a[..k]);
+            }
+            let form = if trans_b {
+                Form::Dot { m: b, ld: ldb }
+            } else {
+                Form::Axpy { m: b, ld: ldb }
+            };
+            gemv::gemv(kern, form, x, y, par);
+            write_vec(y, c, 1, alpha, beta);
+            kern.names[1]
+        });
     }
     if n == 1 {
-        let x = if trans_b {
-            b[..k].to_vec()
-        } else {
-            gemv::gather(bo, 0, ldb, k)
-        };
-        let form = if trans_a {
-            Form::Axpy { m: a, ld: lda }
-        } else {
-            Form::Dot { m: a, ld: lda }
-        };
-        let y = gemv::gemv(kern, form, &x, m, par);
-        write_vec(&y, c, ldc, alpha, beta);
-        return kern.names[2];
+        return with_scratch_f32(k + m, |buf| {
+            let (x, y) = buf.split_at_mut(k);
+            if trans_b {
+                x.copy_from_slice(&b[..k]);
+            } else {
+                gemv::gather_into(bo, 0, ldb, x);
+            }
+            let form = if trans_a {
+                Form::Axpy { m: a, ld: lda }
+            } else {
+                Form::Dot { m: a, ld: lda }
+            };
+            gemv::gemv(kern, form, x, y, par);
+            write_vec(y, c, ldc, alpha, beta);
+            kern.names[2]
+        });
     }
     driver::gemm(kern, ao, bo, Geometry { m, n, k }, alpha, beta, c, ldc, par);
     kern.names[0]
