@@ -53,6 +53,40 @@ pub fn pin_current_thread(cpu: usize) -> io::Result<()> {
     Ok(())
 }
 
+/// The calling thread's affinity mask, saved so it can be put back after a temporary move.
+pub struct SavedAffinity(libc::cpu_set_t);
+
+impl SavedAffinity {
+    /// Saves the calling thread's mask (`sched_getaffinity(0)`).
+    pub fn save() -> io::Result<SavedAffinity> {
+        let mut set = empty_set();
+        // SAFETY: `set` is a valid, writable `cpu_set_t` and we pass its exact size; pid 0 means
+        // the calling thread.
+        let rc = unsafe { libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(SavedAffinity(set))
+    }
+
+    /// Whether `cpu` is in the saved mask.
+    pub fn contains(&self, cpu: usize) -> bool {
+        // SAFETY: `CPU_ISSET` only reads the bit array; the index is checked against its size.
+        cpu < SET_BITS && unsafe { libc::CPU_ISSET(cpu, &self.0) }
+    }
+
+    /// Puts the saved mask back on the calling thread (`sched_setaffinity(0)`).
+    pub fn restore(&self) -> io::Result<()> {
+        // SAFETY: `self.0` is a valid `cpu_set_t` of the size passed; pid 0 means the calling
+        // thread.
+        let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(&self.0), &self.0) };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+}
+
 /// The CPU the calling thread is running on right now (`sched_getcpu`), if the OS says.
 pub fn current_cpu() -> Option<usize> {
     // SAFETY: `sched_getcpu` takes no arguments and only returns a value.

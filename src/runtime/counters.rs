@@ -57,6 +57,12 @@ counters! {
     /// Dispatches run serially on the calling lane because they were issued from inside a
     /// running chunk (nested dispatch).
     inline_fallbacks,
+    /// Multi-lane dispatches whose calling thread was running on a CPU a worker is pinned to
+    /// (the two lanes would share one CPU).
+    caller_collisions,
+    /// Of those, dispatches for which the caller was moved to the lane-0 CPU (its affinity
+    /// mask is restored when the dispatch returns).
+    caller_moves,
     /// Dispatches that found the pool busy with another thread's dispatch and waited for it.
     contended_dispatches,
 }

@@ -30,6 +30,19 @@
 //!   (counted as `contended_dispatches`) rather than running serially: the other dispatch is
 //!   short (one op), and afterwards this one gets every lane, which beats one lane.
 //!
+//! # Caller placement
+//!
+//! Lane 0 is the application's thread, which rcpu never pins: it runs wherever the OS puts it.
+//! When it wakes up on a CPU a worker is pinned to (the OS tends to wake a thread on the CPU it
+//! last ran on, and a parked worker leaves its CPU idle), the caller and that worker share one
+//! CPU for the whole dispatch and the job takes about twice as long; the OS's load balancer
+//! fixes it only milliseconds later. So a multi-lane dispatch first asks `sched_getcpu`; if the
+//! caller sits on a worker's CPU (`caller_collisions`), it moves itself to the CPU planned for
+//! lane 0 (if its own mask allows that CPU) for the dispatch and puts its original affinity
+//! mask back when the dispatch returns (`caller_moves`; also on unwind). The thread then simply
+//! stays where it is until the OS moves it again. A dispatch that finds no collision pays one
+//! `sched_getcpu` (a read of the rseq area with current glibc).
+//!
 //! # Panics
 //!
 //! A panic inside `f` is caught on whichever lane ran the chunk (remaining chunks still run),
@@ -134,6 +147,8 @@ pub struct Lanes {
     cfg: PoolConfig,
     shared: Arc<Shared>,
     cpus: Vec<Option<usize>>,
+    /// The CPU planned for lane 0 (the caller): where a caller found on a worker's CPU moves.
+    caller_cpu: Option<usize>,
     tids: Vec<i32>,
     workers: Vec<JoinHandle<()>>,
     dispatch: Mutex<()>,
@@ -200,6 +215,7 @@ impl Lanes {
             cfg,
             shared,
             cpus,
+            caller_cpu: plan[0],
             tids,
             workers,
             dispatch: Mutex::new(()),
@@ -270,6 +286,7 @@ impl Lanes {
                 self.dispatch.lock()
             }
         };
+        let _placed = self.place_caller();
         let next = AtomicUsize::new(0);
         let panicked: Mutex<Option<Box<dyn Any + Send>>> = Mutex::new(None);
         let job = |_lane: usize| loop {
@@ -296,6 +313,43 @@ impl Lanes {
         wait.record(c);
         if let Some(p) = panicked.into_inner() {
             resume_unwind(p);
+        }
+    }
+}
+
+impl Lanes {
+    /// Moves the caller off a worker's CPU for one dispatch (see "Caller placement"); the guard
+    /// puts the caller's affinity mask back when dropped.
+    fn place_caller(&self) -> CallerMove {
+        let c = &self.shared.counters;
+        let (Some(home), Some(cur)) = (self.caller_cpu, os::current_cpu()) else {
+            return CallerMove(None);
+        };
+        if cur == home || !self.cpus[1..].contains(&Some(cur)) {
+            return CallerMove(None);
+        }
+        Counters::add(&c.caller_collisions, 1);
+        let Ok(saved) = os::SavedAffinity::save() else {
+            return CallerMove(None);
+        };
+        if !saved.contains(home) || os::pin_current_thread(home).is_err() {
+            return CallerMove(None);
+        }
+        Counters::add(&c.caller_moves, 1);
+        CallerMove(Some(saved))
+    }
+}
+
+/// The caller's saved affinity mask while it is moved for a dispatch; restores it on drop.
+struct CallerMove(Option<os::SavedAffinity>);
+
+impl Drop for CallerMove {
+    fn drop(&mut self) {
+        if let Some(saved) = &self.0 {
+            // Best effort: the mask was readable a moment ago, so putting it back can only
+            // fail if the application changed the process's CPUs meanwhile; the thread then
+            // keeps running on lane 0's CPU, which is still inside its mask.
+            let _ = saved.restore();
         }
     }
 }
