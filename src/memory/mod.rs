@@ -22,7 +22,7 @@ mod governor;
 pub mod scratch;
 mod weight_cache;
 
-pub use aligned::AlignedBuf;
+pub use aligned::{AlignedBuf, HUGE_PAGE_MIN_BYTES};
 pub use content_hash::{content_hash, params_hash};
 pub use governor::{Governor, GovernorRef, Grant, OverBudget, Reservation};
 pub use scratch::{scratch_stats, with_scratch_f32, with_scratch_i32, ScratchStats};

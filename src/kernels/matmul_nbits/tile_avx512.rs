@@ -133,9 +133,27 @@ unsafe fn f32_rows<const R: usize>(
     }
 }
 
-/// Generates one int8 row kernel; `$dot(acc, u8_codes, s8_a)` is the u8 x s8 -> i32 dot step.
+/// `-zp * qsum` per column for block `kb` of a row whose quantised block sum is `qsum`: the
+/// starting value of the block's accumulator, so the zero-point correction costs no extra
+/// subtraction. `|qsum| <= 127 * 256 < 2^15` and `zp <= 15`, so `vpmaddwd` on the (zp, 0) i16
+/// pairs against the broadcast low half of `-qsum` is exact.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw")]
+fn zp_init(g: &GroupView, kb: usize, qsum: i32) -> __m512i {
+    match g.zps {
+        Some(_) => _mm512_madd_epi16(zero_points(g, kb), _mm512_set1_epi32(-qsum)),
+        None => _mm512_set1_epi32(-8 * qsum),
+    }
+}
+
+/// Generates one int8 row kernel. `$dot(acc, u8_codes, s8_a)` is the u8 x s8 -> i32 dot step;
+/// `$hi(v)` gives the high-nibble operand and `$hi_shift` how far the high accumulator must be
+/// shifted right to undo it (`v & 0xF0` is the code times 16: one op less per chunk than
+/// `(v >> 4) & 0x0F`, exact because every term of that accumulator is a multiple of 16; only for
+/// `vpdpbusd`, since `vpmaddubsw` would saturate on 240 * 127 * 2).
 macro_rules! i8_rows {
-    ($name:ident, $features:literal, |$acc:ident, $u:ident, $s:ident| $dot:expr) => {
+    ($name:ident, $features:literal, |$v:ident| $hi:expr, $hi_shift:literal,
+     |$acc:ident, $u:ident, $s:ident| $dot:expr) => {
         #[inline]
         #[target_feature(enable = $features)]
         unsafe fn $name<const R: usize>(
@@ -155,48 +173,41 @@ macro_rules! i8_rows {
             let mask = _mm512_set1_epi8(0x0F);
             let mut total = [_mm512_setzero_ps(); R];
             for kb in 0..g.k_blocks {
-                let mut acc = [[_mm512_setzero_si512(); 4]; R];
-                // Two chunks per iteration (block_size / 8 is even) so every accumulator index is
-                // a constant and the accumulators stay in registers.
-                for c in (0..bs / 8).step_by(2) {
-                    for half in 0..2 {
-                        let k0 = kb * bs + (c + half) * 8;
-                        // SAFETY: chunk k0 occupies bytes k0*8 .. k0*8+64 of w (asserted length).
-                        let v = unsafe { _mm512_loadu_si512(wp.add(k0 * NR / 2) as *const _) };
-                        let lo = _mm512_and_si512(v, mask);
-                        let hi = _mm512_and_si512(_mm512_srli_epi32::<4>(v), mask);
-                        for (r, acc_r) in acc.iter_mut().enumerate() {
-                            // SAFETY: row r0 + r has kp >= k0 + 8 int8 values; unaligned reads.
-                            let (a_lo, a_hi) = unsafe {
-                                let ap = a.q.as_ptr().add((r0 + r) * a.kp + k0);
-                                (
-                                    _mm512_set1_epi32((ap as *const i32).read_unaligned()),
-                                    _mm512_set1_epi32((ap.add(4) as *const i32).read_unaligned()),
-                                )
-                            };
-                            acc_r[2 * half] = {
-                                let ($acc, $u, $s) = (acc_r[2 * half], lo, a_lo);
-                                $dot
-                            };
-                            acc_r[2 * half + 1] = {
-                                let ($acc, $u, $s) = (acc_r[2 * half + 1], hi, a_hi);
-                                $dot
-                            };
-                        }
+                // Per row: the low-nibble accumulator starts at -zp * qsum, the high one at 0.
+                let mut lo_acc: [__m512i; R] =
+                    std::array::from_fn(|r| zp_init(g, kb, a.qsum[(r0 + r) * a.kb + kb]));
+                let mut hi_acc = [_mm512_setzero_si512(); R];
+                for c in 0..bs / 8 {
+                    let k0 = kb * bs + c * 8;
+                    // SAFETY: chunk k0 occupies bytes k0*8 .. k0*8+64 of w (asserted length).
+                    let $v = unsafe { _mm512_loadu_si512(wp.add(k0 * NR / 2) as *const _) };
+                    let lo = _mm512_and_si512($v, mask);
+                    let hi = $hi;
+                    for r in 0..R {
+                        // SAFETY: row r0 + r has kp >= k0 + 8 int8 values; unaligned reads.
+                        let (a_lo, a_hi) = unsafe {
+                            let ap = a.q.as_ptr().add((r0 + r) * a.kp + k0);
+                            (
+                                _mm512_set1_epi32((ap as *const i32).read_unaligned()),
+                                _mm512_set1_epi32((ap.add(4) as *const i32).read_unaligned()),
+                            )
+                        };
+                        lo_acc[r] = {
+                            let ($acc, $u, $s) = (lo_acc[r], lo, a_lo);
+                            $dot
+                        };
+                        hi_acc[r] = {
+                            let ($acc, $u, $s) = (hi_acc[r], hi, a_hi);
+                            $dot
+                        };
                     }
                 }
                 // SAFETY: scales holds k_blocks * 16 floats.
                 let s = unsafe { _mm512_loadu_ps(g.scales.as_ptr().add(kb * NR)) };
-                let zp = zero_points(g, kb);
-                for (r, acc_r) in acc.iter().enumerate() {
-                    let dot = _mm512_add_epi32(
-                        _mm512_add_epi32(acc_r[0], acc_r[1]),
-                        _mm512_add_epi32(acc_r[2], acc_r[3]),
-                    );
-                    let i = (r0 + r) * a.kb + kb;
+                for r in 0..R {
                     let corr =
-                        _mm512_sub_epi32(dot, _mm512_mullo_epi32(zp, _mm512_set1_epi32(a.qsum[i])));
-                    let ss = _mm512_mul_ps(s, _mm512_set1_ps(a.qscale[i]));
+                        _mm512_add_epi32(lo_acc[r], _mm512_srai_epi32::<$hi_shift>(hi_acc[r]));
+                    let ss = _mm512_mul_ps(s, _mm512_set1_ps(a.qscale[(r0 + r) * a.kb + kb]));
                     total[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(corr), ss, total[r]);
                 }
             }
@@ -211,12 +222,16 @@ macro_rules! i8_rows {
 i8_rows!(
     i8_vnni_rows,
     "avx512f,avx512bw,avx512dq,avx512vl,fma,avx512vnni",
+    |v| _mm512_and_si512(v, _mm512_set1_epi8(0xF0u8 as i8)),
+    4,
     |acc, u, s| _mm512_dpbusd_epi32(acc, u, s)
 );
 // No i16 saturation in vpmaddubsw: 2 * 15 * 127 < 32767.
 i8_rows!(
     i8_maddubs_rows,
     "avx512f,avx512bw,avx512dq,avx512vl,fma",
+    |v| _mm512_and_si512(_mm512_srli_epi32::<4>(v), _mm512_set1_epi8(0x0F)),
+    0,
     |acc, u, s| _mm512_add_epi32(
         acc,
         _mm512_madd_epi16(_mm512_maddubs_epi16(u, s), _mm512_set1_epi16(1))
