@@ -39,6 +39,25 @@ fn nib<const SH: u32>(v: __m512i, lut: __m512) -> __m512 {
     _mm512_permutexvar_ps(_mm512_srli_epi32::<SH>(v), lut)
 }
 
+/// How far ahead of the chunk being read the kernels prefetch packed weights.
+pub(crate) const PREFETCH_BYTES: usize = 1024;
+
+/// Prefetches the weight line [`PREFETCH_BYTES`] past chunk `k0` of the group at `wp`. The
+/// hardware prefetchers stop at 4 KiB page boundaries, and a decode step streams every weight
+/// once from DRAM when the model does not fit the caches; one prefetch per 64-byte chunk keeps
+/// the next lines in flight across those boundaries. Past the end of the group it touches the
+/// next group or nothing: a prefetch never faults.
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn prefetch_ahead(wp: *const u8, k0: usize) {
+    if PREFETCH_BYTES > 0 {
+        let p = wp.wrapping_add(k0 * NR / 2 + PREFETCH_BYTES);
+        // A hint: it never faults and reads no value, so the address (wrapping arithmetic,
+        // never dereferenced) may point anywhere.
+        _mm_prefetch::<_MM_HINT_T0>(p as *const i8);
+    }
+}
+
 /// Zero points of block `kb` as i32 lanes (8 when absent).
 #[inline]
 #[target_feature(enable = "avx512f")]
@@ -94,6 +113,7 @@ unsafe fn f32_rows<const R: usize>(
             let k0 = kb * bs + c * 8;
             // SAFETY: chunk k0 occupies bytes k0*8 .. k0*8+64 of w (asserted length above).
             let v = unsafe { _mm512_loadu_si512(wp.add(k0 * NR / 2) as *const _) };
+            prefetch_ahead(wp, k0);
             let w = [
                 _mm512_permutexvar_ps(v, lut),
                 nib::<8>(v, lut),
@@ -181,6 +201,7 @@ macro_rules! i8_rows {
                     let k0 = kb * bs + c * 8;
                     // SAFETY: chunk k0 occupies bytes k0*8 .. k0*8+64 of w (asserted length).
                     let $v = unsafe { _mm512_loadu_si512(wp.add(k0 * NR / 2) as *const _) };
+                    prefetch_ahead(wp, k0);
                     let lo = _mm512_and_si512($v, mask);
                     let hi = $hi;
                     for r in 0..R {
