@@ -240,7 +240,7 @@ impl OpKernel for QLinearMatMul {
                 let idx = plan
                     .b_offsets
                     .iter()
-                    .map(|&o| if per == 0 { 0 } else { o / per })
+                    .map(|&o| o.checked_div(per).unwrap_or(0))
                     .collect();
                 (plan.m, &plan.a_offsets, idx, plan.out_shape.clone())
             };

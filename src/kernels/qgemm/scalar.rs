@@ -18,7 +18,8 @@ pub(super) fn tile(
     assert!((1..=MR).contains(&rows) && width <= PANEL && width.is_multiple_of(16));
     assert!(a.len() >= (rows - 1) * lda + k && panel.len() >= k_padded(k) * width);
     // A is read in its own sign, the stored B in the other one.
-    let (av, wv): (fn(u8) -> i32, fn(u8) -> i32) = if a_signed {
+    type Read = fn(u8) -> i32;
+    let (av, wv): (Read, Read) = if a_signed {
         (|v| v as i8 as i32, |v| v as i32)
     } else {
         (|v| v as i32, |v| v as i8 as i32)
