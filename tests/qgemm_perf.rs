@@ -13,7 +13,7 @@ mod qgemm_common;
 
 use qgemm_common::QCase;
 use rcpu::kernels::qgemm::{pack, run, BSource, Kernels, Signs};
-use rcpu::runtime::par::Serial;
+use rcpu::runtime::par::{Par, Serial};
 
 /// This thread's CPU seconds (time slices lost to other processes on a loaded machine do not count).
 fn cpu_now() -> f64 {
@@ -26,20 +26,42 @@ fn cpu_now() -> f64 {
     ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
 }
 
-fn time(m: usize, k: usize, n: usize, iters: usize) {
+fn wall_now() -> f64 {
+    use std::sync::OnceLock;
+    static T0: OnceLock<std::time::Instant> = OnceLock::new();
+    T0.get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_secs_f64()
+}
+
+/// Seconds per call of a u8 x s8 problem on `par`, sorted, 9 repeats of `iters` calls timed by `clock`.
+fn samples(
+    m: usize,
+    k: usize,
+    n: usize,
+    iters: usize,
+    par: &dyn Par,
+    clock: fn() -> f64,
+) -> Vec<f64> {
     let c = QCase::new(Signs::U8S8, m, k, n, false, false, 3);
     let packed = pack(&c.b, c.k, c.n, c.batches, c.signs);
     let call = c.call(BSource::Packed(packed.view()));
     let mut y = vec![0u8; c.out_len()];
-    let mut t = Vec::new();
-    for _ in 0..9 {
-        let t0 = cpu_now();
-        for _ in 0..iters {
-            run(&call, &mut y, &Serial).unwrap();
-        }
-        t.push((cpu_now() - t0) / iters as f64);
-    }
+    let mut t: Vec<f64> = (0..9)
+        .map(|_| {
+            let t0 = clock();
+            for _ in 0..iters {
+                run(&call, &mut y, par).unwrap();
+            }
+            (clock() - t0) / iters as f64
+        })
+        .collect();
     t.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    t
+}
+
+fn time(m: usize, k: usize, n: usize, iters: usize) {
+    let t = samples(m, k, n, iters, &Serial, cpu_now);
     let med = t[t.len() / 2];
     println!(
         "{} m={m} k={k} n={n}: {:.1} us/call (best {:.1}), B {:.1} GB/s, {:.1} GMAC/s",
@@ -58,19 +80,7 @@ fn time_lanes(m: usize, k: usize, n: usize, iters: usize) {
         threads: 2,
         ..Default::default()
     });
-    let c = QCase::new(Signs::U8S8, m, k, n, false, false, 3);
-    let packed = pack(&c.b, c.k, c.n, c.batches, c.signs);
-    let call = c.call(BSource::Packed(packed.view()));
-    let mut y = vec![0u8; c.out_len()];
-    let mut t = Vec::new();
-    for _ in 0..9 {
-        let t0 = std::time::Instant::now();
-        for _ in 0..iters {
-            run(&call, &mut y, &*pool).unwrap();
-        }
-        t.push(t0.elapsed().as_secs_f64() / iters as f64);
-    }
-    t.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let t = samples(m, k, n, iters, &*pool, wall_now);
     println!(
         "2 lanes m={m} k={k} n={n}: {:.1} us/call wall (best {:.1})",
         t[t.len() / 2] * 1e6,

@@ -164,13 +164,6 @@ pub(super) unsafe fn row_sum(a: &[u8], a_signed: bool) -> i32 {
     let mut t = [0i64; 4];
     // SAFETY: t holds 4 int64.
     unsafe { _mm256_storeu_si256(t.as_mut_ptr() as *mut __m256i, acc) };
-    let mut s = (t.iter().sum::<i64>() as i32).wrapping_sub(if a_signed {
-        128i32.wrapping_mul((32 * chunks) as i32)
-    } else {
-        0
-    });
-    for &v in &a[32 * chunks..] {
-        s = s.wrapping_add(if a_signed { v as i8 as i32 } else { v as i32 });
-    }
-    s
+    let done = 32 * chunks;
+    super::scalar::finish_row_sum(t.iter().sum(), done, &a[done..], a_signed)
 }

@@ -210,14 +210,6 @@ pub(super) unsafe fn row_sum(a: &[u8], a_signed: bool) -> i32 {
         let v = unsafe { _mm512_loadu_si512(a.as_ptr().add(64 * i) as *const _) };
         acc = _mm512_add_epi64(acc, _mm512_sad_epu8(_mm512_xor_si512(v, flip), zero));
     }
-    // Flipped int8 bytes are v + 128: undo the offset.
-    let mut s = (_mm512_reduce_add_epi64(acc) as i32).wrapping_sub(if a_signed {
-        128i32.wrapping_mul((64 * chunks) as i32)
-    } else {
-        0
-    });
-    for &v in &a[64 * chunks..] {
-        s = s.wrapping_add(if a_signed { v as i8 as i32 } else { v as i32 });
-    }
-    s
+    let done = 64 * chunks;
+    super::scalar::finish_row_sum(_mm512_reduce_add_epi64(acc), done, &a[done..], a_signed)
 }

@@ -37,6 +37,20 @@ pub(super) fn tile(
     }
 }
 
+/// The row sum from a SIMD variant's `vpsadbw` total over the first `done` bytes (read as
+/// uint8, flipped with `^ 0x80` when A is int8, which adds 128 per byte) plus the scalar sum of
+/// the remaining bytes `rest`.
+pub(super) fn finish_row_sum(sad_total: i64, done: usize, rest: &[u8], a_signed: bool) -> i32 {
+    let offset = if a_signed {
+        128i32.wrapping_mul(done as i32)
+    } else {
+        0
+    };
+    (sad_total as i32)
+        .wrapping_sub(offset)
+        .wrapping_add(row_sum(rest, a_signed))
+}
+
 /// Scalar [`super::RowSumFn`].
 pub(super) fn row_sum(a: &[u8], a_signed: bool) -> i32 {
     if a_signed {
