@@ -312,3 +312,74 @@ def decoder_layer(rng: np.random.Generator, accuracy_level: int = 4, block_size:
     ]
     return _model(nodes, inputs, [_vi("Y", ["B", "S", d]), _vi("present_k", None), _vi("present_v", None)],
                   inits, ms_opset=1)
+
+
+# --- QLinearMatMul (ONNX, opsets 10 and 21) -------------------------------------------------------
+
+U8 = TensorProto.UINT8
+I8 = TensorProto.INT8
+
+
+def _q8(rng: np.random.Generator, shape, signed: bool, lo=None, hi=None) -> np.ndarray:
+    """Random 8-bit values over the type's range (or [lo, hi])."""
+    dt = np.int8 if signed else np.uint8
+    info = np.iinfo(dt)
+    lo = info.min if lo is None else lo
+    hi = info.max if hi is None else hi
+    return rng.integers(lo, hi + 1, size=shape).astype(dt)
+
+
+def _q8_mid(rng: np.random.Generator, shape, signed: bool) -> np.ndarray:
+    """Zero points near the middle of the type's range."""
+    mid = 0 if signed else 128
+    return _q8(rng, shape, signed, mid - 20, mid + 20)
+
+
+def qlinear_matmul(
+    rng: np.random.Generator,
+    a_shape,
+    b_shape,
+    a_signed: bool = False,
+    b_signed: bool = False,
+    b_const: bool = True,
+    b_param_shape=(),
+    opset: int = 21,
+    name: str = "qlmm0",
+):
+    """y = QLinearMatMul(a, ...) with seeded parameters; returns (model, b) (b is also the
+    initializer when `b_const`). a_scale / a_zero_point / y_* are scalars; b_scale and
+    b_zero_point have `b_param_shape` (() per tensor, [N] or [..., 1, N] per column).
+
+    uint8 x int8: B is drawn from [-64, 63] so ORT's AVX2 kernel (vpmaddubsw, int16 saturation on
+    CPUs without VNNI) stays exact and parity can be exact on any x86 CPU."""
+    at = I8 if a_signed else U8
+    bt = I8 if b_signed else U8
+    if b_signed and not a_signed:
+        b = _q8(rng, b_shape, True, -64, 63)
+    else:
+        b = _q8(rng, b_shape, b_signed)
+    k = b_shape[-2] if len(b_shape) >= 2 else b_shape[0]
+    a_scale = np.float32(rng.uniform(0.01, 0.04))
+    b_scale = rng.uniform(0.005, 0.03, size=b_param_shape).astype(np.float32)
+    # typical |acc| ~ sqrt(K) * 80 * 80: land it near the output range (some values clamp).
+    y_scale = np.float32(a_scale * 0.015 * np.sqrt(max(k, 1)) * 6400.0 / 90.0)
+    inits = [
+        numpy_helper.from_array(np.array(a_scale, np.float32), "a_scale"),
+        numpy_helper.from_array(_q8_mid(rng, (), a_signed), "a_zero_point"),
+        numpy_helper.from_array(b_scale, "b_scale"),
+        numpy_helper.from_array(_q8_mid(rng, b_param_shape, b_signed), "b_zero_point"),
+        numpy_helper.from_array(np.array(y_scale, np.float32), "y_scale"),
+        numpy_helper.from_array(_q8_mid(rng, (), a_signed), "y_zero_point"),
+    ]
+    inputs = [_vi("a", a_shape, at)]
+    if b_const:
+        inits.append(numpy_helper.from_array(b, "b"))
+    else:
+        inputs.append(_vi("b", b_shape, bt))
+    node = helper.make_node(
+        "QLinearMatMul",
+        ["a", "a_scale", "a_zero_point", "b", "b_scale", "b_zero_point", "y_scale", "y_zero_point"],
+        ["y"],
+        name=name,
+    )
+    return _model([node], inputs, [_vi("y", None, at)], inits, opset=opset), b

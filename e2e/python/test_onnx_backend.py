@@ -6,7 +6,8 @@ references: rtol 1e-4, atol 1e-6. (onnx 1.23.2 stamps every node case with the g
 rtol=1e-3/atol=1e-7; we use the stricter rtol and a floor of 1e-6 on atol; integer outputs must be exact.)
 
 float32 cases must be assigned to rcpu; cases of other element types (int*, uint*, double) must be
-assigned to ORT's CPU EP and still give the right answer (mixed partition works).
+assigned to ORT's CPU EP and still give the right answer (mixed partition works). QLinearMatMul
+cases with 8-bit data and float32 scales must be assigned to rcpu (float16 scales: ORT's CPU EP).
 MatMulNBits is a com.microsoft op and has no ONNX cases; see test_matmul_nbits.py.
 """
 
@@ -25,7 +26,10 @@ from conftest import assert_on_cpu, assert_on_rcpu, cpu_session, rcpu_session
 RCPU_OPS = (
     "Add", "Sub", "Mul", "Div", "MatMul", "Gemm",
     "LayerNormalization", "Softmax", "Sigmoid", "Gelu",
+    "QLinearMatMul",
 )
+# Quantized ops rcpu claims with 8-bit data and float32 scales (their cases are not all-float32).
+RCPU_QUANT_OPS = ("QLinearMatMul",)
 RTOL = 1e-4
 ATOL = 1e-6
 
@@ -58,6 +62,12 @@ def test_cases_were_collected():
         assert must in names, f"{must} missing from collected ONNX cases ({len(names)} collected)"
 
 
+def test_qlinear_matmul_cases_were_collected():
+    names = {c.name for c in CASES}
+    for must in ("test_qlinearmatmul_2D_uint8_float32", "test_qlinearmatmul_3D_int8_float32"):
+        assert must in names, f"{must} missing from collected ONNX cases"
+
+
 def _input_elem_types(model):
     return {vi.type.tensor_type.elem_type for vi in model.graph.input}
 
@@ -86,7 +96,10 @@ def test_onnx_node_case(rcpu_devices, case):
             pytest.skip(f"ORT's CPU EP has no kernel for this case either: {str(e).splitlines()[0][:160]}")
         raise
     sess = rcpu_session(blob, rcpu_devices, {"threads": 2})
-    if elem_types == {TensorProto.FLOAT}:
+    quant = {TensorProto.FLOAT, TensorProto.UINT8, TensorProto.INT8}
+    if elem_types == {TensorProto.FLOAT} or (
+        model.graph.node[0].op_type in RCPU_QUANT_OPS and elem_types <= quant
+    ):
         assert_on_rcpu(sess, node_name)
     else:
         assert_on_cpu(sess, node_name)

@@ -184,3 +184,60 @@ fn bench_binary_gap_sweep_writes_a_plot_and_bad_flags_exit_2() {
     assert_eq!(bad.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown flag '--bogus'"));
 }
+
+#[test]
+fn generated_qlinear_chains_feed_8bit_inputs_and_spread_outputs() {
+    let ort = Ort::get();
+    for spec in [
+        "qlinear:k=64,n=48,layers=2,m=3",
+        "qlinear:k=64,n=48,m=2,a=u8,b=u8,percol",
+        "qlinear:k=40,n=24,m=5,a=i8,b=i8",
+    ] {
+        let s = Spec::parse(spec).unwrap();
+        let g = s.generate();
+        let info = ModelInfo::parse(&g.bytes).unwrap();
+        assert_eq!(info.ops, vec!["QLinearMatMul".to_string()], "{spec}");
+        let feeds = info.inputs_for(s.m, 1);
+        assert!(
+            matches!(feeds[0].data, rcpu_e2e::Data::U8(_) | rcpu_e2e::Data::I8(_)),
+            "{spec}: the input must be fed as 8-bit"
+        );
+        let sess = ort
+            .session(&g.bytes, &SessionSpec::ort(Some(1)))
+            .unwrap_or_else(|e| panic!("{spec}: {e}"));
+        let y = sess.run(&feeds).unwrap();
+        let out = if s.layers % 2 == 1 { s.n } else { s.k };
+        assert_eq!(y[0].shape, vec![s.m as i64, out as i64], "{spec}");
+        let ints = rcpu_e2e::bench::model::OutputParts::of(&y).ints;
+        let distinct: std::collections::BTreeSet<i64> = ints.iter().copied().collect();
+        assert!(
+            distinct.len() > ints.len().min(40) / 2,
+            "{spec}: outputs collapse to {} distinct values",
+            distinct.len()
+        );
+    }
+}
+
+#[test]
+fn bench_binary_compares_a_qlinear_model_exactly() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rcpu-bench"))
+        .args(["compare", "--gen", "qlinear:k=64,n=80,m=3,percol"])
+        .args([
+            "--rounds",
+            "4",
+            "--iters",
+            "3",
+            "--warmup",
+            "1",
+            "--threads",
+            "1",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("parity (integer outputs, 240 elements): rcpu vs ORT max |diff| = 0"),
+        "{text}"
+    );
+    assert!(text.contains("QLinearMatMul: variant="), "{text}");
+}

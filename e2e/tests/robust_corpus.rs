@@ -1,5 +1,5 @@
 //! Robustness corpus: malformed models and feeds for every op rcpu claims (Add/Sub/Mul/Div,
-//! MatMul, Gemm, com.microsoft.MatMulNBits).
+//! MatMul, Gemm, com.microsoft.MatMulNBits, QLinearMatMul).
 //!
 //! Every case runs twice, each time in a process of its own (this test binary re-executed with
 //! `RCPU_ROBUST_CASE`/`RCPU_ROBUST_ARM` set): once with rcpu registered and selected, once on
@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use rcpu_e2e::onnx::dtype::{FLOAT, INT32, UINT8};
+use rcpu_e2e::onnx::dtype::{FLOAT, INT32, INT8, UINT8};
 use rcpu_e2e::onnx::{Attr, Dim, GraphBuilder};
 use rcpu_e2e::ort::Data;
 use rcpu_e2e::stats::PluginStats;
@@ -606,7 +606,144 @@ fn corpus() -> Vec<Case> {
             s.acc = Some(4);
             s.a = f32s(&[1, 64], specials(64));
         })),
+        // --- QLinearMatMul (uint8 x int8 -> uint8, K = 16, N = 8)
+        case!("qlinear_feed_k_mismatch", "QLinearMatMul", RcpuErr, || {
+            Built {
+                model: ql(true, false),
+                feeds: vec![u8s(&[3, 15], 1)],
+            }
+        }),
+        case!(
+            "qlinear_dynamic_b_k_mismatch",
+            "QLinearMatMul",
+            RcpuErr,
+            || Built {
+                model: ql(false, false),
+                feeds: vec![u8s(&[3, 16], 1), i8s(&[15, 8], 2)],
+            }
+        ),
+        case!("qlinear_zero_m", "QLinearMatMul", SameOk, || Built {
+            model: ql(true, false),
+            feeds: vec![u8s(&[0, 16], 1)],
+        }),
+        case!("qlinear_a_scale_per_row", "QLinearMatMul", RcpuErr, || {
+            Built {
+                model: ql(true, true),
+                feeds: vec![
+                    u8s(&[3, 16], 1),
+                    f32s(&[3], vec![0.02; 3]),
+                    f32s(&[8], vec![0.01; 8]),
+                    f32s(&[1], vec![0.1]),
+                ],
+            }
+        }),
+        case!(
+            "qlinear_b_scale_wrong_len",
+            "QLinearMatMul",
+            RcpuErr,
+            || Built {
+                model: ql(true, true),
+                feeds: vec![
+                    u8s(&[3, 16], 1),
+                    f32s(&[1], vec![0.02]),
+                    f32s(&[7], vec![0.01; 7]),
+                    f32s(&[1], vec![0.1]),
+                ],
+            }
+        ),
+        // NaN, infinite, zero, huge and tiny scales: MLAS's clamp sends NaN to the lower bound.
+        case!("qlinear_special_scales", "QLinearMatMul", SameOk, || {
+            Built {
+                model: ql(true, true),
+                feeds: vec![
+                    u8s(&[5, 16], 3),
+                    f32s(&[1], vec![0.02]),
+                    f32s(
+                        &[8],
+                        vec![
+                            f32::NAN,
+                            f32::INFINITY,
+                            f32::NEG_INFINITY,
+                            0.0,
+                            1e30,
+                            -1.0,
+                            1e-30,
+                            0.5,
+                        ],
+                    ),
+                    f32s(&[1], vec![0.1]),
+                ],
+            }
+        }),
+        case!("qlinear_nan_y_scale", "QLinearMatMul", SameOk, || Built {
+            model: ql(false, true),
+            feeds: vec![
+                u8s(&[2, 16], 4),
+                i8s(&[16, 8], 5),
+                f32s(&[1], vec![0.02]),
+                f32s(&[1], vec![0.01]),
+                f32s(&[1], vec![f32::NAN]),
+            ],
+        }),
     ]
+}
+
+fn u8s(shape: &[i64], seed: u64) -> Tensor {
+    let n = shape.iter().product::<i64>() as usize;
+    let v = rand_f32(n, seed)
+        .iter()
+        .map(|x| ((x + 1.0) * 127.5) as u8)
+        .collect();
+    Tensor {
+        shape: shape.to_vec(),
+        data: Data::U8(v),
+    }
+}
+
+fn i8s(shape: &[i64], seed: u64) -> Tensor {
+    let n = shape.iter().product::<i64>() as usize;
+    let v = rand_f32(n, seed)
+        .iter()
+        .map(|x| (x * 127.0) as i8)
+        .collect();
+    Tensor {
+        shape: shape.to_vec(),
+        data: Data::I8(v),
+    }
+}
+
+/// QLinearMatMul uint8 A `[m, k]` x int8 B `[16, 8]` -> uint8: B constant (an initializer) or
+/// a graph input `[bk, 8]`; scales initializers, or graph inputs of symbolic length (`a_scale`,
+/// `b_scale`, `y_scale`, after a and b) when `scale_inputs`. Zero points 128 / 0 / 128.
+fn ql(b_const: bool, scale_inputs: bool) -> Vec<u8> {
+    let mut g = GraphBuilder::new("ql", 13);
+    g.input("a", UINT8, &sym(&["m", "k"]));
+    if b_const {
+        let b: Vec<u8> = (0..128u32).map(|i| (i * 37 % 256) as u8).collect();
+        g.initializer_raw("b", INT8, &[16, 8], b);
+    } else {
+        g.input("b", INT8, &[Dim::Sym("bk"), Dim::Fixed(8)]);
+    }
+    for (name, v, len) in [
+        ("a_scale", 0.02f32, "s"),
+        ("b_scale", 0.01, "c"),
+        ("y_scale", 0.1, "t"),
+    ] {
+        if scale_inputs {
+            g.input(name, FLOAT, &sym(&[len]));
+        } else {
+            g.initializer_f32(name, &[], &[v]);
+        }
+    }
+    g.initializer_raw("a_zp", UINT8, &[], vec![128]);
+    g.initializer_raw("b_zp", INT8, &[], vec![0]);
+    g.initializer_raw("y_zp", UINT8, &[], vec![128]);
+    let ins = [
+        "a", "a_scale", "a_zp", "b", "b_scale", "b_zp", "y_scale", "y_zp",
+    ];
+    g.node("QLinearMatMul", "", "node0", &ins, &["y"], &[])
+        .output("y", UINT8);
+    g.build()
 }
 
 fn mm(a: Vec<Dim>, b: Vec<Dim>) -> Vec<u8> {
@@ -903,9 +1040,11 @@ fn corpus_each_case_in_its_own_process() {
                     );
                 }
                 let mut r = judge(case, &rcpu, &cpu);
-                // MatMulNBits again with the weight cache declining (the unpacked path).
+                // MatMulNBits and QLinearMatMul again with the weight cache declining (the
+                // unpacked path).
                 let known = KNOWN_BUGS.iter().any(|k| k.0 == case.name);
-                if r.is_ok() && case.op == "MatMulNBits" && !known {
+                let prepacks = ["MatMulNBits", "QLinearMatMul"].contains(&case.op);
+                if r.is_ok() && prepacks && !known {
                     let nocache = spawn_arm(case.name, "rcpu-nocache");
                     r = judge(case, &nocache, &cpu)
                         .map(|m| format!("{m}; unpacked path agrees"))

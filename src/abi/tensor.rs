@@ -171,6 +171,36 @@ impl<'a> Tensor<'a> {
         // aligned (checked) and lives for 'a (constructor contract).
         Ok(unsafe { std::slice::from_raw_parts(self.data as *const T, n) })
     }
+
+    /// The raw bytes of a tensor of 1-byte elements (uint8 or int8), for kernels that read both
+    /// signednesses through one byte path; error for any other element type.
+    pub fn bytes(&self) -> Result<&'a [u8]> {
+        if !is_byte_elem(self.ty.elem) {
+            return Err(Error::invalid_argument(format!(
+                "expected a uint8 or int8 tensor, got {}",
+                elem_name(self.ty.elem)
+            )));
+        }
+        let n = self.len();
+        if n == 0 {
+            return Ok(&[]);
+        }
+        if self.data.is_null() {
+            return Err(Error::fail("tensor data pointer is NULL"));
+        }
+        // SAFETY: ORT guarantees the buffer holds n one-byte elements (checked above) that live
+        // for 'a (constructor contract); u8 has no alignment or validity requirement.
+        Ok(unsafe { std::slice::from_raw_parts(self.data as *const u8, n) })
+    }
+}
+
+/// uint8 or int8: the element types [`Tensor::bytes`] and [`TensorMut::into_bytes`] accept.
+pub fn is_byte_elem(e: ElemType) -> bool {
+    matches!(
+        e,
+        ElemType::ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8
+            | ElemType::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8
+    )
 }
 
 /// A writable view of an output tensor ORT allocated for this kernel call.
@@ -225,5 +255,25 @@ impl<'a> TensorMut<'a> {
         // SAFETY: ORT allocated n elements of T for this output (type checked), aligned
         // (checked); exclusive for 'a (constructor contract).
         Ok(unsafe { std::slice::from_raw_parts_mut(self.data as *mut T, n) })
+    }
+
+    /// Consumes the view as raw bytes: outputs of 1-byte elements (uint8 or int8) only.
+    pub fn into_bytes(self) -> Result<&'a mut [u8]> {
+        if !is_byte_elem(self.elem) {
+            return Err(Error::fail(format!(
+                "output is {}, kernel writes bytes",
+                elem_name(self.elem)
+            )));
+        }
+        let n: usize = self.shape.iter().product();
+        if n == 0 {
+            return Ok(&mut []);
+        }
+        if self.data.is_null() {
+            return Err(Error::fail("output data pointer is NULL"));
+        }
+        // SAFETY: ORT allocated n one-byte elements for this output (checked), exclusively ours
+        // for 'a (constructor contract); any byte pattern is a valid u8 and i8.
+        Ok(unsafe { std::slice::from_raw_parts_mut(self.data as *mut u8, n) })
     }
 }

@@ -21,4 +21,6 @@ pub static OPS: &[OpDef] = &[
     activation::GELU,
     activation::MS_GELU,
     activation::FAST_GELU,
+    crate::kernels::nodes::qlinear_matmul::QLINEAR_MATMUL_10,
+    crate::kernels::nodes::qlinear_matmul::QLINEAR_MATMUL_21,
 ];

@@ -92,6 +92,8 @@ pub struct IsaTables<T: 'static> {
     pub scalar: &'static T,
     pub avx2: Option<&'static T>,
     pub avx512: Option<&'static T>,
+    /// AVX-512 with VNNI; `None` means the `avx512` table serves that level too.
+    pub avx512vnni: Option<&'static T>,
 }
 
 impl<T> IsaTables<T> {
@@ -104,7 +106,8 @@ impl<T> IsaTables<T> {
         match isa {
             Isa::Scalar => Ok(self.scalar),
             Isa::Avx2 => self.avx2.ok_or_else(unsupported),
-            Isa::Avx512 | Isa::Avx512Vnni => self.avx512.ok_or_else(unsupported),
+            Isa::Avx512 => self.avx512.ok_or_else(unsupported),
+            Isa::Avx512Vnni => self.avx512vnni.or(self.avx512).ok_or_else(unsupported),
         }
     }
 
@@ -114,7 +117,8 @@ impl<T> IsaTables<T> {
     }
 }
 
-/// `isa_tables!(SCALAR, AVX2, AVX512)`: an [`IsaTables`] whose SIMD entries exist on x86-64 only.
+/// `isa_tables!(SCALAR, AVX2, AVX512)`: an [`IsaTables`] whose SIMD entries exist on x86-64 only;
+/// `isa_tables!(SCALAR, AVX2, AVX512, AVX512VNNI)` adds a table for the VNNI level.
 #[macro_export]
 macro_rules! isa_tables {
     ($scalar:expr, $avx2:expr, $avx512:expr) => {
@@ -128,6 +132,22 @@ macro_rules! isa_tables {
             avx512: Some(&$avx512),
             #[cfg(not(target_arch = "x86_64"))]
             avx512: None,
+            avx512vnni: None,
+        }
+    };
+    ($scalar:expr, $avx2:expr, $avx512:expr, $avx512vnni:expr) => {
+        $crate::kernels::isa::IsaTables {
+            avx512vnni: {
+                #[cfg(target_arch = "x86_64")]
+                {
+                    Some(&$avx512vnni)
+                }
+                #[cfg(not(target_arch = "x86_64"))]
+                {
+                    None
+                }
+            },
+            ..$crate::isa_tables!($scalar, $avx2, $avx512)
         }
     };
 }

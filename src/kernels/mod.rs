@@ -2,6 +2,7 @@
 //! signature, a scalar reference beside them, ISA variants picked once per process from
 //! [`isa::Isa::get`]. `op.rs` is the contract with `ep/`; `nodes/` holds the ORT-facing kernels.
 pub mod activation;
+pub(crate) mod disjoint;
 pub mod elementwise;
 pub mod gemm;
 pub mod isa;
@@ -9,5 +10,6 @@ pub mod matmul_nbits;
 pub mod nodes;
 pub mod norm;
 pub mod op;
+pub mod qgemm;
 pub mod shape;
 pub mod softmax;

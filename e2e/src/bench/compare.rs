@@ -7,6 +7,7 @@ use serde_json::{json, Value};
 use super::args::Opts;
 use super::arm::{ArmKind, Worker, WorkerCfg};
 use super::conditions::{self, cpu_ticks, CpuTicks};
+use super::model::OutputParts;
 use super::quant::{median, quantile};
 use super::target::{placement, progress, Target};
 use super::{membw, os, report};
@@ -35,6 +36,8 @@ pub struct Measured {
     pub bw: f64,
     /// rel L2 of rcpu and null against ORT, and the tolerance.
     pub parity: (f64, f64, f64),
+    /// Integer outputs: max |diff| of rcpu and null against ORT, and the tolerance.
+    pub int_parity: (i64, i64, i64),
 }
 
 pub struct Round {
@@ -89,14 +92,35 @@ pub fn run(o: &Opts) -> Result<i32, String> {
 
     // Rule 7: parity before timing.
     let tol = o.tol.unwrap_or_else(|| t.info.default_tol());
-    let outs: Vec<Vec<f32>> = arms.iter_mut().map(out_vec).collect::<Result<_, _>>()?;
-    let e_rcpu = crate::compare::rel_l2(&outs[1], &outs[0]);
-    let e_null = crate::compare::rel_l2(&outs[2], &outs[0]);
-    let ok = e_rcpu <= tol && e_null <= tol;
-    println!(
-        "parity: rcpu vs ORT rel L2 = {e_rcpu:.3e}, null vs ORT = {e_null:.3e} (tol {tol:.0e}) {}",
-        if ok { "OK" } else { "MISMATCH" }
+    let int_tol = t.info.default_int_tol();
+    let outs: Vec<OutputParts> = arms.iter_mut().map(out_vec).collect::<Result<_, _>>()?;
+    let e_rcpu = crate::compare::rel_l2(&outs[1].floats, &outs[0].floats);
+    let e_null = crate::compare::rel_l2(&outs[2].floats, &outs[0].floats);
+    let (d_rcpu, d_null) = (
+        outs[1].int_max_diff(&outs[0]),
+        outs[2].int_max_diff(&outs[0]),
     );
+    let ok = e_rcpu <= tol && e_null <= tol && d_rcpu <= int_tol && d_null <= int_tol;
+    if !outs[0].floats.is_empty() {
+        println!(
+            "parity: rcpu vs ORT rel L2 = {e_rcpu:.3e}, null vs ORT = {e_null:.3e} (tol {tol:.0e}) {}",
+            if ok { "OK" } else { "MISMATCH" }
+        );
+    }
+    if !outs[0].ints.is_empty() {
+        let exact = outs[1]
+            .ints
+            .iter()
+            .zip(&outs[0].ints)
+            .filter(|(a, b)| a == b)
+            .count();
+        println!(
+            "parity (integer outputs, {} elements): rcpu vs ORT max |diff| = {d_rcpu} ({exact} \
+             exact), null vs ORT = {d_null} (tol {int_tol}) {}",
+            outs[0].ints.len(),
+            if ok { "OK" } else { "MISMATCH" }
+        );
+    }
     if !ok {
         println!("refusing to time a mismatch (rule 7)");
         return Ok(2);
@@ -195,16 +219,24 @@ pub fn run(o: &Opts) -> Result<i32, String> {
         stats,
         bw,
         parity: (e_rcpu, e_null, tol),
+        int_parity: (d_rcpu, d_null, int_tol),
     };
     report::print(&run, &t, o)
 }
 
-fn out_vec(a: &mut Worker) -> Result<Vec<f32>, String> {
+fn out_vec(a: &mut Worker) -> Result<OutputParts, String> {
     let v = a.cmd("output")?;
-    Ok(v["data"]
+    let floats = v["data"]
         .as_array()
         .ok_or("no output data")?
         .iter()
         .map(|x| x.as_f64().unwrap_or(f64::NAN) as f32)
-        .collect())
+        .collect();
+    let ints = v["ints"]
+        .as_array()
+        .ok_or("no integer output data")?
+        .iter()
+        .map(|x| x.as_i64().unwrap_or(i64::MAX))
+        .collect();
+    Ok(OutputParts { floats, ints })
 }

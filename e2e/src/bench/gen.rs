@@ -5,6 +5,8 @@
 //!   gives each block an explicit zero point (the `zero_points` input); `sym` (= `zp=0`) drops the
 //!   input, so ORT uses the implicit zero point 8.
 //! - `matmul:k=2048,n=2048,m=1[,layers=1]`: a chain of f32 `MatMul` with constant weights.
+//! - `qlinear:k=2048,n=2048,m=1[,a=u8|i8][,b=u8|i8][,percol][,layers=1]`: a chain of ONNX
+//!   `QLinearMatMul` with a constant 8-bit B (see `gen_qlinear`); the input is 8-bit.
 //!
 //! Chaining: layer i maps K->N when i is even and N->K when i is odd, so any K, N chain (for K=N
 //! every layer is K->K). The weights streamed per token are the sum over layers either way.
@@ -21,6 +23,7 @@ pub enum Kind {
         zero_points: bool,
     },
     MatMul,
+    QLinear(super::gen_qlinear::QLinear),
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -54,7 +57,15 @@ impl Spec {
             seed: 1,
         };
         let (mut block, mut acc, mut zp) = (32usize, 4i64, true);
+        let mut ql = super::gen_qlinear::QLinear::default();
         for item in rest.split(',').map(str::trim).filter(|x| !x.is_empty()) {
+            if kind == "qlinear"
+                && ql
+                    .parse_item(item)
+                    .map_err(|e| format!("spec '{s}': {e}"))?
+            {
+                continue;
+            }
             if item == "sym" {
                 zp = false;
                 continue;
@@ -93,9 +104,13 @@ impl Spec {
                 }
             }
             "matmul" => Kind::MatMul,
+            "qlinear" => {
+                ql.validate().map_err(|e| format!("spec '{s}': {e}"))?;
+                Kind::QLinear(ql)
+            }
             _ => {
                 return Err(format!(
-                    "bad --gen spec '{s}': unknown kind '{kind}' (nbits|matmul)"
+                    "bad --gen spec '{s}': unknown kind '{kind}' (nbits|matmul|qlinear)"
                 ))
             }
         };
@@ -128,6 +143,14 @@ impl Spec {
                 "f32 matmul k={} n={} L={} m={}",
                 self.k, self.n, self.layers, self.m
             ),
+            Kind::QLinear(q) => format!(
+                "qlinearmatmul k={} n={} L={} {} m={}",
+                self.k,
+                self.n,
+                self.layers,
+                q.label(),
+                self.m
+            ),
         }
     }
 
@@ -142,11 +165,11 @@ impl Spec {
 
     pub fn generate(&self) -> Generated {
         let mut g = GraphBuilder::new("rcpu_bench", 17);
-        g.input(
-            "x",
-            dtype::FLOAT,
-            &[Dim::Sym("m"), Dim::Fixed(self.k as i64)],
-        );
+        let elem = match &self.kind {
+            Kind::QLinear(q) => q.a_elem(),
+            _ => dtype::FLOAT,
+        };
+        g.input("x", elem, &[Dim::Sym("m"), Dim::Fixed(self.k as i64)]);
         let mut weight_bytes = 0u64;
         let mut prev = "x".to_string();
         for i in 0..self.layers {
@@ -194,11 +217,14 @@ impl Spec {
                     );
                     weight_bytes += (kin * nout * 4) as u64;
                 }
+                Kind::QLinear(q) => {
+                    weight_bytes += q.layer(&mut g, i, &prev, &out, kin, nout, seed);
+                }
             }
             prev = out;
         }
         let out = if self.layers % 2 == 1 { self.n } else { self.k };
-        g.output_shaped("y", dtype::FLOAT, &[Dim::Sym("m"), Dim::Fixed(out as i64)]);
+        g.output_shaped("y", elem, &[Dim::Sym("m"), Dim::Fixed(out as i64)]);
         Generated {
             bytes: g.build(),
             weight_bytes,
@@ -206,8 +232,8 @@ impl Spec {
     }
 }
 
-/// Deterministic bytes (xorshift), for the packed nibbles.
-fn rand_bytes(n: usize, seed: u64) -> Vec<u8> {
+/// Deterministic bytes (xorshift), for the packed nibbles and 8-bit weights.
+pub(super) fn rand_bytes(n: usize, seed: u64) -> Vec<u8> {
     let mut s = seed.wrapping_mul(0xD1B5_4A32_D192_ED03) | 1;
     (0..n)
         .map(|_| {
@@ -295,12 +321,24 @@ mod tests {
             Spec::parse("matmul:k=2048,n=2048,m=1").unwrap().kind,
             Kind::MatMul
         );
+        let q = Spec::parse("qlinear:k=64,n=32,m=128,a=i8,b=i8,percol").unwrap();
+        assert_eq!(
+            q.kind,
+            Kind::QLinear(super::super::gen_qlinear::QLinear {
+                a_signed: true,
+                b_signed: true,
+                per_column: true
+            })
+        );
         for bad in [
             "nbits",
             "nbits:k=4096",
             "foo:k=1,n=1",
             "nbits:k=64,n=64,block=24",
             "matmul:k=8,n=8,acc=4",
+            "qlinear:k=8,n=8,a=i8,b=u8",
+            "qlinear:k=8,n=8,a=x8",
+            "matmul:k=8,n=8,percol",
         ] {
             assert!(Spec::parse(bad).is_err(), "{bad} must be rejected");
         }

@@ -4,11 +4,13 @@
 use prost::Message;
 
 use crate::onnx::{dtype, DimValue, ModelProto};
-use crate::Tensor;
+use crate::{Data, Tensor};
 
 pub struct ModelInfo {
     /// (name, dims with symbolic dims as None).
     pub inputs: Vec<(String, Vec<Option<i64>>)>,
+    /// ONNX element type of each input (same order as `inputs`).
+    pub input_types: Vec<i32>,
     /// Distinct op types in graph order.
     pub ops: Vec<String>,
     /// Sum of initializer raw bytes (what an M=1 decode step streams).
@@ -24,18 +26,21 @@ impl ModelInfo {
         let inits: std::collections::HashSet<&str> =
             g.initializer.iter().map(|t| t.name.as_str()).collect();
         let mut inputs = vec![];
+        let mut input_types = vec![];
         for vi in g.input.iter().filter(|v| !inits.contains(v.name.as_str())) {
             let tt = vi
                 .r#type
                 .as_ref()
                 .and_then(|t| t.tensor_type.as_ref())
                 .ok_or("input without tensor type")?;
-            if tt.elem_type != dtype::FLOAT {
+            if !FED_TYPES.contains(&tt.elem_type) {
                 return Err(format!(
-                    "input '{}' is not f32 (the bench feeds f32 only)",
-                    vi.name
+                    "input '{}' has ONNX element type {} (the bench feeds float, uint8, int8, \
+                     int32 and int64)",
+                    vi.name, tt.elem_type
                 ));
             }
+            input_types.push(tt.elem_type);
             let dims = tt
                 .shape
                 .as_ref()
@@ -70,6 +75,7 @@ impl ModelInfo {
         let weight_bytes = g.initializer.iter().map(|t| t.raw_data.len() as u64).sum();
         Ok(ModelInfo {
             inputs,
+            input_types,
             ops,
             weight_bytes,
             nbits_acc,
@@ -85,16 +91,86 @@ impl ModelInfo {
         }
     }
 
-    /// Seeded inputs; symbolic dims take `m`.
+    /// Parity tolerance for integer outputs: max |rcpu - ORT| over the elements. 1 allows one
+    /// rounding step of a requantization (QLinearMatMul itself is exact, see its tests).
+    pub fn default_int_tol(&self) -> i64 {
+        1
+    }
+
+    /// Seeded inputs; symbolic dims take `m`. float: uniform [-1, 1); uint8 / int8: uniform over
+    /// the type; int32 / int64: 0, 1, ..., m - 1 repeating (position-id-like; inputs that need
+    /// other values belong in the model as initializers).
     pub fn inputs_for(&self, m: usize, seed: u64) -> Vec<Tensor> {
         self.inputs
             .iter()
+            .zip(&self.input_types)
             .enumerate()
-            .map(|(i, (_, dims))| {
+            .map(|(i, ((_, dims), &elem))| {
                 let shape: Vec<i64> = dims.iter().map(|d| d.unwrap_or(m as i64)).collect();
-                let n: i64 = shape.iter().product();
-                Tensor::f32(&shape, crate::rand_f32(n as usize, seed + i as u64))
+                let n = shape.iter().product::<i64>() as usize;
+                let s = seed + i as u64;
+                let bytes = || -> Vec<u8> {
+                    crate::rand_f32(n, s)
+                        .iter()
+                        .map(|v| ((v + 1.0) * 128.0) as u8)
+                        .collect()
+                };
+                let ramp = (0..n as i64).map(move |j| j % (m.max(1) as i64));
+                let data = match elem {
+                    dtype::UINT8 => Data::U8(bytes()),
+                    dtype::INT8 => Data::I8(bytes().into_iter().map(|b| b as i8).collect()),
+                    dtype::INT32 => Data::I32(ramp.map(|v| v as i32).collect()),
+                    dtype::INT64 => Data::I64(ramp.collect()),
+                    _ => Data::F32(crate::rand_f32(n, s)),
+                };
+                Tensor { shape, data }
             })
             .collect()
+    }
+}
+
+/// Input element types the bench can feed.
+const FED_TYPES: [i32; 5] = [
+    dtype::FLOAT,
+    dtype::UINT8,
+    dtype::INT8,
+    dtype::INT32,
+    dtype::INT64,
+];
+
+/// An output split for parity: float elements (compared by relative L2) and integer elements
+/// (compared by max absolute difference), each concatenated in output order.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct OutputParts {
+    pub floats: Vec<f32>,
+    pub ints: Vec<i64>,
+}
+
+impl OutputParts {
+    pub fn of(outputs: &[Tensor]) -> OutputParts {
+        let mut p = OutputParts::default();
+        for t in outputs {
+            match &t.data {
+                Data::F32(v) => p.floats.extend_from_slice(v),
+                Data::U8(v) => p.ints.extend(v.iter().map(|&x| x as i64)),
+                Data::I8(v) => p.ints.extend(v.iter().map(|&x| x as i64)),
+                Data::I32(v) => p.ints.extend(v.iter().map(|&x| x as i64)),
+                Data::I64(v) => p.ints.extend_from_slice(v),
+            }
+        }
+        p
+    }
+
+    /// Max |a - b| over the integer parts (`i64::MAX` when their lengths differ).
+    pub fn int_max_diff(&self, reference: &OutputParts) -> i64 {
+        if self.ints.len() != reference.ints.len() {
+            return i64::MAX;
+        }
+        self.ints
+            .iter()
+            .zip(&reference.ints)
+            .map(|(a, b)| (a - b).saturating_abs())
+            .max()
+            .unwrap_or(0)
     }
 }

@@ -31,6 +31,7 @@ pub fn print(run: &Measured, t: &Target, o: &Opts) -> Result<i32, String> {
         stats,
         bw,
         parity: (e_rcpu, e_null, tol),
+        int_parity: (d_rcpu, d_null, int_tol),
     } = run;
     let (threads, null_kind, run_ticks, run_ours, bw) =
         (*threads, *null_kind, *run_ticks, *run_ours, *bw);
@@ -136,7 +137,8 @@ pub fn print(run: &Measured, t: &Target, o: &Opts) -> Result<i32, String> {
 
     let mut summary = json!({
         "label": header, "threads": threads, "cpus": cpus, "rounds": o.rounds, "iters": o.iters,
-        "parity": {"rel_l2_rcpu": e_rcpu, "rel_l2_null": e_null, "tol": tol},
+        "parity": {"rel_l2_rcpu": e_rcpu, "rel_l2_null": e_null, "tol": tol,
+            "int_max_diff_rcpu": d_rcpu, "int_max_diff_null": d_null, "int_tol": int_tol},
         "conditions": {"cpu_model": conditions::cpu_model(), "where": wheres, "loadavg_start": load_start,
             "loadavg_end": load_end, "foreign_share_rounds": rounds.iter().map(|r| r.foreign).collect::<Vec<_>>(), "foreign_share_run": run_foreign},
         "per_round_p50_us": rounds.iter().map(|r| r.p50.to_vec()).collect::<Vec<_>>(),

@@ -108,19 +108,15 @@ fn handle(st: &mut State, req: &Value) -> Result<Value, String> {
             )
         }
         "output" => {
-            // Every f32 output, concatenated in output order (parity covers them all).
+            // Every output, concatenated in output order (parity covers them all): float
+            // elements in "data", integer elements in "ints".
             let ys = session(st)?.run(&st.inputs)?;
-            let data: Vec<f32> = ys
-                .iter()
-                .filter_map(|y| match &y.data {
-                    crate::Data::F32(v) => Some(v.clone()),
-                    _ => None,
-                })
-                .flatten()
-                .collect();
-            Ok(
-                json!({"shapes": ys.iter().map(|y| y.shape.clone()).collect::<Vec<_>>(), "data": data}),
-            )
+            let parts = super::model::OutputParts::of(&ys);
+            Ok(json!({
+                "shapes": ys.iter().map(|y| y.shape.clone()).collect::<Vec<_>>(),
+                "data": parts.floats,
+                "ints": parts.ints,
+            }))
         }
         "time" => {
             let s = session(st)?;

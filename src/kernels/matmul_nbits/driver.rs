@@ -7,12 +7,12 @@
 //! Rows are always blocked `MR` at a time from row 0, so every output element sees the same
 //! kernel call shape on both paths.
 
-use super::disjoint::DisjointOut;
 use super::dispatch::{Kernels, TileFn};
 use super::pack::{group_weight_bytes, groups, pack_group, GroupView, PackedNBits, NR};
 use super::params::NBitsParams;
 use super::prepare_a::{with_prepared, PreparedA};
 use super::MR;
+use crate::kernels::disjoint::DisjointOut;
 use crate::memory::scratch::{with_scratch_f32, with_scratch_u8};
 use crate::runtime::par::Par;
 

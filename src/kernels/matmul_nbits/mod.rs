@@ -14,7 +14,6 @@
 //! that chunk computes (into a chunk-local scratch buffer) and then runs the very same tile
 //! kernel with the same row blocking, so its results are bit-identical to [`matmul_packed`].
 
-mod disjoint;
 pub mod dispatch;
 mod driver;
 pub mod pack;

@@ -10,5 +10,6 @@ pub mod glue_common;
 pub mod layer_norm;
 pub mod matmul;
 pub mod matmul_nbits;
+pub mod qlinear_matmul;
 pub mod skip_layer_norm;
 pub mod softmax;

@@ -1,0 +1,324 @@
+//! ONNX QLinearMatMul (opsets 10 and 21) as an ORT kernel: claim rules, a constant B prepacked
+//! once through the governed weight cache (declined -> packed per call in scratch, identical
+//! results), shapes and quantization parameters checked per call, compute on the EP's lanes.
+//!
+//! Claimed exactly where ORT's CPU EP has a kernel: uint8 x uint8 -> uint8, uint8 x int8 ->
+//! uint8, int8 x int8 -> int8, float scales. A, y: per-tensor scale and zero point; B:
+//! per tensor, per column (`[N]` for a 2-D B) or per column of each batch (`[..., 1, N]`, B's
+//! rank), scale and zero point independently (as ORT accepts them).
+
+use std::sync::Arc;
+
+use crate::abi::graph::Node;
+use crate::abi::kernel_context::KernelContext;
+use crate::abi::kernel_info::KernelInfo;
+use crate::abi::status::{Error, Result};
+use crate::abi::tensor::{elem_name, ElemType, Tensor, TensorType};
+use crate::kernels::op::{types, Decline, KernelEnv, OpDef, OpKernel};
+use crate::kernels::qgemm::{self, packed_sizes, BSource, Call, PackedB, Products, Quant, Signs};
+use crate::kernels::shape::matmul_shapes;
+use crate::memory::{params_hash, weight_cache, CachedWeight, WeightKey};
+use crate::telemetry::ledger;
+
+use super::claim::{input_type, known_dims, only_attrs, require_elem, require_output_elem, F32};
+
+const OP: &str = "QLinearMatMul";
+const IN_A: usize = 0;
+const IN_A_SCALE: usize = 1;
+const IN_A_ZP: usize = 2;
+const IN_B: usize = 3;
+const IN_B_SCALE: usize = 4;
+const IN_B_ZP: usize = 5;
+const IN_Y_SCALE: usize = 6;
+const IN_Y_ZP: usize = 7;
+
+const U8: ElemType = ElemType::ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8;
+const I8: ElemType = ElemType::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8;
+
+fn signs_of(a: ElemType, b: ElemType) -> std::result::Result<Signs, String> {
+    let signed = |e: ElemType, what: &str| match e {
+        U8 => Ok(false),
+        I8 => Ok(true),
+        _ => Err(format!(
+            "{what} is {}, rcpu implements uint8 and int8",
+            elem_name(e)
+        )),
+    };
+    Signs::from_types(signed(a, "input a")?, signed(b, "input b")?)
+        .ok_or_else(|| "int8 a with uint8 b is not implemented (nor in ORT's CPU EP)".to_string())
+}
+
+/// ORT's rule for the B scale / zero point shape: scalar or one element; `[N]` for a 2-D B;
+/// or B's rank with the second-to-last dim 1 and the others equal to B's.
+fn b_param_ok(p: &[usize], b: &[usize]) -> bool {
+    if p.is_empty() || (p.len() == 1 && p[0] == 1) {
+        return true;
+    }
+    if p.len() == 1 && b.len() == 2 && p[0] == b[1] {
+        return true;
+    }
+    p.len() == b.len()
+        && p.len() >= 2
+        && p[p.len() - 2] == 1
+        && (0..p.len()).all(|i| i == p.len() - 2 || p[i] == b[i])
+}
+
+/// A per-tensor parameter: a scalar or a 1-D tensor of one element (ORT's rule).
+fn per_tensor_ok(p: &[usize]) -> bool {
+    p.is_empty() || (p.len() == 1 && p[0] == 1)
+}
+
+fn claim(node: &Node<'_>) -> std::result::Result<(), Decline> {
+    only_attrs(node, &[])?;
+    let ty = |i: usize| -> std::result::Result<TensorType, Decline> {
+        input_type(node, i)?.ok_or_else(|| format!("input {i} is missing"))
+    };
+    let (a, b, yzp) = (ty(IN_A)?, ty(IN_B)?, ty(IN_Y_ZP)?);
+    signs_of(a.elem, b.elem)?;
+    if yzp.elem != a.elem {
+        return Err(format!(
+            "output type {} differs from a's {} (ORT's CPU EP has no such kernel)",
+            elem_name(yzp.elem),
+            elem_name(a.elem)
+        ));
+    }
+    require_output_elem(node, a.elem)?;
+    require_elem(node, IN_A_ZP, a.elem)?;
+    require_elem(node, IN_B_ZP, b.elem)?;
+    for i in [IN_A_SCALE, IN_B_SCALE, IN_Y_SCALE] {
+        require_elem(node, i, F32)?;
+    }
+    // Shapes, where the graph knows them (ORT reports an unknown rank and a scalar alike as no
+    // dims; both are claimed and checked per call).
+    for i in [IN_A_SCALE, IN_A_ZP, IN_Y_SCALE, IN_Y_ZP] {
+        if let Some(d) = known_dims(&ty(i)?) {
+            if !per_tensor_ok(&d) {
+                return Err(format!("input {i} has shape {d:?}: per-tensor only"));
+            }
+        }
+    }
+    if let (Some(ad), Some(bd)) = (known_dims(&a), known_dims(&b)) {
+        matmul_shapes(&ad, &bd)?;
+        for i in [IN_B_SCALE, IN_B_ZP] {
+            if let Some(d) = known_dims(&ty(i)?) {
+                if !b_param_ok(&d, &bd) {
+                    return Err(format!(
+                        "input {i} has shape {d:?}, not a form rcpu implements for b {bd:?}"
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The constant B, packed (shape kept: ORT may free the original).
+struct Packed {
+    w: Arc<CachedWeight<PackedB>>,
+    shape: Vec<usize>,
+}
+
+struct QLinearMatMul {
+    signs: Signs,
+    packed: Option<Packed>,
+    env: Arc<KernelEnv>,
+}
+
+fn create(info: &KernelInfo<'_>, env: &Arc<KernelEnv>) -> Result<Box<dyn OpKernel>> {
+    let elem = |i: usize| -> Result<ElemType> {
+        Ok(info
+            .input_type(i)?
+            .ok_or_else(|| Error::invalid_argument(format!("input {i} is not a tensor")))?
+            .elem)
+    };
+    let signs = signs_of(elem(IN_A)?, elem(IN_B)?).map_err(Error::invalid_argument)?;
+    Ok(Box::new(QLinearMatMul {
+        signs,
+        packed: None,
+        env: env.clone(),
+    }))
+}
+
+/// (k, n, batches) of a B of `shape` (1-D B is `[K]`, one column).
+fn b_dims(shape: &[usize]) -> std::result::Result<(usize, usize, usize), String> {
+    match shape {
+        [] => Err("input b is a scalar; QLinearMatMul needs rank >= 1".into()),
+        [k] => Ok((*k, 1, 1)),
+        [lead @ .., k, n] => Ok((*k, *n, lead.iter().product())),
+    }
+}
+
+/// A per-tensor f32 input's value.
+fn scalar_f32(t: &Tensor<'_>, name: &str) -> Result<f32> {
+    if !per_tensor_ok(t.shape()) {
+        return Err(Error::invalid_argument(format!(
+            "{name} has shape {:?}; rcpu (like ORT) takes a scalar or one element",
+            t.shape()
+        )));
+    }
+    Ok(t.data::<f32>()?[0])
+}
+
+/// A per-tensor zero point's value, read in `signed`.
+fn scalar_zp(t: &Tensor<'_>, name: &str, signed: bool) -> Result<i32> {
+    if !per_tensor_ok(t.shape()) {
+        return Err(Error::invalid_argument(format!(
+            "{name} has shape {:?}; rcpu (like ORT) takes a scalar or one element",
+            t.shape()
+        )));
+    }
+    let v = t.bytes()?[0];
+    Ok(if signed { v as i8 as i32 } else { v as i32 })
+}
+
+impl OpKernel for QLinearMatMul {
+    fn prepack(&mut self, input_index: usize, tensor: &Tensor<'_>) -> Result<bool> {
+        if input_index != IN_B {
+            return Ok(false);
+        }
+        let b = tensor.bytes()?;
+        let (k, n, batches) = b_dims(tensor.shape()).map_err(Error::invalid_argument)?;
+        let signs = self.signs;
+        let key = WeightKey::new(
+            OP,
+            params_hash(&[signs as u64, k as u64, n as u64, batches as u64]),
+            b,
+        );
+        let (bytes, sums) = packed_sizes(k, n, batches);
+        let w = weight_cache().get_or_pack(
+            &key,
+            bytes + 4 * sums,
+            || qgemm::pack(b, k, n, batches, signs),
+            |w: &PackedB| w.bytes(),
+        );
+        let got = w.is_some();
+        self.packed = w.map(|w| Packed {
+            w,
+            shape: tensor.shape().to_vec(),
+        });
+        Ok(got)
+    }
+
+    fn compute(&self, ctx: &KernelContext<'_>) -> Result<()> {
+        let signs = self.signs;
+        let a_t = ctx.required_input(IN_A)?;
+        let b_t = match &self.packed {
+            Some(_) => None,
+            None => Some(ctx.required_input(IN_B)?),
+        };
+        let b_shape = match (&self.packed, &b_t) {
+            (Some(p), _) => p.shape.as_slice(),
+            (None, Some(t)) => t.shape(),
+            (None, None) => unreachable!("B is read when not packed"),
+        };
+        let a_shape = a_t.shape();
+        let (k, n, batches) = b_dims(b_shape).map_err(Error::invalid_argument)?;
+        let bad = |e: String| Error::invalid_argument(e);
+        // A 1-D or 2-D B folds A's batch dims into M (one product); a batched B goes through
+        // numpy.matmul planning (one product per output batch).
+        let plan;
+        let (m, a_offsets, b_index, out_shape): (usize, &[usize], Vec<usize>, Vec<usize>) =
+            if b_shape.len() <= 2 {
+                let Some((&ka, lead)) = a_shape.split_last() else {
+                    return Err(bad(
+                        "input a is a scalar; QLinearMatMul needs rank >= 1".into()
+                    ));
+                };
+                if ka != k {
+                    return Err(bad(format!(
+                        "inner dimensions differ: a {a_shape:?}, b {b_shape:?}"
+                    )));
+                }
+                let mut out = lead.to_vec();
+                if b_shape.len() == 2 {
+                    out.push(n);
+                }
+                (lead.iter().product(), &[0], vec![0], out)
+            } else {
+                plan = matmul_shapes(a_shape, b_shape).map_err(bad)?;
+                let per = k * n;
+                let idx = plan
+                    .b_offsets
+                    .iter()
+                    .map(|&o| o.checked_div(per).unwrap_or(0))
+                    .collect();
+                (plan.m, &plan.a_offsets, idx, plan.out_shape.clone())
+            };
+        let a_scale_t = ctx.required_input(IN_A_SCALE)?;
+        let a_zp_t = ctx.required_input(IN_A_ZP)?;
+        let b_scale_t = ctx.required_input(IN_B_SCALE)?;
+        let b_zp_t = ctx.required_input(IN_B_ZP)?;
+        let y_scale_t = ctx.required_input(IN_Y_SCALE)?;
+        let y_zp_t = ctx.required_input(IN_Y_ZP)?;
+        for (t, name) in [(&b_scale_t, "b_scale"), (&b_zp_t, "b_zero_point")] {
+            if !b_param_ok(t.shape(), b_shape) {
+                return Err(bad(format!(
+                    "{name} has shape {:?}: expected a scalar, one element, [N] for a 2-D b, or \
+                     b's shape with the second-to-last dim 1 (b is {b_shape:?})",
+                    t.shape()
+                )));
+            }
+        }
+        let quant = Quant {
+            a_scale: scalar_f32(&a_scale_t, "a_scale")?,
+            a_zero: scalar_zp(&a_zp_t, "a_zero_point", signs.a_signed())?,
+            b_scale: b_scale_t.data::<f32>()?,
+            b_zero: b_zp_t.bytes()?,
+            y_scale: scalar_f32(&y_scale_t, "y_scale")?,
+            y_zero: scalar_zp(&y_zp_t, "y_zero_point", signs.a_signed())?,
+        };
+        let b = match (&self.packed, &b_t) {
+            (Some(p), _) => BSource::Packed(p.w.view()),
+            (None, Some(t)) => BSource::Raw(t.bytes()?),
+            (None, None) => unreachable!("B is read when not packed"),
+        };
+        let call = Call {
+            a: a_t.bytes()?,
+            prods: Products {
+                m,
+                a_offsets,
+                b_index: &b_index,
+            },
+            k,
+            n,
+            batches,
+            signs,
+            b,
+            quant,
+        };
+        let out = ctx.output(0, &out_shape)?.into_bytes()?;
+        let par = &*self.env.par;
+        let variant = qgemm::run(&call, out, par).map_err(bad)?;
+        ledger::record(OP, variant, par.lanes());
+        Ok(())
+    }
+}
+
+pub const QLINEAR_MATMUL_10: OpDef = OpDef {
+    op: OP,
+    domain: "",
+    since: 10,
+    until: 20,
+    types: &[
+        ("T1", types::U8_I8),
+        ("T2", types::U8_I8),
+        ("T3", types::U8_I8),
+    ],
+    claim,
+    create,
+};
+
+pub const QLINEAR_MATMUL_21: OpDef = OpDef {
+    op: OP,
+    domain: "",
+    since: 21,
+    until: 21,
+    types: &[
+        ("TS", types::F32),
+        ("T1", types::U8_I8),
+        ("T2", types::U8_I8),
+        ("T3", types::U8_I8),
+    ],
+    claim,
+    create,
+};

@@ -1,0 +1,174 @@
+//! 8-bit GEMM with int32 accumulation and requantization to 8 bits (ONNX `QLinearMatMul`): pure
+//! compute.
+//!
+//! * [`pack`]: B packed once into 64-column panels, four k per column lane (the `vpdpbusd`
+//!   layout), with per-column sums for the zero-point correction ([`PackedB`]).
+//! * [`requant`]: the requantization step, bit-identical to ORT's MLAS (`float(acc) * scale`,
+//!   clamp, round half to even, add the output zero point).
+//! * `scalar` / `avx2` / `avx512`: tile kernels (`MR` rows x one panel, full K) and row sums.
+//!   AVX-512 VNNI uses `vpdpbusd`; AVX2 widens to int16 and uses `vpmaddwd` (exact, no
+//!   `vpmaddubsw` saturation). Chosen once per process ([`Kernels::active`]).
+//! * [`call`]: one node call from raw inputs (per-column terms, row sums, per-call packing of a
+//!   non-constant B) in the thread's parked scratch.
+//! * `driver`: splitting a call over `Par` (M = 1: panels with the decode dispatch; M > 1:
+//!   row blocks x panels with the task dispatch), row sums, writes.
+//! * [`reference`]: a naive scalar reference over ONNX's layout (test ground truth).
+//!
+//! Signs: `vpdpbusd` multiplies unsigned by signed bytes. A is always read in its own sign; B is
+//! stored in the other one. uint8 x int8 stores B as is; uint8 x uint8 and int8 x int8 store
+//! `b ^ 0x80` (b - 128 read as int8, b + 128 read as uint8) and shift B's zero point by the same
+//! amount, so `sum (a - za)(b - zb)` is unchanged.
+
+pub mod call;
+mod driver;
+pub mod pack;
+pub mod reference;
+pub mod requant;
+mod scalar;
+
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+
+pub use call::{run, run_with, BSource, Call, Quant};
+pub use driver::{qgemm, qgemm_with, Products};
+pub use pack::{pack, pack_into, packed_sizes, PackedB, PackedView};
+pub use requant::{Cols, Requant};
+
+use crate::kernels::isa::Isa;
+use once_cell::sync::Lazy;
+
+/// Columns per vector group (one zmm of int32 lanes).
+pub const NR: usize = 16;
+/// Columns per packed panel (what one tile call covers).
+pub const PANEL: usize = 64;
+/// Rows per tile call.
+pub const MR: usize = 6;
+
+/// The element types of A and B (the output has A's type), as ORT's CPU EP registers them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Signs {
+    U8U8,
+    U8S8,
+    S8S8,
+}
+
+impl Signs {
+    /// The combination for A and B signedness; `None` for int8 A x uint8 B (ORT has no kernel).
+    pub fn from_types(a_signed: bool, b_signed: bool) -> Option<Signs> {
+        match (a_signed, b_signed) {
+            (false, false) => Some(Signs::U8U8),
+            (false, true) => Some(Signs::U8S8),
+            (true, true) => Some(Signs::S8S8),
+            (true, false) => None,
+        }
+    }
+    /// A (and the output) are int8.
+    pub fn a_signed(self) -> bool {
+        self == Signs::S8S8
+    }
+    pub fn b_signed(self) -> bool {
+        self != Signs::U8U8
+    }
+    /// B is stored as `b ^ 0x80`.
+    pub fn flips_b(self) -> bool {
+        self != Signs::U8S8
+    }
+    /// What to add to B's zero point to get the zero point of the stored B.
+    pub fn b_zero_shift(self) -> i32 {
+        match self {
+            Signs::U8U8 => -128,
+            Signs::U8S8 => 0,
+            Signs::S8S8 => 128,
+        }
+    }
+    /// Short name for ledger routes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Signs::U8U8 => "u8u8",
+            Signs::U8S8 => "u8s8",
+            Signs::S8S8 => "s8s8",
+        }
+    }
+}
+
+/// A tile kernel: rows `0..rows` (`1..=MR`, row stride `lda`) of A against one packed panel of
+/// `width` columns (a multiple of `NR`, at most `PANEL`), over all `k`; raw int32 dot products
+/// (no zero-point terms) into `acc[r][..width]`. `a_signed` says how A's bytes are read.
+///
+/// Unsafe because SIMD variants need their CPU features: a [`Kernels`] table only holds
+/// variants the hardware supports, which is what makes calling through it sound.
+pub(crate) type TileFn = unsafe fn(
+    a: &[u8],
+    lda: usize,
+    rows: usize,
+    k: usize,
+    panel: &[u8],
+    width: usize,
+    a_signed: bool,
+    acc: &mut [[i32; PANEL]; MR],
+);
+
+/// Requantizes one row segment: `acc[j]` with `colsum[j]`, the row's sum and the parameters of
+/// column `c0 + j`, into `out[j]` (bit patterns of uint8 or int8). Unsafe as [`TileFn`].
+pub(crate) type RequantFn =
+    unsafe fn(acc: &[i32], colsum: &[i32], rowsum: i32, q: &Requant<'_>, c0: usize, out: &mut [u8]);
+
+/// The sum of one row of A read as uint8 or int8. Unsafe as [`TileFn`].
+pub(crate) type RowSumFn = unsafe fn(a: &[u8], a_signed: bool) -> i32;
+
+/// The kernels of one ISA level.
+pub struct Kernels {
+    pub(crate) tile: TileFn,
+    pub(crate) requant: RequantFn,
+    pub(crate) row_sum: RowSumFn,
+    /// Ledger names: [M = 1, M > 1].
+    names: [&'static str; 2],
+}
+
+impl Kernels {
+    /// Ledger name of the route for `m` rows, e.g. `avx512vnni-gemv`.
+    pub fn variant_name(&self, m: usize) -> &'static str {
+        self.names[(m > 1) as usize]
+    }
+
+    /// The kernels this process uses (picked once from `Isa::get()`).
+    pub fn active() -> &'static Kernels {
+        &ACTIVE
+    }
+
+    /// The kernels of `isa`; `Err` when the CPU lacks it.
+    pub fn for_isa(isa: Isa) -> Result<&'static Kernels, String> {
+        TABLES.for_isa(isa)
+    }
+}
+
+const SCALAR: Kernels = Kernels {
+    tile: scalar::tile,
+    requant: requant::requant_row_scalar,
+    row_sum: scalar::row_sum,
+    names: ["scalar-gemv", "scalar-gemm"],
+};
+
+#[cfg(target_arch = "x86_64")]
+const AVX2: Kernels = Kernels {
+    tile: avx2::tile,
+    requant: requant::requant_row_scalar,
+    row_sum: avx2::row_sum,
+    names: ["avx2-gemv", "avx2-gemm"],
+};
+
+#[cfg(target_arch = "x86_64")]
+const AVX512VNNI: Kernels = Kernels {
+    tile: avx512::tile,
+    requant: avx512::requant_row,
+    row_sum: avx512::row_sum,
+    names: ["avx512vnni-gemv", "avx512vnni-gemm"],
+};
+
+/// AVX-512 without VNNI runs the AVX2 kernels (widening multiply-add).
+static TABLES: crate::kernels::isa::IsaTables<Kernels> =
+    crate::isa_tables!(SCALAR, AVX2, AVX2, AVX512VNNI);
+
+static ACTIVE: Lazy<&'static Kernels> = Lazy::new(|| TABLES.active());
