@@ -312,3 +312,13 @@ def decoder_layer(rng: np.random.Generator, accuracy_level: int = 4, block_size:
     ]
     return _model(nodes, inputs, [_vi("Y", ["B", "S", d]), _vi("present_k", None), _vi("present_v", None)],
                   inits, ms_opset=1)
+
+
+def gemm_const(a_shape, w: np.ndarray, c: np.ndarray | None = None, name: str = "gemm0", **attrs) -> onnx.ModelProto:
+    """Y = Gemm(A, W[, C]) with W (and C) constant initializers: the prepacked-weight path."""
+    ins = ["A", "W"] + (["C"] if c is not None else [])
+    inits = [numpy_helper.from_array(w.astype(np.float32), "W")]
+    if c is not None:
+        inits.append(numpy_helper.from_array(c.astype(np.float32), "C"))
+    node = helper.make_node("Gemm", ins, ["Y"], name=name, **attrs)
+    return _model([node], [_vi("A", a_shape)], [_vi("Y", None)], inits)

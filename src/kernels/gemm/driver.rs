@@ -4,9 +4,15 @@
 //! beta, then for every `NC` column block and `KC` slice of K packs B into `NR`-wide panels
 //! (`kc x NR`, zero padded), packs `MC` rows of A into `MR`-tall panels (`kc x MR`), and runs the
 //! register-tiled micro-kernel over every (MR, NR) pair, adding `alpha * tile` into C.
+//!
+//! A prepacked B ([`BSrc::Packed`]) already holds those panels in the same layout, so the B
+//! packing step is skipped and the micro-kernel reads the packed weight directly; every other
+//! step (tiling, slicing, kernel calls, the order of additions into C) is the same, so both
+//! sources give bit-identical results.
 
 use crate::memory::scratch::with_scratch_f32;
 
+use super::packed::PackedB;
 use super::tiles::TileGrid;
 use super::{GemmKernels, Op};
 use crate::runtime::par::Par;
@@ -24,12 +30,21 @@ fn round_up(x: usize, to: usize) -> usize {
     x.div_ceil(to) * to
 }
 
+/// Where the driver takes B's `KC x NR` panels from.
+#[derive(Clone, Copy)]
+pub(super) enum BSrc<'a> {
+    /// Packed per task from a strided (possibly transposed) B.
+    Strided(Op<'a>),
+    /// Read from a prepacked weight (packed with this kernel table's `NR`).
+    Packed(&'a PackedB),
+}
+
 /// Full blocked `C = alpha * op(A) op(B) + beta * C` for m, n, k > 0 (k may be 0).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn gemm(
     kern: &GemmKernels,
     a: Op<'_>,
-    b: Op<'_>,
+    b: BSrc<'_>,
     g: Geometry,
     alpha: f32,
     beta: f32,
@@ -63,13 +78,17 @@ pub(super) fn gemm(
             return;
         }
         let (r0, c0, rows, cols) = (tile.row0, tile.col0, tile.rows, tile.cols);
+        // Column blocks are multiples of NR (or the whole width), so a prepacked panel index
+        // is simply (c0 + jc) / nr.
+        debug_assert!(c0.is_multiple_of(nr));
         // Packing buffers come from this lane's parked scratch (accumulator budget): no
         // allocation per task once warm. Contents on entry do not matter: pack_a/pack_b write
         // every element they use (padding included) and the micro-kernel overwrites `acc`.
-        let (bl, al) = (
-            KC * round_up(NC.min(cols), nr),
-            KC * round_up(MC.min(rows), mr),
-        );
+        let bl = match b {
+            BSrc::Strided(_) => KC * round_up(NC.min(cols), nr),
+            BSrc::Packed(_) => 0,
+        };
+        let al = KC * round_up(MC.min(rows), mr);
         with_scratch_f32(bl + al + mr * nr, |buf| {
             let (bpack, rest) = buf.split_at_mut(bl);
             let (apack, acc) = rest.split_at_mut(al);
@@ -77,12 +96,18 @@ pub(super) fn gemm(
                 let nc = NC.min(cols - jc);
                 for pc in (0..k).step_by(KC) {
                     let kc = KC.min(k - pc);
-                    pack_b(b, pc, kc, c0 + jc, nc, nr, bpack);
+                    if let BSrc::Strided(b) = b {
+                        pack_b(b, pc, kc, c0 + jc, nc, nr, bpack);
+                    }
                     for ic in (0..rows).step_by(MC) {
                         let mc = MC.min(rows - ic);
                         pack_a(a, r0 + ic, mc, pc, kc, mr, apack);
-                        for (jp, bpanel) in bpack.chunks(kc * nr).take(nc.div_ceil(nr)).enumerate()
-                        {
+                        for jp in 0..nc.div_ceil(nr) {
+                            let bpanel = match b {
+                                BSrc::Strided(_) => &bpack[jp * kc * nr..][..kc * nr],
+                                // Tile and NC block starts are multiples of NR (see above).
+                                BSrc::Packed(p) => p.panel((c0 + jc) / nr + jp, pc, kc),
+                            };
                             let ncols = nr.min(nc - jp * nr);
                             for (ip, apanel) in
                                 apack.chunks(kc * mr).take(mc.div_ceil(mr)).enumerate()
