@@ -13,6 +13,7 @@
 //! takes the same route over the original B and gives bit-identical results.
 
 mod driver;
+mod driver_packed;
 mod gemv;
 mod packed;
 mod panel_gemv;
