@@ -34,6 +34,9 @@ impl PackedB {
         let nr = kern.nr;
         let panels = n.div_ceil(nr);
         let mut data = AlignedBuf::<f32>::zeroed(panels * k * nr);
+        // Before the first write, so the pages fault in huge: the GEMV streams the whole weight
+        // per call (measured: 16 MiB streamed 1.3-1.7x faster on 2 MiB pages than on 4 KiB).
+        crate::abi::os::advise_huge_pages(data.as_mut_slice());
         for (q, panel) in data
             .chunks_exact_mut((k * nr).max(1))
             .take(panels)
