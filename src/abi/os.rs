@@ -93,7 +93,10 @@ const HUGE_PAGE: usize = 2 << 20;
 pub fn advise_huge_pages<T>(buf: &mut [T]) -> bool {
     let start = buf.as_mut_ptr() as usize;
     let end = start + std::mem::size_of_val(buf);
-    let (lo, hi) = (start.next_multiple_of(HUGE_PAGE), end / HUGE_PAGE * HUGE_PAGE);
+    let (lo, hi) = (
+        start.next_multiple_of(HUGE_PAGE),
+        end / HUGE_PAGE * HUGE_PAGE,
+    );
     if hi <= lo {
         return false;
     }
