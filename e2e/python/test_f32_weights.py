@@ -151,3 +151,18 @@ def test_gemm_const_weight(make_sessions, rcpu_devices, stats, case):
     np.testing.assert_array_equal(_unpacked(model, rcpu_devices, threads=1).run(None, {"A": a})[0], got)
     if m > 0:
         _assert_route(stats, "Gemm", "unpacked")
+
+
+def test_const_weight_bad_k_names_node(make_sessions):
+    """A run-time A whose K does not match the prepacked weight: an error naming the node, and the
+    session stays usable."""
+    from conftest import assert_error_names_node
+
+    w = np.ones((5, 3), np.float32)
+    cpu, rc = make_sessions(models.matmul(["M", "K"], None, name="matmul_w_bad_k", b_init=w), PACKED)
+    assert_on_rcpu(rc, "matmul_w_bad_k")
+    with pytest.raises(Exception) as ei:
+        rc.run(None, {"A": np.ones((2, 4), np.float32)})
+    assert_error_names_node(ei.value, "matmul_w_bad_k")
+    ok = {"A": np.ones((2, 5), np.float32)}
+    np.testing.assert_array_equal(rc.run(None, ok)[0], cpu.run(None, ok)[0])
