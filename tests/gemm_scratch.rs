@@ -1,7 +1,7 @@
 //! A warm f32 GEMM (and GEMV) takes its packing (x/y) buffers from the lane's parked scratch: repeated calls
 //! allocate no fresh scratch (one test in its own binary: the scratch counters are global).
 
-use rcpu::kernels::gemm::sgemm;
+use rcpu::kernels::gemm::{pack_weight, sgemm, sgemm_weight, Weight};
 use rcpu::memory::scratch_stats;
 use rcpu::runtime::par::Serial;
 
@@ -63,5 +63,38 @@ fn warm_gemm_allocates_no_packing_buffers() {
             "{shape}: scratch not reused"
         );
         assert_eq!(y, y1, "{shape}: results depend on scratch reuse");
+    }
+
+    // Constant-B routes (prepacked and unpacked weight, M = 1 and M > 1, both transposes): the
+    // shared packed A and the gathered panels come from parked scratch too.
+    for (mm, tb) in [(1, false), (1, true), (m, false), (m, true)] {
+        let ldb = if tb { k } else { n };
+        let packed = pack_weight(tb, k, n, &b, ldb);
+        for w in [
+            Weight::Packed(&packed),
+            Weight::Unpacked {
+                b: &b,
+                ldb,
+                trans: tb,
+            },
+        ] {
+            let mut y1 = vec![0f32; mm * n];
+            sgemm_weight(false, mm, n, k, 1.0, &a, k, w, 0.0, &mut y1, n, &Serial);
+            let warm = scratch_stats();
+            let mut y = vec![0f32; mm * n];
+            for _ in 0..10 {
+                sgemm_weight(false, mm, n, k, 1.0, &a, k, w, 0.0, &mut y, n, &Serial);
+            }
+            let now = scratch_stats();
+            let shape = format!(
+                "weight m={mm} transB={tb} packed={}",
+                matches!(w, Weight::Packed(_))
+            );
+            assert_eq!(
+                now.fresh_allocations, warm.fresh_allocations,
+                "{shape}: a warm call allocated scratch"
+            );
+            assert_eq!(y, y1, "{shape}: results depend on scratch reuse");
+        }
     }
 }

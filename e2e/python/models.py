@@ -383,3 +383,13 @@ def qlinear_matmul(
         name=name,
     )
     return _model([node], inputs, [_vi("y", None, at)], inits, opset=opset), b
+
+
+def gemm_const(a_shape, w: np.ndarray, c: np.ndarray | None = None, name: str = "gemm0", **attrs) -> onnx.ModelProto:
+    """Y = Gemm(A, W[, C]) with W (and C) constant initializers: the prepacked-weight path."""
+    ins = ["A", "W"] + (["C"] if c is not None else [])
+    inits = [numpy_helper.from_array(w.astype(np.float32), "W")]
+    if c is not None:
+        inits.append(numpy_helper.from_array(c.astype(np.float32), "C"))
+    node = helper.make_node("Gemm", ins, ["Y"], name=name, **attrs)
+    return _model([node], [_vi("A", a_shape)], [_vi("Y", None)], inits)

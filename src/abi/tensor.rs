@@ -192,6 +192,33 @@ impl<'a> Tensor<'a> {
         // for 'a (constructor contract); u8 has no alignment or validity requirement.
         Ok(unsafe { std::slice::from_raw_parts(self.data as *const u8, n) })
     }
+
+    /// The data as raw bytes (any numeric element type), e.g. to key a weight by content.
+    pub fn raw_bytes(&self) -> Result<&'a [u8]> {
+        let width = match self.ty.elem {
+            ElemType::ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT
+            | ElemType::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32
+            | ElemType::ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT32 => 4,
+            ElemType::ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8
+            | ElemType::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8 => 1,
+            e => {
+                return Err(Error::invalid_argument(format!(
+                    "raw bytes of a {} tensor are not supported",
+                    elem_name(e)
+                )))
+            }
+        };
+        let n = self.len() * width;
+        if n == 0 {
+            return Ok(&[]);
+        }
+        if self.data.is_null() {
+            return Err(Error::fail("tensor data pointer is NULL"));
+        }
+        // SAFETY: ORT guarantees the buffer holds len() elements of `width` bytes each and
+        // lives for 'a (constructor contract); u8 has no alignment requirement.
+        Ok(unsafe { std::slice::from_raw_parts(self.data as *const u8, n) })
+    }
 }
 
 /// uint8 or int8: the element types [`Tensor::bytes`] and [`TensorMut::into_bytes`] accept.

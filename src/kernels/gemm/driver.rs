@@ -4,10 +4,15 @@
 //! beta, then for every `NC` column block and `KC` slice of K packs B into `NR`-wide panels
 //! (`kc x NR`, zero padded), packs `MC` rows of A into `MR`-tall panels (`kc x MR`), and runs the
 //! register-tiled micro-kernel over every (MR, NR) pair, adding `alpha * tile` into C.
+//!
+//! A prepacked B ([`BSrc::Packed`]) already holds those panels in the same layout: that case
+//! runs in `driver_packed.rs`, which skips B packing and packs A once per call instead of once
+//! per task, with the same per-element operations (bit-identical results).
 
 use crate::memory::scratch::with_scratch_f32;
 
-use super::tiles::TileGrid;
+use super::packed::PackedB;
+use super::tiles::{Tile, TileGrid};
 use super::{GemmKernels, Op};
 use crate::runtime::par::Par;
 
@@ -24,9 +29,60 @@ fn round_up(x: usize, to: usize) -> usize {
     x.div_ceil(to) * to
 }
 
-/// Full blocked `C = alpha * op(A) op(B) + beta * C` for m, n, k > 0 (k may be 0).
+/// Where the driver takes B's `KC x NR` panels from.
+#[derive(Clone, Copy)]
+pub(super) enum BSrc<'a> {
+    /// Packed per task from a strided (possibly transposed) B.
+    Strided(Op<'a>),
+    /// Read from a prepacked weight (packed with this kernel table's `NR`).
+    Packed(&'a PackedB),
+}
+
+/// Full blocked `C = alpha * op(A) op(B) + beta * C` for m, n > 0 (k may be 0).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn gemm(
+    kern: &GemmKernels,
+    a: Op<'_>,
+    b: BSrc<'_>,
+    g: Geometry,
+    alpha: f32,
+    beta: f32,
+    c: &mut [f32],
+    ldc: usize,
+    par: &dyn Par,
+) {
+    match b {
+        BSrc::Strided(b) => gemm_strided(kern, a, b, g, alpha, beta, c, ldc, par),
+        BSrc::Packed(b) => {
+            super::driver_packed::gemm(kern, a, b, g, alpha, beta, c, ldc, par);
+        }
+    }
+}
+
+/// Row and column block of a C tile task: the whole product when small, otherwise blocks of
+/// at most `MC x NC`, halved (columns first, never below a few register tiles) until every
+/// lane gets a few tasks. Row blocks are multiples of `mr`, column blocks of `nr`.
+pub(super) fn tile_sizes(g: Geometry, mr: usize, nr: usize, lanes: usize) -> (usize, usize) {
+    let Geometry { m, n, k } = g;
+    if m * n * k.max(1) < PAR_MIN_WORK {
+        return (m, n);
+    }
+    let (mut rb, mut cb) = (round_up(MC.min(m), mr), round_up(NC.min(n), nr));
+    // Enough tasks for every lane to get a few, without going below one register tile.
+    let target = 3 * lanes.max(1);
+    let tasks = |rb: usize, cb: usize| m.div_ceil(rb) * n.div_ceil(cb);
+    while tasks(rb, cb) < target && cb > 4 * nr {
+        cb = round_up(cb / 2, nr);
+    }
+    while tasks(rb, cb) < target && rb > mr {
+        rb = round_up(rb / 2, mr);
+    }
+    (rb, cb)
+}
+
+/// [`gemm`] with B packed per task from its strided storage.
+#[allow(clippy::too_many_arguments)]
+fn gemm_strided(
     kern: &GemmKernels,
     a: Op<'_>,
     b: Op<'_>,
@@ -39,22 +95,7 @@ pub(super) fn gemm(
 ) {
     let Geometry { m, n, k } = g;
     let (mr, nr) = (kern.mr, kern.nr);
-    let (mut rb, mut cb) = if m * n * k.max(1) < PAR_MIN_WORK {
-        (m, n)
-    } else {
-        (round_up(MC.min(m), mr), round_up(NC.min(n), nr))
-    };
-    if m * n * k.max(1) >= PAR_MIN_WORK {
-        // Enough tasks for every lane to get a few, without going below one register tile.
-        let target = 3 * par.lanes().max(1);
-        let tasks = |rb: usize, cb: usize| m.div_ceil(rb) * n.div_ceil(cb);
-        while tasks(rb, cb) < target && cb > 4 * nr {
-            cb = round_up(cb / 2, nr);
-        }
-        while tasks(rb, cb) < target && rb > mr {
-            rb = round_up(rb / 2, mr);
-        }
-    }
+    let (rb, cb) = tile_sizes(g, mr, nr, par.lanes());
     let grid = TileGrid::new(c, m, n, ldc, rb, cb);
     let run = |t: usize| {
         let mut tile = grid.claim(t);
@@ -89,18 +130,8 @@ pub(super) fn gemm(
                             {
                                 let nrows = mr.min(mc - ip * mr);
                                 (kern.ukernel)(kc, apanel, bpanel, acc);
-                                for r in 0..nrows {
-                                    let crow =
-                                        &mut tile.row(ic + ip * mr + r)[jc + jp * nr..][..ncols];
-                                    let arow = &acc[r * nr..r * nr + ncols];
-                                    if alpha == 1.0 {
-                                        crow.iter_mut().zip(arow).for_each(|(c, &v)| *c += v);
-                                    } else {
-                                        crow.iter_mut()
-                                            .zip(arow)
-                                            .for_each(|(c, &v)| *c += alpha * v);
-                                    }
-                                }
+                                let at = (ic + ip * mr, jc + jp * nr);
+                                add_tile(&mut tile, at, nrows, ncols, acc, nr, alpha);
                             }
                         }
                     }
@@ -122,8 +153,31 @@ pub(super) struct Geometry {
     pub k: usize,
 }
 
+/// `C[at + (r, c)] += alpha * acc[r * nr + c]` for `r < nrows`, `c < ncols` (tile coordinates).
+pub(super) fn add_tile(
+    tile: &mut Tile<'_>,
+    at: (usize, usize),
+    nrows: usize,
+    ncols: usize,
+    acc: &[f32],
+    nr: usize,
+    alpha: f32,
+) {
+    for r in 0..nrows {
+        let crow = &mut tile.row(at.0 + r)[at.1..][..ncols];
+        let arow = &acc[r * nr..r * nr + ncols];
+        if alpha == 1.0 {
+            crow.iter_mut().zip(arow).for_each(|(c, &v)| *c += v);
+        } else {
+            crow.iter_mut()
+                .zip(arow)
+                .for_each(|(c, &v)| *c += alpha * v);
+        }
+    }
+}
+
 /// `C = beta * C` over the tile; beta == 0 writes zeros (old contents, NaN included, ignored).
-fn scale_c(tile: &mut super::tiles::Tile<'_>, beta: f32) {
+pub(super) fn scale_c(tile: &mut Tile<'_>, beta: f32) {
     if beta == 1.0 {
         return;
     }
@@ -161,7 +215,15 @@ fn pack_b(b: Op<'_>, pc: usize, kc: usize, j0: usize, nc: usize, nr: usize, out:
 
 /// Packs op(A)[i0..i0+mc, pc..pc+kc] into `mr`-tall panels: panel p holds, for each kk, the
 /// `mr` values of rows `i0 + p*mr ..`, zero padded past `mc`.
-fn pack_a(a: Op<'_>, i0: usize, mc: usize, pc: usize, kc: usize, mr: usize, out: &mut [f32]) {
+pub(super) fn pack_a(
+    a: Op<'_>,
+    i0: usize,
+    mc: usize,
+    pc: usize,
+    kc: usize,
+    mr: usize,
+    out: &mut [f32],
+) {
     for (p, panel) in out.chunks_mut(kc * mr).take(mc.div_ceil(mr)).enumerate() {
         let ip = i0 + p * mr;
         let h = mr.min(mc - p * mr);

@@ -11,7 +11,7 @@ const AXPY_CHUNK: usize = 512;
 /// Outputs per decode chunk for the dot form.
 const DOT_CHUNK: usize = 64;
 /// Below this many multiply-adds the GEMV runs on the caller alone.
-const PAR_MIN_WORK: usize = 1 << 16;
+pub(super) const PAR_MIN_WORK: usize = 1 << 16;
 
 /// How the matrix operand is laid out relative to the output vector.
 pub(super) enum Form<'a> {

@@ -6,18 +6,34 @@
 //! (`driver.rs`: packed B panels `KC x NR`, packed A panels `KC x MR`). m == 1 and n == 1 take a
 //! GEMV path that streams the matrix once. Big products are split into a grid of C tiles run
 //! with `Par::task_chunks`; GEMV splits its output with `Par::decode_chunks`.
+//!
+//! Constant B (weights, `weights.rs`): prepacked once into the micro-kernel's panel layout
+//! ([`PackedB`], `packed.rs`), so the driver skips B packing; M = 1 runs a panel GEMV
+//! (`panel_gemv.rs`, kernels `panel_x86.rs` / `scalar.rs`). The unpacked form of the same call
+//! takes the same route over the original B and gives bit-identical results.
 
 mod driver;
+mod driver_packed;
 mod gemv;
+mod packed;
+mod panel_gemv;
+#[cfg(target_arch = "x86_64")]
+mod panel_x86;
 mod scalar;
 mod tiles;
+mod weights;
 #[cfg(target_arch = "x86_64")]
 mod x86;
+
+pub use packed::PackedB;
+pub use weights::{
+    pack_weight, pack_weight_with, sgemm_weight, sgemm_weight_with, weight_panel_width, Weight,
+};
 
 use crate::kernels::isa::Isa;
 use crate::kernels::shape::matmul_shapes;
 use crate::runtime::par::{Par, Serial};
-use driver::Geometry;
+use driver::{BSrc, Geometry};
 use gemv::Form;
 use once_cell::sync::Lazy;
 
@@ -27,6 +43,8 @@ use parking_lot::Mutex;
 type UkernelFn = fn(usize, &[f32], &[f32], &mut [f32]);
 type DotFn = fn(&[f32], &[f32]) -> f32;
 type AxpyFn = fn(f32, &[f32], &mut [f32]);
+/// `(k, x, incx, panel, ld, w, y)`: see `scalar::panel_gemv` for the contract.
+type PanelGemvFn = fn(usize, &[f32], usize, &[f32], usize, usize, &mut [f32]);
 
 /// One ISA variant of the GEMM family.
 pub(crate) struct GemmKernels {
@@ -35,8 +53,11 @@ pub(crate) struct GemmKernels {
     ukernel: UkernelFn,
     dot: DotFn,
     axpy: AxpyFn,
+    panel_gemv: PanelGemvFn,
     /// blocked gemm, gemv m == 1, gemv n == 1, empty output, k == 0 (C = beta * C).
     names: [&'static str; 5],
+    /// Constant-B routes: gemm and gemv m == 1 from a prepacked B, then from the unpacked B.
+    wnames: [&'static str; 4],
 }
 
 const SCALAR: GemmKernels = GemmKernels {
@@ -45,6 +66,13 @@ const SCALAR: GemmKernels = GemmKernels {
     ukernel: scalar::ukernel,
     dot: scalar::dot,
     axpy: scalar::axpy,
+    panel_gemv: scalar::panel_gemv,
+    wnames: [
+        "scalar-gemm-8x8-prepacked",
+        "scalar-gemv-m1-prepacked",
+        "scalar-gemm-8x8-unpacked",
+        "scalar-gemv-m1-unpacked",
+    ],
     names: [
         "scalar-gemm-8x8",
         "scalar-gemv-m1",
@@ -61,6 +89,13 @@ const AVX2: GemmKernels = GemmKernels {
     ukernel: x86::ukernel_avx2,
     dot: x86::dot_avx2,
     axpy: x86::axpy_avx2,
+    panel_gemv: panel_x86::panel_gemv_avx2,
+    wnames: [
+        "avx2-gemm-6x16-prepacked",
+        "avx2-gemv-m1-prepacked",
+        "avx2-gemm-6x16-unpacked",
+        "avx2-gemv-m1-unpacked",
+    ],
     names: [
         "avx2-gemm-6x16",
         "avx2-gemv-m1",
@@ -77,6 +112,13 @@ const AVX512: GemmKernels = GemmKernels {
     ukernel: x86::ukernel_avx512,
     dot: x86::dot_avx512,
     axpy: x86::axpy_avx512,
+    panel_gemv: panel_x86::panel_gemv_avx512,
+    wnames: [
+        "avx512-gemm-8x32-prepacked",
+        "avx512-gemv-m1-prepacked",
+        "avx512-gemm-8x32-unpacked",
+        "avx512-gemv-m1-unpacked",
+    ],
     names: [
         "avx512-gemm-8x32",
         "avx512-gemv-m1",
@@ -87,11 +129,11 @@ const AVX512: GemmKernels = GemmKernels {
 };
 
 /// This family's kernel tables, one per ISA level.
-static TABLES: crate::kernels::isa::IsaTables<GemmKernels> =
+pub(super) static TABLES: crate::kernels::isa::IsaTables<GemmKernels> =
     crate::isa_tables!(SCALAR, AVX2, AVX512);
 
 /// The process's table, picked once from `Isa::get()`.
-static DISPATCH: Lazy<&'static GemmKernels> = Lazy::new(|| TABLES.active());
+pub(super) static DISPATCH: Lazy<&'static GemmKernels> = Lazy::new(|| TABLES.active());
 
 /// A matrix operand: row-major storage with leading dimension `ld`, possibly transposed.
 #[derive(Clone, Copy)]
@@ -153,7 +195,7 @@ pub fn sgemm_with(
 }
 
 /// Panics unless `data` holds a `rows x cols` row-major matrix with leading dimension `ld`.
-fn check(what: &str, data: &[f32], rows: usize, cols: usize, ld: usize) {
+pub(super) fn check(what: &str, data: &[f32], rows: usize, cols: usize, ld: usize) {
     if rows == 0 || cols == 0 {
         return;
     }
@@ -206,7 +248,17 @@ fn run(
         },
     );
     if k == 0 {
-        driver::gemm(kern, ao, bo, Geometry { m, n, k }, alpha, beta, c, ldc, par);
+        driver::gemm(
+            kern,
+            ao,
+            BSrc::Strided(bo),
+            Geometry { m, n, k },
+            alpha,
+            beta,
+            c,
+            ldc,
+            par,
+        );
         return kern.names[4];
     }
     // GEMV: x and y live in the lane's parked scratch (no allocation per call once warm).
@@ -246,12 +298,22 @@ fn run(
             kern.names[2]
         });
     }
-    driver::gemm(kern, ao, bo, Geometry { m, n, k }, alpha, beta, c, ldc, par);
+    driver::gemm(
+        kern,
+        ao,
+        BSrc::Strided(bo),
+        Geometry { m, n, k },
+        alpha,
+        beta,
+        c,
+        ldc,
+        par,
+    );
     kern.names[0]
 }
 
 /// `c[j * stride] = alpha * y[j] + beta * c[j * stride]` (beta == 0: old value ignored).
-fn write_vec(y: &[f32], c: &mut [f32], stride: usize, alpha: f32, beta: f32) {
+pub(super) fn write_vec(y: &[f32], c: &mut [f32], stride: usize, alpha: f32, beta: f32) {
     for (j, &v) in y.iter().enumerate() {
         let cj = &mut c[j * stride];
         *cj = if beta == 0.0 {

@@ -33,3 +33,29 @@ pub(super) fn axpy(s: f32, x: &[f32], y: &mut [f32]) {
         *yi += s * xi;
     }
 }
+
+/// Panel GEMV over one `NR`-wide panel, for `c < w`:
+/// `y[c] = (s0 + s1) + (s2 + s3)` with `s_u = sum_{p = u mod 4} x[p * incx] * b[p * ld + c]`,
+/// each `s_u` accumulated in increasing `p`. Every ISA variant keeps this split (four
+/// interleaved partial sums, so the SIMD ones have independent FMA chains); `y[w..]` untouched.
+pub(super) fn panel_gemv(
+    k: usize,
+    x: &[f32],
+    incx: usize,
+    b: &[f32],
+    ld: usize,
+    w: usize,
+    y: &mut [f32],
+) {
+    assert!(w <= NR && y.len() >= w);
+    let mut acc = [[0.0f32; NR]; 4];
+    for p in 0..k {
+        let (xv, row) = (x[p * incx], &b[p * ld..][..w]);
+        for (a, &bv) in acc[p % 4].iter_mut().zip(row) {
+            *a += xv * bv;
+        }
+    }
+    for (c, yc) in y[..w].iter_mut().enumerate() {
+        *yc = (acc[0][c] + acc[1][c]) + (acc[2][c] + acc[3][c]);
+    }
+}

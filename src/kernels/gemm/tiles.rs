@@ -7,7 +7,37 @@
 //! one [`Tile`] per region exists; and a `Tile` hands out one row slice at a time (`&mut self`).
 
 use std::marker::PhantomData;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Claim words kept inline: grids up to `64 * INLINE_WORDS` tiles allocate nothing per call.
+const INLINE_WORDS: usize = 16;
+
+/// One claim bit per tile; inline for small grids, on the heap beyond.
+enum Claims {
+    Inline([AtomicU64; INLINE_WORDS]),
+    Heap(Vec<AtomicU64>),
+}
+
+impl Claims {
+    fn new(tiles: usize) -> Claims {
+        let words = tiles.div_ceil(64);
+        if words <= INLINE_WORDS {
+            Claims::Inline([const { AtomicU64::new(0) }; INLINE_WORDS])
+        } else {
+            Claims::Heap((0..words).map(|_| AtomicU64::new(0)).collect())
+        }
+    }
+
+    /// Sets tile `t`'s bit; `true` when it was already set.
+    fn set(&self, t: usize) -> bool {
+        let words = match self {
+            Claims::Inline(w) => &w[..],
+            Claims::Heap(w) => &w[..],
+        };
+        let bit = 1u64 << (t % 64);
+        words[t / 64].fetch_or(bit, Ordering::AcqRel) & bit != 0
+    }
+}
 
 pub(super) struct TileGrid<'a> {
     ptr: *mut f32,
@@ -17,7 +47,8 @@ pub(super) struct TileGrid<'a> {
     row_blk: usize,
     col_blk: usize,
     tiles_n: usize,
-    claimed: Vec<AtomicBool>,
+    count: usize,
+    claimed: Claims,
     _c: PhantomData<&'a mut [f32]>,
 }
 
@@ -47,9 +78,7 @@ impl<'a> TileGrid<'a> {
         }
         let tiles_m = m.div_ceil(row_blk);
         let tiles_n = n.div_ceil(col_blk);
-        let claimed = (0..tiles_m * tiles_n)
-            .map(|_| AtomicBool::new(false))
-            .collect();
+        let count = tiles_m * tiles_n;
         TileGrid {
             ptr: c.as_mut_ptr(),
             m,
@@ -58,21 +87,20 @@ impl<'a> TileGrid<'a> {
             row_blk,
             col_blk,
             tiles_n,
-            claimed,
+            count,
+            claimed: Claims::new(count),
             _c: PhantomData,
         }
     }
 
     pub(super) fn count(&self) -> usize {
-        self.claimed.len()
+        self.count
     }
 
     /// Exclusive access to tile `t` (row-major tile order). Panics if `t` was already claimed.
     pub(super) fn claim(&self, t: usize) -> Tile<'_> {
-        assert!(
-            !self.claimed[t].swap(true, Ordering::AcqRel),
-            "GEMM tile {t} claimed twice"
-        );
+        assert!(t < self.count, "GEMM tile {t} of {}", self.count);
+        assert!(!self.claimed.set(t), "GEMM tile {t} claimed twice");
         let (ti, tj) = (t / self.tiles_n, t % self.tiles_n);
         let (row0, col0) = (ti * self.row_blk, tj * self.col_blk);
         let rows = self.row_blk.min(self.m - row0);

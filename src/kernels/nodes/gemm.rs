@@ -1,4 +1,5 @@
-//! Gemm over float32: `Y = alpha * A' * B' + beta * C` with transA/transB and C broadcast.
+//! Gemm over float32: `Y = alpha * A' * B' + beta * C` with transA/transB and C broadcast. A
+//! constant B (the Linear weight, transB = 1 or 0) is prepacked (`f32_weight.rs`).
 
 use std::sync::Arc;
 
@@ -6,27 +7,55 @@ use crate::abi::graph::Node;
 use crate::abi::kernel_context::KernelContext;
 use crate::abi::kernel_info::KernelInfo;
 use crate::abi::status::{Error, Result};
-use crate::kernels::gemm::sgemm;
+use crate::abi::tensor::Tensor;
+use crate::kernels::gemm::{sgemm, sgemm_weight};
 use crate::kernels::op::{types, Decline, KernelEnv, OpDef, OpKernel};
 use crate::kernels::shape::broadcast_shapes;
 use crate::telemetry::ledger;
 
 use super::claim::{input_type, only_attrs, require_elem, require_output_elem, F32};
+use super::f32_weight::ConstB;
 
 struct Gemm {
     alpha: f32,
     beta: f32,
     trans_a: bool,
     trans_b: bool,
+    /// B when it is a constant 2-D initializer (offered through prepack).
+    weight: Option<ConstB>,
     env: Arc<KernelEnv>,
 }
 
+/// Where this call's B comes from.
+enum BInput<'w, 't> {
+    /// The prepacked constant (or ORT's copy of it when the cache declined).
+    Const(&'w ConstB),
+    /// A runtime input.
+    Tensor(Tensor<'t>),
+}
+
 impl OpKernel for Gemm {
+    fn prepack(&mut self, input_index: usize, tensor: &Tensor<'_>) -> Result<bool> {
+        if input_index != 1 {
+            return Ok(false);
+        }
+        self.weight = ConstB::prepack(tensor, self.trans_b)?;
+        Ok(self.weight.as_ref().is_some_and(ConstB::is_packed))
+    }
+
     fn compute(&self, ctx: &KernelContext<'_>) -> Result<()> {
         let a = ctx.required_input(0)?;
-        let b = ctx.required_input(1)?;
+        // A packed B may have been freed by ORT: a constant B's shape comes from prepack.
+        let b = match &self.weight {
+            Some(w) => BInput::Const(w),
+            None => BInput::Tensor(ctx.required_input(1)?),
+        };
         let c = ctx.input(2)?;
-        let (sa, sb) = (a.shape(), b.shape());
+        let sa = a.shape();
+        let sb = match &b {
+            BInput::Const(w) => &w.shape[..],
+            BInput::Tensor(b) => b.shape(),
+        };
         if sa.len() != 2 || sb.len() != 2 {
             return Err(Error::invalid_argument(format!(
                 "A and B must be 2-D, got {sa:?} and {sb:?}"
@@ -65,23 +94,42 @@ impl OpKernel for Gemm {
         }
         let lda = sa[1];
         let ldb = sb[1];
-        let variant = sgemm(
-            self.trans_a,
-            self.trans_b,
-            m,
-            n,
-            ka,
-            self.alpha,
-            a.data()?,
-            lda,
-            b.data()?,
-            ldb,
-            beta,
-            out,
-            n,
-            &*self.env.par,
-        );
-        ledger::record("Gemm", variant, self.env.par.lanes());
+        let (a, par) = (a.data()?, &*self.env.par);
+        let variant = match &b {
+            BInput::Const(w) => w.with(ctx, 1, |wb| {
+                Ok(sgemm_weight(
+                    self.trans_a,
+                    m,
+                    n,
+                    ka,
+                    self.alpha,
+                    a,
+                    lda,
+                    wb,
+                    beta,
+                    out,
+                    n,
+                    par,
+                ))
+            })?,
+            BInput::Tensor(b) => sgemm(
+                self.trans_a,
+                self.trans_b,
+                m,
+                n,
+                ka,
+                self.alpha,
+                a,
+                lda,
+                b.data()?,
+                ldb,
+                beta,
+                out,
+                n,
+                par,
+            ),
+        };
+        ledger::record("Gemm", variant, par.lanes());
         Ok(())
     }
 }
@@ -131,6 +179,7 @@ fn create(info: &KernelInfo<'_>, env: &Arc<KernelEnv>) -> Result<Box<dyn OpKerne
         beta: info.attr_f32("beta").unwrap_or(1.0),
         trans_a: info.attr_i64("transA").unwrap_or(0) != 0,
         trans_b: info.attr_i64("transB").unwrap_or(0) != 0,
+        weight: None,
         env: env.clone(),
     }))
 }

@@ -5,6 +5,7 @@
 pub mod activation;
 pub mod binary;
 pub mod claim;
+pub mod f32_weight;
 pub mod gemm;
 pub mod glue_common;
 pub mod layer_norm;

@@ -1,0 +1,79 @@
+//! The M = 1 product with a constant B (decode): `c = alpha * x op(B) + beta * c`, streaming B
+//! once, panel by panel.
+//!
+//! Work is split over the output in chunks of whole `NR`-wide panels, each streaming about
+//! [`CHUNK_BYTES`] of B (at least one panel), handed out dynamically by the decode dispatch so
+//! a slow lane cannot hold the barrier. Every panel runs the table's panel kernel on the same
+//! values in the same order whatever the source: a prepacked panel (rows `NR` apart), the
+//! columns of an untransposed B in place (rows `ldb` apart, the last panel narrower), or a
+//! transposed B gathered per panel into the lane's parked scratch. So a prepacked and an
+//! unpacked B give bit-identical results.
+
+use super::gemv::PAR_MIN_WORK;
+use super::packed::{pack_panel, PackedB};
+use super::tiles::TileGrid;
+use super::{write_vec, GemmKernels, Op};
+use crate::memory::scratch::with_scratch_f32;
+use crate::runtime::par::Par;
+
+/// B bytes a decode chunk aims to stream (whole panels; at least one).
+const CHUNK_BYTES: usize = 64 * 1024;
+/// Widest panel of any table (AVX-512: 32).
+const MAX_NR: usize = 32;
+
+/// Where the panels come from.
+#[derive(Clone, Copy)]
+pub(super) enum PanelSrc<'a> {
+    Packed(&'a PackedB),
+    Strided(Op<'a>),
+}
+
+/// `c[j] = alpha * sum_p x[p * incx] op(B)(p, j) + beta * c[j]` for `j < n`, `p < k`
+/// (`beta == 0` ignores c's old contents). `x` holds `k` values `incx` apart; `c` is one row.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn gemv(
+    kern: &GemmKernels,
+    k: usize,
+    n: usize,
+    x: &[f32],
+    incx: usize,
+    src: PanelSrc<'_>,
+    alpha: f32,
+    beta: f32,
+    c: &mut [f32],
+    par: &dyn Par,
+) {
+    let nr = kern.nr;
+    debug_assert!(nr <= MAX_NR);
+    let panels = n.div_ceil(nr);
+    let per_chunk = (CHUNK_BYTES / (k * nr * 4).max(1)).clamp(1, panels.max(1));
+    let width = per_chunk * nr;
+    let grid = TileGrid::new(c, 1, n, n, 1, width);
+    let run = |ci: usize| {
+        let mut tile = grid.claim(ci);
+        let out = tile.row(0);
+        let mut y = [0f32; MAX_NR];
+        for (q, o) in (ci * per_chunk..).zip(out.chunks_mut(nr)) {
+            let (j0, w) = (q * nr, o.len());
+            let y = &mut y[..w];
+            match src {
+                PanelSrc::Packed(p) => (kern.panel_gemv)(k, x, incx, p.panel(q, 0, k), nr, w, y),
+                PanelSrc::Strided(b) if !b.trans => {
+                    (kern.panel_gemv)(k, x, incx, &b.data[j0..], b.ld, w, y)
+                }
+                // Columns of op(B) are rows of B: gather the panel first (contents on entry do
+                // not matter, pack_panel writes all k * nr values).
+                PanelSrc::Strided(b) => with_scratch_f32(k * nr, |buf| {
+                    pack_panel(b, k, j0, w, nr, buf);
+                    (kern.panel_gemv)(k, x, incx, buf, nr, w, y)
+                }),
+            }
+            write_vec(y, o, 1, alpha, beta);
+        }
+    };
+    if k * n < PAR_MIN_WORK || par.lanes() <= 1 || grid.count() == 1 {
+        (0..grid.count()).for_each(run);
+    } else {
+        par.decode_chunks(grid.count(), &run);
+    }
+}
