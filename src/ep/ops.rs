@@ -3,6 +3,7 @@
 use crate::kernels::nodes::{
     activation, binary, gemm, layer_norm, matmul, matmul_nbits, skip_layer_norm, softmax,
 };
+use crate::kernels::nodes::{group_query_attention, rotary_embedding};
 use crate::kernels::op::OpDef;
 
 pub static OPS: &[OpDef] = &[
@@ -21,4 +22,6 @@ pub static OPS: &[OpDef] = &[
     activation::GELU,
     activation::MS_GELU,
     activation::FAST_GELU,
+    rotary_embedding::ROTARY_EMBEDDING,
+    group_query_attention::GROUP_QUERY_ATTENTION,
 ];

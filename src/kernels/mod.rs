@@ -11,3 +11,4 @@ pub mod norm;
 pub mod op;
 pub mod shape;
 pub mod softmax;
+pub mod attention;

@@ -12,3 +12,5 @@ pub mod matmul;
 pub mod matmul_nbits;
 pub mod skip_layer_norm;
 pub mod softmax;
+pub mod group_query_attention;
+pub mod rotary_embedding;

@@ -74,6 +74,12 @@ pub fn softmax_f32_with(
     run(k, x, outer, dim, inner, out, par)
 }
 
+/// The contiguous-row softmax of `isa` (`row(x, out, n)`: rows of `n` from `x` into `out`), for
+/// kernels that fuse softmax into their own loop (attention). `Err` when the CPU lacks `isa`.
+pub(crate) fn row_kernel(isa: Isa) -> Result<fn(&[f32], &mut [f32], usize), String> {
+    Ok(TABLES.for_isa(isa)?.row)
+}
+
 fn run(
     k: &'static Kernels,
     x: &[f32],
