@@ -263,11 +263,14 @@ def _nbits_node(rng, name, inp, out, k, n, block_size, acc, bias: bool):
 
 
 def decoder_layer(rng: np.random.Generator, accuracy_level: int = 4, block_size: int = 32,
-                  hidden: int = QWEN2_HIDDEN, inter: int = QWEN2_INTER) -> onnx.ModelProto:
-    """One Qwen2-style decoder layer (prompt step, no KV cache): RMSNorm -> q/k/v MatMulNBits (with
-    bias) -> GroupQueryAttention (stays on ORT) -> o_proj -> SkipSimplifiedLayerNorm (residual sum
-    as output 3) -> gate/up MatMulNBits -> SiLU (Sigmoid * x) * up -> down MatMulNBits -> Add.
-    Inputs: X [B, S, hidden] f32, seqlens_k int32 [B] (= S - 1), total_seq_len int32 scalar (= S)."""
+                  hidden: int = QWEN2_HIDDEN, inter: int = QWEN2_INTER, kv_cache: bool = False,
+                  rotary: bool = False, max_pos: int = 256) -> onnx.ModelProto:
+    """One Qwen2-style decoder layer: RMSNorm -> q/k/v MatMulNBits (with bias) -> GroupQueryAttention
+    -> o_proj -> SkipSimplifiedLayerNorm (residual sum as output 3) -> gate/up MatMulNBits -> SiLU
+    (Sigmoid * x) * up -> down MatMulNBits -> Add.
+    Inputs: X [B, S, hidden] f32, seqlens_k int32 [B] (= S - 1), total_seq_len int32 scalar (= S).
+    kv_cache: also past_k / past_v [B, kv_heads, P, head] inputs (a decode step as ORT genai's model
+    builder makes it); rotary: do_rotary=1 with cos/sin cache initializers [max_pos, head / 2]."""
     h, d = QWEN2_HEAD_DIM, hidden
     q_n, kv_n = QWEN2_HEADS * h, QWEN2_KV_HEADS * h
     inits = [
@@ -280,10 +283,16 @@ def decoder_layer(rng: np.random.Generator, accuracy_level: int = 4, block_size:
         node, ini = _nbits_node(rng, nm, "h1", out, d, n, block_size, accuracy_level, bias=True)
         nodes.append(node)
         inits += ini
+    past = ["past_k", "past_v"] if kv_cache else ["", ""]
+    rope = dict(do_rotary=1, rotary_interleaved=0) if rotary else {}
+    if rotary:
+        cos, sin = rope_caches(max_pos, h // 2)
+        inits += [numpy_helper.from_array(cos, "cos_cache"), numpy_helper.from_array(sin, "sin_cache")]
     nodes.append(helper.make_node(
-        "GroupQueryAttention", ["q", "k", "v", "", "", "seqlens_k", "total_seq_len"],
+        "GroupQueryAttention", ["q", "k", "v", *past, "seqlens_k", "total_seq_len"]
+        + (["cos_cache", "sin_cache"] if rotary else []),
         ["attn_out", "present_k", "present_v"], name="attn", domain="com.microsoft",
-        num_heads=QWEN2_HEADS, kv_num_heads=QWEN2_KV_HEADS,
+        num_heads=QWEN2_HEADS, kv_num_heads=QWEN2_KV_HEADS, **rope,
     ))
     node, ini = _nbits_node(rng, "o_proj", "attn_out", "o", q_n, d, block_size, accuracy_level, bias=False)
     nodes.append(node)
@@ -310,6 +319,8 @@ def decoder_layer(rng: np.random.Generator, accuracy_level: int = 4, block_size:
         helper.make_tensor_value_info("seqlens_k", TensorProto.INT32, ["B"]),
         helper.make_tensor_value_info("total_seq_len", TensorProto.INT32, []),
     ]
+    if kv_cache:
+        inputs += [_vi("past_k", ["B", QWEN2_KV_HEADS, "P", h]), _vi("past_v", ["B", QWEN2_KV_HEADS, "P", h])]
     return _model(nodes, inputs, [_vi("Y", ["B", "S", d]), _vi("present_k", None), _vi("present_v", None)],
                   inits, ms_opset=1)
 
