@@ -10,7 +10,9 @@
 mod glue_common;
 use glue_common::*;
 
-use rcpu::kernels::attention::gqa::{gqa_f32, gqa_f32_with, GqaInputs, GqaOutputs, GqaRotary, GqaShape};
+use rcpu::kernels::attention::gqa::{
+    gqa_f32, gqa_f32_with, GqaInputs, GqaOutputs, GqaRotary, GqaShape,
+};
 use rcpu::runtime::par::{Par, Serial};
 
 #[derive(Clone, Copy, Debug)]
@@ -43,7 +45,11 @@ const MAX_POS: usize = 400;
 
 fn data(c: &Case, seqlens: &[i32], rng: &mut Rng) -> Data {
     let t = c.batch * c.seq;
-    let qw = if c.packed { c.heads + 2 * c.kv } else { c.heads };
+    let qw = if c.packed {
+        c.heads + 2 * c.kv
+    } else {
+        c.heads
+    };
     let past = if c.shared { c.present_len } else { c.past_len };
     let ang = rng.vec(MAX_POS * c.head / 2, -3.2, 3.2);
     Data {
@@ -61,13 +67,21 @@ fn data(c: &Case, seqlens: &[i32], rng: &mut Rng) -> Data {
 /// f64 reference: (output [B, S, N*H], present_k, present_v [B, Nkv, present_len, H]).
 fn reference(c: &Case, d: &Data) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
     let h = c.head;
-    let qw = if c.packed { c.heads + 2 * c.kv } else { c.heads };
+    let qw = if c.packed {
+        c.heads + 2 * c.kv
+    } else {
+        c.heads
+    };
     let rope = |x: &[f32], p: usize| -> Vec<f64> {
         let mut y: Vec<f64> = x.iter().map(|&v| v as f64).collect();
         if let Some(il) = c.rotary {
             let half = h / 2;
             for i in 0..half {
-                let (a, b) = if il { (2 * i, 2 * i + 1) } else { (i, i + half) };
+                let (a, b) = if il {
+                    (2 * i, 2 * i + 1)
+                } else {
+                    (i, i + half)
+                };
                 let (co, si) = (d.cos[p * half + i] as f64, d.sin[p * half + i] as f64);
                 y[a] = x[a] as f64 * co - x[b] as f64 * si;
                 y[b] = x[b] as f64 * co + x[a] as f64 * si;
@@ -76,7 +90,11 @@ fn reference(c: &Case, d: &Data) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
         y
     };
     let new = |which: usize, b: usize, s: usize, n: usize| -> &[f32] {
-        let (src, w, off) = if c.packed { (&d.q, qw, c.heads + which * c.kv) } else { (if which == 0 { &d.k } else { &d.v }, c.kv, 0) };
+        let (src, w, off) = if c.packed {
+            (&d.q, qw, c.heads + which * c.kv)
+        } else {
+            (if which == 0 { &d.k } else { &d.v }, c.kv, 0)
+        };
         let at = ((b * c.seq + s) * w + off + n) * h;
         &src[at..at + h]
     };
@@ -88,7 +106,11 @@ fn reference(c: &Case, d: &Data) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
     }
     let mut out = vec![0.0f64; c.batch * c.seq * c.heads * h];
     for b in 0..c.batch {
-        let past = if c.first_prompt { 0 } else { d.seqlens[b] as usize + 1 - c.seq };
+        let past = if c.first_prompt {
+            0
+        } else {
+            d.seqlens[b] as usize + 1 - c.seq
+        };
         for n in 0..c.kv {
             let base = (b * c.kv + n) * c.present_len * h;
             if !c.shared {
@@ -113,7 +135,9 @@ fn reference(c: &Case, d: &Data) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
                 let base = (b * c.kv + n) * c.present_len * h;
                 let len = past + s + 1;
                 let sc: Vec<f64> = (0..len)
-                    .map(|j| (0..h).map(|i| q[i] * pk[base + j * h + i]).sum::<f64>() / (h as f64).sqrt())
+                    .map(|j| {
+                        (0..h).map(|i| q[i] * pk[base + j * h + i]).sum::<f64>() / (h as f64).sqrt()
+                    })
                     .collect();
                 let m = sc.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
                 let e: Vec<f64> = sc.iter().map(|x| (x - m).exp()).collect();
@@ -144,21 +168,39 @@ fn shape(c: &Case) -> GqaShape {
     }
 }
 
-type Run = dyn Fn(&GqaShape, &GqaInputs<'_>, GqaOutputs<'_>, &dyn Par) -> Result<&'static str, String>;
+type Run =
+    dyn Fn(&GqaShape, &GqaInputs<'_>, GqaOutputs<'_>, &dyn Par) -> Result<&'static str, String>;
+
+/// (out, present_k, present_v).
+type Triple = (Vec<f32>, Vec<f32>, Vec<f32>);
 
 /// Runs `f` and returns (out, present_k, present_v).
-fn call(c: &Case, d: &Data, f: &Run, par: &dyn Par) -> Result<(Vec<f32>, Vec<f32>, Vec<f32>), String> {
+fn call(c: &Case, d: &Data, f: &Run, par: &dyn Par) -> Result<Triple, String> {
     let mut out = vec![f32::NAN; c.batch * c.seq * c.heads * c.head];
     let n = c.batch * c.kv * c.present_len * c.head;
-    let (mut pk, mut pv) = if c.shared { (d.past_k.clone(), d.past_v.clone()) } else { (vec![f32::NAN; n], vec![f32::NAN; n]) };
+    let (mut pk, mut pv) = if c.shared {
+        (d.past_k.clone(), d.past_v.clone())
+    } else {
+        (vec![f32::NAN; n], vec![f32::NAN; n])
+    };
     let inputs = GqaInputs {
         q: &d.q,
         kv: (!c.packed).then_some((&d.k[..], &d.v[..])),
         past: (!c.shared && c.past_len > 0).then_some((&d.past_k[..], &d.past_v[..])),
         seqlens_k: &d.seqlens,
-        rotary: c.rotary.map(|il| GqaRotary { cos: &d.cos, sin: &d.sin, rot: c.head, interleaved: il }),
+        rotary: c.rotary.map(|il| GqaRotary {
+            cos: &d.cos,
+            sin: &d.sin,
+            rot: c.head,
+            interleaved: il,
+        }),
     };
-    let outs = GqaOutputs { out: &mut out, present_k: &mut pk, present_v: &mut pv, shared: c.shared };
+    let outs = GqaOutputs {
+        out: &mut out,
+        present_k: &mut pk,
+        present_v: &mut pv,
+        shared: c.shared,
+    };
     f(&shape(c), &inputs, outs, par)?;
     Ok((out, pk, pv))
 }
@@ -167,10 +209,13 @@ fn check(c: Case, seqlens: &[i32], seed: u64) {
     let mut rng = Rng(seed);
     let d = data(&c, seqlens, &mut rng);
     let (wo, wk, wv) = reference(&c, &d);
-    let default = |sh: &GqaShape, i: &GqaInputs<'_>, o: GqaOutputs<'_>, p: &dyn Par| gqa_f32(sh, i, o, p);
+    let default =
+        |sh: &GqaShape, i: &GqaInputs<'_>, o: GqaOutputs<'_>, p: &dyn Par| gqa_f32(sh, i, o, p);
     let (so, _, _) = call(&c, &d, &default, &Serial).unwrap();
     for isa in ISAS {
-        let with = move |sh: &GqaShape, i: &GqaInputs<'_>, o: GqaOutputs<'_>, p: &dyn Par| gqa_f32_with(isa, sh, i, o, p);
+        let with = move |sh: &GqaShape, i: &GqaInputs<'_>, o: GqaOutputs<'_>, p: &dyn Par| {
+            gqa_f32_with(isa, sh, i, o, p)
+        };
         for (pname, par) in [("serial", &Serial as &dyn Par), ("3-lane", &THREE)] {
             let (o, k, v) = match call(&c, &d, &with, par) {
                 Ok(r) => r,
@@ -188,8 +233,32 @@ fn check(c: Case, seqlens: &[i32], seed: u64) {
     }
 }
 
-fn case(batch: usize, seq: usize, heads: usize, kv: usize, head: usize, past_len: usize, present_len: usize) -> Case {
-    Case { batch, seq, heads, kv, head, past_len, present_len, first_prompt: false, packed: false, rotary: None, shared: false }
+/// A decode-shaped case (no rotary, separate K/V, not shared); callers adjust the rest.
+fn case(
+    batch: usize,
+    seq: usize,
+    heads: usize,
+    kv: usize,
+    head: usize,
+    past: usize,
+    present: usize,
+) -> Case {
+    let first_prompt = false;
+    let (packed, rotary, shared) = (false, None, false);
+    let (past_len, present_len) = (past, present);
+    Case {
+        batch,
+        seq,
+        heads,
+        kv,
+        head,
+        past_len,
+        present_len,
+        first_prompt,
+        packed,
+        rotary,
+        shared,
+    }
 }
 
 #[test]
@@ -198,7 +267,12 @@ fn decode_past_lengths_ratios_and_batches() {
     for (heads, kv) in [(4, 4), (4, 2), (14, 2)] {
         for head in [64, 17] {
             for past in [0usize, 1, 37, 300] {
-                for (packed, rotary) in [(false, None), (true, None), (false, Some(false)), (true, Some(true))] {
+                for (packed, rotary) in [
+                    (false, None),
+                    (true, None),
+                    (false, Some(false)),
+                    (true, Some(true)),
+                ] {
                     if rotary.is_some() && head % 2 == 1 {
                         continue;
                     }
@@ -270,7 +344,8 @@ fn large_enough_to_split_over_lanes() {
 #[test]
 fn bad_inputs_are_errors() {
     let d = |c: &Case| data(c, &vec![0; c.batch], &mut Rng(1));
-    let default = |sh: &GqaShape, i: &GqaInputs<'_>, o: GqaOutputs<'_>, p: &dyn Par| gqa_f32(sh, i, o, p);
+    let default =
+        |sh: &GqaShape, i: &GqaInputs<'_>, o: GqaOutputs<'_>, p: &dyn Par| gqa_f32(sh, i, o, p);
     let try_ = |c: Case, sl: &[i32]| {
         let mut dd = d(&c);
         dd.seqlens = sl.to_vec();

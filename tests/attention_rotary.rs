@@ -7,7 +7,9 @@
 mod glue_common;
 use glue_common::*;
 
-use rcpu::kernels::attention::rotary::{rotary_f32, rotary_f32_with, Positions, RotaryShape};
+use rcpu::kernels::attention::rotary::{
+    rotary_f32, rotary_f32_with, Positions, RotaryInputs, RotaryShape,
+};
 use rcpu::runtime::par::{Par, Serial};
 
 /// Rotates every head row of `x` with the cache row of its token.
@@ -24,7 +26,11 @@ pub fn reference(sh: &RotaryShape, pos: &[usize], cos: &[f32], sin: &[f32], x: &
                 };
                 let p = pos[b * sh.seq + s];
                 for i in 0..half {
-                    let (i1, i2) = if sh.interleaved { (2 * i, 2 * i + 1) } else { (i, i + half) };
+                    let (i1, i2) = if sh.interleaved {
+                        (2 * i, 2 * i + 1)
+                    } else {
+                        (i, i + half)
+                    };
                     let (c, sn) = (cos[p * half + i] as f64, sin[p * half + i] as f64);
                     let (x1, x2) = (x[at + i1] as f64, x[at + i2] as f64);
                     y[at + i1] = x1 * c - x2 * sn;
@@ -38,7 +44,10 @@ pub fn reference(sh: &RotaryShape, pos: &[usize], cos: &[f32], sin: &[f32], x: &
 
 fn caches(rng: &mut Rng, max_pos: usize, half: usize) -> (Vec<f32>, Vec<f32>) {
     let ang = rng.vec(max_pos * half, -3.2, 3.2);
-    (ang.iter().map(|a| a.cos()).collect(), ang.iter().map(|a| a.sin()).collect())
+    (
+        ang.iter().map(|a| a.cos()).collect(),
+        ang.iter().map(|a| a.sin()).collect(),
+    )
 }
 
 fn check(sh: RotaryShape, offset: Option<i64>, seed: u64) {
@@ -47,18 +56,34 @@ fn check(sh: RotaryShape, offset: Option<i64>, seed: u64) {
     let (cos, sin) = caches(&mut rng, max_pos, sh.rot / 2);
     let n = sh.batch * sh.seq * sh.heads * sh.head;
     let x = rng.vec(n, -2.0, 2.0);
-    let ids: Vec<i64> = (0..sh.batch * sh.seq).map(|_| (rng.next_u64() % max_pos as u64) as i64).collect();
+    let ids: Vec<i64> = (0..sh.batch * sh.seq)
+        .map(|_| (rng.next_u64() % max_pos as u64) as i64)
+        .collect();
     let (pos, posv): (Positions, Vec<usize>) = match offset {
-        Some(o) => (Positions::Offset(o), (0..sh.batch * sh.seq).map(|i| o as usize + i % sh.seq).collect()),
-        None => (Positions::PerToken(&ids), ids.iter().map(|&p| p as usize).collect()),
+        Some(o) => (
+            Positions::Offset(o),
+            (0..sh.batch * sh.seq)
+                .map(|i| o as usize + i % sh.seq)
+                .collect(),
+        ),
+        None => (
+            Positions::PerToken(&ids),
+            ids.iter().map(|&p| p as usize).collect(),
+        ),
     };
     let want = reference(&sh, &posv, &cos, &sin, &x);
     let mut serial = vec![0.0f32; n];
-    rotary_f32(&sh, pos, &cos, &sin, &x, &mut serial, &Serial).unwrap();
+    let inp = RotaryInputs {
+        pos,
+        cos: &cos,
+        sin: &sin,
+        x: &x,
+    };
+    rotary_f32(&sh, &inp, &mut serial, &Serial).unwrap();
     for isa in ISAS {
         for (pname, par) in [("serial", &Serial as &dyn Par), ("3-lane", &THREE)] {
             let mut y = vec![f32::NAN; n];
-            match rotary_f32_with(isa, &sh, pos, &cos, &sin, &x, &mut y, par) {
+            match rotary_f32_with(isa, &sh, &inp, &mut y, par) {
                 Ok(_) => {}
                 Err(e) if e.contains("not supported") => continue,
                 Err(e) => panic!("{e}"),
@@ -72,8 +97,24 @@ fn check(sh: RotaryShape, offset: Option<i64>, seed: u64) {
     }
 }
 
-fn shape(batch: usize, seq: usize, heads: usize, head: usize, rot: usize, head_major: bool, interleaved: bool) -> RotaryShape {
-    RotaryShape { batch, seq, heads, head, rot, head_major, interleaved }
+fn shape(
+    batch: usize,
+    seq: usize,
+    heads: usize,
+    head: usize,
+    rot: usize,
+    head_major: bool,
+    interleaved: bool,
+) -> RotaryShape {
+    RotaryShape {
+        batch,
+        seq,
+        heads,
+        head,
+        rot,
+        head_major,
+        interleaved,
+    }
 }
 
 #[test]
@@ -81,10 +122,20 @@ fn layouts_pairings_and_positions() {
     let mut seed = 1;
     for head_major in [false, true] {
         for interleaved in [false, true] {
-            for (b, s, n, h, rot) in [(1, 1, 1, 2, 2), (2, 3, 3, 64, 64), (1, 5, 2, 64, 32), (2, 7, 1, 34, 34), (1, 2, 2, 128, 96)] {
+            for (b, s, n, h, rot) in [
+                (1, 1, 1, 2, 2),
+                (2, 3, 3, 64, 64),
+                (1, 5, 2, 64, 32),
+                (2, 7, 1, 34, 34),
+                (1, 2, 2, 128, 96),
+            ] {
                 for offset in [None, Some(0), Some(11)] {
                     seed += 1;
-                    check(shape(b, s, n, h, rot, head_major, interleaved), offset, seed);
+                    check(
+                        shape(b, s, n, h, rot, head_major, interleaved),
+                        offset,
+                        seed,
+                    );
                 }
             }
         }
@@ -110,10 +161,27 @@ fn positions_outside_the_cache_are_errors() {
     let (cos, sin) = (vec![1.0f32; 4 * 4], vec![0.0f32; 4 * 4]);
     let x = vec![1.0f32; 16];
     let mut y = vec![0.0f32; 16];
-    for pos in [Positions::Offset(3), Positions::Offset(-1), Positions::PerToken(&[0, 4]), Positions::PerToken(&[0])] {
-        let e = rotary_f32(&sh, pos, &cos, &sin, &x, &mut y, &Serial).unwrap_err();
+    for pos in [
+        Positions::Offset(3),
+        Positions::Offset(-1),
+        Positions::PerToken(&[0, 4]),
+        Positions::PerToken(&[0]),
+    ] {
+        let inp = RotaryInputs {
+            pos,
+            cos: &cos,
+            sin: &sin,
+            x: &x,
+        };
+        let e = rotary_f32(&sh, &inp, &mut y, &Serial).unwrap_err();
         assert!(e.contains("position"), "{pos:?}: {e}");
     }
-    let e = rotary_f32(&shape(1, 2, 1, 8, 6, false, false), Positions::Offset(0), &cos, &sin, &x, &mut y, &Serial);
+    let inp = RotaryInputs {
+        pos: Positions::Offset(0),
+        cos: &cos,
+        sin: &sin,
+        x: &x,
+    };
+    let e = rotary_f32(&shape(1, 2, 1, 8, 6, false, false), &inp, &mut y, &Serial);
     assert!(e.is_err(), "cache width must be rot / 2");
 }

@@ -159,3 +159,40 @@ def test_gqa_bad_seqlens_names_node(make_sessions, seqlens, total, past):
     with pytest.raises(Exception) as e:
         rc.run(None, feeds)
     assert_error_names_node(e.value, "gqa0")
+
+
+def test_gqa_present_shares_past_buffer(make_sessions):
+    """genai's layout: past_key/past_value and present_key/present_value bound to the same
+    max-length buffers (IO binding); only the new rows are written, by ORT and by rcpu alike."""
+    import onnxruntime as ort
+
+    rng = np.random.default_rng(88)
+    nh, nkv, h, max_len = 8, 2, 64, 48
+    model = models.gqa(nh, nkv, h, rotary=True, max_pos=max_len)
+    cpu, rc = make_sessions(model, {"threads": 2})
+    assert_on_rcpu(rc, "gqa0")
+    results = []
+    for sess in (cpu, rc):
+        r = np.random.default_rng(5)
+        kbuf = r.standard_normal((1, nkv, max_len, h)).astype(np.float32)
+        vbuf = r.standard_normal((1, nkv, max_len, h)).astype(np.float32)
+        kval, vval = ort.OrtValue.ortvalue_from_numpy(kbuf), ort.OrtValue.ortvalue_from_numpy(vbuf)
+        outs = []
+        for step, (s, total) in enumerate(((7, 7), (1, 8), (1, 9))):
+            feeds = gqa_feeds(np.random.default_rng(100 + step), 1, s, nh, nkv, h, [total - 1], total,
+                              max_pos=max_len)
+            io = sess.io_binding()
+            for name, arr in feeds.items():
+                io.bind_cpu_input(name, arr)
+            io.bind_ortvalue_input("past_k", kval)
+            io.bind_ortvalue_input("past_v", vval)
+            io.bind_output("out")
+            io.bind_ortvalue_output("present_k", kval)
+            io.bind_ortvalue_output("present_v", vval)
+            sess.run_with_iobinding(io)
+            outs.append(io.copy_outputs_to_cpu()[0])
+        results.append((outs, kval.numpy().copy(), vval.numpy().copy()))
+    (co, ck, cv), (ro, rk, rv) = results
+    for i, (w, g) in enumerate(zip(co, ro)):
+        assert rel_l2(g, w) <= TOL, f"step {i}: rel_l2 {rel_l2(g, w):.3g}"
+    assert rel_l2(rk, ck) <= 1e-6 and rel_l2(rv, cv) <= 1e-6

@@ -226,7 +226,11 @@ impl<'a> Node<'a> {
         }
         .ok()?;
         let bytes = buf.get(..out)?;
-        Some(String::from_utf8_lossy(bytes).trim_end_matches('\0').to_string())
+        Some(
+            String::from_utf8_lossy(bytes)
+                .trim_end_matches('\0')
+                .to_string(),
+        )
     }
 
     /// Names of attributes present on the node, for "unknown attribute" checks.

@@ -2,6 +2,7 @@
 //! signature, a scalar reference beside them, ISA variants picked once per process from
 //! [`isa::Isa::get`]. `op.rs` is the contract with `ep/`; `nodes/` holds the ORT-facing kernels.
 pub mod activation;
+pub mod attention;
 pub mod elementwise;
 pub mod gemm;
 pub mod isa;
@@ -11,4 +12,3 @@ pub mod norm;
 pub mod op;
 pub mod shape;
 pub mod softmax;
-pub mod attention;

@@ -69,7 +69,12 @@ pub struct GqaOutputs<'a> {
 }
 
 /// Runs one GroupQueryAttention call. Returns the variant that ran.
-pub fn gqa_f32(sh: &GqaShape, inp: &GqaInputs<'_>, o: GqaOutputs<'_>, par: &dyn Par) -> Result<&'static str, String> {
+pub fn gqa_f32(
+    sh: &GqaShape,
+    inp: &GqaInputs<'_>,
+    o: GqaOutputs<'_>,
+    par: &dyn Par,
+) -> Result<&'static str, String> {
     run(None, sh, inp, o, par)
 }
 
@@ -87,7 +92,11 @@ pub fn gqa_f32_with(
 /// Past rows per batch, after checking `seqlens_k` against the shape and buffers.
 fn past_rows(sh: &GqaShape, seqlens_k: &[i32], shared: bool) -> Result<Vec<usize>, String> {
     if seqlens_k.len() != sh.batch {
-        return Err(format!("seqlens_k has {} elements, expected batch size {}", seqlens_k.len(), sh.batch));
+        return Err(format!(
+            "seqlens_k has {} elements, expected batch size {}",
+            seqlens_k.len(),
+            sh.batch
+        ));
     }
     let mut past = Vec::with_capacity(sh.batch);
     for (b, &sk) in seqlens_k.iter().enumerate() {
@@ -130,12 +139,27 @@ fn run(
 ) -> Result<&'static str, String> {
     let k = super::kernels(isa)?;
     let softmax_row = softmax::row_kernel(k.isa)?;
-    let GqaShape { batch, seq, heads, kv_heads, head, past_len, present_len, .. } = *sh;
+    let GqaShape {
+        batch,
+        seq,
+        heads,
+        kv_heads,
+        head,
+        past_len,
+        present_len,
+        ..
+    } = *sh;
     if heads == 0 || kv_heads == 0 || heads % kv_heads != 0 || head == 0 {
-        return Err(format!("num_heads {heads} must be a positive multiple of kv_num_heads {kv_heads}"));
+        return Err(format!(
+            "num_heads {heads} must be a positive multiple of kv_num_heads {kv_heads}"
+        ));
     }
     let group = heads / kv_heads;
-    let q_stride = if inp.kv.is_some() { heads } else { heads + 2 * kv_heads };
+    let q_stride = if inp.kv.is_some() {
+        heads
+    } else {
+        heads + 2 * kv_heads
+    };
     let tokens = batch * seq;
     let need = |what: &str, got: usize, want: usize| {
         if got == want {
@@ -160,8 +184,16 @@ fn run(
     let past = past_rows(sh, inp.seqlens_k, o.shared)?;
     let rot = match inp.rotary {
         Some(r) => {
-            if r.rot == 0 || r.rot % 2 != 0 || r.rot > head || r.cos.len() != r.sin.len() || r.cos.len() % (r.rot / 2) != 0 {
-                return Err(format!("cos/sin caches do not fit rotary dimension {} and head size {head}", r.rot));
+            if r.rot == 0
+                || r.rot % 2 != 0
+                || r.rot > head
+                || r.cos.len() != r.sin.len()
+                || r.cos.len() % (r.rot / 2) != 0
+            {
+                return Err(format!(
+                    "cos/sin caches do not fit rotary dimension {} and head size {head}",
+                    r.rot
+                ));
             }
             let rows = r.cos.len() / (r.rot / 2);
             for (b, &p) in past.iter().enumerate() {
@@ -186,7 +218,13 @@ fn run(
         &src[at..at + head]
     };
     let rope_at = |x: &[f32], p: usize, out: &mut [f32]| match rot {
-        Some((r, half)) => (k.rope)(x, &r.cos[p * half..(p + 1) * half], &r.sin[p * half..(p + 1) * half], r.interleaved, out),
+        Some((r, half)) => (k.rope)(
+            x,
+            &r.cos[p * half..(p + 1) * half],
+            &r.sin[p * half..(p + 1) * half],
+            r.interleaved,
+            out,
+        ),
         None => out.copy_from_slice(x),
     };
     let unit = present_len * head;
@@ -231,7 +269,12 @@ fn run(
                 rope_at(&inp.q[at..at + head], past[b] + s, qr);
                 let len = past[b] + s + 1;
                 let base = (b * kv_heads + n) * unit;
-                (k.scores)(qr, &pk[base..base + len * head], sh.scale, &mut scores[..len]);
+                (k.scores)(
+                    qr,
+                    &pk[base..base + len * head],
+                    sh.scale,
+                    &mut scores[..len],
+                );
                 softmax_row(&scores[..len], &mut probs[..len], len);
                 (k.pv)(&probs[..len], &pv[base..base + len * head], orow);
             }

@@ -36,7 +36,13 @@ pub struct RotaryShape {
 }
 
 /// The cache row of token `(b, s)`, checked against the `rows` the caches hold.
-pub(crate) fn position(pos: Positions<'_>, b: usize, s: usize, seq: usize, rows: usize) -> Result<usize, String> {
+pub(crate) fn position(
+    pos: Positions<'_>,
+    b: usize,
+    s: usize,
+    seq: usize,
+    rows: usize,
+) -> Result<usize, String> {
     let p = match pos {
         Positions::Offset(base) => base.checked_add(s as i64),
         Positions::PerToken(ids) => ids.get(b * seq + s).copied(),
@@ -49,52 +55,60 @@ pub(crate) fn position(pos: Positions<'_>, b: usize, s: usize, seq: usize, rows:
     }
 }
 
+/// The tensors of one rotary call: positions, caches `[max_pos, rot / 2]` and the input.
+#[derive(Clone, Copy, Debug)]
+pub struct RotaryInputs<'a> {
+    pub pos: Positions<'a>,
+    pub cos: &'a [f32],
+    pub sin: &'a [f32],
+    pub x: &'a [f32],
+}
+
 /// Rotary embedding of `x` into `out` (same shape). Returns the variant that ran.
 pub fn rotary_f32(
     sh: &RotaryShape,
-    pos: Positions<'_>,
-    cos: &[f32],
-    sin: &[f32],
-    x: &[f32],
+    inp: &RotaryInputs<'_>,
     out: &mut [f32],
     par: &dyn Par,
 ) -> Result<&'static str, String> {
-    run(None, sh, pos, cos, sin, x, out, par)
+    run(None, sh, inp, out, par)
 }
 
 /// [`rotary_f32`] forced onto one ISA variant (tests). `Err` when the CPU lacks it.
-#[allow(clippy::too_many_arguments)]
 pub fn rotary_f32_with(
     isa: Isa,
     sh: &RotaryShape,
-    pos: Positions<'_>,
-    cos: &[f32],
-    sin: &[f32],
-    x: &[f32],
+    inp: &RotaryInputs<'_>,
     out: &mut [f32],
     par: &dyn Par,
 ) -> Result<&'static str, String> {
-    run(Some(isa), sh, pos, cos, sin, x, out, par)
+    run(Some(isa), sh, inp, out, par)
 }
 
-#[allow(clippy::too_many_arguments)]
 fn run(
     isa: Option<Isa>,
     sh: &RotaryShape,
-    pos: Positions<'_>,
-    cos: &[f32],
-    sin: &[f32],
-    x: &[f32],
+    inp: &RotaryInputs<'_>,
     out: &mut [f32],
     par: &dyn Par,
 ) -> Result<&'static str, String> {
+    let RotaryInputs { pos, cos, sin, x } = *inp;
     let k = super::kernels(isa)?;
-    let RotaryShape { batch, seq, heads, head, rot, .. } = *sh;
+    let RotaryShape {
+        batch,
+        seq,
+        heads,
+        head,
+        rot,
+        ..
+    } = *sh;
     if rot == 0 || rot % 2 != 0 || rot > head {
-        return Err(format!("rotary dimension {rot} must be even, positive and <= head size {head}"));
+        return Err(format!(
+            "rotary dimension {rot} must be even, positive and <= head size {head}"
+        ));
     }
     let half = rot / 2;
-    if cos.len() != sin.len() || cos.len() % half != 0 {
+    if cos.len() != sin.len() || !cos.len().is_multiple_of(half) {
         return Err(format!(
             "cos/sin caches ({} and {} elements) are not [max_pos, {half}]",
             cos.len(),
@@ -107,11 +121,19 @@ fn run(
         .try_fold(1usize, |a, &d| a.checked_mul(d))
         .ok_or("rotary: shape overflows")?;
     if x.len() != n || out.len() != n {
-        return Err(format!("rotary: buffers x={} out={} do not match {n} elements", x.len(), out.len()));
+        return Err(format!(
+            "rotary: buffers x={} out={} do not match {n} elements",
+            x.len(),
+            out.len()
+        ));
     }
     if let Positions::PerToken(ids) = pos {
         if ids.len() != batch * seq {
-            return Err(format!("position_ids has {} elements, expected {}", ids.len(), batch * seq));
+            return Err(format!(
+                "position_ids has {} elements, expected {}",
+                ids.len(),
+                batch * seq
+            ));
         }
     }
     // Check every position before writing anything.

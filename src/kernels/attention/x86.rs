@@ -24,7 +24,11 @@ fn dot_generic<S: Simd>(s: S, a: &[f32], b: &[f32]) -> f32 {
     }
     if body < n {
         let t = n - body;
-        acc1 = s.fma(s.load_part(a, body, t, 0.0), s.load_part(b, body, t, 0.0), acc1);
+        acc1 = s.fma(
+            s.load_part(a, body, t, 0.0),
+            s.load_part(b, body, t, 0.0),
+            acc1,
+        );
     }
     s.reduce_add(s.add(acc0, acc1))
 }
@@ -57,7 +61,11 @@ fn axpy_generic<S: Simd>(s: S, a: f32, x: &[f32], y: &mut [f32]) {
     }
     if body < n {
         let t = n - body;
-        let v = s.fma(va, s.load_part(x, body, t, 0.0), s.load_part(y, body, t, 0.0));
+        let v = s.fma(
+            va,
+            s.load_part(x, body, t, 0.0),
+            s.load_part(y, body, t, 0.0),
+        );
         s.store_part(y, body, t, v);
     }
 }

@@ -40,7 +40,10 @@ fn bad(msg: impl Into<String>) -> Error {
 fn bsd(t: &Tensor<'_>, what: &str) -> Result<(usize, usize, usize)> {
     match *t.shape() {
         [b, s, d] => Ok((b, s, d)),
-        _ => Err(bad(format!("{what} has shape {:?}, expected rank 3", t.shape()))),
+        _ => Err(bad(format!(
+            "{what} has shape {:?}, expected rank 3",
+            t.shape()
+        ))),
     }
 }
 
@@ -56,14 +59,20 @@ impl OpKernel for Gqa {
         let packed = key.is_none();
         let per = if packed { nh + 2 * nkv } else { nh };
         if d % per != 0 || d / per == 0 || (d / per) % 8 != 0 {
-            return Err(bad(format!("query hidden size {d} over {per} heads is not a head size that is a multiple of 8")));
+            return Err(bad(format!(
+                "query hidden size {d} over {per} heads is not a head size that is a multiple of 8"
+            )));
         }
         let head = d / per;
         match (&key, &value) {
             (Some(k), Some(v)) => {
                 for (t, what) in [(k, "key"), (v, "value")] {
                     if bsd(t, what)? != (batch, seq, nkv * head) {
-                        return Err(bad(format!("{what} has shape {:?}, expected [{batch}, {seq}, {}]", t.shape(), nkv * head)));
+                        return Err(bad(format!(
+                            "{what} has shape {:?}, expected [{batch}, {seq}, {}]",
+                            t.shape(),
+                            nkv * head
+                        )));
                     }
                 }
             }
@@ -75,20 +84,33 @@ impl OpKernel for Gqa {
                 let p = pk.shape().get(2).copied().unwrap_or(0);
                 for (t, what) in [(pk, "past_key"), (pv, "past_value")] {
                     if t.shape() != [batch, nkv, p, head] {
-                        return Err(bad(format!("{what} has shape {:?}, expected [{batch}, {nkv}, {p}, {head}]", t.shape())));
+                        return Err(bad(format!(
+                            "{what} has shape {:?}, expected [{batch}, {nkv}, {p}, {head}]",
+                            t.shape()
+                        )));
                     }
                 }
                 p
             }
             (None, None) => 0,
-            _ => return Err(bad("past_key and past_value must be both present or both absent")),
+            _ => {
+                return Err(bad(
+                    "past_key and past_value must be both present or both absent",
+                ))
+            }
         };
         let total_len = match total.data::<i32>()? {
             [t] if *t >= 0 => *t as usize,
-            t => return Err(bad(format!("total_sequence_length must be one non-negative element, got {t:?}"))),
+            t => {
+                return Err(bad(format!(
+                    "total_sequence_length must be one non-negative element, got {t:?}"
+                )))
+            }
         };
         if seq > 1 && seq != total_len && batch != 1 {
-            return Err(bad("batch size must be 1 when sequence_length > 1 and a past context is given"));
+            return Err(bad(
+                "batch size must be 1 when sequence_length > 1 and a past context is given",
+            ));
         }
         let first_prompt = seq == total_len;
         let present_len = total_len.max(past_len);
@@ -97,22 +119,43 @@ impl OpKernel for Gqa {
             Some(interleaved) => {
                 let (cos, sin) = (ctx.required_input(7)?, ctx.required_input(8)?);
                 let cd = cos.shape().to_vec();
-                if cd.len() != 2 || sin.shape() != cd.as_slice() || head % 16 != 0 || cd[1] == 0 || cd[1] % 8 != 0 || cd[1] > head / 2 || cd[0] < total_len {
+                if cd.len() != 2
+                    || sin.shape() != cd.as_slice()
+                    || head % 16 != 0
+                    || cd[1] == 0
+                    || cd[1] % 8 != 0
+                    || cd[1] > head / 2
+                    || cd[0] < total_len
+                {
                     return Err(bad(format!(
                         "cos_cache {cd:?} / sin_cache {:?} do not fit head size {head} (multiple of 16) and total length {total_len}",
                         sin.shape()
                     )));
                 }
-                Some(GqaRotary { cos: cos.data()?, sin: sin.data()?, rot: 2 * cd[1], interleaved })
+                Some(GqaRotary {
+                    cos: cos.data()?,
+                    sin: sin.data()?,
+                    rot: 2 * cd[1],
+                    interleaved,
+                })
             }
         };
-        let out = ctx.output(0, &[batch, seq, nh * head])?.into_data::<f32>()?;
+        let out = ctx
+            .output(0, &[batch, seq, nh * head])?
+            .into_data::<f32>()?;
         let pshape = [batch, nkv, present_len, head];
         let (pk_out, pv_out) = (ctx.output(1, &pshape)?, ctx.output(2, &pshape)?);
-        let same = |p: &Option<Tensor<'_>>, a: usize| p.as_ref().is_some_and(|t| t.data_addr() == a && a != 0);
-        let (k_shared, v_shared) = (same(&past_k, pk_out.data_addr()), same(&past_v, pv_out.data_addr()));
+        let same = |p: &Option<Tensor<'_>>, a: usize| {
+            p.as_ref().is_some_and(|t| t.data_addr() == a && a != 0)
+        };
+        let (k_shared, v_shared) = (
+            same(&past_k, pk_out.data_addr()),
+            same(&past_v, pv_out.data_addr()),
+        );
         if k_shared != v_shared {
-            return Err(bad("present_key and present_value must both share the past buffers or neither"));
+            return Err(bad(
+                "present_key and present_value must both share the past buffers or neither",
+            ));
         }
         // A shared past buffer is never read through an input slice: present holds its rows.
         let past = match (&past_k, &past_v) {
@@ -128,13 +171,23 @@ impl OpKernel for Gqa {
             past_len,
             present_len,
             first_prompt,
-            scale: if self.scale == 0.0 { 1.0 / (head as f32).sqrt() } else { self.scale },
+            scale: if self.scale == 0.0 {
+                1.0 / (head as f32).sqrt()
+            } else {
+                self.scale
+            },
         };
         let kv = match (&key, &value) {
             (Some(k), Some(v)) => Some((k.data()?, v.data()?)),
             _ => None,
         };
-        let inputs = GqaInputs { q: q.data()?, kv, past, seqlens_k: seqlens.data()?, rotary };
+        let inputs = GqaInputs {
+            q: q.data()?,
+            kv,
+            past,
+            seqlens_k: seqlens.data()?,
+            rotary,
+        };
         let outs = GqaOutputs {
             out,
             present_k: pk_out.into_data()?,
@@ -159,14 +212,30 @@ fn claim(node: &Node<'_>) -> std::result::Result<(), Decline> {
     only_attrs(
         node,
         &[
-            "num_heads", "kv_num_heads", "scale", "softcap", "local_window_size", "do_rotary",
-            "rotary_interleaved", "smooth_softmax", "qk_output", "k_quant_type", "v_quant_type",
-            "kv_cache_bit_width", "causal", "sliding_window_cache", "qk_norm_epsilon",
+            "num_heads",
+            "kv_num_heads",
+            "scale",
+            "softcap",
+            "local_window_size",
+            "do_rotary",
+            "rotary_interleaved",
+            "smooth_softmax",
+            "qk_output",
+            "k_quant_type",
+            "v_quant_type",
+            "kv_cache_bit_width",
+            "causal",
+            "sliding_window_cache",
+            "qk_norm_epsilon",
         ],
     )?;
     // ORT fills in the schema defaults: unquantized KV cache only.
     for a in ["k_quant_type", "v_quant_type"] {
-        if node.has_attr(a) && !node.attr_string(a).is_some_and(|v| v.eq_ignore_ascii_case("NONE")) {
+        if node.has_attr(a)
+            && !node
+                .attr_string(a)
+                .is_some_and(|v| v.eq_ignore_ascii_case("NONE"))
+        {
             return Err(format!("{a} other than NONE is not implemented"));
         }
     }
@@ -176,10 +245,17 @@ fn claim(node: &Node<'_>) -> std::result::Result<(), Decline> {
     let nh = node.attr_i64("num_heads").unwrap_or(0);
     let nkv = node.attr_i64("kv_num_heads").unwrap_or(0);
     if nh <= 0 || nkv <= 0 || nh % nkv != 0 {
-        return Err(format!("num_heads {nh} is not a positive multiple of kv_num_heads {nkv}"));
+        return Err(format!(
+            "num_heads {nh} is not a positive multiple of kv_num_heads {nkv}"
+        ));
     }
     // qk_norm_epsilon only matters with q_norm_weight / k_norm_weight (inputs 14, 15: declined).
-    let defaults = [("local_window_size", -1), ("qk_output", 0), ("causal", 1), ("sliding_window_cache", 0)];
+    let defaults = [
+        ("local_window_size", -1),
+        ("qk_output", 0),
+        ("causal", 1),
+        ("sliding_window_cache", 0),
+    ];
     for (a, want) in defaults {
         if node.attr_i64(a).unwrap_or(want) != want {
             return Err(format!("{a} other than {want} is not implemented"));
@@ -193,11 +269,15 @@ fn claim(node: &Node<'_>) -> std::result::Result<(), Decline> {
         return Err("softcap is not implemented".into());
     }
     let rotary = node.attr_i64("do_rotary").unwrap_or(0);
-    if !matches!(rotary, 0 | 1) || !matches!(node.attr_i64("rotary_interleaved").unwrap_or(0), 0 | 1) {
+    if !matches!(rotary, 0 | 1)
+        || !matches!(node.attr_i64("rotary_interleaved").unwrap_or(0), 0 | 1)
+    {
         return Err("do_rotary / rotary_interleaved must be 0 or 1".into());
     }
     require_elem(node, 0, F32)?;
-    let w: Vec<bool> = (0..16).map(|i| wired(node, i)).collect::<std::result::Result<_, _>>()?;
+    let w: Vec<bool> = (0..16)
+        .map(|i| wired(node, i))
+        .collect::<std::result::Result<_, _>>()?;
     if w[1] != w[2] || w[3] != w[4] || w[7] != w[8] {
         return Err("key/value, past_key/past_value and cos/sin must be wired in pairs".into());
     }
@@ -216,7 +296,9 @@ fn claim(node: &Node<'_>) -> std::result::Result<(), Decline> {
         require_elem(node, 8, F32)?;
     }
     if let Some(i) = (9..16).find(|&i| w[i]) {
-        return Err(format!("input {i} (position_ids / attention_bias / head_sink / KV scales) is not implemented"));
+        return Err(format!(
+            "input {i} (position_ids / attention_bias / head_sink / KV scales) is not implemented"
+        ));
     }
     for o in 0..3 {
         if !output_wired(node, o)? {
@@ -233,7 +315,9 @@ fn create(info: &KernelInfo<'_>, env: &Arc<KernelEnv>) -> Result<Box<dyn OpKerne
     let heads = usize::try_from(info.attr_i64("num_heads").unwrap_or(0)).unwrap_or(0);
     let kv_heads = usize::try_from(info.attr_i64("kv_num_heads").unwrap_or(0)).unwrap_or(0);
     if heads == 0 || kv_heads == 0 || heads % kv_heads != 0 {
-        return Err(bad(format!("num_heads {heads} is not a positive multiple of kv_num_heads {kv_heads}")));
+        return Err(bad(format!(
+            "num_heads {heads} is not a positive multiple of kv_num_heads {kv_heads}"
+        )));
     }
     Ok(Box::new(Gqa {
         heads,
@@ -250,7 +334,11 @@ pub const GROUP_QUERY_ATTENTION: OpDef = OpDef {
     domain: "com.microsoft",
     since: 1,
     until: 1,
-    types: &[("T", types::F32), ("T_CACHE", types::F32), ("M", types::I32)],
+    types: &[
+        ("T", types::F32),
+        ("T_CACHE", types::F32),
+        ("M", types::I32),
+    ],
     claim,
     create,
 };

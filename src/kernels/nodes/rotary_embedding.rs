@@ -13,7 +13,7 @@ use crate::abi::graph::Node;
 use crate::abi::kernel_context::KernelContext;
 use crate::abi::kernel_info::KernelInfo;
 use crate::abi::status::{Error, Result};
-use crate::kernels::attention::rotary::{rotary_f32, Positions, RotaryShape};
+use crate::kernels::attention::rotary::{rotary_f32, Positions, RotaryInputs, RotaryShape};
 use crate::kernels::op::{types, Decline, KernelEnv, OpDef, OpKernel};
 use crate::telemetry::ledger;
 
@@ -21,7 +21,8 @@ use super::claim::{only_attrs, require_elem, require_output_elem, F32};
 use super::glue_common::known_rank_dims;
 
 const OP: &str = "RotaryEmbedding";
-const I64: crate::abi::tensor::ElemType = crate::abi::tensor::ElemType::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64;
+const I64: crate::abi::tensor::ElemType =
+    crate::abi::tensor::ElemType::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64;
 
 struct Rotary {
     interleaved: bool,
@@ -46,22 +47,40 @@ fn shape_of(k: &Rotary, x: &[usize], cos: &[usize]) -> std::result::Result<Rotar
         (0, None) => 2 * cos[1],
         (_, Some((_, h))) => h,
         (_, None) if hidden % k.num_heads == 0 => hidden / k.num_heads,
-        _ => return Err(format!("hidden size {hidden} is not a multiple of num_heads {}", k.num_heads)),
+        _ => {
+            return Err(format!(
+                "hidden size {hidden} is not a multiple of num_heads {}",
+                k.num_heads
+            ))
+        }
     };
     let rot = if k.rot == 0 { head } else { k.rot };
     if head == 0 || hidden % head != 0 {
-        return Err(format!("hidden size {hidden} is not a multiple of head size {head}"));
+        return Err(format!(
+            "hidden size {hidden} is not a multiple of head size {head}"
+        ));
     }
     let heads = hidden / head;
     if (k.num_heads != 0 && k.num_heads != heads) || heads_4d.is_some_and(|(n, _)| n != heads) {
-        return Err(format!("num_heads {} does not match the input {x:?}", k.num_heads));
+        return Err(format!(
+            "num_heads {} does not match the input {x:?}",
+            k.num_heads
+        ));
     }
     if rot > head || rot % 2 != 0 || cos[1] * 2 != rot {
         return Err(format!(
             "cos_cache {cos:?} does not fit rotary dimension {rot} (head size {head})"
         ));
     }
-    Ok(RotaryShape { batch, seq, heads, head, rot, head_major: heads_4d.is_some(), interleaved: k.interleaved })
+    Ok(RotaryShape {
+        batch,
+        seq,
+        heads,
+        head,
+        rot,
+        head_major: heads_4d.is_some(),
+        interleaved: k.interleaved,
+    })
 }
 
 impl OpKernel for Rotary {
@@ -92,15 +111,30 @@ impl OpKernel for Rotary {
             )));
         };
         let out = ctx.output(0, x.shape())?.into_data::<f32>()?;
-        let variant = rotary_f32(&sh, positions, cos.data()?, sin.data()?, x.data()?, out, &*self.env.par)
-            .map_err(Error::invalid_argument)?;
+        let inputs = RotaryInputs {
+            pos: positions,
+            cos: cos.data()?,
+            sin: sin.data()?,
+            x: x.data()?,
+        };
+        let variant =
+            rotary_f32(&sh, &inputs, out, &*self.env.par).map_err(Error::invalid_argument)?;
         ledger::record(OP, variant, self.env.par.lanes());
         Ok(())
     }
 }
 
 fn claim(node: &Node<'_>) -> std::result::Result<(), Decline> {
-    only_attrs(node, &["interleaved", "num_heads", "rotary_embedding_dim", "is_packed_batching", "scale"])?;
+    only_attrs(
+        node,
+        &[
+            "interleaved",
+            "num_heads",
+            "rotary_embedding_dim",
+            "is_packed_batching",
+            "scale",
+        ],
+    )?;
     if node.attr_i64("is_packed_batching").unwrap_or(0) != 0 {
         return Err("is_packed_batching is not implemented".into());
     }
@@ -113,7 +147,9 @@ fn claim(node: &Node<'_>) -> std::result::Result<(), Decline> {
     let rot = node.attr_i64("rotary_embedding_dim").unwrap_or(0);
     let heads = node.attr_i64("num_heads").unwrap_or(0);
     if rot < 0 || heads < 0 || (rot > 0 && heads == 0) {
-        return Err(format!("rotary_embedding_dim {rot} / num_heads {heads} are not valid"));
+        return Err(format!(
+            "rotary_embedding_dim {rot} / num_heads {heads} are not valid"
+        ));
     }
     require_elem(node, 0, F32)?;
     require_elem(node, 1, I64)?;
@@ -121,7 +157,9 @@ fn claim(node: &Node<'_>) -> std::result::Result<(), Decline> {
     require_elem(node, 3, F32)?;
     require_output_elem(node, F32)?;
     match known_rank_dims(node, 0)? {
-        Some(d) if d.len() != 3 && d.len() != 4 => Err(format!("input rank {} is not 3 or 4", d.len())),
+        Some(d) if d.len() != 3 && d.len() != 4 => {
+            Err(format!("input rank {} is not 3 or 4", d.len()))
+        }
         _ => Ok(()),
     }
 }
