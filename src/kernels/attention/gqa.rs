@@ -255,12 +255,22 @@ fn run(
         super::over_rows(dst_all, unit, copy_work, seq == 1, par, &fill);
     }
     let (pk, pv) = (&*o.present_k, &*o.present_v);
-    // Phase 2: one (b, s, query head) per output row of `head` elements.
+    // Phase 2: one (b, s, query head) per output row of `head` elements. With several query
+    // rows (prefill) each lane first transposes its batch's keys (`[Nkv, H, max_len]`) so the
+    // scores run along the keys; a decode row takes one dot product per key row.
     let max_len = past.iter().max().copied().unwrap_or(0) + seq;
+    let transposed = seq > 1;
+    let kt_len = if transposed {
+        kv_heads * head * max_len
+    } else {
+        0
+    };
     let attend = |first: usize, dst: &mut [f32]| {
-        with_scratch_f32(head + 2 * max_len, |buf| {
+        with_scratch_f32(head + 2 * max_len + kt_len, |buf| {
             let (qr, rest) = buf.split_at_mut(head);
-            let (scores, probs) = rest.split_at_mut(max_len);
+            let (scores, rest) = rest.split_at_mut(max_len);
+            let (probs, kt) = rest.split_at_mut(max_len);
+            let mut kt_batch = None;
             for (i, orow) in dst.chunks_exact_mut(head).enumerate() {
                 let u = first + i;
                 let (b, s, h) = (u / (seq * heads), (u / heads) % seq, u % heads);
@@ -269,13 +279,25 @@ fn run(
                 rope_at(&inp.q[at..at + head], past[b] + s, qr);
                 let len = past[b] + s + 1;
                 let base = (b * kv_heads + n) * unit;
-                (k.scores)(
-                    qr,
-                    &pk[base..base + len * head],
-                    sh.scale,
-                    &mut scores[..len],
-                );
-                softmax_row(&scores[..len], &mut probs[..len], len);
+                let sc = &mut scores[..len];
+                if transposed {
+                    if kt_batch != Some(b) {
+                        transpose_keys(
+                            &pk[b * kv_heads * unit..(b + 1) * kv_heads * unit],
+                            unit,
+                            past[b] + seq,
+                            head,
+                            max_len,
+                            kt,
+                        );
+                        kt_batch = Some(b);
+                    }
+                    let kt_n = &kt[n * head * max_len..(n + 1) * head * max_len];
+                    (k.scores_t)(qr, kt_n, max_len, sh.scale, sc);
+                } else {
+                    (k.scores)(qr, &pk[base..base + len * head], sh.scale, sc);
+                }
+                softmax_row(sc, &mut probs[..len], len);
                 (k.pv)(&probs[..len], &pv[base..base + len * head], orow);
             }
         })
@@ -283,4 +305,26 @@ fn run(
     let work = tokens * heads * max_len * head;
     super::over_rows(o.out, head, work >= PAR_MIN_WORK, seq == 1, par, &attend);
     Ok(k.name)
+}
+
+/// Keys of one batch (`[Nkv, present_len, H]`, `per_head` = `present_len * H`, the first `rows`
+/// rows valid) into `kt` as `[Nkv, H, ld]`.
+fn transpose_keys(
+    keys: &[f32],
+    per_head: usize,
+    rows: usize,
+    head: usize,
+    ld: usize,
+    kt: &mut [f32],
+) {
+    for (kn, tn) in keys
+        .chunks_exact(per_head)
+        .zip(kt.chunks_exact_mut(head * ld))
+    {
+        for (j, row) in kn.chunks_exact(head).take(rows).enumerate() {
+            for (i, &x) in row.iter().enumerate() {
+                tn[i * ld + j] = x;
+            }
+        }
+    }
 }

@@ -21,6 +21,8 @@ use crate::runtime::par::Par;
 
 /// `out[j] = scale * dot(q, k_row_j)` for `j < out.len()`, key rows of `q.len()` in `k`.
 type ScoresFn = fn(&[f32], &[f32], f32, &mut [f32]);
+/// The same scores from keys transposed to `[H, ld]`: `(q, kt, ld, scale, out)`.
+type ScoresTFn = fn(&[f32], &[f32], usize, f32, &mut [f32]);
 /// `out = sum_j p[j] * v_row_j`, value rows of `out.len()` in `v`.
 type PvFn = fn(&[f32], &[f32], &mut [f32]);
 /// One rotary row: `(x, cos, sin, interleaved, out)`; rotates `2 * cos.len()` leading elements.
@@ -28,6 +30,7 @@ type RopeFn = fn(&[f32], &[f32], &[f32], bool, &mut [f32]);
 
 pub(crate) struct Kernels {
     scores: ScoresFn,
+    scores_t: ScoresTFn,
     pv: PvFn,
     rope: RopeFn,
     isa: Isa,
@@ -36,6 +39,7 @@ pub(crate) struct Kernels {
 
 const SCALAR: Kernels = Kernels {
     scores: scalar::scores,
+    scores_t: scalar::scores_t,
     pv: scalar::pv,
     rope: scalar::rope_row,
     isa: Isa::Scalar,
@@ -44,6 +48,7 @@ const SCALAR: Kernels = Kernels {
 #[cfg(target_arch = "x86_64")]
 const AVX2: Kernels = Kernels {
     scores: x86::scores_avx2,
+    scores_t: x86::scores_t_avx2,
     pv: x86::pv_avx2,
     rope: x86::rope_avx2,
     isa: Isa::Avx2,
@@ -52,6 +57,7 @@ const AVX2: Kernels = Kernels {
 #[cfg(target_arch = "x86_64")]
 const AVX512: Kernels = Kernels {
     scores: x86::scores_avx512,
+    scores_t: x86::scores_t_avx512,
     pv: x86::pv_avx512,
     rope: x86::rope_avx512,
     isa: Isa::Avx512,

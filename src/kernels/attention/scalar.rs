@@ -8,6 +8,18 @@ pub(super) fn scores(q: &[f32], k: &[f32], scale: f32, out: &mut [f32]) {
     }
 }
 
+/// `out[j] = scale * sum_i q[i] * kt[i * ld + j]` for `j < out.len()`: the same scores from keys
+/// stored transposed (`[H, ld]`), vectorised along the keys.
+pub(super) fn scores_t(q: &[f32], kt: &[f32], ld: usize, scale: f32, out: &mut [f32]) {
+    out.fill(0.0);
+    for (i, &qi) in q.iter().enumerate() {
+        for (o, &k) in out.iter_mut().zip(&kt[i * ld..]) {
+            *o += qi * k;
+        }
+    }
+    out.iter_mut().for_each(|o| *o *= scale);
+}
+
 /// `out = sum_j p[j] * v[j]` over the first `p.len()` rows of `v` (rows of `out.len()`).
 pub(super) fn pv(p: &[f32], v: &[f32], out: &mut [f32]) {
     out.fill(0.0);
