@@ -293,12 +293,12 @@ fn run(
                         kt_batch = Some(b);
                     }
                     let kt_n = &kt[n * head * max_len..(n + 1) * head * max_len];
-                    (k.scores_t)(qr, kt_n, max_len, sh.scale, sc);
+                    (k.rows)(qr, kt_n, max_len, sh.scale, sc);
                 } else {
                     (k.scores)(qr, &pk[base..base + len * head], sh.scale, sc);
                 }
                 softmax_row(sc, &mut probs[..len], len);
-                (k.pv)(&probs[..len], &pv[base..base + len * head], orow);
+                (k.rows)(&probs[..len], &pv[base..base + len * head], head, 1.0, orow);
             }
         })
     };

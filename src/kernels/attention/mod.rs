@@ -2,8 +2,8 @@
 //! `do_rotary` step of GroupQueryAttention) and grouped-query attention over a BNSH KV cache
 //! (`com.microsoft.GroupQueryAttention`, decode and prefill).
 //!
-//! Per ISA one table: scaled QK scores (a dot product per key row), probabilities times V rows,
-//! the rotary row; the softmax between them is the softmax family's row kernel of the same ISA.
+//! Per ISA one table: scaled QK scores (a dot product per key row), weighted row sums (scores
+//! along transposed keys; probabilities times V rows), the rotary row; the softmax between them is the softmax family's row kernel of the same ISA.
 //! Work is split over the lanes by output rows: (batch, kv head) for the KV cache update and
 //! (batch, query position, query head) for the attention itself.
 
@@ -21,17 +21,15 @@ use crate::runtime::par::Par;
 
 /// `out[j] = scale * dot(q, k_row_j)` for `j < out.len()`, key rows of `q.len()` in `k`.
 type ScoresFn = fn(&[f32], &[f32], f32, &mut [f32]);
-/// The same scores from keys transposed to `[H, ld]`: `(q, kt, ld, scale, out)`.
-type ScoresTFn = fn(&[f32], &[f32], usize, f32, &mut [f32]);
-/// `out = sum_j p[j] * v_row_j`, value rows of `out.len()` in `v`.
-type PvFn = fn(&[f32], &[f32], &mut [f32]);
+/// `out[c] = scale * sum_r coef[r] * m_row_r[c]`, rows `ld` apart: `(coef, m, ld, scale, out)`.
+/// Scores from keys transposed to `[H, ld]`, and probabilities times V (`ld` = head, scale 1).
+type RowsFn = fn(&[f32], &[f32], usize, f32, &mut [f32]);
 /// One rotary row: `(x, cos, sin, interleaved, out)`; rotates `2 * cos.len()` leading elements.
 type RopeFn = fn(&[f32], &[f32], &[f32], bool, &mut [f32]);
 
 pub(crate) struct Kernels {
     scores: ScoresFn,
-    scores_t: ScoresTFn,
-    pv: PvFn,
+    rows: RowsFn,
     rope: RopeFn,
     isa: Isa,
     name: &'static str,
@@ -39,8 +37,7 @@ pub(crate) struct Kernels {
 
 const SCALAR: Kernels = Kernels {
     scores: scalar::scores,
-    scores_t: scalar::scores_t,
-    pv: scalar::pv,
+    rows: scalar::rows,
     rope: scalar::rope_row,
     isa: Isa::Scalar,
     name: "scalar",
@@ -48,8 +45,7 @@ const SCALAR: Kernels = Kernels {
 #[cfg(target_arch = "x86_64")]
 const AVX2: Kernels = Kernels {
     scores: x86::scores_avx2,
-    scores_t: x86::scores_t_avx2,
-    pv: x86::pv_avx2,
+    rows: x86::rows_avx2,
     rope: x86::rope_avx2,
     isa: Isa::Avx2,
     name: "avx2",
@@ -57,8 +53,7 @@ const AVX2: Kernels = Kernels {
 #[cfg(target_arch = "x86_64")]
 const AVX512: Kernels = Kernels {
     scores: x86::scores_avx512,
-    scores_t: x86::scores_t_avx512,
-    pv: x86::pv_avx512,
+    rows: x86::rows_avx512,
     rope: x86::rope_avx512,
     isa: Isa::Avx512,
     name: "avx512",

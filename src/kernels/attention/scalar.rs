@@ -1,5 +1,5 @@
-//! Scalar reference kernels of the attention family: scaled QK scores, probabilities times V,
-//! one rotary row.
+//! Scalar reference kernels of the attention family: scaled QK scores, weighted sums of matrix
+//! rows (scores from transposed keys, probabilities times V), one rotary row.
 
 /// `out[j] = scale * dot(q, k[j])` for the first `out.len()` rows of `k` (rows of `q.len()`).
 pub(super) fn scores(q: &[f32], k: &[f32], scale: f32, out: &mut [f32]) {
@@ -8,26 +8,16 @@ pub(super) fn scores(q: &[f32], k: &[f32], scale: f32, out: &mut [f32]) {
     }
 }
 
-/// `out[j] = scale * sum_i q[i] * kt[i * ld + j]` for `j < out.len()`: the same scores from keys
-/// stored transposed (`[H, ld]`), vectorised along the keys.
-pub(super) fn scores_t(q: &[f32], kt: &[f32], ld: usize, scale: f32, out: &mut [f32]) {
+/// `out[c] = scale * sum_r coef[r] * m[r * ld + c]` for `c < out.len()`: scores from transposed
+/// keys (`coef` = query, `m` = K^T `[H, ld]`) and probabilities times V (`m` = V, scale 1).
+pub(super) fn rows(coef: &[f32], m: &[f32], ld: usize, scale: f32, out: &mut [f32]) {
     out.fill(0.0);
-    for (i, &qi) in q.iter().enumerate() {
-        for (o, &k) in out.iter_mut().zip(&kt[i * ld..]) {
-            *o += qi * k;
+    for (r, &x) in coef.iter().enumerate() {
+        for (o, &v) in out.iter_mut().zip(&m[r * ld..]) {
+            *o += x * v;
         }
     }
     out.iter_mut().for_each(|o| *o *= scale);
-}
-
-/// `out = sum_j p[j] * v[j]` over the first `p.len()` rows of `v` (rows of `out.len()`).
-pub(super) fn pv(p: &[f32], v: &[f32], out: &mut [f32]) {
-    out.fill(0.0);
-    for (&pj, vr) in p.iter().zip(v.chunks_exact(out.len())) {
-        for (o, &x) in out.iter_mut().zip(vr) {
-            *o += pj * x;
-        }
-    }
 }
 
 /// Rotates the first `2 * cos.len()` elements of `x` into `out` (rotate-half pairs `(i, i + half)`

@@ -1,7 +1,6 @@
 //! AVX2 / AVX-512 attention kernels over the shared [`Simd`] lanes: scaled QK scores (one dot
-//! product per key row, or along the keys from transposed keys with four vectors of keys held in
-//! registers), probabilities times V rows (`out += p_j * v_j`, four vectors of the head held in
-//! registers) and the rotate-half rotary row. The interleaved rotary form needs lane shuffles
+//! product per key row), weighted sums of matrix rows (scores along transposed keys, and
+//! probabilities times V rows) and the rotate-half rotary row. The interleaved rotary form needs lane shuffles
 //! for a cheap op and uses the scalar row.
 
 #![cfg(target_arch = "x86_64")]
@@ -41,63 +40,36 @@ fn scores_generic<S: Simd>(s: S, q: &[f32], k: &[f32], scale: f32, out: &mut [f3
     }
 }
 
+/// `out[c] = scale * sum_r coef[r] * m[r * ld + c]` for `c < out.len()`, four vectors of `out`
+/// held in registers: the scores from transposed keys (`coef` = query, `m` = K^T) and the
+/// probabilities times V (`coef` = probabilities, `m` = V, scale 1).
 #[inline(always)]
-fn scores_t_generic<S: Simd>(s: S, q: &[f32], kt: &[f32], ld: usize, scale: f32, out: &mut [f32]) {
+fn rows_generic<S: Simd>(s: S, coef: &[f32], m: &[f32], ld: usize, scale: f32, out: &mut [f32]) {
     let (n, w) = (out.len(), S::W);
     let sc = s.splat(scale);
-    let mut j = 0;
-    while j + 4 * w <= n {
-        let (mut a0, mut a1, mut a2, mut a3) =
-            (s.splat(0.0), s.splat(0.0), s.splat(0.0), s.splat(0.0));
-        for (i, &qi) in q.iter().enumerate() {
-            let (qv, at) = (s.splat(qi), i * ld + j);
-            a0 = s.fma(qv, s.load(kt, at), a0);
-            a1 = s.fma(qv, s.load(kt, at + w), a1);
-            a2 = s.fma(qv, s.load(kt, at + 2 * w), a2);
-            a3 = s.fma(qv, s.load(kt, at + 3 * w), a3);
-        }
-        for (t, a) in [a0, a1, a2, a3].into_iter().enumerate() {
-            s.store(out, j + t * w, s.mul(a, sc));
-        }
-        j += 4 * w;
-    }
-    while j < n {
-        let t = w.min(n - j);
-        let mut a = s.splat(0.0);
-        for (i, &qi) in q.iter().enumerate() {
-            a = s.fma(s.splat(qi), s.load_part(kt, i * ld + j, t, 0.0), a);
-        }
-        s.store_part(out, j, t, s.mul(a, sc));
-        j += t;
-    }
-}
-
-#[inline(always)]
-fn pv_generic<S: Simd>(s: S, p: &[f32], v: &[f32], out: &mut [f32]) {
-    let (h, w) = (out.len(), S::W);
     let mut c = 0;
-    while c + 4 * w <= h {
-        let (mut a0, mut a1, mut a2, mut a3) =
-            (s.splat(0.0), s.splat(0.0), s.splat(0.0), s.splat(0.0));
-        for (j, &pj) in p.iter().enumerate() {
-            let (pv, at) = (s.splat(pj), j * h + c);
-            a0 = s.fma(pv, s.load(v, at), a0);
-            a1 = s.fma(pv, s.load(v, at + w), a1);
-            a2 = s.fma(pv, s.load(v, at + 2 * w), a2);
-            a3 = s.fma(pv, s.load(v, at + 3 * w), a3);
+    while c + 4 * w <= n {
+        let z = s.splat(0.0);
+        let (mut a0, mut a1, mut a2, mut a3) = (z, z, z, z);
+        for (r, &x) in coef.iter().enumerate() {
+            let (xv, at) = (s.splat(x), r * ld + c);
+            a0 = s.fma(xv, s.load(m, at), a0);
+            a1 = s.fma(xv, s.load(m, at + w), a1);
+            a2 = s.fma(xv, s.load(m, at + 2 * w), a2);
+            a3 = s.fma(xv, s.load(m, at + 3 * w), a3);
         }
         for (t, a) in [a0, a1, a2, a3].into_iter().enumerate() {
-            s.store(out, c + t * w, a);
+            s.store(out, c + t * w, s.mul(a, sc));
         }
         c += 4 * w;
     }
-    while c < h {
-        let t = w.min(h - c);
+    while c < n {
+        let t = w.min(n - c);
         let mut a = s.splat(0.0);
-        for (j, &pj) in p.iter().enumerate() {
-            a = s.fma(s.splat(pj), s.load_part(v, j * h + c, t, 0.0), a);
+        for (r, &x) in coef.iter().enumerate() {
+            a = s.fma(s.splat(x), s.load_part(m, r * ld + c, t, 0.0), a);
         }
-        s.store_part(out, c, t, a);
+        s.store_part(out, c, t, s.mul(a, sc));
         c += t;
     }
 }
@@ -138,14 +110,11 @@ isa_entry!(scores_avx2, Avx2, "avx2,fma", scores_generic,
     (q: &[f32], k: &[f32], scale: f32, out: &mut [f32]));
 isa_entry!(scores_avx512, Avx512, "avx512f,avx512dq,avx2,fma", scores_generic,
     (q: &[f32], k: &[f32], scale: f32, out: &mut [f32]));
-isa_entry!(scores_t_avx2, Avx2, "avx2,fma", scores_t_generic,
-    (q: &[f32], kt: &[f32], ld: usize, scale: f32, out: &mut [f32]));
-isa_entry!(scores_t_avx512, Avx512, "avx512f,avx512dq,avx2,fma", scores_t_generic,
-    (q: &[f32], kt: &[f32], ld: usize, scale: f32, out: &mut [f32]));
-isa_entry!(pv_avx2, Avx2, "avx2,fma", pv_generic, (p: &[f32], v: &[f32], out: &mut [f32]));
-isa_entry!(pv_avx512, Avx512, "avx512f,avx512dq,avx2,fma", pv_generic,
-    (p: &[f32], v: &[f32], out: &mut [f32]));
 isa_entry!(rope_avx2, Avx2, "avx2,fma", rope_generic,
     (x: &[f32], cos: &[f32], sin: &[f32], interleaved: bool, out: &mut [f32]));
 isa_entry!(rope_avx512, Avx512, "avx512f,avx512dq,avx2,fma", rope_generic,
     (x: &[f32], cos: &[f32], sin: &[f32], interleaved: bool, out: &mut [f32]));
+isa_entry!(rows_avx2, Avx2, "avx2,fma", rows_generic,
+    (coef: &[f32], m: &[f32], ld: usize, scale: f32, out: &mut [f32]));
+isa_entry!(rows_avx512, Avx512, "avx512f,avx512dq,avx2,fma", rows_generic,
+    (coef: &[f32], m: &[f32], ld: usize, scale: f32, out: &mut [f32]));
