@@ -263,11 +263,14 @@ def _nbits_node(rng, name, inp, out, k, n, block_size, acc, bias: bool):
 
 
 def decoder_layer(rng: np.random.Generator, accuracy_level: int = 4, block_size: int = 32,
-                  hidden: int = QWEN2_HIDDEN, inter: int = QWEN2_INTER) -> onnx.ModelProto:
-    """One Qwen2-style decoder layer (prompt step, no KV cache): RMSNorm -> q/k/v MatMulNBits (with
-    bias) -> GroupQueryAttention (stays on ORT) -> o_proj -> SkipSimplifiedLayerNorm (residual sum
-    as output 3) -> gate/up MatMulNBits -> SiLU (Sigmoid * x) * up -> down MatMulNBits -> Add.
-    Inputs: X [B, S, hidden] f32, seqlens_k int32 [B] (= S - 1), total_seq_len int32 scalar (= S)."""
+                  hidden: int = QWEN2_HIDDEN, inter: int = QWEN2_INTER, kv_cache: bool = False,
+                  rotary: bool = False, max_pos: int = 256) -> onnx.ModelProto:
+    """One Qwen2-style decoder layer: RMSNorm -> q/k/v MatMulNBits (with bias) -> GroupQueryAttention
+    -> o_proj -> SkipSimplifiedLayerNorm (residual sum as output 3) -> gate/up MatMulNBits -> SiLU
+    (Sigmoid * x) * up -> down MatMulNBits -> Add.
+    Inputs: X [B, S, hidden] f32, seqlens_k int32 [B] (= S - 1), total_seq_len int32 scalar (= S).
+    kv_cache: also past_k / past_v [B, kv_heads, P, head] inputs (a decode step as ORT genai's model
+    builder makes it); rotary: do_rotary=1 with cos/sin cache initializers [max_pos, head / 2]."""
     h, d = QWEN2_HEAD_DIM, hidden
     q_n, kv_n = QWEN2_HEADS * h, QWEN2_KV_HEADS * h
     inits = [
@@ -280,10 +283,16 @@ def decoder_layer(rng: np.random.Generator, accuracy_level: int = 4, block_size:
         node, ini = _nbits_node(rng, nm, "h1", out, d, n, block_size, accuracy_level, bias=True)
         nodes.append(node)
         inits += ini
+    past = ["past_k", "past_v"] if kv_cache else ["", ""]
+    rope = dict(do_rotary=1, rotary_interleaved=0) if rotary else {}
+    if rotary:
+        cos, sin = rope_caches(max_pos, h // 2)
+        inits += [numpy_helper.from_array(cos, "cos_cache"), numpy_helper.from_array(sin, "sin_cache")]
     nodes.append(helper.make_node(
-        "GroupQueryAttention", ["q", "k", "v", "", "", "seqlens_k", "total_seq_len"],
+        "GroupQueryAttention", ["q", "k", "v", *past, "seqlens_k", "total_seq_len"]
+        + (["cos_cache", "sin_cache"] if rotary else []),
         ["attn_out", "present_k", "present_v"], name="attn", domain="com.microsoft",
-        num_heads=QWEN2_HEADS, kv_num_heads=QWEN2_KV_HEADS,
+        num_heads=QWEN2_HEADS, kv_num_heads=QWEN2_KV_HEADS, **rope,
     ))
     node, ini = _nbits_node(rng, "o_proj", "attn_out", "o", q_n, d, block_size, accuracy_level, bias=False)
     nodes.append(node)
@@ -310,6 +319,8 @@ def decoder_layer(rng: np.random.Generator, accuracy_level: int = 4, block_size:
         helper.make_tensor_value_info("seqlens_k", TensorProto.INT32, ["B"]),
         helper.make_tensor_value_info("total_seq_len", TensorProto.INT32, []),
     ]
+    if kv_cache:
+        inputs += [_vi("past_k", ["B", QWEN2_KV_HEADS, "P", h]), _vi("past_v", ["B", QWEN2_KV_HEADS, "P", h])]
     return _model(nodes, inputs, [_vi("Y", ["B", "S", d]), _vi("present_k", None), _vi("present_v", None)],
                   inits, ms_opset=1)
 
@@ -393,3 +404,58 @@ def gemm_const(a_shape, w: np.ndarray, c: np.ndarray | None = None, name: str = 
         inits.append(numpy_helper.from_array(c.astype(np.float32), "C"))
     node = helper.make_node("Gemm", ins, ["Y"], name=name, **attrs)
     return _model([node], [_vi("A", a_shape)], [_vi("Y", None)], inits)
+
+
+# ------------------------------------------------------------------------------ attention (rotary, GQA)
+
+
+def rotary_embedding(x_shape, pos_shape, max_pos: int, half: int, interleaved: int = 0,
+                     num_heads: int | None = None, rotary_embedding_dim: int | None = None,
+                     name: str = "rope0") -> onnx.ModelProto:
+    """com.microsoft.RotaryEmbedding: X, position_ids (int64), cos_cache / sin_cache [max_pos, half]."""
+    attrs = {"interleaved": interleaved}
+    if num_heads is not None:
+        attrs["num_heads"] = num_heads
+    if rotary_embedding_dim is not None:
+        attrs["rotary_embedding_dim"] = rotary_embedding_dim
+    node = helper.make_node("RotaryEmbedding", ["X", "pos", "cos", "sin"], ["Y"], name=name,
+                            domain="com.microsoft", **attrs)
+    inputs = [_vi("X", x_shape), helper.make_tensor_value_info("pos", TensorProto.INT64, pos_shape),
+              _vi("cos", [max_pos, half]), _vi("sin", [max_pos, half])]
+    return _model([node], inputs, [_vi("Y", None)], ms_opset=1)
+
+
+def rope_caches(max_pos: int, half: int, theta: float = 10000.0):
+    """(cos, sin) [max_pos, half] f32 as model builders make them."""
+    inv = 1.0 / theta ** (np.arange(half, dtype=np.float64) / half)
+    ang = np.outer(np.arange(max_pos, dtype=np.float64), inv)
+    return np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
+
+
+def gqa(num_heads: int, kv_heads: int, head: int, packed: bool = False, past: bool = True,
+        rotary: bool = False, interleaved: int = 0, max_pos: int = 0, scale: float | None = None,
+        name: str = "gqa0", **extra) -> onnx.ModelProto:
+    """One com.microsoft.GroupQueryAttention node; inputs named q (k, v), past_k, past_v, seqlens_k,
+    total_seq_len (cos, sin); outputs out, present_k, present_v."""
+    ins = ["q", "" if packed else "k", "" if packed else "v", "past_k" if past else "", "past_v" if past else "",
+           "seqlens_k", "total_seq_len"]
+    attrs = dict(num_heads=num_heads, kv_num_heads=kv_heads, **extra)
+    if rotary:
+        ins += ["cos", "sin"]
+        attrs.update(do_rotary=1, rotary_interleaved=interleaved)
+    if scale is not None:
+        attrs["scale"] = scale
+    node = helper.make_node("GroupQueryAttention", ins, ["out", "present_k", "present_v"], name=name,
+                            domain="com.microsoft", **attrs)
+    qd = (num_heads + 2 * kv_heads) * head if packed else num_heads * head
+    inputs = [_vi("q", ["B", "S", qd])]
+    if not packed:
+        inputs += [_vi("k", ["B", "S", kv_heads * head]), _vi("v", ["B", "S", kv_heads * head])]
+    if past:
+        inputs += [_vi("past_k", ["B", kv_heads, "P", head]), _vi("past_v", ["B", kv_heads, "P", head])]
+    inputs += [helper.make_tensor_value_info("seqlens_k", TensorProto.INT32, ["B"]),
+               helper.make_tensor_value_info("total_seq_len", TensorProto.INT32, [])]
+    if rotary:
+        inputs += [_vi("cos", [max_pos, head // 2]), _vi("sin", [max_pos, head // 2])]
+    outs = [_vi("out", None), _vi("present_k", None), _vi("present_v", None)]
+    return _model([node], inputs, outs, ms_opset=1)

@@ -205,6 +205,34 @@ impl<'a> Node<'a> {
         Some(v)
     }
 
+    /// String attribute (up to 255 bytes); `None` when absent, not a string, or longer.
+    pub fn attr_string(&self, name: &str) -> Option<String> {
+        let a = self.attr(name)?;
+        if Self::attr_type(a)? != OrtOpAttrType::ORT_OP_ATTR_STRING {
+            return None;
+        }
+        let mut buf = [0u8; 255];
+        let mut out = 0usize;
+        // SAFETY: ORT writes at most buf.len() bytes into the live local buffer (and errors,
+        // writing nothing, when the string does not fit).
+        unsafe {
+            check((api().ort.ReadOpAttr)(
+                a,
+                OrtOpAttrType::ORT_OP_ATTR_STRING,
+                buf.as_mut_ptr() as *mut c_void,
+                buf.len(),
+                &mut out,
+            ))
+        }
+        .ok()?;
+        let bytes = buf.get(..out)?;
+        Some(
+            String::from_utf8_lossy(bytes)
+                .trim_end_matches('\0')
+                .to_string(),
+        )
+    }
+
     /// Names of attributes present on the node, for "unknown attribute" checks.
     pub fn attr_names(&self) -> Result<Vec<String>> {
         let ort = api().ort;

@@ -151,6 +151,12 @@ impl<'a> Tensor<'a> {
         self.len() == 0
     }
 
+    /// The buffer's address, for detecting an output that shares this input's buffer (no
+    /// reference is formed).
+    pub fn data_addr(&self) -> usize {
+        self.data as usize
+    }
+
     /// The data as a typed slice; error if the element type differs.
     pub fn data<T: Element>(&self) -> Result<&'a [T]> {
         if self.ty.elem != T::ELEM {
@@ -261,6 +267,11 @@ impl<'a> TensorMut<'a> {
 
     pub fn shape(&self) -> &[usize] {
         &self.shape
+    }
+
+    /// The buffer's address (see [`Tensor::data_addr`]).
+    pub fn data_addr(&self) -> usize {
+        self.data as usize
     }
 
     /// Consumes the view: the slice is the only handle to the output buffer.

@@ -3,6 +3,7 @@
 use crate::kernels::nodes::{
     activation, binary, gemm, layer_norm, matmul, matmul_nbits, skip_layer_norm, softmax,
 };
+use crate::kernels::nodes::{group_query_attention, rotary_embedding};
 use crate::kernels::op::OpDef;
 
 pub static OPS: &[OpDef] = &[
@@ -23,4 +24,6 @@ pub static OPS: &[OpDef] = &[
     activation::FAST_GELU,
     crate::kernels::nodes::qlinear_matmul::QLINEAR_MATMUL_10,
     crate::kernels::nodes::qlinear_matmul::QLINEAR_MATMUL_21,
+    rotary_embedding::ROTARY_EMBEDDING,
+    group_query_attention::GROUP_QUERY_ATTENTION,
 ];

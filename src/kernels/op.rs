@@ -61,4 +61,6 @@ pub mod types {
         ElemType::ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8,
         ElemType::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8,
     ];
+    pub const I32: &[ElemType] = &[ElemType::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32];
+    pub const I64: &[ElemType] = &[ElemType::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64];
 }

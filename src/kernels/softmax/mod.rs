@@ -21,7 +21,7 @@ pub const PAR_MIN_ELEMS: usize = 1 << 15;
 const CHUNK_ELEMS: usize = 1 << 14;
 
 /// Softmax of consecutive contiguous rows of `n` elements into `out` (one call per chunk).
-type RowFn = fn(&[f32], &mut [f32], usize);
+pub(crate) type RowFn = fn(&[f32], &mut [f32], usize);
 
 struct Kernels {
     row: RowFn,
@@ -72,6 +72,12 @@ pub fn softmax_f32_with(
 ) -> Result<&'static str, String> {
     let k = TABLES.for_isa(isa)?;
     run(k, x, outer, dim, inner, out, par)
+}
+
+/// The contiguous-row softmax of `isa` (`row(x, out, n)`: rows of `n` from `x` into `out`), for
+/// kernels that fuse softmax into their own loop (attention). `Err` when the CPU lacks `isa`.
+pub(crate) fn row_kernel(isa: Isa) -> Result<RowFn, String> {
+    Ok(TABLES.for_isa(isa)?.row)
 }
 
 fn run(

@@ -1,0 +1,198 @@
+"""Parity of rcpu's com.microsoft.RotaryEmbedding and GroupQueryAttention with ORT's CPU EP, their
+claim rules, and clean errors for bad inputs.
+
+Tolerances: RotaryEmbedding elementwise rtol 1e-5 / atol 1e-6 (same products, one rounding each);
+GQA relative L2 of every output <= 1e-5 (ORT sums QK and PV through its sgemm, rcpu per row with
+FMA: the order of the sums differs, not the math). present_key/present_value are copies plus the
+rotary (rtol 1e-5) and compare at rel L2 <= 1e-6.
+
+Every positive test asserts the node ran on RcpuExecutionProvider.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import models
+from conftest import assert_error_names_node, assert_on_cpu, assert_on_rcpu, rel_l2
+
+TOL = 1e-5
+
+
+def rope_feeds(rng, x_shape, pos, max_pos, half):
+    cos, sin = models.rope_caches(max_pos, half)
+    return {"X": rng.standard_normal(x_shape).astype(np.float32), "pos": pos, "cos": cos, "sin": sin}
+
+
+@pytest.mark.parametrize("interleaved", [0, 1])
+@pytest.mark.parametrize("layout", ["bsd", "bnsh"])
+def test_rotary_embedding(make_sessions, interleaved, layout):
+    rng = np.random.default_rng(11 + interleaved)
+    b, s, n, h, max_pos = 2, 5, 3, 64, 40
+    shape = [b, s, n * h] if layout == "bsd" else [b, n, s, h]
+    model = models.rotary_embedding(shape, [b, s], max_pos, h // 2, interleaved=interleaved,
+                                    num_heads=n if layout == "bsd" else None)
+    cpu, rc = make_sessions(model, {"threads": 2})
+    assert_on_rcpu(rc, "rope0")
+    pos = rng.integers(0, max_pos, (b, s)).astype(np.int64)
+    feeds = rope_feeds(rng, shape, pos, max_pos, h // 2)
+    want, got = cpu.run(None, feeds)[0], rc.run(None, feeds)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_rotary_embedding_offset_and_partial(make_sessions):
+    rng = np.random.default_rng(3)
+    b, s, n, h, rot, max_pos = 1, 7, 2, 64, 32, 64
+    model = models.rotary_embedding([b, s, n * h], [1], max_pos, rot // 2, num_heads=n, rotary_embedding_dim=rot)
+    cpu, rc = make_sessions(model, {"threads": 2})
+    assert_on_rcpu(rc, "rope0")
+    feeds = rope_feeds(rng, [b, s, n * h], np.array([9], np.int64), max_pos, rot // 2)
+    want, got = cpu.run(None, feeds)[0], rc.run(None, feeds)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_rotary_embedding_bad_position_names_node(make_sessions):
+    rng = np.random.default_rng(4)
+    model = models.rotary_embedding([1, 2, 64], [1, 2], 8, 32, num_heads=1)
+    _, rc = make_sessions(model, {"threads": 2})
+    feeds = rope_feeds(rng, [1, 2, 64], np.array([[0, 8]], np.int64), 8, 32)
+    with pytest.raises(Exception) as e:
+        rc.run(None, feeds)
+    assert_error_names_node(e.value, "rope0")
+
+
+def gqa_feeds(rng, b, s, nh, nkv, h, seqlens, total, past_len=None, packed=False, max_pos=0):
+    f = {}
+    if packed:
+        f["q"] = rng.standard_normal((b, s, (nh + 2 * nkv) * h)).astype(np.float32)
+    else:
+        f["q"] = rng.standard_normal((b, s, nh * h)).astype(np.float32)
+        f["k"] = rng.standard_normal((b, s, nkv * h)).astype(np.float32)
+        f["v"] = rng.standard_normal((b, s, nkv * h)).astype(np.float32)
+    if past_len is not None:
+        f["past_k"] = rng.standard_normal((b, nkv, past_len, h)).astype(np.float32)
+        f["past_v"] = rng.standard_normal((b, nkv, past_len, h)).astype(np.float32)
+    f["seqlens_k"] = np.asarray(seqlens, np.int32)
+    f["total_seq_len"] = np.array(total, np.int32)
+    if max_pos:
+        f["cos"], f["sin"] = models.rope_caches(max_pos, h // 2)
+    return f
+
+
+def assert_gqa_parity(cpu, rc, feeds, what):
+    want, got = cpu.run(None, feeds), rc.run(None, feeds)
+    for name, w, g in zip(("out", "present_k", "present_v"), want, got):
+        assert g.shape == w.shape, f"{what} {name}: shape {g.shape} vs {w.shape}"
+        e = rel_l2(g, w)
+        assert e <= (TOL if name == "out" else 1e-6), f"{what} {name}: rel_l2 {e:.3g}"
+
+
+@pytest.mark.parametrize("rotary,interleaved", [(False, 0), (True, 0), (True, 1)])
+@pytest.mark.parametrize("packed", [False, True])
+@pytest.mark.parametrize("nh,nkv", [(4, 4), (4, 2), (14, 2)])
+def test_gqa_decode_with_past(make_sessions, rotary, interleaved, packed, nh, nkv):
+    rng = np.random.default_rng(nh * 7 + nkv + packed + 2 * rotary + interleaved)
+    h, max_pos = 64, 128
+    model = models.gqa(nh, nkv, h, packed=packed, rotary=rotary, interleaved=interleaved, max_pos=max_pos)
+    cpu, rc = make_sessions(model, {"threads": 2})
+    assert_on_rcpu(rc, "gqa0")
+    for b, past_lens in ((1, [0]), (1, [1]), (1, [37]), (2, [5, 16]), (1, [100])):
+        # past buffer of max(past) rows; batch b has past_lens[b] valid rows, total = past + 1
+        p = max(past_lens)
+        total = p + 1
+        feeds = gqa_feeds(rng, b, 1, nh, nkv, h, [q for q in past_lens], total, past_len=p, packed=packed,
+                          max_pos=max_pos if rotary else 0)
+        assert_gqa_parity(cpu, rc, feeds, f"decode b={b} past={past_lens}")
+
+
+@pytest.mark.parametrize("rotary,interleaved", [(False, 0), (True, 0), (True, 1)])
+@pytest.mark.parametrize("packed", [False, True])
+def test_gqa_prefill_without_past(make_sessions, rotary, interleaved, packed):
+    rng = np.random.default_rng(50 + packed + 2 * rotary + interleaved)
+    nh, nkv, h, max_pos = 14, 2, 64, 64
+    model = models.gqa(nh, nkv, h, packed=packed, past=False, rotary=rotary, interleaved=interleaved,
+                       max_pos=max_pos)
+    cpu, rc = make_sessions(model, {"threads": 2})
+    assert_on_rcpu(rc, "gqa0")
+    for b, s in ((1, 1), (1, 3), (2, 17), (1, 33)):
+        feeds = gqa_feeds(rng, b, s, nh, nkv, h, [s - 1] * b, s, packed=packed, max_pos=max_pos if rotary else 0)
+        assert_gqa_parity(cpu, rc, feeds, f"prefill b={b} s={s}")
+
+
+def test_gqa_prefill_into_max_length_past_buffer(make_sessions):
+    """First prompt with a past buffer of the cache's max length (genai's shared-buffer layout)."""
+    rng = np.random.default_rng(77)
+    nh, nkv, h, max_pos = 8, 2, 64, 64
+    model = models.gqa(nh, nkv, h, rotary=True, max_pos=max_pos)
+    cpu, rc = make_sessions(model, {"threads": 2})
+    assert_on_rcpu(rc, "gqa0")
+    feeds = gqa_feeds(rng, 1, 9, nh, nkv, h, [8], 9, past_len=32, max_pos=max_pos)
+    assert_gqa_parity(cpu, rc, feeds, "prompt into 32-row buffer")
+    # then a decode step at total 10 in the same buffer size
+    feeds = gqa_feeds(rng, 1, 1, nh, nkv, h, [9], 10, past_len=32, max_pos=max_pos)
+    assert_gqa_parity(cpu, rc, feeds, "decode in 32-row buffer")
+
+
+def test_gqa_scale_and_head_32(make_sessions):
+    rng = np.random.default_rng(5)
+    model = models.gqa(6, 3, 32, scale=0.3)
+    cpu, rc = make_sessions(model, {"threads": 2})
+    assert_on_rcpu(rc, "gqa0")
+    feeds = gqa_feeds(rng, 2, 1, 6, 3, 32, [3, 6], 7, past_len=6)
+    assert_gqa_parity(cpu, rc, feeds, "scale 0.3 head 32")
+
+
+@pytest.mark.parametrize("extra", [dict(local_window_size=8), dict(softcap=30.0), dict(smooth_softmax=1)])
+def test_gqa_unsupported_attributes_stay_on_ort(make_sessions, extra):
+    model = models.gqa(4, 2, 64, **extra)
+    _, rc = make_sessions(model, {"threads": 2})
+    assert_on_cpu(rc, "gqa0")
+
+
+@pytest.mark.parametrize("seqlens,total,past", [([7], 8, 4), ([-1], 1, 4), ([40], 41, 8)])
+def test_gqa_bad_seqlens_names_node(make_sessions, seqlens, total, past):
+    rng = np.random.default_rng(6)
+    model = models.gqa(4, 2, 64)
+    _, rc = make_sessions(model, {"threads": 2})
+    feeds = gqa_feeds(rng, 1, 1, 4, 2, 64, seqlens, total, past_len=past)
+    with pytest.raises(Exception) as e:
+        rc.run(None, feeds)
+    assert_error_names_node(e.value, "gqa0")
+
+
+def test_gqa_present_shares_past_buffer(make_sessions):
+    """genai's layout: past_key/past_value and present_key/present_value bound to the same
+    max-length buffers (IO binding); only the new rows are written, by ORT and by rcpu alike."""
+    import onnxruntime as ort
+
+    rng = np.random.default_rng(88)
+    nh, nkv, h, max_len = 8, 2, 64, 48
+    model = models.gqa(nh, nkv, h, rotary=True, max_pos=max_len)
+    cpu, rc = make_sessions(model, {"threads": 2})
+    assert_on_rcpu(rc, "gqa0")
+    results = []
+    for sess in (cpu, rc):
+        r = np.random.default_rng(5)
+        kbuf = r.standard_normal((1, nkv, max_len, h)).astype(np.float32)
+        vbuf = r.standard_normal((1, nkv, max_len, h)).astype(np.float32)
+        kval, vval = ort.OrtValue.ortvalue_from_numpy(kbuf), ort.OrtValue.ortvalue_from_numpy(vbuf)
+        outs = []
+        for step, (s, total) in enumerate(((7, 7), (1, 8), (1, 9))):
+            feeds = gqa_feeds(np.random.default_rng(100 + step), 1, s, nh, nkv, h, [total - 1], total,
+                              max_pos=max_len)
+            io = sess.io_binding()
+            for name, arr in feeds.items():
+                io.bind_cpu_input(name, arr)
+            io.bind_ortvalue_input("past_k", kval)
+            io.bind_ortvalue_input("past_v", vval)
+            io.bind_output("out")
+            io.bind_ortvalue_output("present_k", kval)
+            io.bind_ortvalue_output("present_v", vval)
+            sess.run_with_iobinding(io)
+            outs.append(io.copy_outputs_to_cpu()[0])
+        results.append((outs, kval.numpy().copy(), vval.numpy().copy()))
+    (co, ck, cv), (ro, rk, rv) = results
+    for i, (w, g) in enumerate(zip(co, ro)):
+        assert rel_l2(g, w) <= TOL, f"step {i}: rel_l2 {rel_l2(g, w):.3g}"
+    assert rel_l2(rk, ck) <= 1e-6 and rel_l2(rv, cv) <= 1e-6

@@ -1,0 +1,330 @@
+//! Grouped-query attention over a BNSH KV cache (`com.microsoft.GroupQueryAttention`), f32,
+//! with ORT's CPU semantics:
+//!
+//! - query `[B, S, N * H]`, key/value `[B, S, Nkv * H]`, or one packed `[B, S, (N + 2 Nkv) * H]`;
+//!   query head `h` reads kv head `h / (N / Nkv)`;
+//! - per batch the total length is `t = seqlens_k[b] + 1`; on the first prompt the new tokens sit
+//!   at cache rows `0..S`, otherwise at `t - S .. t` after `t - S` past rows;
+//! - `present` (`[B, Nkv, present_len, H]`) = the past rows, then the new (rotated) keys/values,
+//!   zeros after them; when present shares the past buffer only the new rows are written;
+//! - query `s` attends causally to cache rows `0 ..= past + s`, `softmax(scale * q.k)` times V;
+//! - with rotary, query and new key rows are rotated at position `s` (first prompt) or
+//!   `past + s` (cache rows of `cos`/`sin`), see [`super::rotary`].
+
+use crate::kernels::isa::Isa;
+use crate::kernels::softmax;
+use crate::memory::scratch::with_scratch_f32;
+use crate::runtime::par::Par;
+
+use super::rotary::{position, Positions};
+
+/// Attention work (multiply-adds) from which a call is split over lanes.
+pub const PAR_MIN_WORK: usize = 1 << 15;
+
+/// Shape of one call.
+#[derive(Clone, Copy, Debug)]
+pub struct GqaShape {
+    pub batch: usize,
+    pub seq: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head: usize,
+    /// Rows of the past buffers (0 without past).
+    pub past_len: usize,
+    /// Rows of the present buffers.
+    pub present_len: usize,
+    /// ORT's "first prompt": `S == total_sequence_length`; new rows start at 0.
+    pub first_prompt: bool,
+    pub scale: f32,
+}
+
+/// The `do_rotary` step: caches `[max_pos, rot / 2]` and the pair layout.
+#[derive(Clone, Copy, Debug)]
+pub struct GqaRotary<'a> {
+    pub cos: &'a [f32],
+    pub sin: &'a [f32],
+    pub rot: usize,
+    pub interleaved: bool,
+}
+
+/// Inputs of one call.
+#[derive(Clone, Copy, Debug)]
+pub struct GqaInputs<'a> {
+    pub q: &'a [f32],
+    /// Separate key and value; `None`: packed into `q`.
+    pub kv: Option<(&'a [f32], &'a [f32])>,
+    /// Past key and value (`[B, Nkv, past_len, H]`); `None` without past or when present shares it.
+    pub past: Option<(&'a [f32], &'a [f32])>,
+    pub seqlens_k: &'a [i32],
+    pub rotary: Option<GqaRotary<'a>>,
+}
+
+/// Outputs of one call.
+pub struct GqaOutputs<'a> {
+    pub out: &'a mut [f32],
+    pub present_k: &'a mut [f32],
+    pub present_v: &'a mut [f32],
+    /// Present is the past buffer (it already holds the past rows).
+    pub shared: bool,
+}
+
+/// Runs one GroupQueryAttention call. Returns the variant that ran.
+pub fn gqa_f32(
+    sh: &GqaShape,
+    inp: &GqaInputs<'_>,
+    o: GqaOutputs<'_>,
+    par: &dyn Par,
+) -> Result<&'static str, String> {
+    run(None, sh, inp, o, par)
+}
+
+/// [`gqa_f32`] forced onto one ISA variant (tests). `Err` when the CPU lacks it.
+pub fn gqa_f32_with(
+    isa: Isa,
+    sh: &GqaShape,
+    inp: &GqaInputs<'_>,
+    o: GqaOutputs<'_>,
+    par: &dyn Par,
+) -> Result<&'static str, String> {
+    run(Some(isa), sh, inp, o, par)
+}
+
+/// Past rows per batch, after checking `seqlens_k` against the shape and buffers.
+fn past_rows(sh: &GqaShape, seqlens_k: &[i32], shared: bool) -> Result<Vec<usize>, String> {
+    if seqlens_k.len() != sh.batch {
+        return Err(format!(
+            "seqlens_k has {} elements, expected batch size {}",
+            seqlens_k.len(),
+            sh.batch
+        ));
+    }
+    let mut past = Vec::with_capacity(sh.batch);
+    for (b, &sk) in seqlens_k.iter().enumerate() {
+        let t = sk as i64 + 1;
+        if t < 1 || t > sh.present_len as i64 {
+            return Err(format!(
+                "seqlens_k[{b}] = {sk}: total length {t} is outside 1..={} (present length)",
+                sh.present_len
+            ));
+        }
+        let p = if sh.first_prompt {
+            0
+        } else {
+            let p = t - sh.seq as i64;
+            if p < 0 {
+                return Err(format!(
+                    "seqlens_k[{b}] = {sk}: total length {t} is shorter than sequence_length {}",
+                    sh.seq
+                ));
+            }
+            p as usize
+        };
+        if !shared && p > sh.past_len {
+            return Err(format!(
+                "seqlens_k[{b}] = {sk} needs {p} past rows, past_key/past_value hold {}",
+                sh.past_len
+            ));
+        }
+        past.push(p);
+    }
+    Ok(past)
+}
+
+fn run(
+    isa: Option<Isa>,
+    sh: &GqaShape,
+    inp: &GqaInputs<'_>,
+    o: GqaOutputs<'_>,
+    par: &dyn Par,
+) -> Result<&'static str, String> {
+    let k = super::kernels(isa)?;
+    let softmax_row = softmax::row_kernel(k.isa)?;
+    let GqaShape {
+        batch,
+        seq,
+        heads,
+        kv_heads,
+        head,
+        past_len,
+        present_len,
+        ..
+    } = *sh;
+    if heads == 0 || kv_heads == 0 || heads % kv_heads != 0 || head == 0 {
+        return Err(format!(
+            "num_heads {heads} must be a positive multiple of kv_num_heads {kv_heads}"
+        ));
+    }
+    let group = heads / kv_heads;
+    let q_stride = if inp.kv.is_some() {
+        heads
+    } else {
+        heads + 2 * kv_heads
+    };
+    let tokens = batch * seq;
+    let need = |what: &str, got: usize, want: usize| {
+        if got == want {
+            Ok(())
+        } else {
+            Err(format!("{what} has {got} elements, expected {want}"))
+        }
+    };
+    need("query", inp.q.len(), tokens * q_stride * head)?;
+    if let Some((kk, vv)) = inp.kv {
+        need("key", kk.len(), tokens * kv_heads * head)?;
+        need("value", vv.len(), tokens * kv_heads * head)?;
+    }
+    let cache = batch * kv_heads * present_len * head;
+    need("output", o.out.len(), tokens * heads * head)?;
+    need("present_key", o.present_k.len(), cache)?;
+    need("present_value", o.present_v.len(), cache)?;
+    if let Some((pk, pv)) = inp.past {
+        need("past_key", pk.len(), batch * kv_heads * past_len * head)?;
+        need("past_value", pv.len(), batch * kv_heads * past_len * head)?;
+    }
+    let past = past_rows(sh, inp.seqlens_k, o.shared)?;
+    let rot = match inp.rotary {
+        Some(r) => {
+            if r.rot == 0
+                || r.rot % 2 != 0
+                || r.rot > head
+                || r.cos.len() != r.sin.len()
+                || r.cos.len() % (r.rot / 2) != 0
+            {
+                return Err(format!(
+                    "cos/sin caches do not fit rotary dimension {} and head size {head}",
+                    r.rot
+                ));
+            }
+            let rows = r.cos.len() / (r.rot / 2);
+            for (b, &p) in past.iter().enumerate() {
+                for s in 0..seq {
+                    position(Positions::Offset(p as i64), b, s, seq, rows)?;
+                }
+            }
+            Some((r, r.rot / 2))
+        }
+        None => None,
+    };
+    if tokens == 0 || heads == 0 {
+        return Ok(k.name);
+    }
+    // The new key / value row of token (b, s), kv head n.
+    let new_row = |which: usize, b: usize, s: usize, n: usize| -> &[f32] {
+        let (src, stride, off) = match inp.kv {
+            Some((kk, vv)) => (if which == 0 { kk } else { vv }, kv_heads, 0),
+            None => (inp.q, q_stride, heads + which * kv_heads),
+        };
+        let at = ((b * seq + s) * stride + off + n) * head;
+        &src[at..at + head]
+    };
+    let rope_at = |x: &[f32], p: usize, out: &mut [f32]| match rot {
+        Some((r, half)) => (k.rope)(
+            x,
+            &r.cos[p * half..(p + 1) * half],
+            &r.sin[p * half..(p + 1) * half],
+            r.interleaved,
+            out,
+        ),
+        None => out.copy_from_slice(x),
+    };
+    let unit = present_len * head;
+    let copy_work = 2 * cache >= super::rotary::PAR_MIN_ELEMS * 4;
+    // Phase 1: present = past rows, new rows (keys rotated), zeros; one (b, kv head) per row.
+    for (which, dst_all) in [(0usize, &mut *o.present_k), (1, &mut *o.present_v)] {
+        let fill = |first: usize, dst: &mut [f32]| {
+            for (i, d) in dst.chunks_exact_mut(unit).enumerate() {
+                let (b, n) = ((first + i) / kv_heads, (first + i) % kv_heads);
+                let p = past[b];
+                if !o.shared {
+                    if let Some(src) = inp.past.map(|(pk, pv)| if which == 0 { pk } else { pv }) {
+                        let at = (b * kv_heads + n) * past_len * head;
+                        d[..p * head].copy_from_slice(&src[at..at + p * head]);
+                    }
+                    d[(p + seq) * head..].fill(0.0);
+                }
+                for s in 0..seq {
+                    let row = &mut d[(p + s) * head..(p + s + 1) * head];
+                    if which == 0 {
+                        rope_at(new_row(0, b, s, n), p + s, row);
+                    } else {
+                        row.copy_from_slice(new_row(1, b, s, n));
+                    }
+                }
+            }
+        };
+        super::over_rows(dst_all, unit, copy_work, seq == 1, par, &fill);
+    }
+    let (pk, pv) = (&*o.present_k, &*o.present_v);
+    // Phase 2: one (b, s, query head) per output row of `head` elements. With several query
+    // rows (prefill) each lane first transposes its batch's keys (`[Nkv, H, max_len]`) so the
+    // scores run along the keys; a decode row takes one dot product per key row.
+    let max_len = past.iter().max().copied().unwrap_or(0) + seq;
+    let transposed = seq > 1;
+    let kt_len = if transposed {
+        kv_heads * head * max_len
+    } else {
+        0
+    };
+    let attend = |first: usize, dst: &mut [f32]| {
+        with_scratch_f32(head + 2 * max_len + kt_len, |buf| {
+            let (qr, rest) = buf.split_at_mut(head);
+            let (scores, rest) = rest.split_at_mut(max_len);
+            let (probs, kt) = rest.split_at_mut(max_len);
+            let mut kt_batch = None;
+            for (i, orow) in dst.chunks_exact_mut(head).enumerate() {
+                let u = first + i;
+                let (b, s, h) = (u / (seq * heads), (u / heads) % seq, u % heads);
+                let n = h / group;
+                let at = ((b * seq + s) * q_stride + h) * head;
+                rope_at(&inp.q[at..at + head], past[b] + s, qr);
+                let len = past[b] + s + 1;
+                let base = (b * kv_heads + n) * unit;
+                let sc = &mut scores[..len];
+                if transposed {
+                    if kt_batch != Some(b) {
+                        transpose_keys(
+                            &pk[b * kv_heads * unit..(b + 1) * kv_heads * unit],
+                            unit,
+                            past[b] + seq,
+                            head,
+                            max_len,
+                            kt,
+                        );
+                        kt_batch = Some(b);
+                    }
+                    let kt_n = &kt[n * head * max_len..(n + 1) * head * max_len];
+                    (k.rows)(qr, kt_n, max_len, sh.scale, sc);
+                } else {
+                    (k.scores)(qr, &pk[base..base + len * head], sh.scale, sc);
+                }
+                softmax_row(sc, &mut probs[..len], len);
+                (k.rows)(&probs[..len], &pv[base..base + len * head], head, 1.0, orow);
+            }
+        })
+    };
+    let work = tokens * heads * max_len * head;
+    super::over_rows(o.out, head, work >= PAR_MIN_WORK, seq == 1, par, &attend);
+    Ok(k.name)
+}
+
+/// Keys of one batch (`[Nkv, present_len, H]`, `per_head` = `present_len * H`, the first `rows`
+/// rows valid) into `kt` as `[Nkv, H, ld]`.
+fn transpose_keys(
+    keys: &[f32],
+    per_head: usize,
+    rows: usize,
+    head: usize,
+    ld: usize,
+    kt: &mut [f32],
+) {
+    for (kn, tn) in keys
+        .chunks_exact(per_head)
+        .zip(kt.chunks_exact_mut(head * ld))
+    {
+        for (j, row) in kn.chunks_exact(head).take(rows).enumerate() {
+            for (i, &x) in row.iter().enumerate() {
+                tn[i * ld + j] = x;
+            }
+        }
+    }
+}

@@ -1,0 +1,99 @@
+//! Attention family (f32): the rotary embedding (`com.microsoft.RotaryEmbedding`, and the
+//! `do_rotary` step of GroupQueryAttention) and grouped-query attention over a BNSH KV cache
+//! (`com.microsoft.GroupQueryAttention`, decode and prefill).
+//!
+//! Per ISA one table: scaled QK scores (a dot product per key row), weighted row sums (scores
+//! along transposed keys; probabilities times V rows), the rotary row; the softmax between them is the softmax family's row kernel of the same ISA.
+//! Work is split over the lanes by output rows: (batch, kv head) for the KV cache update and
+//! (batch, query position, query head) for the attention itself.
+
+pub mod gqa;
+pub mod rotary;
+mod scalar;
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+use once_cell::sync::Lazy;
+use parking_lot::Mutex;
+
+use crate::kernels::isa::Isa;
+use crate::runtime::par::Par;
+
+/// `out[j] = scale * dot(q, k_row_j)` for `j < out.len()`, key rows of `q.len()` in `k`.
+type ScoresFn = fn(&[f32], &[f32], f32, &mut [f32]);
+/// `out[c] = scale * sum_r coef[r] * m_row_r[c]`, rows `ld` apart: `(coef, m, ld, scale, out)`.
+/// Scores from keys transposed to `[H, ld]`, and probabilities times V (`ld` = head, scale 1).
+type RowsFn = fn(&[f32], &[f32], usize, f32, &mut [f32]);
+/// One rotary row: `(x, cos, sin, interleaved, out)`; rotates `2 * cos.len()` leading elements.
+type RopeFn = fn(&[f32], &[f32], &[f32], bool, &mut [f32]);
+
+pub(crate) struct Kernels {
+    scores: ScoresFn,
+    rows: RowsFn,
+    rope: RopeFn,
+    isa: Isa,
+    name: &'static str,
+}
+
+const SCALAR: Kernels = Kernels {
+    scores: scalar::scores,
+    rows: scalar::rows,
+    rope: scalar::rope_row,
+    isa: Isa::Scalar,
+    name: "scalar",
+};
+#[cfg(target_arch = "x86_64")]
+const AVX2: Kernels = Kernels {
+    scores: x86::scores_avx2,
+    rows: x86::rows_avx2,
+    rope: x86::rope_avx2,
+    isa: Isa::Avx2,
+    name: "avx2",
+};
+#[cfg(target_arch = "x86_64")]
+const AVX512: Kernels = Kernels {
+    scores: x86::scores_avx512,
+    rows: x86::rows_avx512,
+    rope: x86::rope_avx512,
+    isa: Isa::Avx512,
+    name: "avx512",
+};
+
+static TABLES: crate::kernels::isa::IsaTables<Kernels> = crate::isa_tables!(SCALAR, AVX2, AVX512);
+static DISPATCH: Lazy<&'static Kernels> = Lazy::new(|| TABLES.active());
+
+/// The table for `isa` (`None`: the process's level). `Err` when the CPU lacks it.
+fn kernels(isa: Option<Isa>) -> Result<&'static Kernels, String> {
+    match isa {
+        None => Ok(*DISPATCH),
+        Some(i) => TABLES.for_isa(i),
+    }
+}
+
+/// Runs `f(first_row, rows)` over `out` cut into runs of whole rows of `row_len` elements: on
+/// the calling thread, or on `par` (decode dispatch when `decode`, task dispatch otherwise)
+/// when `parallel` and there is more than one row.
+fn over_rows(
+    out: &mut [f32],
+    row_len: usize,
+    parallel: bool,
+    decode: bool,
+    par: &dyn Par,
+    f: &(dyn Fn(usize, &mut [f32]) + Sync),
+) {
+    if out.is_empty() || row_len == 0 {
+        return;
+    }
+    let rows = out.len() / row_len;
+    if !parallel || par.lanes() < 2 || rows < 2 {
+        return f(0, out);
+    }
+    let per = rows.div_ceil((par.lanes() * 4).min(rows));
+    let parts: Vec<Mutex<&mut [f32]>> = out.chunks_mut(per * row_len).map(Mutex::new).collect();
+    let run = |i: usize| f(i * per, &mut parts[i].lock());
+    if decode {
+        par.decode_chunks(parts.len(), &run)
+    } else {
+        par.task_chunks(parts.len(), &run)
+    }
+}

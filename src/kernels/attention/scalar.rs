@@ -1,0 +1,39 @@
+//! Scalar reference kernels of the attention family: scaled QK scores, weighted sums of matrix
+//! rows (scores from transposed keys, probabilities times V), one rotary row.
+
+/// `out[j] = scale * dot(q, k[j])` for the first `out.len()` rows of `k` (rows of `q.len()`).
+pub(super) fn scores(q: &[f32], k: &[f32], scale: f32, out: &mut [f32]) {
+    for (o, kr) in out.iter_mut().zip(k.chunks_exact(q.len())) {
+        *o = scale * q.iter().zip(kr).map(|(a, b)| a * b).sum::<f32>();
+    }
+}
+
+/// `out[c] = scale * sum_r coef[r] * m[r * ld + c]` for `c < out.len()`: scores from transposed
+/// keys (`coef` = query, `m` = K^T `[H, ld]`) and probabilities times V (`m` = V, scale 1).
+pub(super) fn rows(coef: &[f32], m: &[f32], ld: usize, scale: f32, out: &mut [f32]) {
+    out.fill(0.0);
+    for (r, &x) in coef.iter().enumerate() {
+        for (o, &v) in out.iter_mut().zip(&m[r * ld..]) {
+            *o += x * v;
+        }
+    }
+    out.iter_mut().for_each(|o| *o *= scale);
+}
+
+/// Rotates the first `2 * cos.len()` elements of `x` into `out` (rotate-half pairs `(i, i + half)`
+/// or interleaved pairs `(2i, 2i + 1)`) and copies the rest of the row unchanged.
+pub(super) fn rope_row(x: &[f32], cos: &[f32], sin: &[f32], interleaved: bool, out: &mut [f32]) {
+    let half = cos.len();
+    let rot = 2 * half;
+    for i in 0..half {
+        let (a, b) = if interleaved {
+            (2 * i, 2 * i + 1)
+        } else {
+            (i, i + half)
+        };
+        let (x1, x2) = (x[a], x[b]);
+        out[a] = x1 * cos[i] - x2 * sin[i];
+        out[b] = x2 * cos[i] + x1 * sin[i];
+    }
+    out[rot..].copy_from_slice(&x[rot..]);
+}

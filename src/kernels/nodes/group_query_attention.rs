@@ -1,0 +1,344 @@
+//! com.microsoft.GroupQueryAttention (opset 1) over float32, ORT's CPU semantics (see
+//! `kernels::attention::gqa`): separate query/key/value or packed QKV, past_key/past_value in
+//! BNSH or none, present outputs (also sharing the past buffers), `do_rotary` with
+//! `cos_cache`/`sin_cache` (rotate-half or interleaved), `scale` (0: `1/sqrt(head)`).
+//!
+//! Stays on ORT: `local_window_size` != -1, `softcap` != 0, `smooth_softmax` = 1, `qk_output`,
+//! `causal` = 0, `sliding_window_cache`, KV quantization, and the inputs `position_ids`,
+//! `attention_bias`, `head_sink`, `k_scale`/`v_scale`, `q_norm_weight`/`k_norm_weight`.
+
+use std::sync::Arc;
+
+use crate::abi::graph::Node;
+use crate::abi::kernel_context::KernelContext;
+use crate::abi::kernel_info::KernelInfo;
+use crate::abi::status::{Error, Result};
+use crate::abi::tensor::{ElemType, Tensor};
+use crate::kernels::attention::gqa::{gqa_f32, GqaInputs, GqaOutputs, GqaRotary, GqaShape};
+use crate::kernels::op::{types, Decline, KernelEnv, OpDef, OpKernel};
+use crate::telemetry::ledger;
+
+use super::claim::{input, only_attrs, require_elem, require_output_elem, F32};
+use super::glue_common::output_wired;
+
+const OP: &str = "GroupQueryAttention";
+const I32: ElemType = ElemType::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32;
+
+struct Gqa {
+    heads: usize,
+    kv_heads: usize,
+    scale: f32,
+    rotary: Option<bool>,
+    env: Arc<KernelEnv>,
+}
+
+fn bad(msg: impl Into<String>) -> Error {
+    Error::invalid_argument(msg)
+}
+
+/// `[B, S, D]` of a rank-3 input.
+fn bsd(t: &Tensor<'_>, what: &str) -> Result<(usize, usize, usize)> {
+    match *t.shape() {
+        [b, s, d] => Ok((b, s, d)),
+        _ => Err(bad(format!(
+            "{what} has shape {:?}, expected rank 3",
+            t.shape()
+        ))),
+    }
+}
+
+impl OpKernel for Gqa {
+    fn compute(&self, ctx: &KernelContext<'_>) -> Result<()> {
+        let (nh, nkv) = (self.heads, self.kv_heads);
+        let q = ctx.required_input(0)?;
+        let (key, value) = (ctx.input(1)?, ctx.input(2)?);
+        let (past_k, past_v) = (ctx.input(3)?, ctx.input(4)?);
+        let seqlens = ctx.required_input(5)?;
+        let total = ctx.required_input(6)?;
+        let (batch, seq, d) = bsd(&q, "query")?;
+        let packed = key.is_none();
+        let per = if packed { nh + 2 * nkv } else { nh };
+        if d % per != 0 || d / per == 0 || (d / per) % 8 != 0 {
+            return Err(bad(format!(
+                "query hidden size {d} over {per} heads is not a head size that is a multiple of 8"
+            )));
+        }
+        let head = d / per;
+        match (&key, &value) {
+            (Some(k), Some(v)) => {
+                for (t, what) in [(k, "key"), (v, "value")] {
+                    if bsd(t, what)? != (batch, seq, nkv * head) {
+                        return Err(bad(format!(
+                            "{what} has shape {:?}, expected [{batch}, {seq}, {}]",
+                            t.shape(),
+                            nkv * head
+                        )));
+                    }
+                }
+            }
+            (None, None) => {}
+            _ => return Err(bad("key and value must be both present or both absent")),
+        }
+        let past_len = match (&past_k, &past_v) {
+            (Some(pk), Some(pv)) => {
+                let p = pk.shape().get(2).copied().unwrap_or(0);
+                for (t, what) in [(pk, "past_key"), (pv, "past_value")] {
+                    if t.shape() != [batch, nkv, p, head] {
+                        return Err(bad(format!(
+                            "{what} has shape {:?}, expected [{batch}, {nkv}, {p}, {head}]",
+                            t.shape()
+                        )));
+                    }
+                }
+                p
+            }
+            (None, None) => 0,
+            _ => {
+                return Err(bad(
+                    "past_key and past_value must be both present or both absent",
+                ))
+            }
+        };
+        let total_len = match total.data::<i32>()? {
+            [t] if *t >= 0 => *t as usize,
+            t => {
+                return Err(bad(format!(
+                    "total_sequence_length must be one non-negative element, got {t:?}"
+                )))
+            }
+        };
+        if seq > 1 && seq != total_len && batch != 1 {
+            return Err(bad(
+                "batch size must be 1 when sequence_length > 1 and a past context is given",
+            ));
+        }
+        let first_prompt = seq == total_len;
+        let present_len = total_len.max(past_len);
+        let rotary = match self.rotary {
+            None => None,
+            Some(interleaved) => {
+                let (cos, sin) = (ctx.required_input(7)?, ctx.required_input(8)?);
+                let cd = cos.shape().to_vec();
+                if cd.len() != 2
+                    || sin.shape() != cd.as_slice()
+                    || head % 16 != 0
+                    || cd[1] == 0
+                    || cd[1] % 8 != 0
+                    || cd[1] > head / 2
+                    || cd[0] < total_len
+                {
+                    return Err(bad(format!(
+                        "cos_cache {cd:?} / sin_cache {:?} do not fit head size {head} (multiple of 16) and total length {total_len}",
+                        sin.shape()
+                    )));
+                }
+                Some(GqaRotary {
+                    cos: cos.data()?,
+                    sin: sin.data()?,
+                    rot: 2 * cd[1],
+                    interleaved,
+                })
+            }
+        };
+        let out = ctx
+            .output(0, &[batch, seq, nh * head])?
+            .into_data::<f32>()?;
+        let pshape = [batch, nkv, present_len, head];
+        let (pk_out, pv_out) = (ctx.output(1, &pshape)?, ctx.output(2, &pshape)?);
+        let same = |p: &Option<Tensor<'_>>, a: usize| {
+            p.as_ref().is_some_and(|t| t.data_addr() == a && a != 0)
+        };
+        let (k_shared, v_shared) = (
+            same(&past_k, pk_out.data_addr()),
+            same(&past_v, pv_out.data_addr()),
+        );
+        if k_shared != v_shared {
+            return Err(bad(
+                "present_key and present_value must both share the past buffers or neither",
+            ));
+        }
+        // A shared past buffer is never read through an input slice: present holds its rows.
+        let past = match (&past_k, &past_v) {
+            (Some(pk), Some(pv)) if !k_shared => Some((pk.data()?, pv.data()?)),
+            _ => None,
+        };
+        let sh = GqaShape {
+            batch,
+            seq,
+            heads: nh,
+            kv_heads: nkv,
+            head,
+            past_len,
+            present_len,
+            first_prompt,
+            scale: if self.scale == 0.0 {
+                1.0 / (head as f32).sqrt()
+            } else {
+                self.scale
+            },
+        };
+        let kv = match (&key, &value) {
+            (Some(k), Some(v)) => Some((k.data()?, v.data()?)),
+            _ => None,
+        };
+        let inputs = GqaInputs {
+            q: q.data()?,
+            kv,
+            past,
+            seqlens_k: seqlens.data()?,
+            rotary,
+        };
+        let outs = GqaOutputs {
+            out,
+            present_k: pk_out.into_data()?,
+            present_v: pv_out.into_data()?,
+            shared: k_shared,
+        };
+        let variant = gqa_f32(&sh, &inputs, outs, &*self.env.par).map_err(bad)?;
+        ledger::record(OP, variant, self.env.par.lanes());
+        Ok(())
+    }
+}
+
+/// Whether input `i` is wired (present with a non-empty name).
+fn wired(node: &Node<'_>, i: usize) -> std::result::Result<bool, Decline> {
+    Ok(match input(node, i)? {
+        None => false,
+        Some(v) => !v.name().map_err(|e| e.msg)?.is_empty(),
+    })
+}
+
+fn claim(node: &Node<'_>) -> std::result::Result<(), Decline> {
+    only_attrs(
+        node,
+        &[
+            "num_heads",
+            "kv_num_heads",
+            "scale",
+            "softcap",
+            "local_window_size",
+            "do_rotary",
+            "rotary_interleaved",
+            "smooth_softmax",
+            "qk_output",
+            "k_quant_type",
+            "v_quant_type",
+            "kv_cache_bit_width",
+            "causal",
+            "sliding_window_cache",
+            "qk_norm_epsilon",
+        ],
+    )?;
+    // ORT fills in the schema defaults: unquantized KV cache only.
+    for a in ["k_quant_type", "v_quant_type"] {
+        if node.has_attr(a)
+            && !node
+                .attr_string(a)
+                .is_some_and(|v| v.eq_ignore_ascii_case("NONE"))
+        {
+            return Err(format!("{a} other than NONE is not implemented"));
+        }
+    }
+    if node.attr_i64("kv_cache_bit_width").unwrap_or(0) != 0 {
+        return Err("kv_cache_bit_width other than 0 is not implemented".into());
+    }
+    let nh = node.attr_i64("num_heads").unwrap_or(0);
+    let nkv = node.attr_i64("kv_num_heads").unwrap_or(0);
+    if nh <= 0 || nkv <= 0 || nh % nkv != 0 {
+        return Err(format!(
+            "num_heads {nh} is not a positive multiple of kv_num_heads {nkv}"
+        ));
+    }
+    // qk_norm_epsilon only matters with q_norm_weight / k_norm_weight (inputs 14, 15: declined).
+    let defaults = [
+        ("local_window_size", -1),
+        ("qk_output", 0),
+        ("causal", 1),
+        ("sliding_window_cache", 0),
+    ];
+    for (a, want) in defaults {
+        if node.attr_i64(a).unwrap_or(want) != want {
+            return Err(format!("{a} other than {want} is not implemented"));
+        }
+    }
+    // The schema default -1 and 0 both mean plain softmax (ORT: smooth only when 1).
+    if !matches!(node.attr_i64("smooth_softmax").unwrap_or(0), -1 | 0) {
+        return Err("smooth_softmax is not implemented".into());
+    }
+    if node.attr_f32("softcap").unwrap_or(0.0) != 0.0 {
+        return Err("softcap is not implemented".into());
+    }
+    let rotary = node.attr_i64("do_rotary").unwrap_or(0);
+    if !matches!(rotary, 0 | 1)
+        || !matches!(node.attr_i64("rotary_interleaved").unwrap_or(0), 0 | 1)
+    {
+        return Err("do_rotary / rotary_interleaved must be 0 or 1".into());
+    }
+    require_elem(node, 0, F32)?;
+    let w: Vec<bool> = (0..16)
+        .map(|i| wired(node, i))
+        .collect::<std::result::Result<_, _>>()?;
+    if w[1] != w[2] || w[3] != w[4] || w[7] != w[8] {
+        return Err("key/value, past_key/past_value and cos/sin must be wired in pairs".into());
+    }
+    for i in [1, 2, 3, 4] {
+        if w[i] {
+            require_elem(node, i, F32)?;
+        }
+    }
+    require_elem(node, 5, I32)?;
+    require_elem(node, 6, I32)?;
+    if w[7] != (rotary == 1) {
+        return Err("cos_cache/sin_cache are wired exactly when do_rotary = 1 here".into());
+    }
+    if w[7] {
+        require_elem(node, 7, F32)?;
+        require_elem(node, 8, F32)?;
+    }
+    if let Some(i) = (9..16).find(|&i| w[i]) {
+        return Err(format!(
+            "input {i} (position_ids / attention_bias / head_sink / KV scales) is not implemented"
+        ));
+    }
+    for o in 0..3 {
+        if !output_wired(node, o)? {
+            return Err(format!("output {o} is not wired"));
+        }
+    }
+    if output_wired(node, 3)? {
+        return Err("output_qk is not implemented".into());
+    }
+    require_output_elem(node, F32)
+}
+
+fn create(info: &KernelInfo<'_>, env: &Arc<KernelEnv>) -> Result<Box<dyn OpKernel>> {
+    let heads = usize::try_from(info.attr_i64("num_heads").unwrap_or(0)).unwrap_or(0);
+    let kv_heads = usize::try_from(info.attr_i64("kv_num_heads").unwrap_or(0)).unwrap_or(0);
+    if heads == 0 || kv_heads == 0 || heads % kv_heads != 0 {
+        return Err(bad(format!(
+            "num_heads {heads} is not a positive multiple of kv_num_heads {kv_heads}"
+        )));
+    }
+    Ok(Box::new(Gqa {
+        heads,
+        kv_heads,
+        scale: info.attr_f32("scale").unwrap_or(0.0),
+        rotary: (info.attr_i64("do_rotary").unwrap_or(0) == 1)
+            .then(|| info.attr_i64("rotary_interleaved").unwrap_or(0) == 1),
+        env: env.clone(),
+    }))
+}
+
+pub const GROUP_QUERY_ATTENTION: OpDef = OpDef {
+    op: OP,
+    domain: "com.microsoft",
+    since: 1,
+    until: 1,
+    types: &[
+        ("T", types::F32),
+        ("T_CACHE", types::F32),
+        ("M", types::I32),
+    ],
+    claim,
+    create,
+};
