@@ -5,6 +5,7 @@
 //!   gives each block an explicit zero point (the `zero_points` input); `sym` (= `zp=0`) drops the
 //!   input, so ORT uses the implicit zero point 8.
 //! - `matmul:k=2048,n=2048,m=1[,layers=1]`: a chain of f32 `MatMul` with constant weights.
+//! - `decoder:hidden=896,heads=14,kv=2,inter=4864,...`: one decoder layer (gen_decoder.rs).
 //!
 //! Chaining: layer i maps K->N when i is even and N->K when i is odd, so any K, N chain (for K=N
 //! every layer is K->K). The weights streamed per token are the sum over layers either way.
@@ -12,6 +13,8 @@
 //! Scales are drawn so each layer keeps the activation's magnitude (no overflow in long chains).
 
 use crate::onnx::{dtype, Attr, Dim, GraphBuilder};
+
+use super::gen_decoder::Decoder;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Kind {
@@ -21,6 +24,7 @@ pub enum Kind {
         zero_points: bool,
     },
     MatMul,
+    Decoder(Decoder),
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -45,6 +49,17 @@ impl Spec {
         let (kind, rest) = s
             .split_once(':')
             .ok_or_else(|| format!("bad --gen spec '{s}': expected nbits:... or matmul:..."))?;
+        if kind == "decoder" {
+            let (d, m, seed) = Decoder::parse(s, rest)?;
+            return Ok(Spec {
+                k: d.hidden,
+                n: d.hidden,
+                layers: 1,
+                m,
+                seed,
+                kind: Kind::Decoder(d),
+            });
+        }
         let mut spec = Spec {
             kind: Kind::MatMul,
             k: 0,
@@ -95,7 +110,7 @@ impl Spec {
             "matmul" => Kind::MatMul,
             _ => {
                 return Err(format!(
-                    "bad --gen spec '{s}': unknown kind '{kind}' (nbits|matmul)"
+                    "bad --gen spec '{s}': unknown kind '{kind}' (nbits|matmul|decoder)"
                 ))
             }
         };
@@ -128,6 +143,7 @@ impl Spec {
                 "f32 matmul k={} n={} L={} m={}",
                 self.k, self.n, self.layers, self.m
             ),
+            Kind::Decoder(d) => d.label(self.m),
         }
     }
 
@@ -141,6 +157,9 @@ impl Spec {
     }
 
     pub fn generate(&self) -> Generated {
+        if let Kind::Decoder(d) = &self.kind {
+            return d.generate(self.m, self.seed);
+        }
         let mut g = GraphBuilder::new("rcpu_bench", 17);
         g.input(
             "x",
@@ -165,7 +184,7 @@ impl Spec {
                 } => {
                     weight_bytes += nbits_layer(
                         &mut g,
-                        i,
+                        &format!("matmulnbits{i}"),
                         &prev,
                         &out,
                         kin,
@@ -173,9 +192,11 @@ impl Spec {
                         *block,
                         *acc,
                         *zero_points,
+                        None,
                         seed,
                     );
                 }
+                Kind::Decoder(_) => unreachable!("generated above"),
                 Kind::MatMul => {
                     let scale = (3.0 / kin as f32).sqrt();
                     let w: Vec<f32> = crate::rand_f32(kin * nout, seed)
@@ -219,11 +240,12 @@ fn rand_bytes(n: usize, seed: u64) -> Vec<u8> {
         .collect()
 }
 
-/// One MatMulNBits node; returns the bytes of its initializers.
+/// One MatMulNBits node named `name` (initializers `name.B`, `name.scales`, `name.zp`), with an
+/// optional bias input (an f32 initializer the caller made); returns the bytes of its initializers.
 #[allow(clippy::too_many_arguments)]
-fn nbits_layer(
+pub(super) fn nbits_layer(
     g: &mut GraphBuilder,
-    i: usize,
+    name: &str,
     input: &str,
     out: &str,
     k: usize,
@@ -231,6 +253,7 @@ fn nbits_layer(
     block: usize,
     acc: i64,
     zero_points: bool,
+    bias: Option<&str>,
     seed: u64,
 ) -> u64 {
     let kb = k.div_ceil(block);
@@ -242,7 +265,11 @@ fn nbits_layer(
         .iter()
         .map(|r| base * (1.0 + 0.5 * r))
         .collect();
-    let (bn, sn, zn) = (format!("B{i}"), format!("scales{i}"), format!("zp{i}"));
+    let (bn, sn, zn) = (
+        format!("{name}.B"),
+        format!("{name}.scales"),
+        format!("{name}.zp"),
+    );
     g.initializer_u8(&bn, &[n as i64, kb as i64, (block / 2) as i64], &b);
     g.initializer_f32(&sn, &[(n * kb) as i64], &scales);
     let mut bytes = (b.len() + scales.len() * 4) as u64;
@@ -257,6 +284,11 @@ fn nbits_layer(
         bytes += zp.len() as u64;
         inputs.push(zn.as_str());
     }
+    if let Some(b) = bias {
+        // Inputs 3 (zero_points) and 4 (g_idx) left empty where absent; 5 is the bias.
+        inputs.resize(5, "");
+        inputs.push(b);
+    }
     let attrs = [
         ("K", Attr::Int(k as i64)),
         ("N", Attr::Int(n as i64)),
@@ -267,7 +299,7 @@ fn nbits_layer(
     g.node(
         "MatMulNBits",
         "com.microsoft",
-        &format!("matmulnbits{i}"),
+        name,
         &inputs,
         &[out],
         &attrs,

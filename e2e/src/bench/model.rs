@@ -1,14 +1,31 @@
 //! What the bench reads from a model file: inputs to feed, the ops it holds (for the route report),
 //! the weight bytes (initializers) and the parity tolerance its accuracy level calls for.
+//!
+//! Feeds: f32 inputs get seeded random values; an input named in the model's metadata as
+//! `rcpu_bench.feed.<input>` = `v1,v2,...` (one value for every element, or a single value for
+//! all of them) gets exactly those values, in its own element type (f32, int32, int64). Inputs
+//! of other types without such an entry are refused: random indices or lengths are not a feed.
 
 use prost::Message;
 
 use crate::onnx::{dtype, DimValue, ModelProto};
-use crate::Tensor;
+use crate::{Data, Tensor};
+
+use super::gen_decoder::FEED_PREFIX;
+
+/// A graph input the bench feeds.
+pub struct Input {
+    pub name: String,
+    /// ONNX element type code.
+    pub elem: i32,
+    /// Dims, symbolic ones as None.
+    pub dims: Vec<Option<i64>>,
+    /// Values from the model's metadata (`rcpu_bench.feed.<name>`), when given.
+    pub fixed: Option<Vec<f64>>,
+}
 
 pub struct ModelInfo {
-    /// (name, dims with symbolic dims as None).
-    pub inputs: Vec<(String, Vec<Option<i64>>)>,
+    pub inputs: Vec<Input>,
     /// Distinct op types in graph order.
     pub ops: Vec<String>,
     /// Sum of initializer raw bytes (what an M=1 decode step streams).
@@ -30,10 +47,23 @@ impl ModelInfo {
                 .as_ref()
                 .and_then(|t| t.tensor_type.as_ref())
                 .ok_or("input without tensor type")?;
-            if tt.elem_type != dtype::FLOAT {
+            let key = format!("{FEED_PREFIX}{}", vi.name);
+            let fixed = match m.metadata_props.iter().find(|e| e.key == key) {
+                Some(e) => Some(
+                    e.value
+                        .split(',')
+                        .map(|v| v.trim().parse::<f64>())
+                        .collect::<Result<Vec<_>, _>>()
+                        .map_err(|_| format!("metadata {key}='{}' is not numbers", e.value))?,
+                ),
+                None => None,
+            };
+            let fed = [dtype::FLOAT, dtype::INT32, dtype::INT64].contains(&tt.elem_type);
+            if !fed || (tt.elem_type != dtype::FLOAT && fixed.is_none()) {
                 return Err(format!(
-                    "input '{}' is not f32 (the bench feeds f32 only)",
-                    vi.name
+                    "input '{}' has element type {}: the bench feeds random f32, or f32/int32/int64 \
+                     values given in the model's metadata as {key}",
+                    vi.name, tt.elem_type
                 ));
             }
             let dims = tt
@@ -49,7 +79,12 @@ impl ModelInfo {
                         .collect()
                 })
                 .unwrap_or_default();
-            inputs.push((vi.name.clone(), dims));
+            inputs.push(Input {
+                name: vi.name.clone(),
+                elem: tt.elem_type,
+                dims,
+                fixed,
+            });
         }
         let mut ops: Vec<String> = vec![];
         let mut nbits_acc = None;
@@ -85,15 +120,31 @@ impl ModelInfo {
         }
     }
 
-    /// Seeded inputs; symbolic dims take `m`.
-    pub fn inputs_for(&self, m: usize, seed: u64) -> Vec<Tensor> {
+    /// Seeded f32 inputs and the fixed values from the metadata; symbolic dims take `m`.
+    pub fn inputs_for(&self, m: usize, seed: u64) -> Result<Vec<Tensor>, String> {
         self.inputs
             .iter()
             .enumerate()
-            .map(|(i, (_, dims))| {
-                let shape: Vec<i64> = dims.iter().map(|d| d.unwrap_or(m as i64)).collect();
-                let n: i64 = shape.iter().product();
-                Tensor::f32(&shape, crate::rand_f32(n as usize, seed + i as u64))
+            .map(|(i, inp)| {
+                let shape: Vec<i64> = inp.dims.iter().map(|d| d.unwrap_or(m as i64)).collect();
+                let n = shape.iter().product::<i64>() as usize;
+                let Some(v) = &inp.fixed else {
+                    return Ok(Tensor::f32(&shape, crate::rand_f32(n, seed + i as u64)));
+                };
+                if v.len() != n && v.len() != 1 {
+                    return Err(format!(
+                        "input '{}' {shape:?} has {n} elements, its metadata gives {}",
+                        inp.name,
+                        v.len()
+                    ));
+                }
+                let at = |j: usize| v[if v.len() == 1 { 0 } else { j }];
+                let data = match inp.elem {
+                    dtype::INT32 => Data::I32((0..n).map(|j| at(j) as i32).collect()),
+                    dtype::INT64 => Data::I64((0..n).map(|j| at(j) as i64).collect()),
+                    _ => Data::F32((0..n).map(|j| at(j) as f32).collect()),
+                };
+                Ok(Tensor { shape, data })
             })
             .collect()
     }
