@@ -1,7 +1,7 @@
 //! The table of kernels rcpu registers with ORT. Adding an op = adding its `OpDef` here.
 
 use crate::kernels::nodes::{
-    activation, binary, gemm, layer_norm, matmul, matmul_nbits, skip_layer_norm, softmax,
+    activation, binary, cast, gemm, layer_norm, matmul, matmul_nbits, skip_layer_norm, softmax,
 };
 use crate::kernels::op::OpDef;
 
@@ -21,4 +21,5 @@ pub static OPS: &[OpDef] = &[
     activation::GELU,
     activation::MS_GELU,
     activation::FAST_GELU,
+    cast::CAST,
 ];

@@ -2,6 +2,7 @@
 //! signature, a scalar reference beside them, ISA variants picked once per process from
 //! [`isa::Isa::get`]. `op.rs` is the contract with `ep/`; `nodes/` holds the ORT-facing kernels.
 pub mod activation;
+pub mod cast;
 pub mod elementwise;
 pub mod gemm;
 pub mod isa;

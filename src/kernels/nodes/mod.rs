@@ -4,6 +4,7 @@
 
 pub mod activation;
 pub mod binary;
+pub mod cast;
 pub mod claim;
 pub mod gemm;
 pub mod glue_common;
