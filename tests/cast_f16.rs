@@ -175,20 +175,6 @@ fn want_f32(x: &[F16Bits]) -> Vec<u32> {
         .collect()
 }
 
-struct Counting(AtomicUsize);
-impl Par for Counting {
-    fn lanes(&self) -> usize {
-        3
-    }
-    fn decode_chunks(&self, n: usize, f: &(dyn Fn(usize) + Sync)) {
-        THREE.decode_chunks(n, f)
-    }
-    fn task_chunks(&self, n: usize, f: &(dyn Fn(usize) + Sync)) {
-        self.0.fetch_add(1, Ordering::Relaxed);
-        THREE.task_chunks(n, f)
-    }
-}
-
 #[test]
 fn every_isa_matches_the_block_and_tail_layout() {
     // NaN payloads everywhere, so block and tail encodings show; plus ordinary values.
@@ -227,7 +213,7 @@ fn every_isa_matches_the_block_and_tail_layout() {
             .collect();
         let (w16, w32) = (want_f16(&x32), want_f32(&x16));
         for isa in ISAS {
-            let counting = Counting(AtomicUsize::new(0));
+            let counting = CountingPar(AtomicUsize::new(0));
             for (pname, par) in [
                 ("serial", &Serial as &dyn Par),
                 ("3-lane", &counting as &dyn Par),
