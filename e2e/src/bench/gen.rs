@@ -185,6 +185,7 @@ impl Spec {
                     weight_bytes += nbits_layer(
                         &mut g,
                         &format!("matmulnbits{i}"),
+                        &i.to_string(),
                         &prev,
                         &out,
                         kin,
@@ -240,12 +241,13 @@ fn rand_bytes(n: usize, seed: u64) -> Vec<u8> {
         .collect()
 }
 
-/// One MatMulNBits node named `name` (initializers `name.B`, `name.scales`, `name.zp`), with an
+/// One MatMulNBits node named `name` (initializers `B{tag}`, `scales{tag}`, `zp{tag}`), with an
 /// optional bias input (an f32 initializer the caller made); returns the bytes of its initializers.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn nbits_layer(
     g: &mut GraphBuilder,
     name: &str,
+    tag: &str,
     input: &str,
     out: &str,
     k: usize,
@@ -266,9 +268,9 @@ pub(super) fn nbits_layer(
         .map(|r| base * (1.0 + 0.5 * r))
         .collect();
     let (bn, sn, zn) = (
-        format!("{name}.B"),
-        format!("{name}.scales"),
-        format!("{name}.zp"),
+        format!("B{tag}"),
+        format!("scales{tag}"),
+        format!("zp{tag}"),
     );
     g.initializer_u8(&bn, &[n as i64, kb as i64, (block / 2) as i64], &b);
     g.initializer_f32(&sn, &[(n * kb) as i64], &scales);

@@ -156,6 +156,7 @@ impl Decoder {
             bytes += nbits_layer(
                 g,
                 name,
+                &format!("_{name}"),
                 inp,
                 name,
                 k,
