@@ -241,7 +241,6 @@ QWEN2_INTER = 4864
 QWEN2_HEADS = 14
 QWEN2_KV_HEADS = 2
 QWEN2_HEAD_DIM = 64
-DECODER_ATTENTION_NODES = {"attn"}
 
 
 def _nbits_node(rng, name, inp, out, k, n, block_size, acc, bias: bool):

@@ -112,6 +112,14 @@ pub struct GraphProto {
 }
 
 #[derive(Clone, PartialEq, Message)]
+pub struct StringStringEntryProto {
+    #[prost(string, tag = "1")]
+    pub key: String,
+    #[prost(string, tag = "2")]
+    pub value: String,
+}
+
+#[derive(Clone, PartialEq, Message)]
 pub struct ModelProto {
     #[prost(int64, tag = "1")]
     pub ir_version: i64,
@@ -121,6 +129,8 @@ pub struct ModelProto {
     pub graph: Option<GraphProto>,
     #[prost(message, repeated, tag = "8")]
     pub opset_import: Vec<OperatorSetIdProto>,
+    #[prost(message, repeated, tag = "14")]
+    pub metadata_props: Vec<StringStringEntryProto>,
 }
 
 /// ONNX element type codes.
@@ -153,6 +163,7 @@ pub enum Attr {
 pub struct GraphBuilder {
     g: GraphProto,
     opsets: Vec<(String, i64)>,
+    metadata: Vec<StringStringEntryProto>,
 }
 
 fn value_info(name: &str, elem: i32, dims: Option<&[Dim]>) -> ValueInfoProto {
@@ -187,7 +198,17 @@ impl GraphBuilder {
                 ..Default::default()
             },
             opsets: vec![("".into(), opset), ("com.microsoft".into(), 1)],
+            metadata: vec![],
         }
+    }
+
+    /// A model metadata entry (`metadata_props`).
+    pub fn metadata(&mut self, key: &str, value: &str) -> &mut Self {
+        self.metadata.push(StringStringEntryProto {
+            key: key.into(),
+            value: value.into(),
+        });
+        self
     }
 
     pub fn input(&mut self, name: &str, elem: i32, dims: &[Dim]) -> &mut Self {
@@ -298,6 +319,7 @@ impl GraphBuilder {
                     version: *v,
                 })
                 .collect(),
+            metadata_props: self.metadata.clone(),
         }
         .encode_to_vec()
     }

@@ -197,7 +197,7 @@ fn generated_qlinear_chains_feed_8bit_inputs_and_spread_outputs() {
         let g = s.generate();
         let info = ModelInfo::parse(&g.bytes).unwrap();
         assert_eq!(info.ops, vec!["QLinearMatMul".to_string()], "{spec}");
-        let feeds = info.inputs_for(s.m, 1);
+        let feeds = info.inputs_for(s.m, 1).unwrap();
         assert!(
             matches!(feeds[0].data, rcpu_e2e::Data::U8(_) | rcpu_e2e::Data::I8(_)),
             "{spec}: the input must be fed as 8-bit"

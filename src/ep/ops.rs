@@ -1,7 +1,7 @@
 //! The table of kernels rcpu registers with ORT. Adding an op = adding its `OpDef` here.
 
 use crate::kernels::nodes::{
-    activation, binary, gemm, layer_norm, matmul, matmul_nbits, skip_layer_norm, softmax,
+    activation, binary, cast, gemm, layer_norm, matmul, matmul_nbits, skip_layer_norm, softmax,
 };
 use crate::kernels::nodes::{group_query_attention, rotary_embedding};
 use crate::kernels::op::OpDef;
@@ -26,4 +26,5 @@ pub static OPS: &[OpDef] = &[
     crate::kernels::nodes::qlinear_matmul::QLINEAR_MATMUL_21,
     rotary_embedding::ROTARY_EMBEDDING,
     group_query_attention::GROUP_QUERY_ATTENTION,
+    cast::CAST,
 ];

@@ -3,6 +3,7 @@
 //! [`isa::Isa::get`]. `op.rs` is the contract with `ep/`; `nodes/` holds the ORT-facing kernels.
 pub mod activation;
 pub mod attention;
+pub mod cast;
 pub(crate) mod disjoint;
 pub mod elementwise;
 pub mod gemm;

@@ -57,6 +57,10 @@ pub mod types {
     use super::ElemType;
     pub const F32: &[ElemType] = &[ElemType::ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT];
     pub const U8: &[ElemType] = &[ElemType::ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8];
+    pub const F32_F16: &[ElemType] = &[
+        ElemType::ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT,
+        ElemType::ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16,
+    ];
     pub const U8_I8: &[ElemType] = &[
         ElemType::ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8,
         ElemType::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8,

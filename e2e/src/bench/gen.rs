@@ -7,6 +7,7 @@
 //! - `matmul:k=2048,n=2048,m=1[,layers=1]`: a chain of f32 `MatMul` with constant weights.
 //! - `qlinear:k=2048,n=2048,m=1[,a=u8|i8][,b=u8|i8][,percol][,layers=1]`: a chain of ONNX
 //!   `QLinearMatMul` with a constant 8-bit B (see `gen_qlinear`); the input is 8-bit.
+//! - `decoder:hidden=896,heads=14,kv=2,inter=4864,...`: one decoder layer (gen_decoder.rs).
 //!
 //! Chaining: layer i maps K->N when i is even and N->K when i is odd, so any K, N chain (for K=N
 //! every layer is K->K). The weights streamed per token are the sum over layers either way.
@@ -14,6 +15,8 @@
 //! Scales are drawn so each layer keeps the activation's magnitude (no overflow in long chains).
 
 use crate::onnx::{dtype, Attr, Dim, GraphBuilder};
+
+use super::gen_decoder::Decoder;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Kind {
@@ -24,6 +27,7 @@ pub enum Kind {
     },
     MatMul,
     QLinear(super::gen_qlinear::QLinear),
+    Decoder(Decoder),
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -45,9 +49,22 @@ pub struct Generated {
 
 impl Spec {
     pub fn parse(s: &str) -> Result<Spec, String> {
-        let (kind, rest) = s
-            .split_once(':')
-            .ok_or_else(|| format!("bad --gen spec '{s}': expected nbits:... or matmul:..."))?;
+        let (kind, rest) = s.split_once(':').ok_or_else(|| {
+            format!(
+                "bad --gen spec '{s}': expected nbits:..., matmul:..., qlinear:... or decoder:..."
+            )
+        })?;
+        if kind == "decoder" {
+            let (d, m, seed) = Decoder::parse(s, rest)?;
+            return Ok(Spec {
+                k: d.hidden,
+                n: d.hidden,
+                layers: 1,
+                m,
+                seed,
+                kind: Kind::Decoder(d),
+            });
+        }
         let mut spec = Spec {
             kind: Kind::MatMul,
             k: 0,
@@ -110,7 +127,7 @@ impl Spec {
             }
             _ => {
                 return Err(format!(
-                    "bad --gen spec '{s}': unknown kind '{kind}' (nbits|matmul|qlinear)"
+                    "bad --gen spec '{s}': unknown kind '{kind}' (nbits|matmul|qlinear|decoder)"
                 ))
             }
         };
@@ -151,6 +168,7 @@ impl Spec {
                 q.label(),
                 self.m
             ),
+            Kind::Decoder(d) => d.label(self.m),
         }
     }
 
@@ -164,6 +182,9 @@ impl Spec {
     }
 
     pub fn generate(&self) -> Generated {
+        if let Kind::Decoder(d) = &self.kind {
+            return d.generate(self.m, self.seed);
+        }
         let mut g = GraphBuilder::new("rcpu_bench", 17);
         let elem = match &self.kind {
             Kind::QLinear(q) => q.a_elem(),
@@ -188,7 +209,8 @@ impl Spec {
                 } => {
                     weight_bytes += nbits_layer(
                         &mut g,
-                        i,
+                        &format!("matmulnbits{i}"),
+                        &i.to_string(),
                         &prev,
                         &out,
                         kin,
@@ -196,9 +218,11 @@ impl Spec {
                         *block,
                         *acc,
                         *zero_points,
+                        None,
                         seed,
                     );
                 }
+                Kind::Decoder(_) => unreachable!("generated above"),
                 Kind::MatMul => {
                     let scale = (3.0 / kin as f32).sqrt();
                     let w: Vec<f32> = crate::rand_f32(kin * nout, seed)
@@ -245,11 +269,13 @@ pub(super) fn rand_bytes(n: usize, seed: u64) -> Vec<u8> {
         .collect()
 }
 
-/// One MatMulNBits node; returns the bytes of its initializers.
+/// One MatMulNBits node named `name` (initializers `B{tag}`, `scales{tag}`, `zp{tag}`), with an
+/// optional bias input (an f32 initializer the caller made); returns the bytes of its initializers.
 #[allow(clippy::too_many_arguments)]
-fn nbits_layer(
+pub(super) fn nbits_layer(
     g: &mut GraphBuilder,
-    i: usize,
+    name: &str,
+    tag: &str,
     input: &str,
     out: &str,
     k: usize,
@@ -257,6 +283,7 @@ fn nbits_layer(
     block: usize,
     acc: i64,
     zero_points: bool,
+    bias: Option<&str>,
     seed: u64,
 ) -> u64 {
     let kb = k.div_ceil(block);
@@ -268,7 +295,11 @@ fn nbits_layer(
         .iter()
         .map(|r| base * (1.0 + 0.5 * r))
         .collect();
-    let (bn, sn, zn) = (format!("B{i}"), format!("scales{i}"), format!("zp{i}"));
+    let (bn, sn, zn) = (
+        format!("B{tag}"),
+        format!("scales{tag}"),
+        format!("zp{tag}"),
+    );
     g.initializer_u8(&bn, &[n as i64, kb as i64, (block / 2) as i64], &b);
     g.initializer_f32(&sn, &[(n * kb) as i64], &scales);
     let mut bytes = (b.len() + scales.len() * 4) as u64;
@@ -283,6 +314,11 @@ fn nbits_layer(
         bytes += zp.len() as u64;
         inputs.push(zn.as_str());
     }
+    if let Some(b) = bias {
+        // Inputs 3 (zero_points) and 4 (g_idx) left empty where absent; 5 is the bias.
+        inputs.resize(5, "");
+        inputs.push(b);
+    }
     let attrs = [
         ("K", Attr::Int(k as i64)),
         ("N", Attr::Int(n as i64)),
@@ -293,7 +329,7 @@ fn nbits_layer(
     g.node(
         "MatMulNBits",
         "com.microsoft",
-        &format!("matmulnbits{i}"),
+        name,
         &inputs,
         &[out],
         &attrs,

@@ -13,6 +13,7 @@ pub mod conditions;
 pub mod counters;
 pub mod gap;
 pub mod gen;
+pub mod gen_decoder;
 pub mod gen_qlinear;
 pub mod membw;
 pub mod model;

@@ -1,16 +1,32 @@
 //! What the bench reads from a model file: inputs to feed, the ops it holds (for the route report),
 //! the weight bytes (initializers) and the parity tolerance its accuracy level calls for.
+//!
+//! Feeds: an input named in the model's metadata as `rcpu_bench.feed.<input>` = `v1,v2,...` (one
+//! value for every element, or a single value for all of them) gets exactly those values, in its
+//! own element type (f32, int32, int64). Other inputs get seeded values: f32 uniform [-1, 1),
+//! uint8 / int8 uniform over the type, int32 / int64 the ramp 0, 1, ..., m - 1 (position-id-like;
+//! lengths and indices that need other values belong in the metadata).
 
 use prost::Message;
 
 use crate::onnx::{dtype, DimValue, ModelProto};
 use crate::{Data, Tensor};
 
+use super::gen_decoder::FEED_PREFIX;
+
+/// A graph input the bench feeds.
+pub struct Input {
+    pub name: String,
+    /// ONNX element type code.
+    pub elem: i32,
+    /// Dims, symbolic ones as None.
+    pub dims: Vec<Option<i64>>,
+    /// Values from the model's metadata (`rcpu_bench.feed.<name>`), when given.
+    pub fixed: Option<Vec<f64>>,
+}
+
 pub struct ModelInfo {
-    /// (name, dims with symbolic dims as None).
-    pub inputs: Vec<(String, Vec<Option<i64>>)>,
-    /// ONNX element type of each input (same order as `inputs`).
-    pub input_types: Vec<i32>,
+    pub inputs: Vec<Input>,
     /// Distinct op types in graph order.
     pub ops: Vec<String>,
     /// Sum of initializer raw bytes (what an M=1 decode step streams).
@@ -26,21 +42,31 @@ impl ModelInfo {
         let inits: std::collections::HashSet<&str> =
             g.initializer.iter().map(|t| t.name.as_str()).collect();
         let mut inputs = vec![];
-        let mut input_types = vec![];
         for vi in g.input.iter().filter(|v| !inits.contains(v.name.as_str())) {
             let tt = vi
                 .r#type
                 .as_ref()
                 .and_then(|t| t.tensor_type.as_ref())
                 .ok_or("input without tensor type")?;
-            if !FED_TYPES.contains(&tt.elem_type) {
+            let key = format!("{FEED_PREFIX}{}", vi.name);
+            let fixed = match m.metadata_props.iter().find(|e| e.key == key) {
+                Some(e) => Some(
+                    e.value
+                        .split(',')
+                        .map(|v| v.trim().parse::<f64>())
+                        .collect::<Result<Vec<_>, _>>()
+                        .map_err(|_| format!("metadata {key}='{}' is not numbers", e.value))?,
+                ),
+                None => None,
+            };
+            let fixable = [dtype::FLOAT, dtype::INT32, dtype::INT64].contains(&tt.elem_type);
+            if !FED_TYPES.contains(&tt.elem_type) || (fixed.is_some() && !fixable) {
                 return Err(format!(
-                    "input '{}' has ONNX element type {} (the bench feeds float, uint8, int8, \
-                     int32 and int64)",
+                    "input '{}' has ONNX element type {}: the bench feeds float, uint8, int8, int32 \
+                     and int64, and takes metadata values ({key}) for float, int32 and int64 only",
                     vi.name, tt.elem_type
                 ));
             }
-            input_types.push(tt.elem_type);
             let dims = tt
                 .shape
                 .as_ref()
@@ -54,7 +80,12 @@ impl ModelInfo {
                         .collect()
                 })
                 .unwrap_or_default();
-            inputs.push((vi.name.clone(), dims));
+            inputs.push(Input {
+                name: vi.name.clone(),
+                elem: tt.elem_type,
+                dims,
+                fixed,
+            });
         }
         let mut ops: Vec<String> = vec![];
         let mut nbits_acc = None;
@@ -75,7 +106,6 @@ impl ModelInfo {
         let weight_bytes = g.initializer.iter().map(|t| t.raw_data.len() as u64).sum();
         Ok(ModelInfo {
             inputs,
-            input_types,
             ops,
             weight_bytes,
             nbits_acc,
@@ -97,33 +127,46 @@ impl ModelInfo {
         1
     }
 
-    /// Seeded inputs; symbolic dims take `m`. float: uniform [-1, 1); uint8 / int8: uniform over
-    /// the type; int32 / int64: 0, 1, ..., m - 1 repeating (position-id-like; inputs that need
-    /// other values belong in the model as initializers).
-    pub fn inputs_for(&self, m: usize, seed: u64) -> Vec<Tensor> {
+    /// The feeds (see the module doc); symbolic dims take `m`.
+    pub fn inputs_for(&self, m: usize, seed: u64) -> Result<Vec<Tensor>, String> {
         self.inputs
             .iter()
-            .zip(&self.input_types)
             .enumerate()
-            .map(|(i, ((_, dims), &elem))| {
-                let shape: Vec<i64> = dims.iter().map(|d| d.unwrap_or(m as i64)).collect();
+            .map(|(i, inp)| {
+                let shape: Vec<i64> = inp.dims.iter().map(|d| d.unwrap_or(m as i64)).collect();
                 let n = shape.iter().product::<i64>() as usize;
                 let s = seed + i as u64;
-                let bytes = || -> Vec<u8> {
-                    crate::rand_f32(n, s)
-                        .iter()
-                        .map(|v| ((v + 1.0) * 128.0) as u8)
-                        .collect()
+                let Some(v) = &inp.fixed else {
+                    let bytes = || -> Vec<u8> {
+                        crate::rand_f32(n, s)
+                            .iter()
+                            .map(|v| ((v + 1.0) * 128.0) as u8)
+                            .collect()
+                    };
+                    let ramp = (0..n as i64).map(move |j| j % (m.max(1) as i64));
+                    let data = match inp.elem {
+                        dtype::UINT8 => Data::U8(bytes()),
+                        dtype::INT8 => Data::I8(bytes().into_iter().map(|b| b as i8).collect()),
+                        dtype::INT32 => Data::I32(ramp.map(|v| v as i32).collect()),
+                        dtype::INT64 => Data::I64(ramp.collect()),
+                        _ => Data::F32(crate::rand_f32(n, s)),
+                    };
+                    return Ok(Tensor { shape, data });
                 };
-                let ramp = (0..n as i64).map(move |j| j % (m.max(1) as i64));
-                let data = match elem {
-                    dtype::UINT8 => Data::U8(bytes()),
-                    dtype::INT8 => Data::I8(bytes().into_iter().map(|b| b as i8).collect()),
-                    dtype::INT32 => Data::I32(ramp.map(|v| v as i32).collect()),
-                    dtype::INT64 => Data::I64(ramp.collect()),
-                    _ => Data::F32(crate::rand_f32(n, s)),
+                if v.len() != n && v.len() != 1 {
+                    return Err(format!(
+                        "input '{}' {shape:?} has {n} elements, its metadata gives {}",
+                        inp.name,
+                        v.len()
+                    ));
+                }
+                let at = |j: usize| v[if v.len() == 1 { 0 } else { j }];
+                let data = match inp.elem {
+                    dtype::INT32 => Data::I32((0..n).map(|j| at(j) as i32).collect()),
+                    dtype::INT64 => Data::I64((0..n).map(|j| at(j) as i64).collect()),
+                    _ => Data::F32((0..n).map(|j| at(j) as f32).collect()),
                 };
-                Tensor { shape, data }
+                Ok(Tensor { shape, data })
             })
             .collect()
     }

@@ -36,7 +36,7 @@ pub fn run(args: WorkerArgs) -> Result<(), String> {
     os::pin(&args.cpus)?;
     let model = std::fs::read(&args.model).map_err(|e| format!("reading {}: {e}", args.model))?;
     let info = ModelInfo::parse(&model)?;
-    let inputs = info.inputs_for(args.m, args.seed);
+    let inputs = info.inputs_for(args.m, args.seed)?;
     let mut st = State {
         args,
         model,

@@ -4,17 +4,21 @@
 pub(crate) const EXP_MIN_ARG: f32 = -87.336_54;
 /// Below this `exp(x)` rounds to 0 even as a subnormal (used where the scaling is `vscalefps`).
 pub(crate) const EXP_SCALEF_MIN_ARG: f32 = -104.0;
+/// Above this `exp(x)` overflows f32 (clamp of the AVX-512 sigmoid's `exp(-x)`: it stays finite).
+pub(crate) const EXP_MAX_ARG: f32 = 88.0;
 /// ln 2 split for Cody-Waite range reduction (`LN2_HI` has trailing zero bits).
 pub(crate) const LN2_HI: f32 = 0.693_359_4;
 pub(crate) const LN2_LO: f32 = -2.121_944_4e-4;
-/// `exp(r) = 1 + r + r^2 * P(r)` on `|r| <= ln2 / 2`.
-pub(crate) const EXP_POLY: [f32; 6] = [
-    0.5,
-    0.166_666_67,
-    0.041_666_467,
-    0.008_333_373,
-    0.001_393_357_9,
-    0.000_198_495_04,
+/// `exp(r) = P(r)` on `|r| <= ln2 / 2`, plain Horner (degree 6, relative error < 7.1e-8 with
+/// f32 FMAs: the same as a degree-7 `1 + r + r^2 Q(r)` form, in 6 FMAs instead of 8 operations).
+pub(crate) const EXP_POLY: [f32; 7] = [
+    1.0,
+    1.0,
+    0.499_999_94,
+    0.166_664_32,
+    0.041_667_998,
+    0.008_374_17,
+    0.001_384_401_1,
 ];
 /// `erf(z) = z * P(z^2)` on `|z| < 1`.
 pub(crate) const ERF_SMALL: [f32; 7] = [

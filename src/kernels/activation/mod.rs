@@ -131,12 +131,18 @@ fn run(
 
 /// Runs `f(start, chunk)` over `out` in `chunk`-element pieces: one call when small, otherwise
 /// through `par.task_chunks` (each piece a disjoint `&mut` behind its own uncontended lock).
-fn chunked(par: &dyn Par, out: &mut [f32], chunk: usize, f: impl Fn(usize, &mut [f32]) + Sync) {
+/// Also serves the other elementwise families (Cast).
+pub(crate) fn chunked<T: Send>(
+    par: &dyn Par,
+    out: &mut [T],
+    chunk: usize,
+    f: impl Fn(usize, &mut [T]) + Sync,
+) {
     if out.len() < PAR_MIN_ELEMS || par.lanes() < 2 {
         f(0, out);
         return;
     }
-    let parts: Vec<Mutex<&mut [f32]>> = out.chunks_mut(chunk).map(Mutex::new).collect();
+    let parts: Vec<Mutex<&mut [T]>> = out.chunks_mut(chunk).map(Mutex::new).collect();
     par.task_chunks(parts.len(), &|i| {
         let mut piece = parts[i].lock();
         f(i * chunk, &mut piece)

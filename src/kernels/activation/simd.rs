@@ -41,8 +41,12 @@ pub(crate) trait Simd: Copy {
     fn div(self, a: Self::V, b: Self::V) -> Self::V;
     /// `a * b + c`, fused.
     fn fma(self, a: Self::V, b: Self::V, c: Self::V) -> Self::V;
+    /// `c - a * b`, fused.
+    fn fnma(self, a: Self::V, b: Self::V, c: Self::V) -> Self::V;
     /// IEEE `maxps` semantics: when either operand is NaN the second is returned.
     fn max(self, a: Self::V, b: Self::V) -> Self::V;
+    /// IEEE `minps` semantics: when either operand is NaN the second is returned.
+    fn min(self, a: Self::V, b: Self::V) -> Self::V;
     fn abs(self, a: Self::V) -> Self::V;
     /// Round to nearest, ties to even.
     fn round(self, a: Self::V) -> Self::V;
@@ -92,11 +96,18 @@ pub(crate) trait Simd: Copy {
         let n = self.round(self.mul(xc, self.splat(std::f32::consts::LOG2_E)));
         let r = self.fma(n, self.splat(-LN2_HI), xc);
         let r = self.fma(n, self.splat(-LN2_LO), r);
-        let p = self.horner(r, &EXP_POLY);
-        let y = self.add(self.fma(self.mul(r, r), p, r), self.splat(1.0));
-        let y = self.mul(y, self.pow2i(n));
+        let y = self.mul(self.horner(r, &EXP_POLY), self.pow2i(n));
         let y = self.select_lt(x, lo, self.splat(0.0), y);
         self.keep_nan(x, y)
+    }
+    /// `exp(x)` for `x` in `[-30, 0]` (NaN propagates): no clamp, no underflow select, and a
+    /// one-constant `ln 2` reduction (|n| <= 44 there, so it adds < 1e-7 relative error).
+    /// Serves erfc, whose exponent stays within [-23, -1].
+    #[inline(always)]
+    fn exp_mid(self, x: Self::V) -> Self::V {
+        let n = self.round(self.mul(x, self.splat(std::f32::consts::LOG2_E)));
+        let r = self.fnma(n, self.splat(std::f32::consts::LN_2), x);
+        self.mul(self.horner(r, &EXP_POLY), self.pow2i(n))
     }
     /// `1 / (1 + exp(-x))`, computed from `exp(-|x|)` so nothing overflows.
     #[inline(always)]
@@ -105,21 +116,21 @@ pub(crate) trait Simd: Copy {
         let r = self.recip(self.add(self.splat(1.0), e));
         self.select_lt(x, self.splat(0.0), self.mul(e, r), r)
     }
-    /// `1 + erf(z)`, accurate in relative terms also where it is small (z << 0).
+    /// `1 + erf(z)`, accurate in relative terms also where it is small (z << 0). NaN propagates
+    /// through the `|z| >= 1` branch (every select there keeps it), so no final NaN fix-up.
     #[inline(always)]
     fn one_plus_erf(self, z: Self::V) -> Self::V {
-        let one = self.splat(1.0);
+        let (zero, one, max_arg) = (self.splat(0.0), self.splat(1.0), self.splat(ERFC_MAX_ARG));
         let a = self.abs(z);
         // |z| < 1: erf(z) = z * P(z^2).
         let small = self.fma(z, self.horner(self.mul(z, z), &ERF_SMALL), one);
         // |z| >= 1: erfc(|z|) = exp(-z^2 + Q(|z|)); 0 beyond ERFC_MAX_ARG (f32 1 + erf is exact there).
-        let ac = self.select_lt(a, self.splat(ERFC_MAX_ARG), a, self.splat(ERFC_MAX_ARG));
+        let ac = self.min(max_arg, a);
         let q = self.horner(ac, &ERFC_LARGE);
-        let ec = self.exp_neg(self.fma(self.sub(self.splat(0.0), ac), ac, q));
-        let ec = self.select_lt(a, self.splat(ERFC_MAX_ARG), ec, self.splat(0.0));
-        let large = self.select_lt(z, self.splat(0.0), ec, self.sub(self.splat(2.0), ec));
-        let r = self.select_lt(a, one, small, large);
-        self.keep_nan(z, r)
+        let ec = self.exp_mid(self.fnma(ac, ac, q));
+        let ec = self.select_lt(max_arg, a, zero, ec);
+        let large = self.select_lt(z, zero, ec, self.sub(self.splat(2.0), ec));
+        self.select_lt(a, one, small, large)
     }
 }
 
@@ -185,8 +196,16 @@ impl Simd for Avx2 {
         tf!(_mm256_fmadd_ps(a, b, c))
     }
     #[inline(always)]
+    fn fnma(self, a: __m256, b: __m256, c: __m256) -> __m256 {
+        tf!(_mm256_fnmadd_ps(a, b, c))
+    }
+    #[inline(always)]
     fn max(self, a: __m256, b: __m256) -> __m256 {
         tf!(_mm256_max_ps(a, b))
+    }
+    #[inline(always)]
+    fn min(self, a: __m256, b: __m256) -> __m256 {
+        tf!(_mm256_min_ps(a, b))
     }
     #[inline(always)]
     fn abs(self, a: __m256) -> __m256 {
@@ -280,8 +299,16 @@ impl Simd for Avx512 {
         tf!(_mm512_fmadd_ps(a, b, c))
     }
     #[inline(always)]
+    fn fnma(self, a: __m512, b: __m512, c: __m512) -> __m512 {
+        tf!(_mm512_fnmadd_ps(a, b, c))
+    }
+    #[inline(always)]
     fn max(self, a: __m512, b: __m512) -> __m512 {
         tf!(_mm512_max_ps(a, b))
+    }
+    #[inline(always)]
+    fn min(self, a: __m512, b: __m512) -> __m512 {
+        tf!(_mm512_min_ps(a, b))
     }
     #[inline(always)]
     fn abs(self, a: __m512) -> __m512 {
@@ -324,9 +351,29 @@ impl Simd for Avx512 {
         let n = self.round(self.mul(xc, self.splat(std::f32::consts::LOG2_E)));
         let r = self.fma(n, self.splat(-LN2_HI), xc);
         let r = self.fma(n, self.splat(-LN2_LO), r);
-        let p = self.horner(r, &EXP_POLY);
-        let y = self.add(self.fma(self.mul(r, r), p, r), self.splat(1.0));
-        tf!(_mm512_scalef_ps(y, n))
+        tf!(_mm512_scalef_ps(self.horner(r, &EXP_POLY), n))
+    }
+    #[inline(always)]
+    fn exp_mid(self, x: __m512) -> __m512 {
+        let n = self.round(self.mul(x, self.splat(std::f32::consts::LOG2_E)));
+        let r = self.fnma(n, self.splat(std::f32::consts::LN_2), x);
+        tf!(_mm512_scalef_ps(self.horner(r, &EXP_POLY), n))
+    }
+    /// `1 / (1 + exp(-x))` directly: `exp(-x)` over the clamped range `[-104, 88]` stays finite
+    /// (`vscalefps`), so no sign split is needed; below -88 (where the true value is under
+    /// 6e-39) the result is 0, as from the exp_neg form, so `x * sigmoid(x) = -inf * 0` stays
+    /// NaN at -inf (tanh-GELU). NaN flows through (`max`/`min` return their second operand, `x`).
+    #[inline(always)]
+    fn sigmoid(self, x: __m512) -> __m512 {
+        let t = tf!(_mm512_xor_ps(x, _mm512_set1_ps(-0.0)));
+        let t = self.max(self.splat(EXP_SCALEF_MIN_ARG), t);
+        let t = self.min(self.splat(EXP_MAX_ARG), t);
+        let n = self.round(self.mul(t, self.splat(std::f32::consts::LOG2_E)));
+        let r = self.fma(n, self.splat(-LN2_HI), t);
+        let r = self.fma(n, self.splat(-LN2_LO), r);
+        let e = tf!(_mm512_scalef_ps(self.horner(r, &EXP_POLY), n));
+        let y = self.recip(self.add(self.splat(1.0), e));
+        self.select_lt(x, self.splat(-EXP_MAX_ARG), self.splat(0.0), y)
     }
     /// `vrcp14ps` (relative error < 2^-14) and one Newton step: error ~2^-28 before rounding,
     /// far cheaper than `vdivps zmm`.

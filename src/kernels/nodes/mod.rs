@@ -4,6 +4,7 @@
 
 pub mod activation;
 pub mod binary;
+pub mod cast;
 pub mod claim;
 pub mod f32_weight;
 pub mod gemm;

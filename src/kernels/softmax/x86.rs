@@ -18,12 +18,23 @@ fn row_generic<S: Simd>(s: S, x: &[f32], out: &mut [f32]) {
     let w = S::W;
     let tail = n % w;
     let body = n - tail;
-    let mut vm = s.splat(f32::NEG_INFINITY);
+    // Four independent maxima: one chain of `vmaxps` would wait on its own latency every vector.
+    // (`max(v, acc)` returns `acc` when `v` is NaN, so a NaN never enters an accumulator.)
+    let ninf = s.splat(f32::NEG_INFINITY);
+    let (mut m0, mut m1, mut m2, mut m3) = (ninf, ninf, ninf, ninf);
     let mut i = 0;
+    while i + 4 * w <= body {
+        m0 = s.max(s.load(x, i), m0);
+        m1 = s.max(s.load(x, i + w), m1);
+        m2 = s.max(s.load(x, i + 2 * w), m2);
+        m3 = s.max(s.load(x, i + 3 * w), m3);
+        i += 4 * w;
+    }
     while i < body {
-        vm = s.max(s.load(x, i), vm);
+        m0 = s.max(s.load(x, i), m0);
         i += w;
     }
+    let mut vm = s.max(s.max(m0, m1), s.max(m2, m3));
     if tail > 0 {
         vm = s.max(s.load_part(x, body, tail, f32::NEG_INFINITY), vm);
     }

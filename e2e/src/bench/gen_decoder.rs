@@ -1,0 +1,326 @@
+//! `decoder:hidden=896,heads=14,kv=2,inter=4864,block=32,acc=4,past=256,m=1[,head=64][,qkv_bias=1]`:
+//! one Llama/Qwen-style decoder layer, laid out as ORT's genai model builder lays it out:
+//!
+//! ```text
+//! x -> SimplifiedLayerNormalization -> q/k/v MatMulNBits (+ bias when qkv_bias=1, Qwen)
+//!   -> GroupQueryAttention (com.microsoft, do_rotary=1, cos/sin cache initializers,
+//!      past_key/past_value [1, kv, past, head] -> present_key/present_value [1, kv, past+m, head])
+//!   -> o_proj MatMulNBits -> SkipSimplifiedLayerNormalization (x as the skip; output 3 = residual)
+//!   -> gate/up MatMulNBits -> SiLU as Sigmoid, Mul, then Mul by up -> down MatMulNBits
+//!   -> Add (residual) -> y
+//! ```
+//!
+//! `m=1` with `past=P` is a decode step; `m=128,past=0` a 128-token prefill. Every shape is fixed
+//! by the spec. The int32 inputs must hold the right values, not random ones: `seqlens_k` [1] =
+//! past + m - 1 and `total_sequence_length` (scalar) = past + m are recorded in the model's
+//! metadata (`rcpu_bench.feed.<input>`, see model.rs) and fed from there.
+
+use crate::onnx::{dtype, Attr, Dim, GraphBuilder};
+
+use super::gen::{nbits_layer, Generated};
+
+/// Metadata key prefix of a fixed feed value (read by model.rs).
+pub const FEED_PREFIX: &str = "rcpu_bench.feed.";
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decoder {
+    pub hidden: usize,
+    pub heads: usize,
+    pub kv: usize,
+    pub head: usize,
+    pub inter: usize,
+    pub block: usize,
+    pub acc: i64,
+    pub past: usize,
+    pub qkv_bias: bool,
+}
+
+impl Decoder {
+    /// Parses the items after `decoder:`; returns the layer and `m`, `seed`.
+    pub fn parse(spec: &str, rest: &str) -> Result<(Decoder, usize, u64), String> {
+        let mut d = Decoder {
+            hidden: 896,
+            heads: 14,
+            kv: 2,
+            head: 0,
+            inter: 4864,
+            block: 32,
+            acc: 4,
+            past: 0,
+            qkv_bias: true,
+        };
+        let (mut m, mut seed) = (1usize, 1u64);
+        for item in rest.split(',').map(str::trim).filter(|x| !x.is_empty()) {
+            let (key, val) = item
+                .split_once('=')
+                .ok_or_else(|| format!("bad spec item '{item}' in '{spec}'"))?;
+            let v = val
+                .parse::<usize>()
+                .map_err(|_| format!("spec '{spec}': {key}='{val}' is not an integer"))?;
+            match key {
+                "hidden" => d.hidden = v,
+                "heads" => d.heads = v,
+                "kv" => d.kv = v,
+                "head" => d.head = v,
+                "inter" => d.inter = v,
+                "block" => d.block = v,
+                "acc" => d.acc = v as i64,
+                "past" => d.past = v,
+                "qkv_bias" => d.qkv_bias = v != 0,
+                "m" => m = v,
+                "seed" => seed = v as u64,
+                _ => return Err(format!("spec '{spec}': unknown key '{key}' for decoder")),
+            }
+        }
+        if d.head == 0 && d.heads > 0 {
+            d.head = d.hidden / d.heads;
+        }
+        let bad = |why: &str| Err(format!("spec '{spec}': {why}"));
+        if [d.hidden, d.heads, d.kv, d.head, d.inter, m].contains(&0) {
+            return bad("hidden, heads, kv, head, inter and m must be positive");
+        }
+        if !d.heads.is_multiple_of(d.kv) {
+            return bad("heads must be a multiple of kv");
+        }
+        if !d.head.is_multiple_of(2) {
+            return bad("head (head size) must be even (rotary)");
+        }
+        if d.block < 16 || !d.block.is_power_of_two() {
+            return bad("block must be a power of two >= 16");
+        }
+        if ![0, 1, 2, 3, 4].contains(&d.acc) {
+            return bad("acc must be 0..4");
+        }
+        Ok((d, m, seed))
+    }
+
+    pub fn label(&self, m: usize) -> String {
+        format!(
+            "decoder hidden={} heads={}/{} head={} inter={} b{} acc{} past={} m={}{}",
+            self.hidden,
+            self.heads,
+            self.kv,
+            self.head,
+            self.inter,
+            self.block,
+            self.acc,
+            self.past,
+            m,
+            if self.qkv_bias { " qkv-bias" } else { "" }
+        )
+    }
+
+    pub fn generate(&self, m: usize, seed: u64) -> Generated {
+        let (h, hd) = (self.hidden as i64, self.head as i64);
+        let (q_n, kv_n) = (self.heads * self.head, self.kv * self.head);
+        let total = self.past + m;
+        let mut g = GraphBuilder::new("rcpu_bench_decoder", 17);
+        let past_dims = [
+            Dim::Fixed(1),
+            Dim::Fixed(self.kv as i64),
+            Dim::Fixed(self.past as i64),
+            Dim::Fixed(hd),
+        ];
+        g.input(
+            "x",
+            dtype::FLOAT,
+            &[Dim::Fixed(1), Dim::Fixed(m as i64), Dim::Fixed(h)],
+        )
+        .input("past_key", dtype::FLOAT, &past_dims)
+        .input("past_value", dtype::FLOAT, &past_dims)
+        .input("seqlens_k", dtype::INT32, &[Dim::Fixed(1)])
+        .input("total_sequence_length", dtype::INT32, &[]);
+        g.metadata(&format!("{FEED_PREFIX}seqlens_k"), &(total - 1).to_string())
+            .metadata(
+                &format!("{FEED_PREFIX}total_sequence_length"),
+                &total.to_string(),
+            );
+        let mut bytes = vec_init(&mut g, "ln1.w", self.hidden, seed ^ 11, 1.0, 0.1)
+            + vec_init(&mut g, "ln2.w", self.hidden, seed ^ 12, 1.0, 0.1);
+        g.node(
+            "SimplifiedLayerNormalization",
+            "",
+            "ln1",
+            &["x", "ln1.w"],
+            &["h1"],
+            &[("axis", Attr::Int(-1)), ("epsilon", Attr::Float(1e-6))],
+        );
+        // int4 weights without zero points (genai's default: symmetric); bias where asked.
+        let proj = |g: &mut GraphBuilder, i: u64, name: &str, inp: &str, k, n, bias: bool| {
+            let b = bias.then(|| format!("{name}.bias"));
+            let mut bytes = match &b {
+                Some(b) => vec_init(g, b, n, seed ^ (100 + i), 0.0, 0.1),
+                None => 0,
+            };
+            let s = seed.wrapping_mul(1000).wrapping_add(i);
+            bytes += nbits_layer(
+                g,
+                name,
+                &format!("_{name}"),
+                inp,
+                name,
+                k,
+                n,
+                self.block,
+                self.acc,
+                false,
+                b.as_deref(),
+                s,
+            );
+            bytes
+        };
+        let d = self.hidden;
+        bytes += proj(&mut g, 0, "q_proj", "h1", d, q_n, self.qkv_bias);
+        bytes += proj(&mut g, 1, "k_proj", "h1", d, kv_n, self.qkv_bias);
+        bytes += proj(&mut g, 2, "v_proj", "h1", d, kv_n, self.qkv_bias);
+        // Rotary caches [total, head/2]: cos/sin of position * 10000^(-2i/head), as genai writes them.
+        let half = self.head / 2;
+        let (mut cos, mut sin) = (
+            Vec::with_capacity(total * half),
+            Vec::with_capacity(total * half),
+        );
+        for p in 0..total {
+            for i in 0..half {
+                let a = p as f64 * 10000f64.powf(-2.0 * i as f64 / self.head as f64);
+                cos.push(a.cos() as f32);
+                sin.push(a.sin() as f32);
+            }
+        }
+        let cache_dims = [total as i64, half as i64];
+        g.initializer_f32("cos_cache", &cache_dims, &cos)
+            .initializer_f32("sin_cache", &cache_dims, &sin);
+        bytes += (cos.len() + sin.len()) as u64 * 4;
+        g.node(
+            "GroupQueryAttention",
+            "com.microsoft",
+            "attn",
+            &[
+                "q_proj",
+                "k_proj",
+                "v_proj",
+                "past_key",
+                "past_value",
+                "seqlens_k",
+                "total_sequence_length",
+                "cos_cache",
+                "sin_cache",
+            ],
+            &["attn_out", "present_key", "present_value"],
+            &[
+                ("num_heads", Attr::Int(self.heads as i64)),
+                ("kv_num_heads", Attr::Int(self.kv as i64)),
+                ("do_rotary", Attr::Int(1)),
+            ],
+        );
+        bytes += proj(&mut g, 3, "o_proj", "attn_out", q_n, d, false);
+        g.node(
+            "SkipSimplifiedLayerNormalization",
+            "com.microsoft",
+            "ln2",
+            &["o_proj", "x", "ln2.w"],
+            &["h2", "", "", "residual"],
+            &[("epsilon", Attr::Float(1e-6))],
+        );
+        bytes += proj(&mut g, 4, "gate_proj", "h2", d, self.inter, false);
+        bytes += proj(&mut g, 5, "up_proj", "h2", d, self.inter, false);
+        g.node(
+            "Sigmoid",
+            "",
+            "silu_sigmoid",
+            &["gate_proj"],
+            &["gate_sig"],
+            &[],
+        )
+        .node(
+            "Mul",
+            "",
+            "silu_mul",
+            &["gate_proj", "gate_sig"],
+            &["gate_act"],
+            &[],
+        )
+        .node(
+            "Mul",
+            "",
+            "gate_up_mul",
+            &["gate_act", "up_proj"],
+            &["gate_up"],
+            &[],
+        );
+        bytes += proj(&mut g, 6, "down_proj", "gate_up", self.inter, d, false);
+        g.node(
+            "Add",
+            "",
+            "residual_add",
+            &["residual", "down_proj"],
+            &["y"],
+            &[],
+        );
+        // Symbolic sequence axis: ORT's GQA shape inference assumes a shared past/present buffer.
+        let present = [
+            Dim::Fixed(1),
+            Dim::Fixed(self.kv as i64),
+            Dim::Sym("total_sequence_length"),
+            Dim::Fixed(hd),
+        ];
+        g.output_shaped(
+            "y",
+            dtype::FLOAT,
+            &[Dim::Fixed(1), Dim::Fixed(m as i64), Dim::Fixed(h)],
+        )
+        .output_shaped("present_key", dtype::FLOAT, &present)
+        .output_shaped("present_value", dtype::FLOAT, &present);
+        Generated {
+            bytes: g.build(),
+            weight_bytes: bytes,
+        }
+    }
+}
+
+/// A seeded f32 vector `base + amp * U[-1, 1)` as an initializer; returns its bytes.
+fn vec_init(g: &mut GraphBuilder, name: &str, n: usize, seed: u64, base: f32, amp: f32) -> u64 {
+    let v: Vec<f32> = crate::rand_f32(n, seed)
+        .iter()
+        .map(|r| base + amp * r)
+        .collect();
+    g.initializer_f32(name, &[n as i64], &v);
+    n as u64 * 4
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::model::ModelInfo;
+
+    #[test]
+    fn parses_and_records_the_int32_feeds() {
+        let (d, m, _) =
+            Decoder::parse("s", "hidden=128,heads=4,kv=2,inter=256,past=7,m=3").unwrap();
+        assert_eq!((d.head, d.past, m), (32, 7, 3));
+        let info = ModelInfo::parse(&d.generate(m, 1).bytes).unwrap();
+        let feeds = info.inputs_for(m, 1).unwrap();
+        let names: Vec<&str> = info.inputs.iter().map(|i| i.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "x",
+                "past_key",
+                "past_value",
+                "seqlens_k",
+                "total_sequence_length"
+            ]
+        );
+        assert_eq!(feeds[1].shape, [1, 2, 7, 32]);
+        assert_eq!(feeds[3].data, crate::Data::I32(vec![9]));
+        assert_eq!(feeds[4].shape, Vec::<i64>::new());
+        assert_eq!(feeds[4].data, crate::Data::I32(vec![10]));
+        for bad in [
+            "heads=3,kv=2",
+            "hidden=10,heads=2,head=5",
+            "block=24",
+            "foo=1",
+        ] {
+            assert!(Decoder::parse("s", bad).is_err(), "{bad} must be rejected");
+        }
+    }
+}
