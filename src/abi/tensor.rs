@@ -62,6 +62,33 @@ pub(crate) unsafe fn read_type_and_shape(
     Ok(TensorType { elem, dims })
 }
 
+/// Element type and dims of a tensor value, the dims borrowed from the value itself
+/// (`GetTensorElementTypeAndShapeDataReference`, API 24): no type-and-shape object is created
+/// and released per call, which mattered on the per-node path of small (decode-shaped) ops.
+///
+/// # Safety
+/// `value` must be a valid tensor `OrtValue` that outlives `'v` and is not reshaped meanwhile.
+unsafe fn elem_and_dims<'v>(value: *const OrtValue) -> Result<(ElemType, &'v [i64])> {
+    if value.is_null() {
+        return Err(Error::invalid_argument("missing tensor"));
+    }
+    let mut elem = ElemType::ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
+    let mut dims: *const i64 = std::ptr::null();
+    let mut n = 0usize;
+    // SAFETY: value valid (caller contract); out-pointers are live locals. The negotiated API is
+    // >= 24 (api::MIN_RUNTIME_API), where this entry exists.
+    unsafe {
+        check((api().ort.GetTensorElementTypeAndShapeDataReference)(
+            value, &mut elem, &mut dims, &mut n,
+        ))?
+    };
+    if n == 0 || dims.is_null() {
+        return Ok((elem, &[]));
+    }
+    // SAFETY: ORT returns a pointer to the value's n dims, valid while the value lives ('v).
+    Ok((elem, unsafe { std::slice::from_raw_parts(dims, n) }))
+}
+
 /// Reads the tensor type of a type info; `None` when it is not a tensor (sequence, map, ...).
 ///
 /// # Safety
@@ -124,14 +151,12 @@ impl<'a> Tensor<'a> {
         if value.is_null() {
             return Err(Error::invalid_argument("missing tensor"));
         }
-        let mut info: *mut OrtTensorTypeAndShapeInfo = std::ptr::null_mut();
-        // SAFETY: value valid (caller); info released below.
-        unsafe { check((ort.GetTensorTypeAndShape)(value, &mut info))? };
-        // SAFETY: info was just created by ORT.
-        let ty = unsafe { read_type_and_shape(info) };
-        // SAFETY: info created above, released exactly once.
-        unsafe { (ort.ReleaseTensorTypeAndShapeInfo)(info) };
-        let ty = ty?;
+        // SAFETY: value valid (caller contract).
+        let (elem, dims) = unsafe { elem_and_dims(value)? };
+        let ty = TensorType {
+            elem,
+            dims: dims.to_vec(),
+        };
         let shape = ty.static_dims().ok_or_else(|| {
             Error::invalid_argument(format!("tensor has negative dims {:?}", ty.dims))
         })?;
@@ -261,14 +286,14 @@ impl<'a> TensorMut<'a> {
     ) -> Result<TensorMut<'a>> {
         let ort = api().ort;
         // SAFETY: caller contract; reading the type of a live value.
-        let t = unsafe { Tensor::from_value(value)? };
+        let (elem, _) = unsafe { elem_and_dims(value)? };
         let mut data: *mut c_void = std::ptr::null_mut();
         // SAFETY: value is a tensor we own for this call.
         unsafe { check((ort.GetTensorMutableData)(value, &mut data))? };
         Ok(TensorMut {
             data,
             shape,
-            elem: t.elem(),
+            elem,
             _life: PhantomData,
         })
     }
