@@ -21,17 +21,8 @@ fn empty_set() -> libc::cpu_set_t {
 
 /// CPUs in the calling thread's affinity mask (`sched_getaffinity(0)`), ascending.
 pub fn allowed_cpus() -> io::Result<Vec<usize>> {
-    let mut set = empty_set();
-    // SAFETY: `set` is a valid, writable `cpu_set_t` and we pass its exact size; pid 0 means
-    // the calling thread.
-    let rc = unsafe { libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `CPU_ISSET` only reads the bit array; every index is below `SET_BITS`.
-    Ok((0..SET_BITS)
-        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
-        .collect())
+    let mask = SavedAffinity::save()?;
+    Ok((0..SET_BITS).filter(|&c| mask.contains(c)).collect())
 }
 
 /// Pins the calling thread to exactly one CPU (`sched_setaffinity(0)`).
