@@ -8,7 +8,9 @@
 //! kernel call shape on both paths.
 
 use super::dispatch::{Kernels, TileFn};
-use super::pack::{group_weight_bytes, groups, pack_group, GroupView, PackedNBits, NR};
+use super::pack::{
+    group_weight_bytes, group_zp_bytes, groups, pack_group, GroupView, PackedNBits, NR,
+};
 use super::params::NBitsParams;
 use super::prepare_a::{with_prepared, PreparedA};
 use super::MR;
@@ -112,7 +114,10 @@ pub(crate) fn run(
                 p,
             } => {
                 let kbs = p.k_blocks();
-                let (wb, zb) = (group_weight_bytes(p), zero_points.map_or(0, |_| kbs * NR));
+                let (wb, zb) = (
+                    group_weight_bytes(p),
+                    zero_points.map_or(0, |_| group_zp_bytes(p)),
+                );
                 // Each chunk packs one group at a time into its lane's parked scratch (weights and
                 // zero points in one byte buffer, scales in an f32 one): no allocation once the
                 // lane's buffers are parked. `pack_group` writes every byte, so stale contents are

@@ -1,18 +1,24 @@
 //! The prepacked weight layout every tile kernel (scalar, AVX2, AVX-512, VNNI) reads.
 //!
-//! Columns are taken in groups of [`NR`] = 16 (one AVX-512 register of f32 / i32 lanes; two AVX2
-//! registers). Tail columns are padded with code 0, scale 0 and zero point 0, so they produce 0.
+//! Columns are taken in groups of [`NR`] = 32: one AVX-512 register of 16 dword lanes, where
+//! lane `i` carries column `i` in the low nibbles of its bytes and column `16 + i` in the high
+//! nibbles. Tail columns are padded with code 0, scale 0 and zero point 0, so they produce 0.
 //! Per group, everything a kernel streams is contiguous:
 //!
-//! * `weights`: `[group][block][chunk of 8 k][64 bytes]`, `block_size / 8` chunks per block.
-//!   In a chunk starting at k0, byte `4 * col + j` (j in 0..4) holds the code of (k0 + j, col) in
-//!   its low nibble and the code of (k0 + 4 + j, col) in its high nibble. So one 64-byte load is
-//!   16 dword lanes, one per column: `& 0x0F` gives four consecutive k per lane (the u8 operand of
-//!   `vpdpbusd` / `vpmaddubsw`), `>> 4 & 0x0F` the next four; for fp32, `>> 8j & 0x0F` gives k0 + j.
+//! * `weights`: `[group][block][chunk of 4 k][64 bytes]`, `block_size / 4` chunks per block.
+//!   In a chunk starting at k0, byte `4 * i + j` (lane i in 0..16, j in 0..4) holds the code of
+//!   (k0 + j, column i) in its low nibble and the code of (k0 + j, column 16 + i) in its high
+//!   nibble. One 64-byte load is 16 dword lanes of four consecutive k, and both nibbles of a
+//!   byte meet the same A value. That is what the int8 kernels exploit: with `lo = v & 0x0F`,
+//!   `vpdpbusd(lo, a)` is the dot of columns 0..16 and `vpdpbusd(v, a)` (no mask) is that plus
+//!   16 times the dot of columns 16..32, so one mask and one A broadcast serve 32 columns
+//!   (before: one mask per nibble and an A broadcast per 4 k of 16 columns). fp32 extracts
+//!   `(v >> 8j) & 0x0F` and `(v >> 8j + 4) & 0x0F` for k0 + j.
 //!   k beyond K (tail of the last block) holds code 0; callers pad A with zeros there.
-//! * `scales`: `[group][block][16]` f32.
-//! * `zero_points` (only when the node has them): `[group][block][16]` u8, one per byte; absent
-//!   means 8 everywhere.
+//! * `scales`: `[group][block][32]` f32.
+//! * `zero_points` (only when the node has them): `[group][block][16]` u8, byte `i` = zero point
+//!   of column i (low nibble) and of column 16 + i (high nibble), like the weights; absent means
+//!   8 everywhere.
 //!
 //! Zero points are applied per block through the sum of A over the block, never per element
 //! (see the kernels), so no `-zp*scale` table is stored: it would add as many bytes as the scales.
@@ -22,7 +28,11 @@ use super::reference::weight_code;
 use crate::memory::AlignedBuf;
 
 /// Columns per group.
-pub const NR: usize = 16;
+pub const NR: usize = 32;
+/// Dword lanes per chunk (each lane carries two columns, one per nibble).
+pub(crate) const LANES: usize = NR / 2;
+/// k per 64-byte chunk.
+pub(crate) const CHUNK_K: usize = 4;
 
 /// A MatMulNBits weight rearranged for the tile kernels.
 #[derive(Debug, Clone)]
@@ -38,11 +48,11 @@ pub struct PackedNBits {
 /// One column group's slices, as the kernels see them.
 #[derive(Debug, Clone, Copy)]
 pub struct GroupView<'a> {
-    /// `k_blocks * block_size * 8` bytes.
+    /// `k_blocks * block_size * 16` bytes.
     pub w: &'a [u8],
-    /// `k_blocks * 16` scales.
+    /// `k_blocks * 32` scales.
     pub scales: &'a [f32],
-    /// `k_blocks * 16` zero points, or `None` for 8.
+    /// `k_blocks * 16` zero-point bytes (two columns each), or `None` for 8.
     pub zps: Option<&'a [u8]>,
     pub k_blocks: usize,
     pub block_size: usize,
@@ -51,6 +61,11 @@ pub struct GroupView<'a> {
 /// Packed weight bytes per column group.
 pub(crate) fn group_weight_bytes(p: &NBitsParams) -> usize {
     p.k_blocks() * p.block_size * NR / 2
+}
+
+/// Zero-point bytes per column group.
+pub(crate) fn group_zp_bytes(p: &NBitsParams) -> usize {
+    p.k_blocks() * LANES
 }
 
 /// Number of column groups for N columns.
@@ -74,14 +89,14 @@ impl PackedNBits {
     /// The slices of column group `g`.
     pub fn group(&self, g: usize) -> GroupView<'_> {
         let p = &self.params;
-        let (wb, sb) = (group_weight_bytes(p), p.k_blocks() * NR);
+        let (wb, sb, zb) = (group_weight_bytes(p), p.k_blocks() * NR, group_zp_bytes(p));
         GroupView {
             w: &self.weights.as_slice()[g * wb..(g + 1) * wb],
             scales: &self.scales.as_slice()[g * sb..(g + 1) * sb],
             zps: self
                 .zero_points
                 .as_ref()
-                .map(|z| &z.as_slice()[g * sb..(g + 1) * sb]),
+                .map(|z| &z.as_slice()[g * zb..(g + 1) * zb]),
             k_blocks: p.k_blocks(),
             block_size: p.block_size,
         }
@@ -94,10 +109,10 @@ pub fn pack(b: &[u8], scales: &[f32], zero_points: Option<&[u8]>, p: &NBitsParam
     p.check_sizes(b.len(), scales.len(), zero_points.map(|z| z.len()), None)
         .unwrap_or_else(|e| panic!("{e}"));
     let g_count = groups(p);
-    let (wb, sb) = (group_weight_bytes(p), p.k_blocks() * NR);
+    let (wb, sb, zb) = (group_weight_bytes(p), p.k_blocks() * NR, group_zp_bytes(p));
     let mut weights = AlignedBuf::<u8>::zeroed(g_count * wb);
     let mut sc = AlignedBuf::<f32>::zeroed(g_count * sb);
-    let mut zps = zero_points.map(|_| AlignedBuf::<u8>::zeroed(g_count * sb));
+    let mut zps = zero_points.map(|_| AlignedBuf::<u8>::zeroed(g_count * zb));
     for g in 0..g_count {
         pack_group(
             b,
@@ -108,7 +123,7 @@ pub fn pack(b: &[u8], scales: &[f32], zero_points: Option<&[u8]>, p: &NBitsParam
             &mut weights.as_mut_slice()[g * wb..(g + 1) * wb],
             &mut sc.as_mut_slice()[g * sb..(g + 1) * sb],
             zps.as_mut()
-                .map(|z| &mut z.as_mut_slice()[g * sb..(g + 1) * sb]),
+                .map(|z| &mut z.as_mut_slice()[g * zb..(g + 1) * zb]),
         );
     }
     PackedNBits {
@@ -119,11 +134,14 @@ pub fn pack(b: &[u8], scales: &[f32], zero_points: Option<&[u8]>, p: &NBitsParam
     }
 }
 
+/// Chunks [`pack_group`] fills per tile (a multiple of 4).
+const PACK_TILE: usize = 128;
+
 /// Packs column group `g` into the given (zeroed or stale) slices; every byte is written.
 ///
-/// Chunk `i` of a group covers k = 8i..8i+8 and is dword `i` of each column's row of B (blocks
-/// are multiples of 8 long), so packing is a 16-way dword transpose with a lane-local nibble
-/// shuffle ([`shuffle_chunk`]); only the chunk that straddles K goes element by element.
+/// Chunk `i` of a group covers k = 4i..4i+4, which is the `u16` at byte `2i` of each column's
+/// row of B (blocks are multiples of 4 long); a lane zips two columns' words ([`zip_nibbles`]).
+/// Only the chunk that straddles K goes element by element.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn pack_group(
     b: &[u8],
@@ -133,76 +151,103 @@ pub(crate) fn pack_group(
     g: usize,
     w_out: &mut [u8],
     s_out: &mut [f32],
-    mut z_out: Option<&mut [u8]>,
+    z_out: Option<&mut [u8]>,
 ) {
     let kbs = p.k_blocks();
     let row_bytes = kbs * p.blob_bytes();
     let cols = p.n.saturating_sub(g * NR).min(NR);
     let zrb = p.zp_row_bytes();
     for col in 0..NR {
-        let n = g * NR + col;
-        let real = col < cols;
-        let srow = if real {
-            &scales[n * kbs..(n + 1) * kbs]
-        } else {
-            &[][..]
+        for kb in 0..kbs {
+            s_out[kb * NR + col] = if col < cols {
+                scales[(g * NR + col) * kbs + kb]
+            } else {
+                0.0
+            };
+        }
+    }
+    if let Some(z) = z_out {
+        let zp = |col: usize, kb: usize| match zero_points {
+            Some(zp) if col < cols => (zp[(g * NR + col) * zrb + kb / 2] >> (4 * (kb % 2))) & 0x0F,
+            _ => 0,
         };
         for kb in 0..kbs {
-            s_out[kb * NR + col] = if real { srow[kb] } else { 0.0 };
-        }
-        if let Some(z) = z_out.as_deref_mut() {
-            for kb in 0..kbs {
-                z[kb * NR + col] = match zero_points {
-                    Some(zp) if real => (zp[n * zrb + kb / 2] >> (4 * (kb % 2))) & 0x0F,
-                    _ => 0,
-                };
+            for lane in 0..LANES {
+                z[kb * LANES + lane] = zp(lane, kb) | zp(LANES + lane, kb) << 4;
             }
         }
     }
-    let chunks = kbs * p.block_size / 8;
-    let full = p.k / 8;
-    // Full chunks of real columns: one column at a time, reading its row of B sequentially.
-    for col in 0..cols {
-        let n = g * NR + col;
-        let row = &b[n * row_bytes..n * row_bytes + 4 * full];
-        for (x, out) in row.chunks_exact(4).zip(w_out.chunks_exact_mut(4 * NR)) {
-            let v = shuffle_chunk(u32::from_le_bytes(x.try_into().unwrap()));
-            out[4 * col..4 * col + 4].copy_from_slice(&v.to_le_bytes());
+    let chunks = kbs * p.block_size / CHUNK_K;
+    let full = p.k / CHUNK_K;
+    let w_out = &mut w_out[..chunks * 4 * LANES];
+    // Chunks from the one straddling K on are built by OR-ing codes in.
+    w_out[full.min(chunks) * 4 * LANES..].fill(0);
+    // Full chunks: lane i of chunk c is the u16 at byte 2c of column i's row (low nibbles) and
+    // of column 16 + i's row (high nibbles), nibble-zipped. Work goes [`PACK_TILE`] chunks at a
+    // time (8 KiB of output, which stays in L1) and lane by lane inside a tile, so each row is
+    // read as one sequential stream: reading all 32 rows side by side would thrash L1, since
+    // rows 2 KiB apart (K = 4096) share cache sets. Padding columns read as code 0.
+    let row = |col: usize| {
+        let at = (g * NR + col) * row_bytes;
+        if col < cols {
+            &b[at..at + 2 * full]
+        } else {
+            &[][..]
+        }
+    };
+    // Four chunks per step: one u64 (16 codes) from each of a lane's two rows.
+    let quad = |row: &[u8], q: usize| {
+        row.get(8 * q..8 * q + 8)
+            .map_or(0, |x| u64::from_le_bytes(x.try_into().unwrap()))
+    };
+    let full_quads = full / 4;
+    for t0 in (0..full_quads).step_by(PACK_TILE / 4) {
+        let t1 = (t0 + PACK_TILE / 4).min(full_quads);
+        let tile = &mut w_out[t0 * 16 * LANES..t1 * 16 * LANES];
+        for lane in 0..LANES {
+            let (lo_row, hi_row) = (row(lane), row(LANES + lane));
+            for (q, out) in (t0..t1).zip(tile.chunks_exact_mut(16 * LANES)) {
+                let (lo, hi) = (quad(lo_row, q), quad(hi_row, q));
+                for t in 0..4 {
+                    let x = (lo >> (16 * t)) as u16 as u32 | ((hi >> (16 * t)) as u16 as u32) << 16;
+                    let at = t * 4 * LANES + 4 * lane;
+                    out[at..at + 4].copy_from_slice(&zip_nibbles(x).to_le_bytes());
+                }
+            }
         }
     }
-    // Padding columns, the chunk straddling K (codes past K are padding, written as 0) and
-    // chunks past K.
-    for (i, out) in w_out.chunks_exact_mut(4 * NR).enumerate().take(chunks) {
-        let first_col = if i < full { cols } else { 0 };
-        for (col, d) in out.chunks_exact_mut(4).enumerate().skip(first_col) {
-            let v = if col < cols && 8 * i < p.k {
-                let n = g * NR + col;
-                let code = |k: usize| {
-                    if k < p.k {
-                        weight_code(b, p, k, n) as u32
-                    } else {
-                        0
-                    }
-                };
-                (0..4).fold(0, |acc, j| {
-                    acc | (code(8 * i + j) | code(8 * i + 4 + j) << 4) << (8 * j)
-                })
-            } else {
-                0
-            };
-            d.copy_from_slice(&v.to_le_bytes());
+    // The last full % 4 full chunks, one u16 per row.
+    let word = |row: &[u8], c: usize| {
+        row.get(2 * c..2 * c + 2)
+            .map_or(0, |x| u16::from_le_bytes([x[0], x[1]]) as u32)
+    };
+    let rest = &mut w_out[full_quads * 16 * LANES..full * 4 * LANES];
+    for (c, out) in (full_quads * 4..).zip(rest.chunks_exact_mut(4 * LANES)) {
+        for (lane, d) in out.chunks_exact_mut(4).enumerate() {
+            let x = word(row(lane), c) | word(row(LANES + lane), c) << 16;
+            d.copy_from_slice(&zip_nibbles(x).to_le_bytes());
+        }
+    }
+    // The chunk straddling K (codes past K stay 0, as do chunks past K).
+    if full < chunks {
+        let out = &mut w_out[full * 4 * LANES..(full + 1) * 4 * LANES];
+        for col in 0..cols {
+            let (lane, shift) = (col % LANES, 4 * (col / LANES));
+            for k in CHUNK_K * full..p.k {
+                let code = weight_code(b, p, k, g * NR + col);
+                out[4 * lane + k % CHUNK_K] |= code << shift;
+            }
         }
     }
 }
 
-/// One chunk from ORT order (byte j = codes k0+2j low, k0+2j+1 high) to packed order
-/// (byte j = codes k0+j low, k0+4+j high).
+/// `x` holds four codes of one column in its low half and four of another in its high half
+/// (code j at bits 4j and 16 + 4j, ORT's order); returns byte j = low code j | high code j << 4.
+/// Two swap steps of the nibble perfect shuffle: bytes 1 and 2, then nibbles 1-2 and 5-6.
 #[inline]
-fn shuffle_chunk(x: u32) -> u32 {
-    let lo = x & 0x0F0F_0F0F; // codes k0, k0+2, k0+4, k0+6
-    let hi = (x >> 4) & 0x0F0F_0F0F; // codes k0+1, k0+3, k0+5, k0+7
-    let first = (lo & 0xFF) | ((hi & 0xFF) << 8) | ((lo & 0xFF00) << 8) | ((hi & 0xFF00) << 16);
-    let second =
-        ((lo >> 16) & 0xFF) | ((hi >> 8) & 0xFF00) | ((lo >> 8) & 0xFF_0000) | (hi & 0xFF00_0000);
-    first | (second << 4)
+fn zip_nibbles(x: u32) -> u32 {
+    let t = (x ^ (x >> 8)) & 0x0000_FF00;
+    let x = x ^ t ^ (t << 8);
+    let t = (x ^ (x >> 4)) & 0x00F0_00F0;
+    x ^ t ^ (t << 4)
 }

@@ -1,11 +1,13 @@
-//! AVX2 + FMA tile kernels: the 16 columns of a group are two ymm halves (bytes 0..32 of a
-//! chunk are columns 0..8, bytes 32..64 columns 8..16). Same per-block math as the AVX-512
-//! kernels; fp32 uses two accumulators per half and row (k even / odd), int8 uses
+//! AVX2 + FMA tile kernels. A 64-byte chunk of a 32-column group (see `pack`) is two ymm halves
+//! of 8 dword lanes: half h holds columns 8h..8h+8 (low nibbles) and 16+8h..24+8h (high
+//! nibbles). The kernels run one half at a time over the whole K (so a row's accumulators fit
+//! the 16 ymm registers better), with the same per-block math as the AVX-512 kernels: fp32 uses
+//! two accumulators per set of columns and row (k even / odd); int8 masks both nibbles and uses
 //! `vpmaddubsw` + `vpmaddwd` (no i16 saturation: 2 * 15 * 127 < 32767).
 
 use std::arch::x86_64::*;
 
-use super::pack::{GroupView, NR};
+use super::pack::{GroupView, CHUNK_K, NR};
 use super::prepare_a::PreparedA;
 use super::MR;
 
@@ -30,17 +32,60 @@ fn nib<const SH: i32>(v: __m256i) -> __m256 {
     ))
 }
 
-/// Zero points of block `kb`, half `h`, as i32 lanes (8 when absent).
+/// Half `h` of chunk `k0`.
+///
+/// # Safety
+/// `g.w` must hold `(k0 + CHUNK_K) * NR / 2` bytes.
 #[inline]
 #[target_feature(enable = "avx2")]
-fn zero_points(g: &GroupView, kb: usize, h: usize) -> __m256i {
+unsafe fn half_chunk(g: &GroupView, k0: usize, h: usize) -> __m256i {
+    // SAFETY: chunk k0 occupies bytes k0*16 .. k0*16+64 of w (the caller's contract).
+    unsafe { _mm256_loadu_si256(g.w.as_ptr().add(k0 * NR / 2 + 32 * h) as *const __m256i) }
+}
+
+/// Zero points of block `kb`, half `h`, as i32 lanes: `[low columns, high columns]` (8 when
+/// absent).
+#[inline]
+#[target_feature(enable = "avx2")]
+fn zero_points(g: &GroupView, kb: usize, h: usize) -> [__m256i; 2] {
     match g.zps {
         Some(z) => {
-            let z = &z[kb * NR + 8 * h..kb * NR + 8 * h + 8];
+            let z = &z[kb * 16 + 8 * h..kb * 16 + 8 * h + 8];
             // SAFETY: `z` is exactly 8 readable bytes.
-            _mm256_cvtepu8_epi32(unsafe { _mm_loadl_epi64(z.as_ptr() as *const __m128i) })
+            let z = _mm256_cvtepu8_epi32(unsafe { _mm_loadl_epi64(z.as_ptr() as *const __m128i) });
+            [
+                _mm256_and_si256(z, _mm256_set1_epi32(0x0F)),
+                _mm256_srli_epi32::<4>(z),
+            ]
         }
-        None => _mm256_set1_epi32(8),
+        None => [_mm256_set1_epi32(8); 2],
+    }
+}
+
+/// Scales of block `kb`, half `h`: `[low columns, high columns]`.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn scales(g: &GroupView, kb: usize, h: usize) -> [__m256; 2] {
+    let s = &g.scales[kb * NR..kb * NR + NR];
+    // SAFETY: `s` is 32 floats; 8h + 16 + 8 <= 32.
+    unsafe {
+        [
+            _mm256_loadu_ps(s.as_ptr().add(8 * h)),
+            _mm256_loadu_ps(s.as_ptr().add(16 + 8 * h)),
+        ]
+    }
+}
+
+/// Stores half `h` of each row's totals (`[low columns, high columns]`).
+#[inline]
+#[target_feature(enable = "avx2")]
+fn store<const R: usize>(total: &[[__m256; 2]; R], h: usize, res: &mut [[f32; NR]; MR]) {
+    for (t, out) in total.iter().zip(res.iter_mut()) {
+        // SAFETY: columns 8h..8h+8 and 16+8h..24+8h lie inside the 32-float row.
+        unsafe {
+            _mm256_storeu_ps(out.as_mut_ptr().add(8 * h), t[0]);
+            _mm256_storeu_ps(out.as_mut_ptr().add(16 + 8 * h), t[1]);
+        }
     }
 }
 
@@ -74,55 +119,45 @@ unsafe fn f32_rows<const R: usize>(
     assert!(
         a.f.len() >= (r0 + R) * a.kp && a.kp == g.k_blocks * bs && a.fsum.len() >= (r0 + R) * a.kb
     );
-    let wp = g.w.as_ptr();
-    let mut total = [[_mm256_setzero_ps(); 2]; R];
-    for kb in 0..g.k_blocks {
-        let mut acc = [[[_mm256_setzero_ps(); 2]; 2]; R];
-        for c in 0..bs / 8 {
-            let k0 = kb * bs + c * 8;
-            for h in 0..2 {
-                // SAFETY: chunk k0 occupies bytes k0*8 .. k0*8+64 of w (asserted length above).
-                let v =
-                    unsafe { _mm256_loadu_si256(wp.add(k0 * NR / 2 + 32 * h) as *const __m256i) };
-                let w = [
-                    nib::<0>(v),
-                    nib::<8>(v),
-                    nib::<16>(v),
-                    nib::<24>(v),
-                    nib::<4>(v),
-                    nib::<12>(v),
-                    nib::<20>(v),
-                    _mm256_cvtepi32_ps(_mm256_srli_epi32::<28>(v)),
-                ];
-                for (r, acc_r) in acc.iter_mut().enumerate() {
-                    // SAFETY: row r0 + r has kp >= k0 + 8 elements (asserted above).
-                    let ap = unsafe { a.f.as_ptr().add((r0 + r) * a.kp + k0) };
-                    for (j, wj) in w.iter().enumerate() {
-                        // SAFETY: j < 8, inside the row.
-                        let x = _mm256_set1_ps(unsafe { *ap.add(j) });
-                        acc_r[h][j % 2] = _mm256_fmadd_ps(x, *wj, acc_r[h][j % 2]);
-                    }
+    for h in 0..2 {
+        let mut total = [[_mm256_setzero_ps(); 2]; R];
+        for kb in 0..g.k_blocks {
+            // [row][set of columns][k parity]
+            let mut acc = [[[_mm256_setzero_ps(); 2]; 2]; R];
+            for c in 0..bs / CHUNK_K {
+                let k0 = kb * bs + c * CHUNK_K;
+                // SAFETY: k0 + 4 <= k_blocks * bs (asserted length above).
+                let v = unsafe { half_chunk(g, k0, h) };
+                macro_rules! step {
+                    ($j:literal, $sl:literal, $sh:literal) => {
+                        let (wl, wh) = (nib::<$sl>(v), nib::<$sh>(v));
+                        for (r, acc_r) in acc.iter_mut().enumerate() {
+                            // SAFETY: row r0 + r has kp >= k0 + 4 elements (asserted above).
+                            let x = _mm256_set1_ps(unsafe {
+                                *a.f.as_ptr().add((r0 + r) * a.kp + k0 + $j)
+                            });
+                            acc_r[0][$j % 2] = _mm256_fmadd_ps(x, wl, acc_r[0][$j % 2]);
+                            acc_r[1][$j % 2] = _mm256_fmadd_ps(x, wh, acc_r[1][$j % 2]);
+                        }
+                    };
+                }
+                step!(0, 0, 4);
+                step!(1, 8, 12);
+                step!(2, 16, 20);
+                step!(3, 24, 28);
+            }
+            let s = scales(g, kb, h);
+            let z = zero_points(g, kb, h);
+            for (r, acc_r) in acc.iter().enumerate() {
+                let neg_sum = _mm256_set1_ps(-a.fsum[(r0 + r) * a.kb + kb]);
+                for set in 0..2 {
+                    let dot = _mm256_add_ps(acc_r[set][0], acc_r[set][1]);
+                    let t = _mm256_fmadd_ps(_mm256_cvtepi32_ps(z[set]), neg_sum, dot);
+                    total[r][set] = _mm256_fmadd_ps(t, s[set], total[r][set]);
                 }
             }
         }
-        for h in 0..2 {
-            // SAFETY: scales holds k_blocks * 16 floats.
-            let s = unsafe { _mm256_loadu_ps(g.scales.as_ptr().add(kb * NR + 8 * h)) };
-            let zp = _mm256_cvtepi32_ps(zero_points(g, kb, h));
-            for (r, acc_r) in acc.iter().enumerate() {
-                let dot = _mm256_add_ps(acc_r[h][0], acc_r[h][1]);
-                let neg_sum = _mm256_set1_ps(-a.fsum[(r0 + r) * a.kb + kb]);
-                let t = _mm256_fmadd_ps(zp, neg_sum, dot);
-                total[r][h] = _mm256_fmadd_ps(t, s, total[r][h]);
-            }
-        }
-    }
-    for (r, t) in total.iter().enumerate() {
-        // SAFETY: res[r] is 16 floats.
-        unsafe {
-            _mm256_storeu_ps(res[r].as_mut_ptr(), t[0]);
-            _mm256_storeu_ps(res[r].as_mut_ptr().add(8), t[1]);
-        }
+        store(&total, h, res);
     }
 }
 
@@ -155,57 +190,43 @@ unsafe fn i8_rows<const R: usize>(
     assert!(
         a.q.len() >= (r0 + R) * a.kp && a.kp == g.k_blocks * bs && a.qsum.len() >= (r0 + R) * a.kb
     );
-    let wp = g.w.as_ptr();
     let mask = _mm256_set1_epi8(0x0F);
     let ones = _mm256_set1_epi16(1);
-    let mut total = [[_mm256_setzero_ps(); 2]; R];
-    for kb in 0..g.k_blocks {
-        let mut acc = [[_mm256_setzero_si256(); 2]; R];
-        for c in 0..bs / 8 {
-            let k0 = kb * bs + c * 8;
-            for h in 0..2 {
-                // SAFETY: chunk k0 occupies bytes k0*8 .. k0*8+64 of w.
-                let v =
-                    unsafe { _mm256_loadu_si256(wp.add(k0 * NR / 2 + 32 * h) as *const __m256i) };
-                let lo = _mm256_and_si256(v, mask);
-                let hi = _mm256_and_si256(_mm256_srli_epi32::<4>(v), mask);
+    for h in 0..2 {
+        let mut total = [[_mm256_setzero_ps(); 2]; R];
+        for kb in 0..g.k_blocks {
+            let mut acc = [[_mm256_setzero_si256(); 2]; R];
+            for c in 0..bs / CHUNK_K {
+                let k0 = kb * bs + c * CHUNK_K;
+                // SAFETY: k0 + 4 <= k_blocks * bs (asserted length above).
+                let v = unsafe { half_chunk(g, k0, h) };
+                let sets = [
+                    _mm256_and_si256(v, mask),
+                    _mm256_and_si256(_mm256_srli_epi16::<4>(v), mask),
+                ];
                 for (r, acc_r) in acc.iter_mut().enumerate() {
-                    // SAFETY: row r0 + r has kp >= k0 + 8 int8 values; unaligned reads.
-                    let (a_lo, a_hi) = unsafe {
-                        let ap = a.q.as_ptr().add((r0 + r) * a.kp + k0);
-                        (
-                            _mm256_set1_epi32((ap as *const i32).read_unaligned()),
-                            _mm256_set1_epi32((ap.add(4) as *const i32).read_unaligned()),
-                        )
-                    };
-                    let p = _mm256_add_epi16(
-                        _mm256_maddubs_epi16(lo, a_lo),
-                        _mm256_maddubs_epi16(hi, a_hi),
-                    );
-                    acc_r[h] = _mm256_add_epi32(acc_r[h], _mm256_madd_epi16(p, ones));
+                    // SAFETY: row r0 + r has kp >= k0 + 4 int8 values; unaligned read.
+                    let x = _mm256_set1_epi32(unsafe {
+                        (a.q.as_ptr().add((r0 + r) * a.kp + k0) as *const i32).read_unaligned()
+                    });
+                    for set in 0..2 {
+                        let p = _mm256_madd_epi16(_mm256_maddubs_epi16(sets[set], x), ones);
+                        acc_r[set] = _mm256_add_epi32(acc_r[set], p);
+                    }
+                }
+            }
+            let s = scales(g, kb, h);
+            let z = zero_points(g, kb, h);
+            for (r, acc_r) in acc.iter().enumerate() {
+                let i = (r0 + r) * a.kb + kb;
+                let (qsum, sa) = (_mm256_set1_epi32(a.qsum[i]), _mm256_set1_ps(a.qscale[i]));
+                for set in 0..2 {
+                    let corr = _mm256_sub_epi32(acc_r[set], _mm256_mullo_epi32(z[set], qsum));
+                    let ss = _mm256_mul_ps(s[set], sa);
+                    total[r][set] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(corr), ss, total[r][set]);
                 }
             }
         }
-        for h in 0..2 {
-            // SAFETY: scales holds k_blocks * 16 floats.
-            let s = unsafe { _mm256_loadu_ps(g.scales.as_ptr().add(kb * NR + 8 * h)) };
-            let zp = zero_points(g, kb, h);
-            for (r, acc_r) in acc.iter().enumerate() {
-                let i = (r0 + r) * a.kb + kb;
-                let corr = _mm256_sub_epi32(
-                    acc_r[h],
-                    _mm256_mullo_epi32(zp, _mm256_set1_epi32(a.qsum[i])),
-                );
-                let ss = _mm256_mul_ps(s, _mm256_set1_ps(a.qscale[i]));
-                total[r][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(corr), ss, total[r][h]);
-            }
-        }
-    }
-    for (r, t) in total.iter().enumerate() {
-        // SAFETY: res[r] is 16 floats.
-        unsafe {
-            _mm256_storeu_ps(res[r].as_mut_ptr(), t[0]);
-            _mm256_storeu_ps(res[r].as_mut_ptr().add(8), t[1]);
-        }
+        store(&total, h, res);
     }
 }

@@ -5,9 +5,29 @@
 //! int8: per block `dot = sum_k q_k * a8_k` (exact i32), `corr = dot - zp * sum(a8)`, then
 //! `total += corr * (scale * scale_a)`.
 
-use super::pack::{GroupView, NR};
+use super::pack::{GroupView, CHUNK_K, LANES, NR};
 use super::prepare_a::PreparedA;
 use super::MR;
+
+/// The codes of one chunk (k0..k0 + 4) as `codes[j][col]`, and the zero points of block `kb`
+/// per column, straight from the packed layout (see `pack`).
+fn chunk_codes(g: &GroupView, k0: usize) -> [[u8; NR]; CHUNK_K] {
+    let chunk = &g.w[k0 * NR / 2..k0 * NR / 2 + 4 * LANES];
+    let mut codes = [[0u8; NR]; CHUNK_K];
+    for (j, cj) in codes.iter_mut().enumerate() {
+        for lane in 0..LANES {
+            let byte = chunk[4 * lane + j];
+            (cj[lane], cj[LANES + lane]) = (byte & 0x0F, byte >> 4);
+        }
+    }
+    codes
+}
+
+fn zero_point(g: &GroupView, kb: usize, col: usize) -> u8 {
+    g.zps.map_or(8, |z| {
+        (z[kb * LANES + col % LANES] >> (4 * (col / LANES))) & 0x0F
+    })
+}
 
 /// fp32 tile: rows `r0..r0 + nr` of A against one column group.
 ///
@@ -27,20 +47,17 @@ pub(crate) unsafe fn tile_f32(
         let mut total = [0f32; NR];
         for kb in 0..g.k_blocks {
             let mut dot = [0f32; NR];
-            for c in 0..bs / 8 {
-                let k0 = kb * bs + c * 8;
-                let chunk = &g.w[k0 * NR / 2..k0 * NR / 2 + 4 * NR];
-                for (col, d) in dot.iter_mut().enumerate() {
-                    let v = u32::from_le_bytes(chunk[4 * col..4 * col + 4].try_into().unwrap());
-                    for j in 0..8 {
-                        let shift = 8 * (j % 4) + 4 * (j / 4);
-                        *d += row[k0 + j] * ((v >> shift) & 0x0F) as f32;
+            for c in 0..bs / CHUNK_K {
+                let k0 = kb * bs + c * CHUNK_K;
+                for (j, cj) in chunk_codes(g, k0).iter().enumerate() {
+                    for (d, &q) in dot.iter_mut().zip(cj) {
+                        *d += row[k0 + j] * q as f32;
                     }
                 }
             }
             let asum = a.fsum[r * a.kb + kb];
             for col in 0..NR {
-                let zp = g.zps.map_or(8.0, |z| z[kb * NR + col] as f32);
+                let zp = zero_point(g, kb, col) as f32;
                 total[col] += (dot[col] - zp * asum) * g.scales[kb * NR + col];
             }
         }
@@ -66,21 +83,17 @@ pub(crate) unsafe fn tile_i8(
         let mut total = [0f32; NR];
         for kb in 0..g.k_blocks {
             let mut dot = [0i32; NR];
-            for c in 0..bs / 8 {
-                let k0 = kb * bs + c * 8;
-                let chunk = &g.w[k0 * NR / 2..k0 * NR / 2 + 4 * NR];
-                for (col, d) in dot.iter_mut().enumerate() {
-                    for j in 0..4 {
-                        let byte = chunk[4 * col + j];
-                        *d += (byte & 0x0F) as i32 * row[k0 + j] as i32;
-                        *d += (byte >> 4) as i32 * row[k0 + 4 + j] as i32;
+            for c in 0..bs / CHUNK_K {
+                let k0 = kb * bs + c * CHUNK_K;
+                for (j, cj) in chunk_codes(g, k0).iter().enumerate() {
+                    for (d, &q) in dot.iter_mut().zip(cj) {
+                        *d += q as i32 * row[k0 + j] as i32;
                     }
                 }
             }
             let (sa, qsum) = (a.qscale[r * a.kb + kb], a.qsum[r * a.kb + kb]);
             for col in 0..NR {
-                let zp = g.zps.map_or(8, |z| z[kb * NR + col] as i32);
-                let corr = dot[col] - zp * qsum;
+                let corr = dot[col] - zero_point(g, kb, col) as i32 * qsum;
                 total[col] += corr as f32 * (g.scales[kb * NR + col] * sa);
             }
         }
