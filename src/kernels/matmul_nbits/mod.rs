@@ -2,7 +2,7 @@
 //!
 //! * [`params`]: attributes, validation, expected input sizes.
 //! * [`reference`]: naive scalar references over ORT's layout (test ground truth).
-//! * [`pack`]: the prepacked layout ([`PackedNBits`]), 16-column groups.
+//! * [`pack`]: the prepacked layout ([`PackedNBits`]), 32-column groups.
 //! * [`prepare_a`]: per-call A preparation (padding + block sums, or int8 quantisation; the
 //!   quantiser is per ISA, `quant_avx512` for AVX-512, bit-identical to the scalar one).
 //! * `tile_*`: one tile kernel per ISA and accuracy; the same kernel serves M = 1 (GEMV, one
