@@ -148,3 +148,28 @@ fn bad_sizes_are_errors() {
     );
     assert!(err.unwrap_err().contains("b_scale"));
 }
+
+#[test]
+fn packed_b_is_cache_line_aligned() {
+    // The tile kernels load 64 bytes at a time from panel offsets that are multiples of 64: a
+    // 64-byte aligned start keeps every load inside one cache line. Small, odd and large sizes
+    // (a large plain Vec starts 16 bytes into its mapping).
+    for &(k, n) in &[(1, 1), (7, 13), (301, 200), (2048, 2048)] {
+        let c = QCase::new(ALL_SIGNS[1], 1, k, n, false, false, 2);
+        let packed = pack(&c.b, c.k, c.n, c.batches, c.signs);
+        let v = packed.view();
+        assert_eq!(
+            v.data.as_ptr() as usize % 64,
+            0,
+            "k={k} n={n}: packed B unaligned"
+        );
+        // Every panel starts on a cache line too (panel offsets are multiples of 64).
+        for p in 0..v.panels() {
+            assert_eq!(
+                v.panel(0, p).0.as_ptr() as usize % 64,
+                0,
+                "k={k} n={n} panel {p}"
+            );
+        }
+    }
+}

@@ -106,3 +106,36 @@ def test_qlinear_matmul_shape_mismatch_is_a_clean_error(make_sessions):
     assert "inner dimensions differ" in str(e.value)
     # The session stays usable.
     assert rc.run(None, {"a": np.zeros((3, 16), np.uint8)})[0].shape == (3, 8)
+
+
+@pytest.mark.parametrize("pshape", [(), (24,)], ids=["pertensor", "percol"])
+def test_qlinear_matmul_params_as_inputs_change_per_run(make_sessions, pshape):
+    """Scales and zero points fed as graph inputs (not constants), different on every run: rcpu
+    reads them per call (constant ones it copies once at kernel creation)."""
+    from onnx import helper
+
+    rng = np.random.default_rng(9)
+    k, n = 40, 24
+    model, b = models.qlinear_matmul(rng, ["M", k], [k, n], False, True, True, pshape)
+    params = ["a_scale", "a_zero_point", "b_scale", "b_zero_point", "y_scale", "y_zero_point"]
+    inits = {t.name: t for t in model.graph.initializer}
+    for p in params:
+        t = inits[p]
+        model.graph.input.append(helper.make_tensor_value_info(p, t.data_type, list(t.dims)))
+        model.graph.initializer.remove(t)
+    cpu, rc = make_sessions(model, {"threads": 2})
+    assert_on_rcpu(rc, "qlmm0")
+    for run in range(3):
+        feeds = {
+            "a": models._q8(rng, (3, k), False),
+            "a_scale": np.array(rng.uniform(0.01, 0.04), np.float32),
+            "a_zero_point": np.array(rng.integers(100, 156), np.uint8),
+            "b_scale": rng.uniform(0.005, 0.03, size=pshape).astype(np.float32),
+            "b_zero_point": rng.integers(-20, 20, size=pshape).astype(np.int8),
+            "y_scale": np.array(rng.uniform(0.02, 0.1), np.float32),
+            "y_zero_point": np.array(rng.integers(100, 156), np.uint8),
+        }
+        want = cpu.run(None, feeds)[0]
+        got = rc.run(None, feeds)[0]
+        assert len(np.unique(want)) > 20, "outputs mostly clamped: the case would test little"
+        np.testing.assert_array_equal(got, want, err_msg=f"run {run}")

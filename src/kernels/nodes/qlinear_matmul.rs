@@ -6,6 +6,10 @@
 //! uint8, int8 x int8 -> int8, float scales. A, y: per-tensor scale and zero point; B:
 //! per tensor, per column (`[N]` for a 2-D B) or per column of each batch (`[..., 1, N]`, B's
 //! rank), scale and zero point independently (as ORT accepts them).
+//!
+//! Scales and zero points that are constant initializers (the usual case) are copied when the
+//! kernel is created, so a call fetches only A (and a B that is not prepacked): each fetched
+//! input costs four ORT API calls and two small allocations.
 
 use std::sync::Arc;
 
@@ -31,6 +35,11 @@ const IN_B_SCALE: usize = 4;
 const IN_B_ZP: usize = 5;
 const IN_Y_SCALE: usize = 6;
 const IN_Y_ZP: usize = 7;
+
+/// The scale and zero-point inputs.
+const QUANT_INPUTS: [usize; 6] = [
+    IN_A_SCALE, IN_A_ZP, IN_B_SCALE, IN_B_ZP, IN_Y_SCALE, IN_Y_ZP,
+];
 
 const U8: ElemType = ElemType::ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8;
 const I8: ElemType = ElemType::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8;
@@ -118,10 +127,81 @@ struct Packed {
     shape: Vec<usize>,
 }
 
+/// A constant scale or zero-point input, copied at creation: shape, and the values as f32
+/// (scales) or raw bytes (zero points).
+struct ConstIn {
+    shape: Vec<usize>,
+    f32s: Vec<f32>,
+    bytes: Vec<u8>,
+}
+
+impl ConstIn {
+    /// Copies input `i` when it is a constant initializer. `None` also when it cannot be read
+    /// as its kind: the call then fetches it and reports the problem as before.
+    fn copy(info: &KernelInfo<'_>, i: usize) -> Option<ConstIn> {
+        let t = info.constant_input(i).ok()??;
+        let scale = matches!(i, IN_A_SCALE | IN_B_SCALE | IN_Y_SCALE);
+        Some(ConstIn {
+            shape: t.shape().to_vec(),
+            f32s: if scale {
+                t.data::<f32>().ok()?.to_vec()
+            } else {
+                Vec::new()
+            },
+            bytes: if scale {
+                Vec::new()
+            } else {
+                t.bytes().ok()?.to_vec()
+            },
+        })
+    }
+}
+
+/// A scale or zero-point input of one call: the copy made at creation, or the call's tensor.
+enum QIn<'a> {
+    Const(&'a ConstIn),
+    Live(Tensor<'a>),
+}
+
+impl<'a> QIn<'a> {
+    fn shape(&self) -> &[usize] {
+        match self {
+            QIn::Const(c) => &c.shape,
+            QIn::Live(t) => t.shape(),
+        }
+    }
+
+    fn scales(&self) -> Result<&[f32]> {
+        match self {
+            QIn::Const(c) => Ok(&c.f32s),
+            QIn::Live(t) => t.data::<f32>(),
+        }
+    }
+
+    fn zeros(&self) -> Result<&[u8]> {
+        match self {
+            QIn::Const(c) => Ok(&c.bytes),
+            QIn::Live(t) => t.bytes(),
+        }
+    }
+}
+
 struct QLinearMatMul {
     signs: Signs,
     packed: Option<Packed>,
+    /// Constant scale / zero-point inputs by input index (`None`: fetched per call).
+    consts: [Option<ConstIn>; 8],
     env: Arc<KernelEnv>,
+}
+
+impl QLinearMatMul {
+    /// Scale or zero-point input `i` for this call.
+    fn quant_input<'s>(&'s self, ctx: &KernelContext<'s>, i: usize) -> Result<QIn<'s>> {
+        match &self.consts[i] {
+            Some(c) => Ok(QIn::Const(c)),
+            None => ctx.required_input(i).map(QIn::Live),
+        }
+    }
 }
 
 fn create(info: &KernelInfo<'_>, env: &Arc<KernelEnv>) -> Result<Box<dyn OpKernel>> {
@@ -132,9 +212,14 @@ fn create(info: &KernelInfo<'_>, env: &Arc<KernelEnv>) -> Result<Box<dyn OpKerne
             .elem)
     };
     let signs = signs_of(elem(IN_A)?, elem(IN_B)?).map_err(Error::invalid_argument)?;
+    let mut consts: [Option<ConstIn>; 8] = Default::default();
+    for i in QUANT_INPUTS {
+        consts[i] = ConstIn::copy(info, i);
+    }
     Ok(Box::new(QLinearMatMul {
         signs,
         packed: None,
+        consts,
         env: env.clone(),
     }))
 }
@@ -149,25 +234,25 @@ fn b_dims(shape: &[usize]) -> std::result::Result<(usize, usize, usize), String>
 }
 
 /// A per-tensor f32 input's value.
-fn scalar_f32(t: &Tensor<'_>, name: &str) -> Result<f32> {
+fn scalar_f32(t: &QIn<'_>, name: &str) -> Result<f32> {
     if !per_tensor_ok(t.shape()) {
         return Err(Error::invalid_argument(format!(
             "{name} has shape {:?}; rcpu (like ORT) takes a scalar or one element",
             t.shape()
         )));
     }
-    Ok(t.data::<f32>()?[0])
+    Ok(t.scales()?[0])
 }
 
 /// A per-tensor zero point's value, read in `signed`.
-fn scalar_zp(t: &Tensor<'_>, name: &str, signed: bool) -> Result<i32> {
+fn scalar_zp(t: &QIn<'_>, name: &str, signed: bool) -> Result<i32> {
     if !per_tensor_ok(t.shape()) {
         return Err(Error::invalid_argument(format!(
             "{name} has shape {:?}; rcpu (like ORT) takes a scalar or one element",
             t.shape()
         )));
     }
-    let v = t.bytes()?[0];
+    let v = t.zeros()?[0];
     Ok(if signed { v as i8 as i32 } else { v as i32 })
 }
 
@@ -217,7 +302,8 @@ impl OpKernel for QLinearMatMul {
         // A 1-D or 2-D B folds A's batch dims into M (one product); a batched B goes through
         // numpy.matmul planning (one product per output batch).
         let plan;
-        let (m, a_offsets, b_index, out_shape): (usize, &[usize], Vec<usize>, Vec<usize>) =
+        let batch_index: Vec<usize>;
+        let (m, a_offsets, b_index, out_shape): (usize, &[usize], &[usize], Vec<usize>) =
             if b_shape.len() <= 2 {
                 let Some((&ka, lead)) = a_shape.split_last() else {
                     return Err(bad(
@@ -233,23 +319,28 @@ impl OpKernel for QLinearMatMul {
                 if b_shape.len() == 2 {
                     out.push(n);
                 }
-                (lead.iter().product(), &[0], vec![0], out)
+                (lead.iter().product(), &[0], &[0], out)
             } else {
                 plan = matmul_shapes(a_shape, b_shape).map_err(bad)?;
                 let per = k * n;
-                let idx = plan
+                batch_index = plan
                     .b_offsets
                     .iter()
                     .map(|&o| o.checked_div(per).unwrap_or(0))
                     .collect();
-                (plan.m, &plan.a_offsets, idx, plan.out_shape.clone())
+                (
+                    plan.m,
+                    &plan.a_offsets,
+                    &batch_index,
+                    plan.out_shape.clone(),
+                )
             };
-        let a_scale_t = ctx.required_input(IN_A_SCALE)?;
-        let a_zp_t = ctx.required_input(IN_A_ZP)?;
-        let b_scale_t = ctx.required_input(IN_B_SCALE)?;
-        let b_zp_t = ctx.required_input(IN_B_ZP)?;
-        let y_scale_t = ctx.required_input(IN_Y_SCALE)?;
-        let y_zp_t = ctx.required_input(IN_Y_ZP)?;
+        let a_scale_t = self.quant_input(ctx, IN_A_SCALE)?;
+        let a_zp_t = self.quant_input(ctx, IN_A_ZP)?;
+        let b_scale_t = self.quant_input(ctx, IN_B_SCALE)?;
+        let b_zp_t = self.quant_input(ctx, IN_B_ZP)?;
+        let y_scale_t = self.quant_input(ctx, IN_Y_SCALE)?;
+        let y_zp_t = self.quant_input(ctx, IN_Y_ZP)?;
         for (t, name) in [(&b_scale_t, "b_scale"), (&b_zp_t, "b_zero_point")] {
             if !b_param_ok(t.shape(), b_shape) {
                 return Err(bad(format!(
@@ -262,8 +353,8 @@ impl OpKernel for QLinearMatMul {
         let quant = Quant {
             a_scale: scalar_f32(&a_scale_t, "a_scale")?,
             a_zero: scalar_zp(&a_zp_t, "a_zero_point", signs.a_signed())?,
-            b_scale: b_scale_t.data::<f32>()?,
-            b_zero: b_zp_t.bytes()?,
+            b_scale: b_scale_t.scales()?,
+            b_zero: b_zp_t.zeros()?,
             y_scale: scalar_f32(&y_scale_t, "y_scale")?,
             y_zero: scalar_zp(&y_zp_t, "y_zero_point", signs.a_signed())?,
         };
@@ -277,7 +368,7 @@ impl OpKernel for QLinearMatMul {
             prods: Products {
                 m,
                 a_offsets,
-                b_index: &b_index,
+                b_index,
             },
             k,
             n,
