@@ -18,11 +18,11 @@ use crate::kernels::disjoint::DisjointOut;
 use crate::memory::scratch::{with_scratch_f32, with_scratch_u8};
 use crate::runtime::par::Par;
 
-/// Packed weight bytes a chunk streams at most. Large chunks matter when the weights come from
-/// DRAM: each lane then reads long runs, and the 4 KiB the kernel prefetches past its chunk's
-/// end (lines the other lane will read) is a small share. Measured with `nbits_ab` (K=4096,
-/// N=57344, M=1, acc 4, threads 2, 117 MB; loaded machine, 10 rounds): ORT/rcpu 1.33-1.41 with
-/// 32 KiB chunks (the A/A pair), 1.58 with 256 KiB, 1.59 with 1 MiB.
+/// Packed weight bytes a chunk streams at most: long runs per lane. Measured with `nbits_ab`
+/// (quiet machine, M=1, acc 4, threads 2, no prefetch): K=4096 N=57344 (117 MB, DRAM) 4554 us
+/// with 32 KiB chunks, 4143-4407 us with 256 KiB (the A/A pair), 4398 us with 1 MiB; K=N=4096
+/// 83.2 us with 32 KiB, 77.7-79.3 us with 256 KiB. Small differences, at the edge of the A/A
+/// band, but the same sign on both shapes.
 pub(crate) const CHUNK_WEIGHT_BYTES: usize = 256 * 1024;
 /// Chunks per lane a call is split into at least (when it has that many column groups), so
 /// the dynamic split can even out a lane that starts late or runs slower.

@@ -46,27 +46,11 @@ fn nib<const SH: u32>(v: __m512i, lut: __m512) -> __m512 {
     _mm512_permutexvar_ps(_mm512_srli_epi32::<SH>(v), lut)
 }
 
-/// How far ahead of the chunk being read the kernels prefetch packed weights. Measured with
-/// `nbits_ab` (K=4096, N=14336, M=1, acc 4, threads 2, 37 MB: DRAM-bound): ORT/rcpu 0.95-1.01
-/// without prefetch, 1.11 at 1 KiB, 1.16 at 4 KiB (A/A null 1.06); no difference measurable
-/// at N=4096 (L3-resident).
-pub(crate) const PREFETCH_BYTES: usize = 4096;
-
-/// Prefetches the weight line [`PREFETCH_BYTES`] past chunk `k0` of the group at `wp`. The
-/// hardware prefetchers stop at 4 KiB page boundaries, and a decode step streams every weight
-/// once from DRAM when the model does not fit the caches; one prefetch per 64-byte chunk keeps
-/// the next lines in flight across those boundaries. Past the end of the group it touches the
-/// next group or nothing: a prefetch never faults.
-#[inline]
-#[target_feature(enable = "avx512f")]
-fn prefetch_ahead(wp: *const u8, k0: usize) {
-    if PREFETCH_BYTES > 0 {
-        let p = wp.wrapping_add(k0 * NR / 2 + PREFETCH_BYTES);
-        // A hint: it never faults and reads no value, so the address (wrapping arithmetic,
-        // never dereferenced) may point anywhere.
-        _mm_prefetch::<_MM_HINT_T0>(p as *const i8);
-    }
-}
+// No software prefetch: with the 32-column layout and chunks of up to 256 KiB per lane, a
+// 4 KiB-ahead `prefetcht0` per 64-byte chunk measured slower (`nbits_ab`, quiet machine,
+// threads 2, acc 4, M=1, 10 / 8 rounds): K=N=4096 (L3) 91.9 us with it, 79.0 us without;
+// K=4096, N=57344 (117 MB, DRAM) 4407 us with, 4322 us without. (With the earlier 16-column
+// layout and 32 KiB chunks it had helped the DRAM case.)
 
 /// The 64 weight bytes of chunk `k0`.
 ///
@@ -76,9 +60,7 @@ fn prefetch_ahead(wp: *const u8, k0: usize) {
 #[target_feature(enable = "avx512f")]
 unsafe fn chunk(g: &GroupView, k0: usize) -> __m512i {
     // SAFETY: chunk k0 occupies bytes k0*16 .. k0*16+64 of w (the caller's contract).
-    let v = unsafe { _mm512_loadu_si512(g.w.as_ptr().add(k0 * NR / 2) as *const _) };
-    prefetch_ahead(g.w.as_ptr(), k0);
-    v
+    unsafe { _mm512_loadu_si512(g.w.as_ptr().add(k0 * NR / 2) as *const _) }
 }
 
 /// Zero-point bytes of block `kb` as i32 lanes (low nibble: column i, high nibble: column
