@@ -86,6 +86,11 @@ impl PackedNBits {
             + self.zero_points.as_ref().map_or(0, |z| z.held_bytes())
     }
 
+    /// The packed weight codes (all groups), e.g. for streaming diagnostics.
+    pub fn weight_bytes(&self) -> &[u8] {
+        self.weights.as_slice()
+    }
+
     /// The slices of column group `g`.
     pub fn group(&self, g: usize) -> GroupView<'_> {
         let p = &self.params;
