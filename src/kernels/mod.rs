@@ -15,3 +15,5 @@ pub mod op;
 pub mod qgemm;
 pub mod shape;
 pub mod softmax;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod x86_asm;

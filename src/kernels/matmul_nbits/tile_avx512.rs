@@ -25,6 +25,7 @@ use std::arch::x86_64::*;
 use super::pack::{GroupView, CHUNK_K, NR};
 use super::prepare_a::PreparedA;
 use super::MR;
+use crate::kernels::x86_asm::fma_bcast;
 
 macro_rules! by_rows {
     ($f:ident, $g:expr, $a:expr, $r0:expr, $nr:expr, $res:expr) => {
@@ -104,31 +105,6 @@ fn store<const R: usize>(total: &[[__m512; 2]; R], res: &mut [[f32; NR]; MR]) {
             _mm512_storeu_ps(hi.as_mut_ptr(), t[1]);
         }
     }
-}
-
-/// `acc + w * broadcast(*p)` as one `vfmadd231ps` with an embedded `{1to16}` broadcast. Each
-/// A value meets two weight vectors (both halves), so the compiler hoists the broadcast into a
-/// separate `vbroadcastss`, which on Zen 4 takes a vector ALU slot; the embedded form is a load
-/// micro-op. Measured on the fp32 M=1 kernel (K=4096, N=256, L2-resident, single thread):
-/// 37.1 us with the hoisted broadcasts, 29.7 us embedded.
-///
-/// # Safety
-/// `p` must be valid for reading one f32.
-#[inline]
-#[target_feature(enable = "avx512f")]
-unsafe fn fma_bcast(acc: __m512, w: __m512, p: *const f32) -> __m512 {
-    let mut acc = acc;
-    // SAFETY: reads the 4 bytes at `p` (the caller's contract), writes only `acc`.
-    unsafe {
-        std::arch::asm!(
-            "vfmadd231ps {acc}, {w}, dword ptr [{p}]{{1to16}}",
-            acc = inout(zmm_reg) acc,
-            w = in(zmm_reg) w,
-            p = in(reg) p,
-            options(pure, readonly, nostack, preserves_flags),
-        );
-    }
-    acc
 }
 
 /// fp32 tile.
