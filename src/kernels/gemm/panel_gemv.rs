@@ -1,9 +1,9 @@
 //! The M = 1 product with a constant B (decode): `c = alpha * x op(B) + beta * c`, streaming B
 //! once, panel by panel.
 //!
-//! Work is split over the output in chunks of whole `NR`-wide panels, each streaming about
-//! [`CHUNK_BYTES`] of B (at least one panel), handed out dynamically by the decode dispatch so
-//! a slow lane cannot hold the barrier. Every panel runs the table's panel kernel on the same
+//! Work is split over the output in chunks of whole `NR`-wide panels
+//! (`par::stream_units_per_chunk`: long runs, a few chunks per lane), handed out dynamically by
+//! the decode dispatch so a slow lane cannot hold the barrier. Every panel runs the table's panel kernel on the same
 //! values in the same order whatever the source: a prepacked panel (rows `NR` apart), the
 //! columns of an untransposed B in place (rows `ldb` apart, the last panel narrower), or a
 //! transposed B gathered per panel into the lane's parked scratch. So a prepacked and an
@@ -14,10 +14,8 @@ use super::packed::{pack_panel, PackedB};
 use super::tiles::TileGrid;
 use super::{write_vec, GemmKernels, Op};
 use crate::memory::scratch::with_scratch_f32;
-use crate::runtime::par::Par;
+use crate::runtime::par::{stream_units_per_chunk, Par};
 
-/// B bytes a decode chunk aims to stream (whole panels; at least one).
-const CHUNK_BYTES: usize = 64 * 1024;
 /// Widest panel of any table (AVX-512: 32).
 const MAX_NR: usize = 32;
 
@@ -46,7 +44,7 @@ pub(super) fn gemv(
     let nr = kern.nr;
     debug_assert!(nr <= MAX_NR);
     let panels = n.div_ceil(nr);
-    let per_chunk = (CHUNK_BYTES / (k * nr * 4).max(1)).clamp(1, panels.max(1));
+    let per_chunk = stream_units_per_chunk(panels, k * nr * 4, par.lanes());
     let width = per_chunk * nr;
     let grid = TileGrid::new(c, 1, n, n, 1, width);
     let run = |ci: usize| {

@@ -1,8 +1,7 @@
 //! Splitting a MatMulNBits call into chunks over `Par`, for packed and unpacked weights.
 //!
-//! M = 1: `decode_chunks` over ranges of column groups ([`groups_per_chunk`]: at most
-//! [`CHUNK_WEIGHT_BYTES`] of packed weights, at least four chunks per lane when there are enough
-//! groups). M > 1 (packed): `task_chunks` over (row tile of [`ROW_TILE`] rows) x (range of
+//! M = 1: `decode_chunks` over ranges of column groups (`par::stream_units_per_chunk`: long
+//! runs per lane, a few chunks per lane). M > 1 (packed): `task_chunks` over (row tile of [`ROW_TILE`] rows) x (range of
 //! column groups). Unpacked: chunks are ranges of column groups over all rows, each packing one
 //! group at a time into chunk-local scratch.
 //! Rows are always blocked `MR` at a time from row 0, so every output element sees the same
@@ -17,26 +16,8 @@ use super::prepare_a::{with_prepared, PreparedA};
 use super::MR;
 use crate::kernels::disjoint::DisjointOut;
 use crate::memory::scratch::{with_scratch_f32, with_scratch_u8};
-use crate::runtime::par::Par;
+use crate::runtime::par::{stream_units_per_chunk, Par};
 
-/// Packed weight bytes a chunk streams at most: long runs per lane (the balance rule below
-/// still gives every lane several chunks). Measured with `nbits_ab` (quiet machine, M=1, acc 4,
-/// threads 2, interleaved arms with an A/A pair; DRAM bandwidth on this VM swings between about
-/// 40 and 60 GB/s from one minute to the next):
-/// K=4096 N=57344 (117 MB, DRAM): 32 KiB 4554 us, 256 KiB 4143-4407 us, 1 MiB 4398 us (one
-/// run); 256 KiB 4182-4244 vs 4 MiB 4179 us (slow phase) and 3623-3674 vs 3304 us (fast
-/// phase). K=N=4096: 256 KiB 90.5-91.1 us vs 4 MiB 85.0 us; K=896 N=4864: 38.7-39.0 vs 39.5 us.
-pub(crate) const CHUNK_WEIGHT_BYTES: usize = 4 << 20;
-/// Chunks per lane a call is split into at least (when it has that many column groups), so
-/// the dynamic split can even out a lane that starts late or runs slower.
-const MIN_CHUNKS_PER_LANE: usize = 4;
-
-/// Column groups per chunk for `g_count` groups of `group_bytes` each over `lanes` lanes.
-pub(crate) fn groups_per_chunk(g_count: usize, group_bytes: usize, lanes: usize) -> usize {
-    let by_bytes = CHUNK_WEIGHT_BYTES / group_bytes.max(1);
-    let by_balance = g_count / (MIN_CHUNKS_PER_LANE * lanes.max(1));
-    by_bytes.min(by_balance).max(1)
-}
 /// Rows per M > 1 task tile.
 pub(crate) const ROW_TILE: usize = 16;
 
@@ -97,7 +78,7 @@ pub(crate) fn run(
             kernels.f32_tile
         };
         let g_count = groups(&p);
-        let gpc = groups_per_chunk(g_count, group_weight_bytes(&p), par.lanes());
+        let gpc = stream_units_per_chunk(g_count, group_weight_bytes(&p), par.lanes());
         let col_chunks = g_count.div_ceil(gpc);
         let dst = DisjointOut::new(out);
         let ctx = Ctx {
