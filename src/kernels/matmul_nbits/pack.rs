@@ -213,10 +213,18 @@ pub(crate) fn pack_group(
             let (lo_row, hi_row) = (row(lane), row(LANES + lane));
             for (q, out) in (t0..t1).zip(tile.chunks_exact_mut(16 * LANES)) {
                 let (lo, hi) = (quad(lo_row, q), quad(hi_row, q));
-                for t in 0..4 {
-                    let x = (lo >> (16 * t)) as u16 as u32 | ((hi >> (16 * t)) as u16 as u32) << 16;
-                    let at = t * 4 * LANES + 4 * lane;
-                    out[at..at + 4].copy_from_slice(&zip_nibbles(x).to_le_bytes());
+                // Two chunks per step: dword t of `x` = chunk 2h + t's (low word, high word).
+                for h in 0..2 {
+                    let (l, u) = (lo >> (32 * h), hi >> (32 * h));
+                    let x = (l & 0xFFFF)
+                        | (u & 0xFFFF) << 16
+                        | (l & 0xFFFF_0000) << 16
+                        | (u & 0xFFFF_0000) << 32;
+                    let z = zip_nibbles2(x);
+                    let at = 2 * h * 4 * LANES + 4 * lane;
+                    out[at..at + 4].copy_from_slice(&(z as u32).to_le_bytes());
+                    out[at + 4 * LANES..at + 4 * LANES + 4]
+                        .copy_from_slice(&((z >> 32) as u32).to_le_bytes());
                 }
             }
         }
@@ -244,6 +252,15 @@ pub(crate) fn pack_group(
             }
         }
     }
+}
+
+/// [`zip_nibbles`] on both dwords of `x` at once.
+#[inline]
+fn zip_nibbles2(x: u64) -> u64 {
+    let t = (x ^ (x >> 8)) & 0x0000_FF00_0000_FF00;
+    let x = x ^ t ^ (t << 8);
+    let t = (x ^ (x >> 4)) & 0x00F0_00F0_00F0_00F0;
+    x ^ t ^ (t << 4)
 }
 
 /// `x` holds four codes of one column in its low half and four of another in its high half
