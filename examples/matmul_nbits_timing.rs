@@ -7,7 +7,7 @@
 //! Times are the best of `iters` runs.
 
 use rcpu::kernels::matmul_nbits::{
-    matmul_packed_with, matmul_unpacked_with, pack, Kernels, NBitsParams,
+    matmul_packed_with, matmul_unpacked_with, pack, pack_threads, Kernels, NBitsParams,
 };
 use rcpu::runtime::par::Serial;
 use std::time::Instant;
@@ -73,9 +73,16 @@ fn main() {
         buf.len() as f64 / t / 1e9
     );
     let tp = best_secs(5, || {
+        std::hint::black_box(pack_threads(&b, &scales, Some(&zp), &p0, 1));
+    });
+    let tpd = best_secs(5, || {
         std::hint::black_box(pack(&b, &scales, Some(&zp), &p0));
     });
-    println!("pack (serial): {:.1} us", tp * 1e6);
+    println!(
+        "pack: one thread {:.1} us, default split {:.1} us",
+        tp * 1e6,
+        tpd * 1e6
+    );
     for acc in [0, 4] {
         let p = NBitsParams::new(k, n, bs, acc, true);
         let packed = pack(&b, &scales, Some(&zp), &p);

@@ -254,3 +254,32 @@ fn gemv_row_equals_gemm_row() {
         }
     }
 }
+
+/// Packing split over threads gives the same packed weight as one thread: same bytes, same
+/// products (scales and zero points included), for group counts below, at and above the
+/// thread count.
+#[test]
+fn threaded_pack_matches_serial_pack() {
+    use rcpu::kernels::matmul_nbits::pack_threads;
+    for (k, n, zp) in [
+        (100, 5, true),
+        (256, 96, true),
+        (1000, 257, false),
+        (33, 64, true),
+    ] {
+        let pr = Problem::new(k, n, 2, 32, 4, zp, false, (k + n) as u64);
+        let z = pr.zp.as_deref();
+        let one = pack_threads(&pr.b, &pr.scales, z, &pr.p, 1);
+        let mut y1 = vec![0f32; 2 * n];
+        matmul_packed(&pr.a, 2, &one, None, &mut y1, &Serial);
+        for threads in [2, 3, 8] {
+            let many = pack_threads(&pr.b, &pr.scales, z, &pr.p, threads);
+            let ctx = format!("K={k} N={n} zp={zp} threads={threads}");
+            assert_eq!(one.weight_bytes(), many.weight_bytes(), "{ctx}");
+            assert_eq!(one.bytes(), many.bytes(), "{ctx}");
+            let mut y = vec![0f32; 2 * n];
+            matmul_packed(&pr.a, 2, &many, None, &mut y, &Serial);
+            assert_eq!(y1, y, "{ctx}");
+        }
+    }
+}

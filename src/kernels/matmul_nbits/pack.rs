@@ -108,9 +108,31 @@ impl PackedNBits {
     }
 }
 
+/// Packed weights below which [`pack`] stays on the calling thread.
+const PARALLEL_PACK_MIN_BYTES: usize = 4 << 20;
+
 /// Packs B / scales / zero_points (ORT layout) for `p`. Sizes must have passed
-/// [`NBitsParams::check_sizes`]; panics otherwise.
+/// [`NBitsParams::check_sizes`]; panics otherwise. Weights of at least 4 MiB packed are split
+/// over one thread per physical core (see [`pack_threads`]).
 pub fn pack(b: &[u8], scales: &[f32], zero_points: Option<&[u8]>, p: &NBitsParams) -> PackedNBits {
+    let threads = if groups(p) * group_weight_bytes(p) >= PARALLEL_PACK_MIN_BYTES {
+        crate::runtime::lanes::default_threads()
+    } else {
+        1
+    };
+    pack_threads(b, scales, zero_points, p, threads)
+}
+
+/// [`pack`] on `threads` threads (the caller and `threads - 1` scoped threads, which end
+/// before this returns: load-time work leaves no idle threads behind). Every group is packed
+/// by the same code whatever the split, so the result does not depend on `threads`.
+pub fn pack_threads(
+    b: &[u8],
+    scales: &[f32],
+    zero_points: Option<&[u8]>,
+    p: &NBitsParams,
+    threads: usize,
+) -> PackedNBits {
     p.check_sizes(b.len(), scales.len(), zero_points.map(|z| z.len()), None)
         .unwrap_or_else(|e| panic!("{e}"));
     let g_count = groups(p);
@@ -118,19 +140,45 @@ pub fn pack(b: &[u8], scales: &[f32], zero_points: Option<&[u8]>, p: &NBitsParam
     let mut weights = AlignedBuf::<u8>::zeroed(g_count * wb);
     let mut sc = AlignedBuf::<f32>::zeroed(g_count * sb);
     let mut zps = zero_points.map(|_| AlignedBuf::<u8>::zeroed(g_count * zb));
-    for g in 0..g_count {
-        pack_group(
-            b,
-            scales,
-            zero_points,
-            p,
-            g,
-            &mut weights.as_mut_slice()[g * wb..(g + 1) * wb],
-            &mut sc.as_mut_slice()[g * sb..(g + 1) * sb],
-            zps.as_mut()
-                .map(|z| &mut z.as_mut_slice()[g * zb..(g + 1) * zb]),
-        );
-    }
+    // Packs groups g0.. into the given slices (which start at group g0).
+    let run = |g0: usize, w: &mut [u8], s: &mut [f32], mut z: Option<&mut [u8]>| {
+        for (i, (w, s)) in w
+            .chunks_exact_mut(wb)
+            .zip(s.chunks_exact_mut(sb))
+            .enumerate()
+        {
+            let z = z.as_deref_mut().map(|z| &mut z[i * zb..(i + 1) * zb]);
+            pack_group(b, scales, zero_points, p, g0 + i, w, s, z);
+        }
+    };
+    let per = g_count.div_ceil(threads.clamp(1, g_count.max(1)));
+    std::thread::scope(|scope| {
+        let mut w_rest = weights.as_mut_slice();
+        let mut s_rest = sc.as_mut_slice();
+        let mut z_rest = zps.as_mut().map(|z| z.as_mut_slice());
+        let mut g0 = 0;
+        while g0 < g_count {
+            let n = per.min(g_count - g0);
+            let (w, wr) = std::mem::take(&mut w_rest).split_at_mut(n * wb);
+            let (s, sr) = std::mem::take(&mut s_rest).split_at_mut(n * sb);
+            let (z, zr) = match z_rest.take() {
+                Some(z) => {
+                    let (z, zr) = z.split_at_mut(n * zb);
+                    (Some(z), Some(zr))
+                }
+                None => (None, None),
+            };
+            (w_rest, s_rest, z_rest) = (wr, sr, zr);
+            if g0 + n == g_count {
+                // The last share runs on the calling thread.
+                run(g0, w, s, z);
+            } else {
+                let run = &run;
+                scope.spawn(move || run(g0, w, s, z));
+            }
+            g0 += n;
+        }
+    });
     PackedNBits {
         params: *p,
         weights,
