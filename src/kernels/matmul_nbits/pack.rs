@@ -268,7 +268,7 @@ pub(crate) fn pack_group(
                         | (u & 0xFFFF) << 16
                         | (l & 0xFFFF_0000) << 16
                         | (u & 0xFFFF_0000) << 32;
-                    let z = zip_nibbles2(x);
+                    let z = zip_nibbles(x);
                     let at = 2 * h * 4 * LANES + 4 * lane;
                     out[at..at + 4].copy_from_slice(&(z as u32).to_le_bytes());
                     out[at + 4 * LANES..at + 4 * LANES + 4]
@@ -286,7 +286,7 @@ pub(crate) fn pack_group(
     for (c, out) in (full_quads * 4..).zip(rest.chunks_exact_mut(4 * LANES)) {
         for (lane, d) in out.chunks_exact_mut(4).enumerate() {
             let x = word(row(lane), c) | word(row(LANES + lane), c) << 16;
-            d.copy_from_slice(&zip_nibbles(x).to_le_bytes());
+            d.copy_from_slice(&(zip_nibbles(x as u64) as u32).to_le_bytes());
         }
     }
     // The chunk straddling K (codes past K stay 0, as do chunks past K).
@@ -302,22 +302,14 @@ pub(crate) fn pack_group(
     }
 }
 
-/// [`zip_nibbles`] on both dwords of `x` at once.
+/// Each dword of `x` holds four codes of one column in its low half and four of another in its
+/// high half (code j at bits 4j and 16 + 4j, ORT's order); returns, per dword, byte j = low
+/// code j | high code j << 4. Two swap steps of the nibble perfect shuffle: bytes 1 and 2, then
+/// nibbles 1-2 and 5-6 (of each dword).
 #[inline]
-fn zip_nibbles2(x: u64) -> u64 {
+fn zip_nibbles(x: u64) -> u64 {
     let t = (x ^ (x >> 8)) & 0x0000_FF00_0000_FF00;
     let x = x ^ t ^ (t << 8);
     let t = (x ^ (x >> 4)) & 0x00F0_00F0_00F0_00F0;
-    x ^ t ^ (t << 4)
-}
-
-/// `x` holds four codes of one column in its low half and four of another in its high half
-/// (code j at bits 4j and 16 + 4j, ORT's order); returns byte j = low code j | high code j << 4.
-/// Two swap steps of the nibble perfect shuffle: bytes 1 and 2, then nibbles 1-2 and 5-6.
-#[inline]
-fn zip_nibbles(x: u32) -> u32 {
-    let t = (x ^ (x >> 8)) & 0x0000_FF00;
-    let x = x ^ t ^ (t << 8);
-    let t = (x ^ (x >> 4)) & 0x00F0_00F0;
     x ^ t ^ (t << 4)
 }
