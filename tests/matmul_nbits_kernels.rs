@@ -283,3 +283,30 @@ fn threaded_pack_matches_serial_pack() {
         }
     }
 }
+
+/// Extreme magnitudes: every code 15, zero points 0 (or none: 8), A all +1 or all -1 (int8 +-127
+/// everywhere), the largest block. The integer partial sums reach their bounds here (i16 sums of
+/// `vpmaddubsw` pairs, `vpdpbusd` over unmasked bytes, the zero-point seeds), which random data
+/// never does.
+#[test]
+fn int8_extreme_magnitudes() {
+    for (bs, zp_byte, sign, m) in [
+        (256, Some(0u8), 1.0, 1),
+        (256, None, -1.0, 5),
+        (32, Some(0), -1.0, 2),
+    ] {
+        for acc in [0, 4] {
+            let mut pr = Problem::new(3 * bs, 40, m, bs, acc, zp_byte.is_some(), false, 3);
+            pr.b.fill(0xFF);
+            if let (Some(z), Some(v)) = (pr.zp.as_mut(), zp_byte) {
+                z.fill(v);
+            }
+            pr.a.fill(sign);
+            pr.scales.fill(0.01);
+            check(
+                &pr,
+                &format!("extreme bs={bs} zp={zp_byte:?} a={sign} M={m} acc={acc}"),
+            );
+        }
+    }
+}
