@@ -5,12 +5,13 @@
 //!
 //! `cargo run --release -p rcpu --example matmul_nbits_stream [K N threads passes]`
 //! (default 4096 86016 2 3: 226 MB packed, well past L3). Prints per pass: the kernel (acc 4,
-//! block 32, zero points) and a plain read of the packed weight bytes split as in the kernel
-//! (dynamic chunks) and in two contiguous halves; best of 10 each.
+//! block 32, zero points) and a plain read of the packed weight bytes split as the kernel splits
+//! them (`par::stream_units_per_chunk` over column groups) and in two contiguous halves; best of
+//! 10 each.
 
-use rcpu::kernels::matmul_nbits::{matmul_packed, pack, NBitsParams};
+use rcpu::kernels::matmul_nbits::{matmul_packed, pack, NBitsParams, NR};
 use rcpu::runtime::lanes::PoolConfig;
-use rcpu::runtime::par::Par;
+use rcpu::runtime::par::{stream_units_per_chunk, Par};
 use rcpu::runtime::registry::pool_for;
 use std::time::Instant;
 
@@ -65,7 +66,10 @@ fn main() {
         ..Default::default()
     });
     let (all, w) = (packed.bytes() as f64, packed.weight_bytes());
-    let (chunk, half) = (4 << 20, w.len().div_ceil(2));
+    let groups = n.div_ceil(NR);
+    let group_bytes = w.len() / groups;
+    let chunk = stream_units_per_chunk(groups, group_bytes, lanes.lanes()) * group_bytes;
+    let half = w.len().div_ceil(2);
     println!(
         "K={k} N={n}: {:.0} MB packed ({:.0} MB weight codes), {} lanes",
         all / 1e6,
@@ -85,7 +89,8 @@ fn main() {
         };
         let (tc, th) = (read(w.len().div_ceil(chunk), chunk), read(2, half));
         println!(
-            "pass {pass}: kernel {:.1} GB/s | plain read: 4 MiB chunks {:.1} GB/s, halves {:.1} GB/s",
+            "pass {pass}: kernel {:.1} GB/s | plain read: kernel's split {:.1} GB/s, \
+             halves {:.1} GB/s",
             all / t / 1e9,
             w.len() as f64 / tc / 1e9,
             w.len() as f64 / th / 1e9

@@ -3,8 +3,8 @@
 //!
 //! Work is split over the output in chunks of whole `NR`-wide panels
 //! (`par::stream_units_per_chunk`: long runs, a few chunks per lane), handed out dynamically by
-//! the decode dispatch so a slow lane cannot hold the barrier. Every panel runs the table's panel kernel on the same
-//! values in the same order whatever the source: a prepacked panel (rows `NR` apart), the
+//! the decode dispatch so a slow lane cannot hold the barrier. Every panel runs the table's
+//! panel kernel on the same values in the same order whatever the source: a prepacked panel (rows `NR` apart), the
 //! columns of an untransposed B in place (rows `ldb` apart, the last panel narrower), or a
 //! transposed B gathered per panel into the lane's parked scratch. So a prepacked and an
 //! unpacked B give bit-identical results.

@@ -1,8 +1,8 @@
 //! Splitting a MatMulNBits call into chunks over `Par`, for packed and unpacked weights.
 //!
-//! M = 1: `decode_chunks` over ranges of column groups (`par::stream_units_per_chunk`: long
-//! runs per lane, a few chunks per lane). M > 1 (packed): `task_chunks` over (row tile of [`ROW_TILE`] rows) x (range of
-//! column groups). Unpacked: chunks are ranges of column groups over all rows, each packing one
+//! Column groups are taken in ranges (`par::stream_units_per_chunk`: long runs, a few per
+//! lane). M = 1: `decode_chunks` over the ranges. M > 1 (packed): `task_chunks` over (row tile
+//! of [`ROW_TILE`] rows) x (range). Unpacked: chunks are ranges over all rows, each packing one
 //! group at a time into chunk-local scratch.
 //! Rows are always blocked `MR` at a time from row 0, so every output element sees the same
 //! kernel call shape on both paths.

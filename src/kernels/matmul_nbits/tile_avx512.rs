@@ -22,7 +22,7 @@
 
 use std::arch::x86_64::*;
 
-use super::pack::{GroupView, CHUNK_K, NR};
+use super::pack::{GroupView, CHUNK_K, LANES, NR};
 use super::prepare_a::PreparedA;
 use super::MR;
 use crate::kernels::x86_asm::fma_bcast;
@@ -71,12 +71,23 @@ unsafe fn chunk(g: &GroupView, k0: usize) -> __m512i {
 fn zero_point_bytes(g: &GroupView, kb: usize) -> __m512i {
     match g.zps {
         Some(z) => {
-            let z = &z[kb * 16..kb * 16 + 16];
+            let z = &z[kb * LANES..(kb + 1) * LANES];
             // SAFETY: `z` is exactly 16 readable bytes.
             _mm512_cvtepu8_epi32(unsafe { _mm_loadu_si128(z.as_ptr() as *const __m128i) })
         }
         None => _mm512_set1_epi32(0x88),
     }
+}
+
+/// Zero points of block `kb` as i32 lanes: `[columns 0..16, columns 16..32]`.
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn zero_point_halves(g: &GroupView, kb: usize) -> [__m512i; 2] {
+    let z = zero_point_bytes(g, kb);
+    [
+        _mm512_and_si512(z, _mm512_set1_epi32(0x0F)),
+        _mm512_srli_epi32::<4>(z),
+    ]
 }
 
 /// The two halves' scales of block `kb`.
@@ -170,11 +181,7 @@ unsafe fn f32_rows<const R: usize>(
             }
         }
         let s = scales(g, kb);
-        let z = zero_point_bytes(g, kb);
-        let zp = [
-            _mm512_cvtepi32_ps(_mm512_and_si512(z, _mm512_set1_epi32(0x0F))),
-            _mm512_cvtepi32_ps(_mm512_srli_epi32::<4>(z)),
-        ];
+        let zp = zero_point_halves(g, kb).map(|z| _mm512_cvtepi32_ps(z));
         for (r, acc_r) in acc.iter().enumerate() {
             let neg_sum = _mm512_set1_ps(-a.fsum[(r0 + r) * a.kb + kb]);
             for h in 0..2 {
@@ -299,11 +306,7 @@ unsafe fn i8_maddubs_rows<const R: usize>(
     let ones = _mm512_set1_epi16(1);
     let mut total = [[_mm512_setzero_ps(); 2]; R];
     for kb in 0..g.k_blocks {
-        let z = zero_point_bytes(g, kb);
-        let zh = [
-            _mm512_and_si512(z, _mm512_set1_epi32(0x0F)),
-            _mm512_srli_epi32::<4>(z),
-        ];
+        let zh = zero_point_halves(g, kb);
         let qsum = |r: usize| a.qsum[(r0 + r) * a.kb + kb];
         let mut acc: [[__m512i; 2]; R] =
             std::array::from_fn(|r| [zp_seed(zh[0], qsum(r)), zp_seed(zh[1], qsum(r))]);

@@ -9,8 +9,8 @@ use super::pack::{GroupView, CHUNK_K, LANES, NR};
 use super::prepare_a::PreparedA;
 use super::MR;
 
-/// The codes of one chunk (k0..k0 + 4) as `codes[j][col]`, and the zero points of block `kb`
-/// per column, straight from the packed layout (see `pack`).
+/// The codes of one chunk (k0..k0 + 4) as `codes[j][col]`, straight from the packed layout
+/// (see `pack`).
 fn chunk_codes(g: &GroupView, k0: usize) -> [[u8; NR]; CHUNK_K] {
     let chunk = &g.w[k0 * NR / 2..k0 * NR / 2 + 4 * LANES];
     let mut codes = [[0u8; NR]; CHUNK_K];
