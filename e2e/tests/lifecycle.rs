@@ -207,3 +207,70 @@ fn sessions_and_registrations_come_and_go_without_leaks() {
         rss_end - rss_warm
     );
 }
+
+/// Set in the child process of [`unregister_while_a_session_lives_does_not_crash`].
+const ENV_MISUSE_CHILD: &str = "RCPU_LIFECYCLE_MISUSE_CHILD";
+const MISUSE_MARK: &str = "MISUSE-SURVIVED";
+
+/// The misuse the README warns about: the library is unregistered while a session that uses it
+/// is still alive. rcpu may leak (the factory and the library mapping stay), but the session
+/// must keep computing and its release must not touch freed memory. Runs in a child process so
+/// a crash is a failed assertion here, not a lost test binary.
+#[test]
+fn unregister_while_a_session_lives_does_not_crash() {
+    if std::env::var_os(ENV_MISUSE_CHILD).is_some() {
+        return; // the child runs `misuse_child` only
+    }
+    let exe = std::env::current_exe().expect("test binary path");
+    let out = std::process::Command::new(exe)
+        .args(["misuse_child", "--exact", "--nocapture", "--test-threads=1"])
+        .env(ENV_MISUSE_CHILD, "1")
+        .output()
+        .expect("spawn child");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stdout.contains(MISUSE_MARK),
+        "child did not survive the misuse: {}\nstdout tail: {}\nstderr tail: {}",
+        out.status,
+        &stdout[stdout.len().saturating_sub(800)..],
+        &stderr[stderr.len().saturating_sub(800)..]
+    );
+}
+
+/// The child of [`unregister_while_a_session_lives_does_not_crash`] (a no-op in the parent).
+#[test]
+fn misuse_child() {
+    if std::env::var_os(ENV_MISUSE_CHILD).is_none() {
+        return;
+    }
+    const REG_MISUSE: &str = "rcpu_lifecycle_misuse";
+    let ort = Ort::get();
+    let plugin = paths::plugin().unwrap_or_else(|e| panic!("{e}"));
+    let model = model();
+    let x = Tensor::f32(&[3, 64], rand_f32(192, 5));
+    ort.register(REG_MISUSE, &plugin).expect("register");
+    let s = ort
+        .session(&model, &SessionSpec::rcpu(&[("threads", "2")]))
+        .expect("session");
+    let before = s.run(std::slice::from_ref(&x)).expect("run")[0]
+        .as_f32()
+        .to_vec();
+    let unreg = ort.unregister(REG_MISUSE);
+    println!("unregister with a live session: {unreg:?}");
+    let after = s
+        .run(std::slice::from_ref(&x))
+        .expect("run after unregister")[0]
+        .as_f32()
+        .to_vec();
+    assert_eq!(
+        before, after,
+        "the session's answer changed after unregister"
+    );
+    drop(s);
+    // A second session of the same kind on a fresh registration still works.
+    ort.register(REG_MISUSE, &plugin).expect("re-register");
+    let again = one_session_here(ort, &model, "1", &x, Some(&before));
+    assert_eq!(again, before);
+    println!("{MISUSE_MARK}");
+}

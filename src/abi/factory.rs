@@ -1,6 +1,7 @@
 //! The `OrtEpFactory` shell: vtable, casts and panic guards. Logic lives in `crate::ep`.
 
 use std::ffi::{c_char, CString};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use ort_sys::OrtHardwareDeviceType;
 
@@ -11,12 +12,33 @@ use super::status::{check_raw, guard, guard_value, Error};
 use crate::ep::{EP_NAME, VENDOR, VENDOR_ID, VERSION};
 
 /// `OrtEpFactory` first so a `*mut OrtEpFactory` from ORT is a `*mut FactoryShell`.
+///
+/// Lifetime: the shell is freed when its last reference goes, where the references are ORT's
+/// handle (dropped by `ReleaseEpFactory`) and one per live EP (dropped by `ReleaseEp`). ORT must
+/// release every session before it unregisters the library, but when an app does not, ORT
+/// still calls `ReleaseEp` on this factory after `ReleaseEpFactory`: the shell must outlive
+/// that call, and so must the library's code (see [`release_ep_factory`]).
 #[repr(C)]
 pub struct FactoryShell {
     base: OrtEpFactory,
     name: CString,
     vendor: CString,
     version: CString,
+    refs: AtomicUsize,
+}
+
+/// Drops one reference to the shell; the last one frees it.
+///
+/// # Safety
+/// `f` is a live shell made by [`create_ep_factories`] and the caller owns one of its
+/// references, which it gives up here (it must not touch `f` afterwards).
+unsafe fn unref(f: *mut FactoryShell) {
+    // SAFETY: live shell per the contract. AcqRel: every use of the shell by other holders
+    // happens-before the final decrement, so the free below sees them all complete.
+    if unsafe { &*f }.refs.fetch_sub(1, Ordering::AcqRel) == 1 {
+        // SAFETY: made by Box::into_raw in create_ep_factories; this was the last reference.
+        drop(unsafe { Box::from_raw(f) });
+    }
 }
 
 unsafe extern "C" fn get_name(_this: *const OrtEpFactory) -> *const c_char {
@@ -141,16 +163,30 @@ unsafe extern "C" fn create_ep(
         // SAFETY: ORT's session logger outlives the EP.
         let logger = unsafe { Logger::new(logger) };
         let ep = super::ep::create(entries, logger)?;
+        // The EP holds a reference to its factory until ReleaseEp. Relaxed: a new reference
+        // is made from one the caller already holds (ORT's handle), as with Arc::clone.
+        // SAFETY: ORT calls CreateEp with the live factory it got from us.
+        unsafe { &*(this as *const FactoryShell) }
+            .refs
+            .fetch_add(1, Ordering::Relaxed);
         // SAFETY: non-NULL out-pointer; ORT releases through ReleaseEp.
         unsafe { *out = ep };
         Ok(())
     })
 }
 
-unsafe extern "C" fn release_ep(_this: *mut OrtEpFactory, ep: *mut OrtEp) {
+unsafe extern "C" fn release_ep(this: *mut OrtEpFactory, ep: *mut OrtEp) {
     guard_value("ReleaseEp", (), || {
+        if ep.is_null() {
+            return;
+        }
         // SAFETY: ep was created by create_ep and is released exactly once.
-        unsafe { super::ep::release(ep) }
+        unsafe { super::ep::release(ep) };
+        if !this.is_null() {
+            // SAFETY: the EP held a reference to this factory since create_ep; it is given up
+            // here, once, after the EP is gone.
+            unsafe { unref(this as *mut FactoryShell) };
+        }
     })
 }
 
@@ -199,6 +235,7 @@ pub unsafe fn create_ep_factories(
             name: CString::new(EP_NAME).expect("static name"),
             vendor: CString::new(VENDOR).expect("static vendor"),
             version: CString::new(VERSION).expect("crate version"),
+            refs: AtomicUsize::new(1),
         });
         // SAFETY: room for one factory checked above; ORT releases it via ReleaseEpFactory.
         unsafe {
@@ -252,16 +289,35 @@ fn refuse(api_base: *const OrtApiBase, msg: &str) -> StatusPtr {
     }
 }
 
-/// `ReleaseEpFactory`.
+/// `ReleaseEpFactory`: drops ORT's reference. When EPs made by this factory still live (the
+/// library is being unregistered before its sessions were released), the shell stays until the
+/// last `ReleaseEp`, and the library is pinned in memory so that ORT's later calls into it (the
+/// sessions' kernels, `ReleaseEp`) still find its code after ORT unloads it.
 ///
 /// # Safety
 /// `f` must be a factory returned by [`create_ep_factories`], released once.
 pub unsafe fn release_ep_factory(f: *mut OrtEpFactory) -> StatusPtr {
     guard("ReleaseEpFactory", || {
-        if !f.is_null() {
-            // SAFETY: created by Box::into_raw in create_ep_factories; released once.
-            drop(unsafe { Box::from_raw(f as *mut FactoryShell) });
+        if f.is_null() {
+            return Ok(());
         }
+        let shell = f as *mut FactoryShell;
+        // SAFETY: live shell; ORT still holds its reference until the unref below.
+        let live_eps = unsafe { &*shell }.refs.load(Ordering::Acquire) - 1;
+        if live_eps > 0 {
+            let pinned = super::os::pin_own_library();
+            eprintln!(
+                "{EP_NAME}: the library is released while {live_eps} EP(s) of it still live \
+                 (unregister before releasing the sessions); keeping its factory and code \
+                 mapped until process exit ({})",
+                match pinned {
+                    Ok(()) => "pinned".to_string(),
+                    Err(e) => format!("pinning failed: {e}"),
+                }
+            );
+        }
+        // SAFETY: ORT's reference, given up once.
+        unsafe { unref(shell) };
         Ok(())
     })
 }
