@@ -27,4 +27,5 @@ pub static OPS: &[OpDef] = &[
     rotary_embedding::ROTARY_EMBEDDING,
     group_query_attention::GROUP_QUERY_ATTENTION,
     cast::CAST,
+    crate::kernels::nodes::gather_block_quantized::GATHER_BLOCK_QUANTIZED,
 ];

@@ -7,6 +7,7 @@ pub mod binary;
 pub mod cast;
 pub mod claim;
 pub mod f32_weight;
+pub mod gather_block_quantized;
 pub mod gemm;
 pub mod glue_common;
 pub mod group_query_attention;

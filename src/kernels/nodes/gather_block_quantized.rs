@@ -1,0 +1,201 @@
+//! com.microsoft GatherBlockQuantized (opset 1) with uint8 storage of 4-bit codes, float32
+//! scales and output, int32 or int64 indices: the embedding lookup of genai models whose
+//! embedding is tied to an int4 lm_head. Claimed for `bits` = 4, `gather_axis` = 0,
+//! `quantize_axis` = the last axis (the only axes ORT accepts for uint8 data) and `block_size` a
+//! power of two >= 16; zero points optional (default 8). Results are bit-identical to ORT's CPU
+//! EP, including its zeros for an index out of range. f16 scales, 2/8-bit codes and the int4
+//! tensor types stay on ORT.
+
+use std::sync::Arc;
+
+use crate::abi::graph::Node;
+use crate::abi::kernel_context::KernelContext;
+use crate::abi::kernel_info::KernelInfo;
+use crate::abi::status::{Error, Result};
+use crate::abi::tensor::{ElemType, Tensor};
+use crate::kernels::gather_quant::{gather, U4Table};
+use crate::kernels::op::{types, Decline, KernelEnv, OpDef, OpKernel};
+use crate::telemetry::ledger;
+
+use super::claim::{input_type, only_attrs, require_elem, require_output_elem, F32};
+use super::glue_common::{known_rank_dims, norm_axis};
+
+const U8: ElemType = ElemType::ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8;
+const I32: ElemType = ElemType::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32;
+const I64: ElemType = ElemType::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64;
+
+/// One lane: a decode step gathers one row of a few KiB.
+struct GatherBlockQuantized {
+    block: usize,
+}
+
+fn invalid(msg: impl Into<String>) -> Error {
+    Error::invalid_argument(msg.into())
+}
+
+/// Checks scales / zero-point shapes against data as ORT does; returns the rows per gathered
+/// entry (the product of the dims between axis 0 and the last axis).
+fn check_shapes(
+    data: &[usize],
+    scales: &[usize],
+    zp: Option<&[usize]>,
+    block: usize,
+) -> Result<usize> {
+    let rank = data.len();
+    if rank < 2 {
+        return Err(invalid(format!(
+            "data has rank {rank}: the gather axis (0) and the quantize axis (last) must differ"
+        )));
+    }
+    if scales.len() != rank {
+        return Err(invalid(format!(
+            "data has rank {rank} but scales rank {}",
+            scales.len()
+        )));
+    }
+    let elems = data[rank - 1]
+        .checked_mul(2)
+        .ok_or_else(|| invalid("data's last dim overflows"))?;
+    let blocks = elems.div_ceil(block);
+    for i in 0..rank {
+        let want = if i == rank - 1 { blocks } else { data[i] };
+        if scales[i] != want {
+            return Err(invalid(format!(
+                "scales shape {scales:?} does not match data {data:?} with block_size {block} \
+                 (dim {i}: want {want})"
+            )));
+        }
+    }
+    if let Some(z) = zp {
+        let want_last = blocks.div_ceil(2);
+        let ok = z.len() == rank
+            && (0..rank).all(|i| z[i] == if i == rank - 1 { want_last } else { scales[i] });
+        if !ok {
+            return Err(invalid(format!(
+                "zero_points shape {z:?} does not match scales {scales:?} (two 4-bit zero \
+                 points per byte along the last axis)"
+            )));
+        }
+    }
+    data[1..rank - 1]
+        .iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d))
+        .ok_or_else(|| invalid("data's row count overflows"))
+}
+
+fn run<I: Copy + Into<i64> + crate::abi::tensor::Element>(
+    table: &U4Table<'_>,
+    group: usize,
+    indices: &Tensor<'_>,
+    out: &mut [f32],
+) -> Result<()> {
+    gather(table, group, indices.data::<I>()?, out);
+    Ok(())
+}
+
+impl OpKernel for GatherBlockQuantized {
+    fn compute(&self, ctx: &KernelContext<'_>) -> Result<()> {
+        let data = ctx.required_input(0)?;
+        let indices = ctx.required_input(1)?;
+        let scales = ctx.required_input(2)?;
+        let zp = ctx.input(3)?;
+        let group = check_shapes(
+            data.shape(),
+            scales.shape(),
+            zp.as_ref().map(|z| z.shape()),
+            self.block,
+        )?;
+        // Output: indices' shape in place of axis 0, the last axis unpacked (two codes a byte).
+        let mut shape = indices.shape().to_vec();
+        shape.extend_from_slice(&data.shape()[1..]);
+        if let Some(last) = shape.last_mut() {
+            *last = last
+                .checked_mul(2)
+                .ok_or_else(|| invalid("output's last dim overflows"))?;
+        }
+        shape
+            .iter()
+            .try_fold(1usize, |a, &d| a.checked_mul(d))
+            .and_then(|n| n.checked_mul(4))
+            .ok_or_else(|| invalid(format!("output shape {shape:?} overflows")))?;
+        let row_bytes = data.shape()[data.shape().len() - 1];
+        let out = ctx.output(0, &shape)?.into_data::<f32>()?;
+        if out.is_empty() {
+            ledger::record("GatherBlockQuantized", "scalar", 1);
+            return Ok(());
+        }
+        let table = U4Table::new(
+            data.data::<u8>()?,
+            row_bytes,
+            scales.data::<f32>()?,
+            zp.as_ref().map(|z| z.data::<u8>()).transpose()?,
+            self.block,
+        )
+        .map_err(invalid)?;
+        match indices.elem() {
+            I32 => run::<i32>(&table, group, &indices, out)?,
+            I64 => run::<i64>(&table, group, &indices, out)?,
+            _ => return Err(invalid("indices must be int32 or int64")),
+        }
+        ledger::record("GatherBlockQuantized", "scalar", 1);
+        Ok(())
+    }
+}
+
+fn claim(node: &Node<'_>) -> std::result::Result<(), Decline> {
+    only_attrs(
+        node,
+        &["bits", "block_size", "gather_axis", "quantize_axis"],
+    )?;
+    require_elem(node, 0, U8)?;
+    require_elem(node, 2, F32)?;
+    require_output_elem(node, F32)?;
+    match input_type(node, 1)?.map(|t| t.elem) {
+        Some(e) if e == I32 || e == I64 => {}
+        _ => return Err("indices must be int32 or int64".into()),
+    }
+    if input_type(node, 3)?.is_some() {
+        require_elem(node, 3, U8)?;
+    }
+    let bits = node.attr_i64("bits").unwrap_or(4);
+    if bits != 4 {
+        return Err(format!("bits={bits}: rcpu implements 4-bit codes only"));
+    }
+    let block = node.attr_i64("block_size").unwrap_or(128);
+    if block < 16 || block.count_ones() != 1 {
+        return Err(format!(
+            "block_size={block}: must be a power of two >= 16 (ORT rejects the node)"
+        ));
+    }
+    let rank = known_rank_dims(node, 0)?
+        .ok_or("data's rank is unknown at load time")?
+        .len();
+    let gather_axis = norm_axis(node.attr_i64("gather_axis").unwrap_or(0), rank)?;
+    let quantize_axis = norm_axis(node.attr_i64("quantize_axis").unwrap_or(1), rank)?;
+    if gather_axis != 0 || quantize_axis + 1 != rank {
+        return Err(format!(
+            "gather_axis {gather_axis}, quantize_axis {quantize_axis} at rank {rank}: uint8 data \
+             needs gather axis 0 and the last axis quantized"
+        ));
+    }
+    Ok(())
+}
+
+fn create(info: &KernelInfo<'_>, _env: &Arc<KernelEnv>) -> Result<Box<dyn OpKernel>> {
+    let block = info.attr_i64("block_size").unwrap_or(128);
+    let block = usize::try_from(block)
+        .ok()
+        .filter(|b| *b >= 16 && b.is_power_of_two())
+        .ok_or_else(|| invalid(format!("block_size={block} is not a power of two >= 16")))?;
+    Ok(Box::new(GatherBlockQuantized { block }))
+}
+
+pub const GATHER_BLOCK_QUANTIZED: OpDef = OpDef {
+    op: "GatherBlockQuantized",
+    domain: "com.microsoft",
+    since: 1,
+    until: 1,
+    types: &[("T1", types::U8), ("T2", types::F32), ("Tind", &[I32, I64])],
+    claim,
+    create,
+};
