@@ -31,12 +31,12 @@ impl<'a> U4Table<'a> {
         zero_points: Option<&'a [u8]>,
         block: usize,
     ) -> Result<Self, String> {
-        if row_bytes == 0 || block == 0 || block % 2 != 0 {
+        if row_bytes == 0 || block == 0 || !block.is_multiple_of(2) {
             return Err(format!(
                 "row of {row_bytes} bytes, block of {block}: both must be positive, the block even"
             ));
         }
-        if codes.len() % row_bytes != 0 {
+        if !codes.len().is_multiple_of(row_bytes) {
             return Err(format!(
                 "{} code bytes are not whole rows of {row_bytes}",
                 codes.len()
