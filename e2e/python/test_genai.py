@@ -1,0 +1,91 @@
+"""onnxruntime-genai driving rcpu end to end: greedy generation on a generated genai-builder-shaped LLM
+(`rcpu-bench gen llm:...`, model.onnx + genai_config.json), once on og's CPU default (ORT's CPU EP) and once
+with rcpu, each in a fresh process (og_generate.py). At accuracy_level 0/1 the greedy tokens must be
+identical and every step's logits within rel L2 1e-4; rcpu's ledger must show its kernels ran. Both ways
+of selecting rcpu are covered: the Config API and a provider entry in genai_config.json."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import REPO, rel_l2
+
+pytest.importorskip("onnxruntime_genai")
+
+BENCH = REPO / "target" / "release" / "rcpu-bench"
+DRIVER = pathlib.Path(__file__).with_name("og_generate.py")
+PROMPT = "17,3,250,4,99,8"
+MAX_LENGTH = 20
+
+
+def _generate_model(dest: pathlib.Path, acc: int) -> pathlib.Path:
+    if not BENCH.is_file():
+        pytest.fail(f"{BENCH} missing: `cargo build --release --workspace` first", pytrace=False)
+    dest.mkdir(parents=True, exist_ok=True)
+    spec = f"llm:preset=qwen2-0.5b,layers=2,vocab=1000,acc={acc},ctx=128,seed={7 + acc}"
+    out = subprocess.run([str(BENCH), "gen", spec, "--out", str(dest / "model.onnx")], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert (dest / "genai_config.json").is_file()
+    return dest
+
+
+def _og(model_dir: pathlib.Path, provider: str, plugin: pathlib.Path, way: str = "api") -> dict:
+    out = subprocess.run(
+        [sys.executable, str(DRIVER), str(model_dir), provider, str(plugin), PROMPT, str(MAX_LENGTH), way],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert out.returncode == 0, f"og ({provider}, {way}) failed:\n{out.stderr[-3000:]}"
+    line = next(l for l in out.stdout.splitlines() if l.startswith("OG-RESULT "))
+    return json.loads(line[len("OG-RESULT "):])
+
+
+def _assert_same_generation(cpu: dict, rc: dict) -> None:
+    assert rc["tokens"] == cpu["tokens"], f"greedy tokens differ:\nORT  {cpu['tokens']}\nrcpu {rc['tokens']}"
+    assert len(rc["logits"]) == len(cpu["logits"]) == MAX_LENGTH - len(PROMPT.split(","))
+    for step, (a, b) in enumerate(zip(rc["logits"], cpu["logits"])):
+        err = rel_l2(np.asarray(a), np.asarray(b))
+        assert err <= 1e-4, f"step {step}: logits rel L2 {err:.3e} > 1e-4"
+
+
+def _assert_rcpu_ran(rc: dict) -> None:
+    calls = rc["rcpu_calls"]
+    steps = len(rc["logits"])
+    for op in ("MatMulNBits", "GroupQueryAttention", "SkipSimplifiedLayerNormalization"):
+        assert calls.get(op, 0) >= steps, f"rcpu's ledger: {op} ran {calls.get(op, 0)} times over {steps} steps: {calls}"
+
+
+@pytest.mark.parametrize("acc", [0, 1])
+def test_og_greedy_tokens_match_ort(tmp_path, plugin_path, acc):
+    model = _generate_model(tmp_path / f"acc{acc}", acc)
+    cpu = _og(model, "cpu", plugin_path)
+    rc = _og(model, "rcpu", plugin_path, "api")
+    _assert_same_generation(cpu, rc)
+    _assert_rcpu_ran(rc)
+    assert cpu["rcpu_calls"] == {}
+
+
+def test_og_provider_from_genai_config(tmp_path, plugin_path):
+    """The provider entry in genai_config.json (model.decoder.session_options.provider_options) selects
+    rcpu once the library is registered; provider options reach rcpu."""
+    model = _generate_model(tmp_path / "cfg", 0)
+    cfg_path = model / "genai_config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg["model"]["decoder"]["session_options"]["provider_options"] = [
+        {"RcpuExecutionProvider": {"threads": "2"}}
+    ]
+    cfg_path.write_text(json.dumps(cfg, indent=2))
+    cpu_dir = tmp_path / "cfg_cpu"
+    shutil.copytree(model, cpu_dir)
+    cfg["model"]["decoder"]["session_options"]["provider_options"] = []
+    (cpu_dir / "genai_config.json").write_text(json.dumps(cfg, indent=2))
+    cpu = _og(cpu_dir, "cpu", plugin_path)
+    rc = _og(model, "rcpu", plugin_path, "config")
+    _assert_same_generation(cpu, rc)
+    _assert_rcpu_ran(rc)
