@@ -31,8 +31,11 @@ pub fn parked(pool: &Lanes) -> u64 {
     k.parks.saturating_sub(k.wakes)
 }
 
-/// Waits until every worker of `pool` is parked.
+/// Waits until every worker of `pool` is parked with nothing pending: first a job all lanes
+/// must join (so every worker has seen the latest epoch and closed its previous idle phase),
+/// then until `parks - wakes` is the worker count (each has parked again since).
 pub fn wait_all_parked(pool: &Lanes) {
+    all_lanes_join(pool);
     let workers = pool.lanes() as u64 - 1;
     wait_until("every worker parked", || parked(pool) == workers);
 }
@@ -42,4 +45,76 @@ pub fn on_worker() -> bool {
     std::thread::current()
         .name()
         .is_some_and(|n| n.starts_with("rcpu-w"))
+}
+
+/// One stall of one lane at a stall point: the hook calls [`Stall::hold`], which (once armed)
+/// blocks that lane until the test calls [`Stall::release`]. A hold that outlives the hang
+/// guard gives up (so a runtime that waits for the stalled lane fails instead of hanging) and
+/// records it, for [`Stall::assert_not_given_up`].
+#[derive(Default)]
+pub struct Stall {
+    armed: std::sync::atomic::AtomicBool,
+    reached: std::sync::atomic::AtomicBool,
+    released: std::sync::atomic::AtomicBool,
+    gave_up: std::sync::atomic::AtomicBool,
+}
+
+impl Stall {
+    /// Makes the next `hold` block.
+    pub fn arm(&self) {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.reached.store(false, SeqCst);
+        self.released.store(false, SeqCst);
+        self.armed.store(true, SeqCst);
+    }
+
+    /// Called from the hook: blocks if armed (once), until released.
+    pub fn hold(&self) {
+        use std::sync::atomic::Ordering::SeqCst;
+        if !self.armed.swap(false, SeqCst) {
+            return;
+        }
+        self.reached.store(true, SeqCst);
+        let t = Instant::now();
+        while !self.released.load(SeqCst) {
+            if t.elapsed() >= HANG_GUARD {
+                self.gave_up.store(true, SeqCst);
+                return;
+            }
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    }
+
+    /// Waits until the armed lane is held.
+    pub fn wait_reached(&self) {
+        wait_until("the stalled lane reaches its stall point", || {
+            self.reached.load(std::sync::atomic::Ordering::SeqCst)
+        });
+    }
+
+    pub fn release(&self) {
+        self.released
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    pub fn assert_not_given_up(&self) {
+        assert!(
+            !self.gave_up.load(std::sync::atomic::Ordering::SeqCst),
+            "a stalled lane was waited for: the runtime blocked on it until the hang guard"
+        );
+    }
+}
+
+/// A dispatch of one chunk per lane whose chunks each wait until every lane has started one:
+/// it completes only if every worker joins the job (a worker that missed the job shows up as
+/// the hang guard's panic). A lane inside a chunk claims no other, so each lane runs one.
+pub fn all_lanes_join(pool: &Lanes) {
+    use rcpu::runtime::Par;
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+    let lanes = pool.lanes();
+    let started = AtomicUsize::new(0);
+    pool.decode_chunks(lanes, &|_| {
+        started.fetch_add(1, SeqCst);
+        wait_until("every worker joins the job", || started.load(SeqCst) == lanes);
+    });
 }
