@@ -162,11 +162,9 @@ fn caller_stalled_after_publishing_runs_no_chunk_and_gets_its_mask_back() {
             }
             match p {
                 Point::CallerCollided => f.restore().expect("widen mask"),
-                Point::CallerPublished => {
-                    wait_until("the worker runs every chunk", || {
-                        d.load(Ordering::SeqCst) == 8
-                    })
-                }
+                Point::CallerPublished => wait_until("the worker runs every chunk", || {
+                    d.load(Ordering::SeqCst) == 8
+                }),
                 _ => {}
             }
         })));

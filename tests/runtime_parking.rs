@@ -94,9 +94,7 @@ fn record(pool: &Lanes, stall_at: Point, stall: &Arc<Stall>) -> Arc<Mutex<Vec<Po
     pool.set_stall_hook(Some(Arc::new(move |p| {
         if matches!(
             p,
-            Point::WorkerWoken(1)
-                | Point::WorkerSpinEnded(1)
-                | Point::WorkerParking(1)
+            Point::WorkerWoken(1) | Point::WorkerSpinEnded(1) | Point::WorkerParking(1)
         ) {
             l.lock().unwrap().push(p);
         }
@@ -127,15 +125,19 @@ fn publish_while_held(pool: &Lanes, at: Point) -> Vec<Point> {
     assert_eq!(ran_on_caller.into_inner(), 4, "the held worker ran a chunk");
     let mark = log.lock().unwrap().len();
     stall.release();
-    wait_until("the held worker picks up the job published meanwhile", || {
-        log.lock().unwrap()[mark..].contains(&Point::WorkerWoken(1))
-    });
+    wait_until(
+        "the held worker picks up the job published meanwhile",
+        || log.lock().unwrap()[mark..].contains(&Point::WorkerWoken(1)),
+    );
     stall.assert_not_given_up();
     pool.set_stall_hook(None);
     all_lanes_join(pool);
     let l = log.lock().unwrap();
     let after = &l[mark..];
-    let end = after.iter().position(|&p| p == Point::WorkerWoken(1)).unwrap();
+    let end = after
+        .iter()
+        .position(|&p| p == Point::WorkerWoken(1))
+        .unwrap();
     after[..=end].to_vec()
 }
 

@@ -24,7 +24,9 @@ fn rcpu_threads() -> usize {
 }
 
 fn settles_at(n: usize, what: &str) {
-    wait_until(&format!("{what}: {n} rcpu-w threads"), || rcpu_threads() == n);
+    wait_until(&format!("{what}: {n} rcpu-w threads"), || {
+        rcpu_threads() == n
+    });
 }
 
 /// Counts the workers of `pool` that passed `WorkerExits`.
@@ -60,7 +62,11 @@ fn last_handle_drop_joins_workers() {
     assert_eq!(rcpu_threads(), 3);
     let exits_ab = count_exits(&a);
     drop(a);
-    assert_eq!(exits_ab.load(Ordering::SeqCst), 0, "one handle left: the pool lives");
+    assert_eq!(
+        exits_ab.load(Ordering::SeqCst),
+        0,
+        "one handle left: the pool lives"
+    );
     assert_eq!(rcpu_threads(), 3, "one handle left: the pool lives");
     assert_eq!(pool_stats().as_array().unwrap().len(), 1);
     // A second pool (workers parked at once).
@@ -72,7 +78,11 @@ fn last_handle_drop_joins_workers() {
     assert_eq!(rcpu_threads(), 6);
     let exits_c = count_exits(&c);
     drop(b);
-    assert_eq!(exits_ab.load(Ordering::SeqCst), 3, "drop joined the workers");
+    assert_eq!(
+        exits_ab.load(Ordering::SeqCst),
+        3,
+        "drop joined the workers"
+    );
     settles_at(3, "the first pool's threads are gone");
     drop(c);
     assert_eq!(exits_c.load(Ordering::SeqCst), 3, "drop joined the workers");

@@ -7,18 +7,16 @@
 //! # Cost
 //!
 //! Without the cargo feature `test-hooks` (the plugin users build: `cargo build --release -p
-//! rcpu-ep`), [`Hooks`] is an empty struct whose `at` is an empty inline function: nothing is
+//! rcpu-ep`), `Hooks` is an empty struct whose `at` is an empty inline function: nothing is
 //! compiled in. The library's own tests enable the feature through a self dev-dependency; a
 //! build that unifies features with them (`cargo test --workspace`) gets one `Acquire` load of
 //! a per-pool flag per stall point (plain load on x86), on paths that already cost a
-//! publish, a futex, a `sched_yield` or a `sched_getcpu`; the call itself is out of line.
-//! Every point is at most once per dispatch or per idle phase, or next to a `yield_now`.
+//! publish, a futex, a `sched_yield` or `sched_setaffinity`; the call itself is out of line.
+//! Every point is passed at most once per dispatch or per idle phase, or next to a `yield_now`.
 
 /// Where a lane can be stalled. Worker points carry the worker's lane index (1..lanes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Point {
-    /// The caller of a multi-lane dispatch, before it asks which CPU it runs on.
-    CallerBeforePlacement,
     /// The caller found itself on a worker's CPU, before it reads its affinity mask.
     CallerCollided,
     /// The caller published the job and has not claimed a chunk yet.
@@ -34,8 +32,6 @@ pub enum Point {
     /// A worker announced itself a sleeper and found no job on its re-check; it has not taken
     /// the park mutex yet.
     WorkerParking(usize),
-    /// A spinning worker has just yielded.
-    WorkerYielded(usize),
     /// A worker leaves its loop (the pool shuts down); the thread ends right after.
     WorkerExits(usize),
 }
@@ -92,7 +88,7 @@ mod enabled {
 #[cfg(not(feature = "test-hooks"))]
 /// Without `test-hooks`: nothing.
 #[derive(Default)]
-pub(crate) struct Hooks;
+pub(crate) struct Hooks(());
 
 #[cfg(not(feature = "test-hooks"))]
 impl Hooks {

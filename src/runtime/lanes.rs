@@ -335,7 +335,6 @@ impl Lanes {
     /// puts the caller's affinity mask back when dropped.
     fn place_caller(&self) -> CallerMove {
         let c = &self.shared.counters;
-        self.shared.hooks.at(Point::CallerBeforePlacement);
         let (Some(home), Some(cur)) = (self.caller_cpu, os::current_cpu()) else {
             return CallerMove(None);
         };
@@ -373,7 +372,10 @@ fn worker_main(sh: &Shared, lane: usize) {
     IN_CHUNK.with(|c| c.set(true));
     let mut seen = 0;
     loop {
-        match sh.signal.wait(seen, sh.blocktime, &sh.counters, &sh.hooks, lane) {
+        match sh
+            .signal
+            .wait(seen, sh.blocktime, &sh.counters, &sh.hooks, lane)
+        {
             Wake::Exit => {
                 sh.hooks.at(Point::WorkerExits(lane));
                 return;

@@ -131,7 +131,7 @@ impl Signal {
         hooks: &Hooks,
         lane: usize,
     ) -> Wake {
-        if let Some(w) = self.spin(seen, blocktime, c, hooks, lane) {
+        if let Some(w) = self.spin(seen, blocktime, c) {
             return w;
         }
         hooks.at(Point::WorkerSpinEnded(lane));
@@ -162,14 +162,7 @@ impl Signal {
     }
 
     /// The spin phase: `Some` if the epoch moved within `blocktime`.
-    fn spin(
-        &self,
-        seen: u64,
-        blocktime: Duration,
-        c: &Counters,
-        hooks: &Hooks,
-        lane: usize,
-    ) -> Option<Wake> {
+    fn spin(&self, seen: u64, blocktime: Duration, c: &Counters) -> Option<Wake> {
         if blocktime.is_zero() {
             return None;
         }
@@ -185,7 +178,6 @@ impl Signal {
             if iters % WORKER_YIELD_EVERY == 0 {
                 std::thread::yield_now();
                 yields += 1;
-                hooks.at(Point::WorkerYielded(lane));
             }
             if iters % CLOCK_CHECK_EVERY == 0 && start.elapsed() >= blocktime {
                 break None;

@@ -115,6 +115,8 @@ pub fn all_lanes_join(pool: &Lanes) {
     let started = AtomicUsize::new(0);
     pool.decode_chunks(lanes, &|_| {
         started.fetch_add(1, SeqCst);
-        wait_until("every worker joins the job", || started.load(SeqCst) == lanes);
+        wait_until("every worker joins the job", || {
+            started.load(SeqCst) == lanes
+        });
     });
 }
