@@ -70,8 +70,8 @@ fn dispatch(pool: &Lanes, caller_runs_one: bool) -> Vec<Option<usize>> {
 /// collision and one move, runs every chunk it claims on lane 0's CPU, and gets its own mask
 /// back. Staged: the caller is pinned to the worker's CPU (so `sched_getcpu` must report it)
 /// and its mask is widened again at `CallerCollided`, before the runtime saves it.
-/// Seen failing: with `place_caller` returning before the move (chunks on the worker's CPU,
-/// moves 0) and with `CallerMove::drop` not restoring (mask left at lane 0's CPU).
+/// Seen failing: with `place_caller` returning without a `CallerMove` guard (moves 0) and with
+/// `CallerMove::drop` not restoring (mask left at lane 0's CPU).
 #[test]
 fn caller_on_a_worker_cpu_runs_its_chunks_on_lane_0_cpu() {
     let Some((allowed, home, worker_cpu)) = two_cpus() else {
@@ -118,8 +118,8 @@ fn caller_on_a_worker_cpu_runs_its_chunks_on_lane_0_cpu() {
 /// Guarantee: the runtime never widens the caller's mask. A caller pinned to the worker's CPU
 /// alone counts the collision, is not moved, runs its chunks there, and keeps its mask.
 /// Deterministic without hooks (a pinned thread is where its mask says).
-/// Seen failing: with the `saved.contains(home)` check removed (the caller is moved to a CPU
-/// outside its own mask, chunks on lane 0's CPU, moves 1).
+/// Seen failing: with the `saved.contains(home)` check removed (the caller is pinned to a CPU
+/// outside its own mask and its chunks run there).
 #[test]
 fn caller_whose_mask_excludes_lane_0_cpu_is_not_moved() {
     let Some((_, home, worker_cpu)) = two_cpus() else {
@@ -143,8 +143,7 @@ fn caller_whose_mask_excludes_lane_0_cpu_is_not_moved() {
 /// The issue-16 case on purpose: the caller is moved, then stalled right after publishing
 /// until the worker has run all 8 chunks. Guarantee: the dispatch still completes with every
 /// chunk run once, the caller runs none, and its mask is restored (counters as above).
-/// Seen failing: with the caller skipping the barrier wait when it claimed no chunk (a chunk
-/// still running after the dispatch returned), and with the mask restore removed.
+/// Seen failing: with the mask restore removed, and with no move (moves 0).
 #[test]
 fn caller_stalled_after_publishing_runs_no_chunk_and_gets_its_mask_back() {
     let Some((allowed, home, worker_cpu)) = two_cpus() else {
@@ -193,6 +192,7 @@ fn caller_stalled_after_publishing_runs_no_chunk_and_gets_its_mask_back() {
 /// at most one collision per dispatch, a move for every collision (the mask allows lane 0's
 /// CPU), chunks the caller ran after a move ran on lane 0's CPU, and the mask is restored.
 /// Whether a collision happens and whether the caller gets a chunk is not asserted.
+/// Seen failing: with the mask restore removed, and with no move after a collision.
 #[test]
 fn unstaged_collisions_keep_the_guarantees() {
     let Some((allowed, home, worker_cpu)) = two_cpus() else {

@@ -32,6 +32,8 @@ fn assert_once(c: &[AtomicUsize], what: &str) {
     }
 }
 
+/// Guarantee: every chunk exactly once for any lane count and size; the dispatch counters count
+/// every call with n > 0 (whichever lanes ran the chunks).
 #[test]
 fn every_chunk_runs_exactly_once() {
     for threads in 1..=4 {
@@ -59,6 +61,8 @@ fn every_chunk_runs_exactly_once() {
     }
 }
 
+/// Guarantee: a dispatch from inside a chunk runs inline (exactly one `inline_fallbacks` each,
+/// on whichever lane ran the outer chunk). The watchdog is a hang guard, not a duration check.
 /// A nested dispatch that went to the pool would deadlock on the pool's dispatch lock: run
 /// the body on a watchdog so that this fails instead of hanging.
 #[test]
@@ -102,6 +106,8 @@ fn nested_body() {
     assert_once(&c, "after nesting");
 }
 
+/// Guarantee: concurrent dispatchers are serialised, each gets every chunk once with its own
+/// closure; the dispatch count is exact. How often they collide is not asserted.
 #[test]
 fn concurrent_dispatchers_share_one_pool() {
     let pool = pool_for(&cfg(3, 103));
@@ -223,7 +229,7 @@ fn panic_in_chunk_reaches_caller_and_pool_survives() {
 /// Guarantee: n = 1 runs on the caller and publishes nothing, so parked workers stay parked.
 /// The workers are parked (counters, after a job they all joined) before the first n = 1
 /// dispatch; the final sleep only gives a wrongly woken worker time to show in the counters.
-/// Seen failing: with the `n == 1` shortcut removed (wakes and spin hits move).
+/// Seen failing: with the `n == 1` shortcut removed (the chunk ran on a worker).
 #[test]
 fn single_chunk_runs_on_caller_without_waking() {
     let pool = pool_for(&cfg(3, 0));

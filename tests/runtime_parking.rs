@@ -34,8 +34,7 @@ fn workers_cpu(pool: &Lanes) -> Duration {
 /// over 200 ms no park/wake/spin counter moves, and the workers' CPU time grows only by the
 /// few instructions between counting the park and sleeping (bound: 20 ms; a spinning worker
 /// shows up in `spin_iters` anyway).
-/// Seen failing: with `Signal::wait` spinning forever instead of parking (never parked: hang
-/// guard) and with the park re-checking in a 1 ms `wait_for` loop (wakes move while idle).
+/// Seen failing: with the spin phase never ending (never parked: hang guard).
 fn check_idle(pool: &Lanes) {
     pool.decode_chunks(64, &|_| std::hint::black_box(()));
     pool.task_chunks(64, &|_| std::hint::black_box(()));
@@ -72,7 +71,7 @@ fn workers_park_after_blocktime() {
 
 /// Guarantee: a job published while the worker is parked wakes it (exactly one wake per job)
 /// and the worker joins the job. Each round waits until the worker is parked first.
-/// Seen failing: with `publish` skipping `wake_all` (hang guard in `all_lanes_join`).
+/// Seen failing: with `publish` never calling `wake_all` (hang guard in `all_lanes_join`).
 #[test]
 fn parked_workers_are_woken_for_every_job() {
     for blocktime_us in [0, 30] {
@@ -144,8 +143,7 @@ fn publish_while_held(pool: &Lanes, at: Point) -> Vec<Point> {
 /// Window 1: the worker's spin phase ended without a job, and it is preempted before it
 /// announces itself a sleeper (A1); the publisher sees no sleeper and notifies nobody.
 /// Guarantee: the worker's re-check (A2) sees the new epoch and it does not park at all.
-/// Seen failing: with the A2 re-check removed (the worker parks: `WorkerParking` in the log;
-/// with the re-check under the mutex removed as well, the hang guard).
+/// Seen failing: with the A2 re-check removed (the worker parks: `WorkerParking` in the log).
 #[test]
 fn job_published_between_spin_and_park_is_not_lost() {
     for blocktime_us in [0, 40] {
@@ -168,8 +166,8 @@ fn job_published_between_spin_and_park_is_not_lost() {
 /// before it takes the park mutex; the publisher sees the sleeper and notifies before the
 /// worker waits. Guarantee: the worker's re-check under the mutex sees the new epoch, so it
 /// does not sleep through the notification and picks up the job without another publish.
-/// Seen failing: with `Signal::wait` calling `cv.wait` before its first re-check (hang guard:
-/// the worker sleeps until the next job).
+/// Seen failing: with the park loop calling `cv.wait` before its first re-check (hang guard:
+/// the worker sleeps through the job).
 #[test]
 fn job_published_while_a_worker_is_parking_is_not_lost() {
     let pool = pool_for(&cfg(2, 41));

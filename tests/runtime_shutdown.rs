@@ -43,8 +43,8 @@ fn count_exits(pool: &Lanes) -> Arc<AtomicUsize> {
 
 /// Guarantee: the registry shares one pool per configuration and never keeps it alive; the last
 /// handle's drop stops and joins the workers before it returns.
-/// Seen failing: with `Drop for Lanes` not joining the handles (exits < 3 right after the drop)
-/// and with the registry holding pools strongly (the threads never go: hang guard).
+/// Seen failing: with `Drop for Lanes` dropping the handles instead of joining them (exits 0
+/// right after the drop).
 #[test]
 fn last_handle_drop_joins_workers() {
     let cfg = PoolConfig {

@@ -33,8 +33,8 @@ fn caller_yields(spins: u64) -> u64 {
 /// yield and then yields exactly once every `CALLER_YIELD_EVERY` iterations.
 /// Staged: the worker's chunk stays until the caller has yielded 3 times (stall point
 /// `CallerYielded`); the caller's chunk waits until the worker has joined.
-/// Seen failing: with `StragglerWait::step` yielding on every iteration (yield count differs
-/// from the schedule) and with the wait not recording its counters (waits 0).
+/// Seen failing: with `StragglerWait::step` yielding on every iteration past the first 1024
+/// (yield count differs from the schedule).
 #[test]
 fn caller_waiting_for_straggler_yields_rarely() {
     let pool = pool_for(&cfg(2, 50_000));
