@@ -104,6 +104,9 @@ fn measured_size_over_budget_declines_after_pack() {
     assert!(ok.is_some());
 }
 
+/// Guarantee: one pack per key, whatever the interleaving. The 100 ms pack only widens the race:
+/// a requester that arrives after the pack finished is a hit too (the first Arc is still held),
+/// so `(packs, misses, hits) == (1, 1, 3)` holds on any schedule.
 #[test]
 fn racing_requests_share_one_arc_and_pack_once() {
     let gov = Arc::new(Governor::new(1 << 20));

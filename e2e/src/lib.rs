@@ -7,6 +7,7 @@ pub mod onnx;
 pub mod ort;
 pub mod paths;
 pub mod stats;
+pub mod threads;
 
 use std::sync::OnceLock;
 

@@ -202,6 +202,7 @@ fn one_session_from_eight_threads() {
     let counts = run_phase(&work);
     let total: u64 = counts.iter().sum();
     println!("8 threads on one session: runs per thread {counts:?} (total {total})");
+    // Guarantee (not luck): `hammer` runs at least once before it looks at `stop`.
     assert!(counts.iter().all(|&c| c >= 1));
     // The runs really went through rcpu (one call per run; other tests may add more).
     assert!(stats.calls("MatMulNBits").unwrap() - before >= total);

@@ -50,6 +50,7 @@
 
 use super::affinity::{pin_current, Affinity};
 use super::counters::{Counters, PoolCounters};
+use super::hooks::{Hooks, Point};
 use super::park::{Signal, StragglerWait, Wake};
 use super::topology::Topology;
 use super::Par;
@@ -139,6 +140,8 @@ struct Shared {
     lender: FnLender,
     counters: Counters,
     blocktime: Duration,
+    /// Test-only stall points (empty without the `test-hooks` feature).
+    hooks: Hooks,
 }
 
 /// One pool of lanes. Obtain it with [`super::pool_for`]; dropping the last handle stops and
@@ -174,6 +177,7 @@ impl Lanes {
             lender: FnLender::new(),
             counters: Counters::default(),
             blocktime: Duration::from_micros(cfg.blocktime_us),
+            hooks: Hooks::default(),
         });
         let (tx, rx) = mpsc::channel();
         let mut workers = Vec::new();
@@ -258,6 +262,14 @@ impl Lanes {
         self.shared.counters.snapshot()
     }
 
+    /// Test-only (feature `test-hooks`): runs `hook` at every stall point of this pool (see
+    /// [`super::hooks::Point`]), replacing the previous hook; `None` removes it. A hook that
+    /// blocks stalls that lane right there.
+    #[cfg(feature = "test-hooks")]
+    pub fn set_stall_hook(&self, hook: Option<super::hooks::Hook>) {
+        self.shared.hooks.set(hook)
+    }
+
     fn dispatch(&self, kind: Kind, n: usize, f: &(dyn Fn(usize) + Sync)) {
         if n == 0 {
             return;
@@ -305,10 +317,11 @@ impl Lanes {
             &job,
             || {
                 self.shared.signal.publish();
+                self.shared.hooks.at(Point::CallerPublished);
                 let _in = InChunk::enter();
                 job(0);
             },
-            &mut |i| wait.step(i),
+            &mut |i| wait.step(i, &self.shared.hooks),
         );
         wait.record(c);
         if let Some(p) = panicked.into_inner() {
@@ -329,6 +342,7 @@ impl Lanes {
             return CallerMove(None);
         }
         Counters::add(&c.caller_collisions, 1);
+        self.shared.hooks.at(Point::CallerCollided);
         let Ok(saved) = os::SavedAffinity::save() else {
             return CallerMove(None);
         };
@@ -358,10 +372,17 @@ fn worker_main(sh: &Shared, lane: usize) {
     IN_CHUNK.with(|c| c.set(true));
     let mut seen = 0;
     loop {
-        match sh.signal.wait(seen, sh.blocktime, &sh.counters) {
-            Wake::Exit => return,
+        match sh
+            .signal
+            .wait(seen, sh.blocktime, &sh.counters, &sh.hooks, lane)
+        {
+            Wake::Exit => {
+                sh.hooks.at(Point::WorkerExits(lane));
+                return;
+            }
             Wake::Job(e) => {
                 seen = e;
+                sh.hooks.at(Point::WorkerWoken(lane));
                 sh.lender.borrow(|job| job(lane));
             }
         }

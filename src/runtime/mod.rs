@@ -4,12 +4,14 @@
 //! - [`affinity`]: the `affinity` setting and the per-lane CPU plan;
 //! - [`lanes`]: the pool (caller + pinned workers) implementing [`Par`];
 //! - [`park`]: how idle workers spin, yield and park (the wake-up protocol);
-//! - [`counters`]: per-pool counters; [`registry`]: process-wide sharing of pools.
+//! - [`counters`]: per-pool counters; [`registry`]: process-wide sharing of pools;
+//! - [`hooks`]: test-only stall points (compiled in only with the `test-hooks` feature).
 //!
 //! No `unsafe` here: OS calls and the lending of borrowed closures live in `crate::abi::os`.
 #![forbid(unsafe_code)]
 pub mod affinity;
 pub mod counters;
+pub mod hooks;
 pub mod lanes;
 pub mod par;
 pub mod park;

@@ -45,6 +45,7 @@
 //! arrives late, an empty lender, which simply means the job is already done).
 
 use super::counters::Counters;
+use super::hooks::{Hooks, Point};
 use parking_lot::{Condvar, Mutex};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -120,11 +121,20 @@ impl Signal {
         }
     }
 
-    /// Waits (spin, then park) until the epoch differs from `seen`.
-    pub(crate) fn wait(&self, seen: u64, blocktime: Duration, c: &Counters) -> Wake {
+    /// Waits (spin, then park) until the epoch differs from `seen`; `lane` is the worker's
+    /// lane (for the stall hooks).
+    pub(crate) fn wait(
+        &self,
+        seen: u64,
+        blocktime: Duration,
+        c: &Counters,
+        hooks: &Hooks,
+        lane: usize,
+    ) -> Wake {
         if let Some(w) = self.spin(seen, blocktime, c) {
             return w;
         }
+        hooks.at(Point::WorkerSpinEnded(lane));
         // A1, SeqCst: announce before the re-check (A2).
         self.sleepers.0.fetch_add(1, Ordering::SeqCst);
         // A2, SeqCst.
@@ -135,6 +145,7 @@ impl Signal {
             return w;
         }
         Counters::add(&c.parks, 1);
+        hooks.at(Point::WorkerParking(lane));
         let mut g = self.lock.lock();
         let w = loop {
             // Under the mutex, so a publisher's notify cannot fall between this and `wait`.
@@ -190,12 +201,16 @@ pub(crate) struct StragglerWait {
 }
 
 impl StragglerWait {
-    pub(crate) fn step(&mut self, i: u64) {
+    pub(crate) fn step(&mut self, i: u64, hooks: &Hooks) {
+        if i == 0 {
+            hooks.at(Point::CallerWaits);
+        }
         self.spins += 1;
         std::hint::spin_loop();
         if i >= CALLER_SPINS_BEFORE_YIELD && i.is_multiple_of(CALLER_YIELD_EVERY) {
             std::thread::yield_now();
             self.yields += 1;
+            hooks.at(Point::CallerYielded);
         }
     }
 
