@@ -10,10 +10,11 @@ use crate::abi::kernel_info::KernelInfo;
 use crate::abi::status::{Error, Result};
 use crate::abi::tensor::{ElemType, Tensor};
 use crate::kernels::matmul_nbits::{
-    matmul_packed, matmul_unpacked, pack, NBitsParams, PackedNBits,
+    matmul_packed, matmul_unpacked, try_pack, NBitsParams, PackedNBits,
 };
 use crate::kernels::op::{types, Decline, KernelEnv, OpDef, OpKernel};
-use crate::memory::{content_hash, params_hash, weight_cache, CachedWeight, WeightKey};
+use crate::kernels::shape::checked_numel;
+use crate::memory::{params_hash, weight_cache, CachedWeight, KeyDigest, WeightKey};
 use crate::telemetry::ledger;
 
 use super::claim::{input, input_type, only_attrs, require_elem, require_output_elem, F32};
@@ -173,17 +174,21 @@ fn create(info: &KernelInfo<'_>, env: &Arc<KernelEnv>) -> Result<Box<dyn OpKerne
 impl MatMulNBits {
     fn cache_key(&self, b: &[u8], scales: &[f32], zp: Option<&[u8]>) -> WeightKey {
         let p = &self.p;
-        let scale_bytes: Vec<u8> = scales.iter().flat_map(|s| s.to_le_bytes()).collect();
-        let params = params_hash(&[
+        let words = [
             p.k as u64,
             p.n as u64,
             p.block_size as u64,
             p.accuracy_level as u64,
             p.has_zero_points as u64,
-            content_hash(&scale_bytes),
-            zp.map(content_hash).unwrap_or(0),
-        ]);
-        WeightKey::new(OP, params, b)
+        ];
+        // Every source the packed copy is made of goes into the keyed digest: a hit is then
+        // always the packing of these very bytes.
+        let mut d = KeyDigest::new();
+        d.words(&words)
+            .bytes(b)
+            .f32s(scales)
+            .bytes(zp.unwrap_or(&[]));
+        WeightKey::from_digest(OP, params_hash(&words), &d, b.len())
     }
 }
 
@@ -209,10 +214,10 @@ impl OpKernel for MatMulNBits {
         // padded to whole column groups.
         let predicted = b.len() + scales.len() * 8 + 4096;
         let p = self.p;
-        let packed = weight_cache().get_or_pack(
+        let packed = weight_cache().try_get_or_pack(
             &key,
             predicted,
-            || pack(b, scales, zp, &p),
+            || try_pack(b, scales, zp, &p),
             |w: &PackedNBits| w.bytes(),
         );
         let got = packed.is_some();
@@ -235,7 +240,7 @@ impl OpKernel for MatMulNBits {
                 p.k
             )));
         }
-        let m: usize = lead.iter().product();
+        let m = checked_numel("input A", lead).map_err(Error::invalid_argument)?;
         let mut out_shape = lead.to_vec();
         out_shape.push(p.n);
         let out = ctx.output(0, &out_shape)?.into_data::<f32>()?;
