@@ -10,10 +10,10 @@ use crate::abi::kernel_info::KernelInfo;
 use crate::abi::status::{Error, Result};
 use crate::abi::tensor::{ElemType, Tensor};
 use crate::kernels::matmul_nbits::{
-    matmul_packed, matmul_unpacked, try_pack, NBitsParams, PackedNBits,
+    matmul_packed, matmul_unpacked, try_pack, NBitsInput, NBitsParams, PackedNBits,
 };
 use crate::kernels::op::{types, Decline, KernelEnv, OpDef, OpKernel};
-use crate::kernels::shape::checked_numel;
+use crate::kernels::shape::{checked_numel, numel};
 use crate::memory::{params_hash, weight_cache, CachedWeight, KeyDigest, WeightKey};
 use crate::telemetry::ledger;
 
@@ -94,7 +94,12 @@ fn claim(node: &Node<'_>) -> std::result::Result<(), Decline> {
     // Where the constant inputs are known, their sizes must agree with K, N and block_size.
     let len = |i: usize| -> std::result::Result<Option<usize>, Decline> {
         Ok(match input_type(node, i)? {
-            Some(t) => t.static_dims().map(|d| d.iter().product()),
+            Some(t) => match t.static_dims() {
+                Some(d) => Some(
+                    numel(&d).ok_or_else(|| format!("input {i} of shape {d:?} is too large"))?,
+                ),
+                None => None,
+            },
             None => None,
         })
     };
@@ -142,6 +147,22 @@ fn create(info: &KernelInfo<'_>, env: &Arc<KernelEnv>) -> Result<Box<dyn OpKerne
     let present = |i: usize| n_inputs > i && matches!(info.input_type(i), Ok(Some(_)));
     let has_zp = present(IN_ZP);
     let p = params_from(|n| info.attr_i64(n), has_zp).map_err(Error::invalid_argument)?;
+    // The shapes of constant inputs, exactly as ORT's CPU EP checks them (a B with the right
+    // byte count but N and k_blocks swapped must not be computed).
+    let shaped = [
+        (IN_B, NBitsInput::B, true),
+        (IN_SCALES, NBitsInput::Scales, true),
+        (IN_ZP, NBitsInput::ZeroPoints, has_zp),
+        (IN_BIAS, NBitsInput::Bias, present(IN_BIAS)),
+    ];
+    for (i, which, there) in shaped {
+        if there {
+            if let Some(t) = info.constant_input(i)? {
+                p.check_input_shape(which, t.shape())
+                    .map_err(Error::invalid_argument)?;
+            }
+        }
+    }
     let scales = copy_const::<f32>(info, IN_SCALES)?;
     let zero_points = if has_zp {
         copy_const::<u8>(info, IN_ZP)?
@@ -204,6 +225,9 @@ impl OpKernel for MatMulNBits {
         if self.p.has_zero_points && self.zero_points.is_none() {
             return Ok(false);
         }
+        self.p
+            .check_input_shape(NBitsInput::B, tensor.shape())
+            .map_err(Error::invalid_argument)?;
         let b = tensor.data::<u8>()?;
         let zp = self.zero_points.as_deref();
         self.p
@@ -252,6 +276,8 @@ impl OpKernel for MatMulNBits {
                 bias_in = ctx.input(IN_BIAS)?;
                 match &bias_in {
                     Some(t) => {
+                        p.check_input_shape(NBitsInput::Bias, t.shape())
+                            .map_err(Error::invalid_argument)?;
                         let b = t.data::<f32>()?;
                         if b.len() != p.n {
                             return Err(Error::invalid_argument(format!(
@@ -273,6 +299,17 @@ impl OpKernel for MatMulNBits {
                 let b_t = ctx.required_input(IN_B)?;
                 let s_t = ctx.input(IN_SCALES)?;
                 let z_t = ctx.input(IN_ZP)?;
+                let shape_ok = |which, t: &Tensor<'_>| {
+                    p.check_input_shape(which, t.shape())
+                        .map_err(Error::invalid_argument)
+                };
+                shape_ok(NBitsInput::B, &b_t)?;
+                if let (None, Some(t)) = (&self.scales, &s_t) {
+                    shape_ok(NBitsInput::Scales, t)?;
+                }
+                if let (None, Some(t), true) = (&self.zero_points, &z_t, p.has_zero_points) {
+                    shape_ok(NBitsInput::ZeroPoints, t)?;
+                }
                 let b = b_t.data::<u8>()?;
                 let scales = match &self.scales {
                     Some(s) => s.as_slice(),
