@@ -29,6 +29,9 @@ pub fn packed_sizes(k: usize, n: usize, batches: usize) -> (usize, usize) {
 /// [`packed_sizes`] with checked arithmetic: `None` when a size overflows or passes
 /// `isize::MAX` bytes (validate a model's B shape with this before anything is sized by it).
 pub fn checked_packed_sizes(k: usize, n: usize, batches: usize) -> Option<(usize, usize)> {
+    if batches == 0 {
+        return Some((0, 0)); // an empty B packs to nothing, however large K and N
+    }
     let kp = k.checked_next_multiple_of(4)?;
     let np = n.checked_next_multiple_of(NR)?;
     let bytes = kp.checked_mul(np)?.checked_mul(batches)?;
