@@ -354,6 +354,6 @@ fn aligned_buf_try_zeroed_reports_impossible_sizes() {
     assert!(AlignedBuf::<f32>::try_zeroed(usize::MAX / 4).is_err());
     assert!(AlignedBuf::<u8>::try_zeroed(isize::MAX as usize).is_err());
     let b = AlignedBuf::<f32>::try_zeroed(1000).unwrap();
-    assert!(b.iter().all(|&x| x == 0.0) && b.as_ptr() as usize % 64 == 0);
+    assert!(b.iter().all(|&x| x == 0.0) && (b.as_ptr() as usize).is_multiple_of(64));
     assert!(rcpu::memory::try_vec(usize::MAX / 2, 0u32).is_err());
 }

@@ -85,8 +85,8 @@ impl FromStr for Affinity {
             if lo > hi {
                 return Err(bad(s, &format!("descending range {item:?}")));
             }
-            for c in lo..=hi {
-                if std::mem::replace(&mut seen[c], true) {
+            for (c, seen) in seen.iter_mut().enumerate().take(hi + 1).skip(lo) {
+                if std::mem::replace(seen, true) {
                     return Err(bad(s, &format!("CPU {c} listed twice")));
                 }
                 cpus.push(c);
