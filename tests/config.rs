@@ -75,3 +75,39 @@ fn bad_input_names_the_key() {
         );
     }
 }
+
+/// A CPU list far larger than the machine: parsed in linear time with every id bounded, and
+/// lanes bounded by the CPUs the process may use (not one lane per listed id).
+#[test]
+fn huge_cpu_lists_are_bounded() {
+    // Ten large ranges: once accepted (65536 ids each, with a quadratic duplicate check that
+    // took about a minute); ids past what an affinity set can name are refused at once.
+    let ranges: Vec<String> = (0..10)
+        .map(|i| format!("{}-{}", i * 65536, i * 65536 + 65535))
+        .collect();
+    let err = parse(&[("affinity", &ranges.join(","))]).unwrap_err();
+    assert!(
+        err.contains("'affinity'") && err.contains("beyond"),
+        "{err}"
+    );
+    let err = parse(&[("affinity", "0-4095")]).unwrap_err();
+    assert!(err.contains("'affinity'"), "{err}");
+    let err = parse(&[("affinity", "0-1023,5")]).unwrap_err();
+    assert!(err.contains("listed twice"), "{err}");
+    // The whole set: lanes are the CPUs this process may run on, never 1024 of them.
+    let c = parse(&[("affinity", "0-1023")]).unwrap();
+    let allowed = rcpu::abi::os::allowed_cpus().unwrap();
+    assert_eq!(c.threads, allowed.len().min(1024), "threads {}", c.threads);
+    assert!(matches!(c.affinity, Affinity::List(ref v) if v.len() == 1024));
+}
+
+#[test]
+fn lanes_for_a_list_count_allowed_cpus_within_the_cap() {
+    use rcpu::runtime::affinity::lanes_for_list;
+    let list: Vec<usize> = (0..1024).collect();
+    assert_eq!(lanes_for_list(&list, Some(&[0, 1]), 1024), 2);
+    assert_eq!(lanes_for_list(&list, Some(&[5, 2000]), 1024), 1);
+    assert_eq!(lanes_for_list(&list, None, 1024), 1024);
+    assert_eq!(lanes_for_list(&list, None, 16), 16);
+    assert_eq!(lanes_for_list(&[7, 8], Some(&[0, 1]), 1024), 1); // none usable: still one lane
+}

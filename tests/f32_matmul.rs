@@ -104,8 +104,25 @@ fn batched_broadcast() {
     let p = matmul_shapes(&[2, 1, 3, 4], &[5, 4, 6]).unwrap();
     assert_eq!(p.out_shape, vec![2, 5, 3, 6]);
     assert_eq!(p.batch, 10);
-    assert_eq!(p.a_offsets[..6], [0, 0, 0, 0, 0, 12]);
-    assert_eq!(p.b_offsets[..6], [0, 24, 48, 72, 96, 0]);
+    let offs: Vec<(usize, usize)> = (0..6).map(|i| p.offsets(i)).collect();
+    assert_eq!(
+        offs.iter().map(|o| o.0).collect::<Vec<_>>(),
+        [0, 0, 0, 0, 0, 12]
+    );
+    assert_eq!(
+        offs.iter().map(|o| o.1).collect::<Vec<_>>(),
+        [0, 24, 48, 72, 96, 0]
+    );
+    let (a_all, b_all) = p.offset_lists().unwrap();
+    assert_eq!(
+        (a_all.len(), &a_all[..6], &b_all[..6]),
+        (10, &[0, 0, 0, 0, 0, 12][..], &[0, 24, 48, 72, 96, 0][..])
+    );
+    assert!(!p.b_shared() && !p.a_dense());
+    let shared = matmul_shapes(&[3, 7, 5], &[5, 9]).unwrap();
+    assert!(shared.b_shared() && shared.a_dense());
+    let dense = matmul_shapes(&[2, 7, 5], &[2, 5, 9]).unwrap();
+    assert!(!dense.b_shared() && dense.a_dense());
     for par in [&Serial as &dyn Par, &ScopedThreads(3)] {
         check(&[2, 1, 3, 4], &[5, 4, 6], par);
         check(&[3, 7, 5], &[5, 9], par); // shared B: folded into one product
@@ -120,6 +137,36 @@ fn empty_and_k_zero() {
     check(&[0, 3, 4], &[4, 5], &Serial);
     check(&[3, 0], &[0, 4], &Serial); // k == 0: zeros
     check(&[2, 0], &[0, 2], &ScopedThreads(3));
+}
+
+/// Huge static batch dims plan without allocating per batch (the plan once listed 2^40 offsets
+/// and aborted the process), and an empty output computes nothing however many batches.
+#[test]
+fn huge_batches_plan_lazily() {
+    let big = 1 << 20;
+    let p = matmul_shapes(&[big, 1, 1, 1], &[1, big, 1, 1]).unwrap();
+    assert_eq!((p.batch, p.out_len), (1 << 40, 1 << 40));
+    assert_eq!(p.offsets((1 << 40) - 1), (big - 1, big - 1));
+    let p = matmul_shapes(&[big, 1, 0, 4], &[1, big, 4, 0]).unwrap();
+    assert_eq!(
+        (p.batch, p.out_len, p.out_shape.clone()),
+        (1 << 40, 0, vec![big, big, 0, 0])
+    );
+    let mut out = [];
+    matmul_f32(
+        &[],
+        &[big, 1, 0, 4],
+        &[],
+        &[1, big, 4, 0],
+        &mut out,
+        &Serial,
+    )
+    .unwrap();
+    // Sizes beyond the address space are errors, not wrapped products.
+    let e = matmul_shapes(&[1 << 40, 1 << 40, 1, 1], &[1, 1]).unwrap_err();
+    assert!(e.contains("more elements"), "{e}");
+    assert!(matmul_shapes(&[1 << 32, 1, 1, 1], &[1 << 32, 1, 1]).is_err()); // 2^64 batches
+    assert!(matmul_shapes(&[usize::MAX, 0, 4], &[4, 3]).is_ok()); // empty, however large
 }
 
 #[test]

@@ -99,6 +99,7 @@ fn property(inp: &Input) -> bool {
         let b = p.n.checked_mul(kb)?.checked_mul(p.blob_bytes())?;
         let s = p.n.checked_mul(kb)?;
         let z = p.n.checked_mul(kb.div_ceil(2))?;
+        assert_eq!(p.implied_lens(), Some([b, s, z]), "implied_lens for {p:?}");
         Some([b, s, z])
     };
     let lens = match implied() {
@@ -190,7 +191,8 @@ fn nbits_params_pack_and_matmul_never_panic() {
 }
 
 /// Dimensions up to 2^63: `NBitsParams::validate` must refuse sizes beyond the address space
-/// before anything multiplies (it once wrapped K = N = 2^40 to an expected size of 0).
+/// before anything multiplies (it once wrapped K = N = 2^40 to an expected size of 0), and
+/// `check_sizes` computes its expected lengths checked (`implied_lens`) on its own.
 #[test]
 fn huge_dims_do_not_panic() {
     run(0x5eed_1234_abcd_0002, 3000, u64::MAX >> 1);

@@ -75,3 +75,29 @@ fn wrong_input_lengths_name_the_input() {
         .unwrap_err();
     assert!(e.contains("block_size"), "{e}");
 }
+
+/// Shapes, not only byte counts, as ORT's CPU EP checks them: B with N and k_blocks swapped has
+/// the right size but must be refused.
+#[test]
+fn input_shapes_are_checked_exactly() {
+    let p = NBitsParams::new(64, 8, 32, 0, true); // k_blocks 2, blob 16, zp row 1
+    assert!(p
+        .check_shapes(&[8, 2, 16], &[16], Some(&[8]), Some(&[8]))
+        .is_ok());
+    assert!(p
+        .check_shapes(&[8, 2, 16], &[8, 2], Some(&[8, 1]), None)
+        .is_ok());
+    let e = p.check_shapes(&[2, 8, 16], &[16], None, None).unwrap_err();
+    assert!(
+        e.contains("input B") && e.contains("[2, 8, 16]") && e.contains("[8, 2, 16]"),
+        "{e}"
+    );
+    assert!(p.check_shapes(&[256], &[16], None, None).is_err());
+    assert!(p.check_shapes(&[8, 2, 16], &[2, 8], None, None).is_err());
+    assert!(p
+        .check_shapes(&[8, 2, 16], &[16], Some(&[1, 8]), None)
+        .is_err());
+    assert!(p
+        .check_shapes(&[8, 2, 16], &[16], None, Some(&[1, 8]))
+        .is_err());
+}

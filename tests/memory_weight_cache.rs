@@ -255,3 +255,108 @@ fn a_panicking_packer_does_not_wedge_the_key() {
     let w = cache.get_or_pack(&key(b"p"), 8, || vec![1u8; 8], |v| v.capacity());
     assert!(w.is_some(), "a later request packs normally");
 }
+
+// ---------------------------------------------------------------------------------------------
+// Forged collisions: `content_hash` (a fast unkeyed hash) is easy to collide on purpose, so it
+// must not be what decides that two weights are the same.
+
+const K0: u64 = 0x9E37_79B9_7F4A_7C15;
+const K1: u64 = 0xC2B2_AE3D_27D4_EB4F;
+const K2: u64 = 0x1656_67B1_9E37_79F9;
+const K3: u64 = 0xD6E8_FEB8_6659_FD93;
+
+fn mix(h: u64, w: u64, k: u64) -> u64 {
+    let x = (h ^ w).wrapping_mul(k);
+    x ^ (x >> 29)
+}
+
+/// The `w` with `mix(h, w, k) == y` (every step of `mix` is a bijection).
+fn unmix(h: u64, y: u64, k: u64) -> u64 {
+    let x = y ^ (y >> 29) ^ (y >> 58);
+    let mut inv = k; // Newton's iteration for the inverse of an odd k mod 2^64
+    for _ in 0..6 {
+        inv = inv.wrapping_mul(2u64.wrapping_sub(k.wrapping_mul(inv)));
+    }
+    x.wrapping_mul(inv) ^ h
+}
+
+/// A 32-byte source different from `words` with the same `content_hash`: content_hash folds
+/// four lanes with xor, so lane 1 is solved to cancel a change in lane 0.
+fn forge(words: [u64; 4]) -> (Vec<u8>, Vec<u8>) {
+    let lanes = |w: [u64; 4]| {
+        [
+            mix(K0, w[0], K1),
+            mix(K1, w[1], K2),
+            mix(K2, w[2], K3),
+            mix(K3, w[3], K0),
+        ]
+    };
+    let h = lanes(words);
+    let acc = h[0] ^ h[1].rotate_left(17) ^ h[2].rotate_left(31) ^ h[3].rotate_left(47);
+    let mut forged = words;
+    forged[0] ^= 0xdead_beef;
+    let h0 = mix(K0, forged[0], K1);
+    let h1 = (acc ^ h0 ^ h[2].rotate_left(31) ^ h[3].rotate_left(47)).rotate_right(17);
+    forged[1] = unmix(K1, h1, K2);
+    let bytes = |w: [u64; 4]| w.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+    (bytes(words), bytes(forged))
+}
+
+#[test]
+fn forged_content_hash_collision_is_not_served_the_other_weight() {
+    let (victim, forged) = forge([1, 2, 3, 4]);
+    assert_ne!(victim, forged);
+    assert_eq!(
+        content_hash(&victim),
+        content_hash(&forged),
+        "the forged source really collides under the weak hash"
+    );
+    let gov = Arc::new(Governor::new(1 << 20));
+    let cache = GovernedWeightCache::new(gov);
+    let pack = |src: &[u8]| AlignedBuf::from_slice(src);
+    let a = cache
+        .get_or_pack(&key(&victim), 64, || pack(&victim), |b| b.held_bytes())
+        .unwrap();
+    let b = cache
+        .get_or_pack(&key(&forged), 64, || pack(&forged), |b| b.held_bytes())
+        .unwrap();
+    assert_eq!(a.as_slice(), &victim[..]);
+    assert_eq!(
+        b.as_slice(),
+        &forged[..],
+        "the forged source was served the victim's packed weight"
+    );
+    assert_eq!((cache.hits(), cache.packs()), (0, 2));
+}
+
+#[test]
+fn failed_pack_declines_and_later_requests_pack() {
+    let gov = Arc::new(Governor::new(1 << 20));
+    let cache = GovernedWeightCache::new(Arc::clone(&gov));
+    let k = key(b"oom");
+    let none = cache.try_get_or_pack(&k, 64, || None::<AlignedBuf<u8>>, |b| b.held_bytes());
+    assert!(none.is_none());
+    assert_eq!(
+        (cache.declines(), cache.entries(), gov.live_bytes()),
+        (1, 0, 0)
+    );
+    let w = cache
+        .try_get_or_pack(
+            &k,
+            64,
+            || Some(AlignedBuf::from_slice(b"oom")),
+            |b| b.held_bytes(),
+        )
+        .unwrap();
+    assert_eq!(w.as_slice(), b"oom");
+}
+
+#[test]
+fn aligned_buf_try_zeroed_reports_impossible_sizes() {
+    assert!(AlignedBuf::<u8>::try_zeroed(usize::MAX).is_err());
+    assert!(AlignedBuf::<f32>::try_zeroed(usize::MAX / 4).is_err());
+    assert!(AlignedBuf::<u8>::try_zeroed(isize::MAX as usize).is_err());
+    let b = AlignedBuf::<f32>::try_zeroed(1000).unwrap();
+    assert!(b.iter().all(|&x| x == 0.0) && (b.as_ptr() as usize).is_multiple_of(64));
+    assert!(rcpu::memory::try_vec(usize::MAX / 2, 0u32).is_err());
+}

@@ -35,12 +35,17 @@ const HUGE: i64 = 1 << 40;
 /// panicking, so the list cannot go stale.
 const KNOWN_BUGS: &[(&str, &str)] = &[];
 
+/// Cases whose rcpu arm runs again under an address-space limit (`ulimit -v`, KiB), where an
+/// allocation fails instead of succeeding: the arm must still give ORT's answer.
+const AS_LIMITED: &[(&str, u64)] = &[("nbits_128mib_under_rlimit_as", 1 << 20)];
+const ARM_AS_LIMITED: &str = "rcpu-as-limited";
+
 #[derive(Debug, Clone, Copy)]
 enum Expect {
     /// Both arms compute the same values.
     SameOk,
-    /// Both arms compute; ORT's CPU EP departs from the ONNX spec, so rcpu is checked against
-    /// the spec's values instead (outputs in the child JSON form).
+    /// rcpu computes; ORT's CPU EP departs from the ONNX spec (other values, or an error), so
+    /// rcpu is checked against the spec's values instead (outputs in the child JSON form).
     Spec(fn() -> Vec<serde_json::Value>),
     /// Both arms refuse.
     BothErr,
@@ -123,6 +128,8 @@ struct Nb {
     bias: Option<usize>,
     /// B and scales as graph inputs (fed at run time) instead of initializers.
     dynamic: bool,
+    /// B's shape when not the consistent `[N, k_blocks, blob]` (same byte count).
+    b_shape: Option<Vec<i64>>,
     a_decl: Vec<Dim>,
     a: Tensor,
 }
@@ -141,6 +148,7 @@ impl Nb {
             zp_float: false,
             bias: None,
             dynamic: false,
+            b_shape: None,
             a_decl: sym(&["m", "k"]),
             a: rnd(&[2, 64], 11),
         }
@@ -170,7 +178,9 @@ impl Nb {
             .iter()
             .map(|x| 0.01 + x.abs() * 0.05)
             .collect();
-        let b_dims = if self.b_len.is_some() {
+        let b_dims = if let Some(s) = &self.b_shape {
+            s.clone()
+        } else if self.b_len.is_some() {
             if self.dynamic {
                 vec![b_len as i64, 1, 1]
             } else {
@@ -268,6 +278,15 @@ fn specials(n: usize) -> Vec<f32> {
 // The corpus
 
 macro_rules! case {
+    ($name:literal, $op:literal, Spec($spec:expr), $build:expr) => {
+        Case {
+            name: $name,
+            node: "node0",
+            op: $op,
+            expect: Expect::Spec($spec),
+            build: $build,
+        }
+    };
     ($name:literal, $op:literal, $expect:ident, $build:expr) => {
         Case {
             name: $name,
@@ -410,6 +429,25 @@ fn corpus() -> Vec<Case> {
             model: mm(sym(&["m", "k"]), sym(&["k", "n"])),
             feeds: vec![rnd(&[1 << 20, 1], 1), rnd(&[1, 1 << 20], 2)],
         }),
+        // Static batch dims whose product is 2^40: planning once listed every batch's offsets
+        // (8 TiB) at claim time and aborted the process. ORT cannot allocate the 4 TiB output.
+        case!("matmul_static_batches_2_40", "MatMul", BothErr, || Built {
+            model: mm(fixed(&[1 << 20, 1, 1, 1]), fixed(&[1, 1 << 20, 1, 1])),
+            feeds: vec![rnd(&[1 << 20, 1, 1, 1], 1), rnd(&[1, 1 << 20, 1, 1], 2)],
+        }),
+        // Zero-byte feeds on symbolic dims with 2^40 batches: an empty output, as from ORT.
+        case!(
+            "matmul_empty_batches_2_40",
+            "MatMul",
+            Spec(empty_2_40_f32),
+            || Built {
+                model: mm(sym(&["a0", "a1", "m", "k"]), sym(&["b0", "b1", "k", "n"])),
+                feeds: vec![
+                    f32s(&[1 << 20, 1, 0, 4], vec![]),
+                    f32s(&[1, 1 << 20, 4, 0], vec![]),
+                ],
+            }
+        ),
         // --- Gemm
         case!("gemm_transA_2", "Gemm", SameOk, || Built {
             model: gemm(
@@ -502,6 +540,30 @@ fn corpus() -> Vec<Case> {
             ),
             feeds: vec![rnd(&[2, 3], 1), rnd(&[3, 4], 2)],
         }),
+        // --- MatMulNBits: B with the right byte count but N and k_blocks swapped ([2, 8, 16]
+        // for [8, 2, 16]): once computed, reading the bytes in the wrong order.
+        case!("nbits_b_shape_swapped", "MatMulNBits", BothErr, || nb(
+            |s| { s.b_shape = Some(vec![2, 8, 16]) }
+        )),
+        case!("nbits_b_shape_swapped_fed", "MatMulNBits", RcpuErr, || nb(
+            |s| {
+                s.dynamic = true;
+                s.b_shape = Some(vec![2, 8, 16])
+            }
+        )),
+        case!("nbits_b_shape_flat", "MatMulNBits", BothErr, || nb(|s| {
+            s.b_shape = Some(vec![256])
+        })),
+        // 128 MiB of int4 weights in a process limited to 1 GiB of address space (the rcpu arm
+        // also runs under `ulimit -v`, see AS_LIMITED): packing once aborted on the failed
+        // allocation; now the pack declines and the node computes from the original weight.
+        Case {
+            name: "nbits_128mib_under_rlimit_as",
+            node: "node0",
+            op: "MatMulNBits",
+            expect: Expect::SameOk,
+            build: nbits_big,
+        },
         // --- MatMulNBits: attributes
         case!("nbits_block_size_8", "MatMulNBits", BothErr, || nb(|s| s
             .block =
@@ -620,6 +682,33 @@ fn corpus() -> Vec<Case> {
             || Built {
                 model: ql(false, false),
                 feeds: vec![u8s(&[3, 16], 1), i8s(&[15, 8], 2)],
+            }
+        ),
+        case!(
+            "qlinear_static_batches_2_40",
+            "QLinearMatMul",
+            BothErr,
+            || Built {
+                model: qlb(fixed(&[1 << 20, 1, 1, 1]), fixed(&[1, 1 << 20, 1, 1])),
+                feeds: vec![u8s(&[1 << 20, 1, 1, 1], 1), i8s(&[1, 1 << 20, 1, 1], 2)],
+            }
+        ),
+        case!(
+            "qlinear_empty_batches_2_40",
+            "QLinearMatMul",
+            Spec(empty_2_40_int),
+            || Built {
+                model: qlb(sym(&["a0", "a1", "m", "k"]), sym(&["b0", "b1", "k", "n"])),
+                feeds: vec![
+                    Tensor {
+                        shape: vec![1 << 20, 1, 0, 4],
+                        data: Data::U8(vec![]),
+                    },
+                    Tensor {
+                        shape: vec![1, 1 << 20, 4, 0],
+                        data: Data::I8(vec![]),
+                    },
+                ],
             }
         ),
         case!("qlinear_zero_m", "QLinearMatMul", SameOk, || Built {
@@ -746,6 +835,73 @@ fn ql(b_const: bool, scale_inputs: bool) -> Vec<u8> {
     g.build()
 }
 
+/// The numpy answer to a `[2^20, 1, 0, 4]` x `[1, 2^20, 4, 0]` matmul: an empty
+/// `[2^20, 2^20, 0, 0]` (ORT 1.31's CPU EP throws std::bad_alloc on it instead).
+fn empty_2_40(kind: &str) -> Vec<serde_json::Value> {
+    vec![serde_json::json!({ "shape": [1 << 20, 1 << 20, 0, 0], "kind": kind, "data": [] })]
+}
+fn empty_2_40_f32() -> Vec<serde_json::Value> {
+    empty_2_40("f32")
+}
+fn empty_2_40_int() -> Vec<serde_json::Value> {
+    empty_2_40("int")
+}
+
+/// QLinearMatMul uint8 A x int8 B (both graph inputs of the given dims) -> uint8, per-tensor
+/// parameters.
+fn qlb(a: Vec<Dim>, b: Vec<Dim>) -> Vec<u8> {
+    let mut g = GraphBuilder::new("qlb", 13);
+    g.input("a", UINT8, &a).input("b", INT8, &b);
+    for (name, v) in [("a_scale", 0.02f32), ("b_scale", 0.01), ("y_scale", 0.1)] {
+        g.initializer_f32(name, &[], &[v]);
+    }
+    g.initializer_raw("a_zp", UINT8, &[], vec![128]);
+    g.initializer_raw("b_zp", INT8, &[], vec![0]);
+    g.initializer_raw("y_zp", UINT8, &[], vec![128]);
+    let ins = [
+        "a", "a_scale", "a_zp", "b", "b_scale", "b_zp", "y_scale", "y_zp",
+    ];
+    g.node("QLinearMatMul", "", "node0", &ins, &["y"], &[])
+        .output("y", UINT8);
+    g.build()
+}
+
+/// MatMulNBits K=4096, N=65536, block 128: 128 MiB of int4 B, built cheaply (a byte pattern,
+/// not random floats) so the model fits a 1 GiB address space with room for ORT.
+fn nbits_big() -> Built {
+    let (k, n, block) = (4096i64, 65536i64, 128i64);
+    let (kb, blob) = (k / block, block / 2);
+    let b: Vec<u8> = (0..(n * kb * blob) as usize)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    let scales: Vec<f32> = (0..(n * kb) as usize)
+        .map(|i| 0.001 + (i % 97) as f32 * 1e-4)
+        .collect();
+    let mut g = GraphBuilder::new("nbits_big", 17);
+    g.input("A", FLOAT, &sym(&["m", "k"]))
+        .initializer_u8("B", &[n, kb, blob], &b)
+        .initializer_f32("scales", &[n * kb], &scales);
+    drop((b, scales));
+    g.node(
+        "MatMulNBits",
+        "com.microsoft",
+        "node0",
+        &["A", "B", "scales"],
+        &["Y"],
+        &[
+            ("K", Attr::Int(k)),
+            ("N", Attr::Int(n)),
+            ("bits", Attr::Int(4)),
+            ("block_size", Attr::Int(block)),
+        ],
+    )
+    .output("Y", FLOAT);
+    Built {
+        model: g.build(),
+        feeds: vec![rnd(&[1, k], 5)],
+    }
+}
+
 fn mm(a: Vec<Dim>, b: Vec<Dim>) -> Vec<u8> {
     let mut g = GraphBuilder::new("mm", 13);
     g.input("a", FLOAT, &a)
@@ -843,8 +999,24 @@ enum Outcome {
 
 fn spawn_arm(name: &str, arm: &str) -> Outcome {
     let exe = std::env::current_exe().expect("test binary path");
-    let mut child = Command::new(exe)
-        .args(["child_arm", "--exact", "--nocapture", "--test-threads=1"])
+    let args = ["child_arm", "--exact", "--nocapture", "--test-threads=1"];
+    let limit = AS_LIMITED.iter().find(|l| l.0 == name).map(|l| l.1);
+    let mut cmd = match (arm, limit) {
+        (ARM_AS_LIMITED, Some(kib)) => {
+            let mut c = Command::new("sh");
+            c.arg("-c")
+                .arg(format!("ulimit -v {kib} && exec \"$0\" \"$@\""))
+                .arg(exe)
+                .args(args);
+            c
+        }
+        _ => {
+            let mut c = Command::new(exe);
+            c.args(args);
+            c
+        }
+    };
+    let mut child = cmd
         .env(ENV_CASE, name)
         .env(ENV_ARM, arm)
         .stdout(Stdio::piped())
@@ -973,7 +1145,9 @@ fn judge(case: &Case, rcpu: &Outcome, cpu: &Outcome) -> Result<String, String> {
         (Expect::SameOk, Outcome::Ok(a, _), Outcome::Ok(b, _)) => {
             same_outputs(a, b).map_err(|e| format!("wrong answer: {e}"))?
         }
-        (Expect::Spec(f), Outcome::Ok(a, _), Outcome::Ok(_, _)) => {
+        // ORT may compute something else or refuse (std::bad_alloc on an empty output with 2^40
+        // batches); rcpu must give the spec's answer either way.
+        (Expect::Spec(f), Outcome::Ok(a, _), Outcome::Ok(_, _) | Outcome::Err(_, _)) => {
             let want = f();
             same_outputs(a, &want).map_err(|e| format!("wrong answer vs the ONNX spec: {e}"))?
         }
@@ -1049,6 +1223,12 @@ fn corpus_each_case_in_its_own_process() {
                     r = judge(case, &nocache, &cpu)
                         .map(|m| format!("{m}; unpacked path agrees"))
                         .map_err(|e| format!("with weight_cache_mb=0: {e}"));
+                }
+                if r.is_ok() && AS_LIMITED.iter().any(|l| l.0 == case.name) {
+                    let limited = spawn_arm(case.name, ARM_AS_LIMITED);
+                    r = judge(case, &limited, &cpu)
+                        .map(|m| format!("{m}; under the address-space limit too"))
+                        .map_err(|e| format!("under the address-space limit: {e}"));
                 }
                 results.lock().unwrap().push((i, r));
             });

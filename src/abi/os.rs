@@ -12,7 +12,8 @@ use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 use std::time::Duration;
 
 /// Number of CPUs a `cpu_set_t` can describe (glibc's fixed-size set).
-const SET_BITS: usize = 8 * std::mem::size_of::<libc::cpu_set_t>();
+/// CPUs an affinity set (`cpu_set_t`) can name: ids from this on can never be pinned to.
+pub const SET_BITS: usize = 8 * std::mem::size_of::<libc::cpu_set_t>();
 
 fn empty_set() -> libc::cpu_set_t {
     // SAFETY: `cpu_set_t` is a plain bit array; all-zero bytes is the valid empty set.

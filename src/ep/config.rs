@@ -48,6 +48,9 @@ impl Default for Config {
     }
 }
 
+/// Most lanes one EP may run (`threads`, and the default a CPU list gives).
+pub const MAX_THREADS: u64 = 1024;
+
 fn parse_u64(key: &str, value: &str, max: u64) -> Result<u64, String> {
     let v: u64 = value.trim().parse().map_err(|_| {
         format!("rcpu: provider option '{key}' must be a non-negative integer, got '{value}'")
@@ -74,7 +77,7 @@ impl Config {
             };
             match key {
                 "threads" => {
-                    let t = parse_u64(key, value, 1024)?;
+                    let t = parse_u64(key, value, MAX_THREADS)?;
                     threads_set = t != 0;
                     c.threads = if t == 0 {
                         crate::runtime::default_threads()
@@ -102,7 +105,14 @@ impl Config {
         }
         if let Affinity::List(cpus) = &c.affinity {
             if !threads_set {
-                c.threads = cpus.len().max(1);
+                // One lane per listed CPU the process may really use, within the cap of
+                // `threads` (a list of 4096 CPUs on a 2-CPU machine is 2 lanes, not 4096).
+                let allowed = crate::abi::os::allowed_cpus().ok();
+                c.threads = crate::runtime::affinity::lanes_for_list(
+                    cpus,
+                    allowed.as_deref(),
+                    MAX_THREADS as usize,
+                );
             }
             if cpus.len() < c.threads {
                 return Err(format!(

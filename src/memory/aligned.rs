@@ -8,6 +8,8 @@
 //! are first written (`abi::os::advise_huge_pages`): a packed weight streamed every token then
 //! costs one TLB entry per 2 MiB instead of per 4 KiB, which matters once weights come from DRAM.
 
+use super::try_alloc::AllocError;
+
 const ALIGN: usize = 64;
 
 /// Size from which a buffer asks for transparent huge pages (two huge pages: smaller buffers
@@ -26,8 +28,18 @@ pub struct AlignedBuf<T: Copy + Default = u8> {
 impl<T: Copy + Default> AlignedBuf<T> {
     const ELEM: usize = std::mem::size_of::<T>();
 
-    /// `len` elements of `T::default()` (zero for numbers).
+    /// `len` elements of `T::default()` (zero for numbers). Aborts when the memory cannot be
+    /// had: only for small buffers; anything sized by a model goes through [`Self::try_zeroed`].
     pub fn zeroed(len: usize) -> Self {
+        match Self::try_zeroed(len) {
+            Ok(b) => b,
+            Err(e) => panic!("AlignedBuf::zeroed: {e}"),
+        }
+    }
+
+    /// `len` elements of `T::default()`, or an error when the memory cannot be had (an
+    /// address-space limit, a size beyond `isize::MAX`): never aborts the process.
+    pub fn try_zeroed(len: usize) -> Result<Self, AllocError> {
         assert!(
             Self::ELEM > 0
                 && Self::ELEM <= ALIGN
@@ -36,22 +48,27 @@ impl<T: Copy + Default> AlignedBuf<T> {
             "AlignedBuf: element size must equal its alignment and divide 64"
         );
         let pad = ALIGN / Self::ELEM - 1;
-        // `vec![default; n]` of a primitive zero allocates zeroed memory (`calloc`), which for
-        // large sizes is a fresh mapping not yet touched, so the advice below still applies to
-        // every page the packing then writes.
-        let storage = vec![T::default(); len + pad];
-        if storage.len() * Self::ELEM >= HUGE_PAGE_MIN_BYTES {
-            // Advisory only: where THP is off the buffer simply keeps 4 KiB pages.
-            let _ = crate::abi::os::advise_huge_pages(&storage);
+        let err = AllocError {
+            elems: len,
+            elem_bytes: Self::ELEM,
+        };
+        let total = len.checked_add(pad).ok_or(err)?;
+        let mut storage: Vec<T> = Vec::new();
+        storage.try_reserve_exact(total).map_err(|_| err)?;
+        if total * Self::ELEM >= HUGE_PAGE_MIN_BYTES {
+            // Advisory only, and before the first write below: where THP is off the buffer
+            // simply keeps 4 KiB pages.
+            let _ = crate::abi::os::advise_huge_pages(storage.spare_capacity_mut());
         }
+        storage.resize(total, T::default());
         let misalign = storage.as_ptr() as usize % ALIGN;
         let offset = ((ALIGN - misalign) % ALIGN) / Self::ELEM;
         debug_assert!(offset <= pad);
-        AlignedBuf {
+        Ok(AlignedBuf {
             storage,
             offset,
             len,
-        }
+        })
     }
 
     /// A 64-byte aligned copy of `src`.

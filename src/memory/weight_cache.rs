@@ -14,27 +14,47 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Weak};
 
-/// What identifies a packed weight: the op (packing format), its parameters, and the source content.
+/// What identifies a packed weight: the op (packing format), its parameters, and the source
+/// content. Equality needs equal keyed digests ([`super::KeyDigest`]): two different sources
+/// cannot be made to share a key, so a hit is always the packing of the requester's own bytes.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct WeightKey {
     /// The op / packing routine, e.g. `"MatMulNBits"`.
     pub op: &'static str,
     /// Hash of the op parameters that change the packed layout (see [`super::params_hash`]).
     pub params_hash: u64,
-    /// [`super::content_hash`] of the source bytes.
-    pub content_hash: u64,
-    /// Length in bytes of the source.
+    /// Keyed 256-bit digest of the parameters and every source part.
+    pub digest: [u8; 32],
+    /// Length in bytes of the (first) source.
     pub len: usize,
 }
 
 impl WeightKey {
     /// Key for `src` packed by `op` with parameters hashing to `params_hash`.
     pub fn new(op: &'static str, params_hash: u64, src: &[u8]) -> Self {
+        let mut d = super::KeyDigest::new();
+        d.words(&[params_hash]).bytes(src);
         WeightKey {
             op,
             params_hash,
-            content_hash: super::content_hash(src),
+            digest: d.finish(),
             len: src.len(),
+        }
+    }
+
+    /// Key for sources digested into `d` (parameters included by the caller), `len` the byte
+    /// length of the main source.
+    pub fn from_digest(
+        op: &'static str,
+        params_hash: u64,
+        d: &super::KeyDigest,
+        len: usize,
+    ) -> Self {
+        WeightKey {
+            op,
+            params_hash,
+            digest: d.finish(),
+            len,
         }
     }
 }
@@ -168,6 +188,18 @@ impl GovernedWeightCache {
         pack: impl FnOnce() -> T,
         held_bytes: impl Fn(&T) -> usize,
     ) -> Option<Arc<CachedWeight<T>>> {
+        self.try_get_or_pack(key, predicted_bytes, || Some(pack()), held_bytes)
+    }
+
+    /// [`Self::get_or_pack`] with a fallible `pack`: `None` from `pack` (it could not allocate)
+    /// is a decline like the governor's (counted in `declines`); waiters then pack themselves.
+    pub fn try_get_or_pack<T: Send + Sync + 'static>(
+        &self,
+        key: &WeightKey,
+        predicted_bytes: usize,
+        pack: impl FnOnce() -> Option<T>,
+        held_bytes: impl Fn(&T) -> usize,
+    ) -> Option<Arc<CachedWeight<T>>> {
         let inner = &*self.inner;
         let mkey: MapKey = (key.clone(), TypeId::of::<T>());
         let mut map = inner.map.lock();
@@ -203,7 +235,10 @@ impl GovernedWeightCache {
             key: Some(mkey.clone()),
         };
 
-        let value = pack();
+        let Some(value) = pack() else {
+            inner.declines.fetch_add(1, Relaxed);
+            return None; // the guard clears the marker and wakes waiters; the grant drops here
+        };
         inner.packs.fetch_add(1, Relaxed);
         if grant.settle(held_bytes(&value) as u64).is_err() {
             inner.declines.fetch_add(1, Relaxed);

@@ -4,7 +4,7 @@
 //! application), but the plan reserves a CPU for it: workers take the CPUs after the first, so
 //! the caller has the first planned core to itself when the scheduler puts it there.
 
-use super::topology::{parse_cpu_list, Topology};
+use super::topology::Topology;
 use crate::abi::os;
 use std::fmt;
 use std::str::FromStr;
@@ -52,15 +52,41 @@ impl FromStr for Affinity {
             "" => return Err(bad(s, "empty")),
             _ => {}
         }
+        // Linear in the input: every id is below `MAX_CPUS` (a range is checked before it is
+        // expanded), and a CPU seen twice is refused at once, so the list holds at most
+        // `MAX_CPUS` ids whatever the string.
         let mut cpus = Vec::new();
+        let mut seen = vec![false; MAX_CPUS];
         for item in t.split(',') {
-            let one =
-                parse_cpu_list(item).map_err(|_| bad(s, &format!("bad item {:?}", item.trim())))?;
-            if one.is_empty() {
+            let item = item.trim();
+            let num = |v: &str| -> Result<usize, AffinityParseError> {
+                let c: usize = v
+                    .trim()
+                    .parse()
+                    .map_err(|_| bad(s, &format!("bad item {item:?}")))?;
+                if c >= MAX_CPUS {
+                    return Err(bad(
+                        s,
+                        &format!("CPU {c} is beyond the {MAX_CPUS} CPUs an affinity set can name"),
+                    ));
+                }
+                Ok(c)
+            };
+            if item.is_empty() {
                 return Err(bad(s, "empty item in CPU list"));
             }
-            for c in one {
-                if cpus.contains(&c) {
+            let (lo, hi) = match item.split_once('-') {
+                Some((a, b)) => (num(a)?, num(b)?),
+                None => {
+                    let c = num(item)?;
+                    (c, c)
+                }
+            };
+            if lo > hi {
+                return Err(bad(s, &format!("descending range {item:?}")));
+            }
+            for (c, seen) in seen.iter_mut().enumerate().take(hi + 1).skip(lo) {
+                if std::mem::replace(seen, true) {
                     return Err(bad(s, &format!("CPU {c} listed twice")));
                 }
                 cpus.push(c);
@@ -81,6 +107,26 @@ impl fmt::Display for Affinity {
             }
         }
     }
+}
+
+/// Highest CPU id + 1 an affinity list may name (what `sched_setaffinity`'s set can hold).
+pub const MAX_CPUS: usize = os::SET_BITS;
+
+/// Lanes a CPU list gives when `threads` is not set: the listed CPUs the process may run on
+/// (`allowed`, its affinity mask; all of them when the mask is unknown), at most `cap`, at
+/// least 1.
+pub fn lanes_for_list(list: &[usize], allowed: Option<&[usize]>, cap: usize) -> usize {
+    let usable = match allowed {
+        Some(allowed) => {
+            let mut mask = vec![false; MAX_CPUS];
+            for &c in allowed.iter().filter(|&&c| c < MAX_CPUS) {
+                mask[c] = true;
+            }
+            list.iter().filter(|&&c| mask.get(c) == Some(&true)).count()
+        }
+        None => list.len(),
+    };
+    usable.clamp(1, cap.max(1))
 }
 
 impl Affinity {

@@ -15,7 +15,7 @@ mod scalar;
 mod x86;
 
 use crate::kernels::isa::Isa;
-use crate::kernels::shape::{broadcast_shapes, broadcast_strides, coalesce};
+use crate::kernels::shape::{broadcast_shapes, broadcast_strides, checked_numel, coalesce};
 use crate::runtime::par::Par;
 use once_cell::sync::Lazy;
 use parking_lot::Mutex;
@@ -139,8 +139,9 @@ fn run(
     par: &dyn Par,
 ) -> Result<&'static str, String> {
     let out_shape = broadcast_shapes(a_shape, b_shape)?;
-    let (na, nb): (usize, usize) = (a_shape.iter().product(), b_shape.iter().product());
-    let n: usize = out_shape.iter().product();
+    let na = checked_numel("input a", a_shape)?;
+    let nb = checked_numel("input b", b_shape)?;
+    let n = checked_numel("the output", &out_shape)?;
     if a.len() != na || b.len() != nb || out.len() != n {
         return Err(format!(
             "binary {op:?}: buffer lengths a={} b={} out={} do not match shapes {a_shape:?} \

@@ -27,7 +27,8 @@ mod x86;
 
 pub use packed::PackedB;
 pub use weights::{
-    pack_weight, pack_weight_with, sgemm_weight, sgemm_weight_with, weight_panel_width, Weight,
+    pack_weight, pack_weight_with, sgemm_weight, sgemm_weight_with, try_pack_weight,
+    weight_panel_width, Weight,
 };
 
 use crate::kernels::isa::Isa;
@@ -336,8 +337,7 @@ pub fn matmul_f32(
 ) -> Result<&'static str, String> {
     let kern = *DISPATCH;
     let p = matmul_shapes(a_shape, b_shape)?;
-    let (na, nb): (usize, usize) = (a_shape.iter().product(), b_shape.iter().product());
-    let no: usize = p.out_shape.iter().product();
+    let (na, nb, no) = (p.a_len, p.b_len, p.out_len);
     if a.len() != na || b.len() != nb || out.len() != no {
         return Err(format!(
             "matmul: buffer lengths a={} b={} out={} do not match shapes {a_shape:?}, {b_shape:?} -> {:?}",
@@ -351,12 +351,10 @@ pub fn matmul_f32(
     if no == 0 {
         return Ok(kern.names[3]);
     }
-    let (a_mat, o_mat) = (m * k, m * n);
+    let o_mat = m * n;
     // Shared B and A batches laid out back to back: one product with batch * m rows.
-    let b_shared = p.b_offsets.iter().all(|&o| o == p.b_offsets[0]);
-    let a_dense = p.a_offsets.iter().enumerate().all(|(i, &o)| o == i * a_mat);
-    if p.batch == 1 || (b_shared && a_dense) {
-        let bo = p.b_offsets[0];
+    if p.batch == 1 || (p.b_shared() && p.a_dense()) {
+        let bo = p.offsets(0).1;
         let rows = p.batch * m;
         return Ok(run(
             kern,
@@ -376,14 +374,14 @@ pub fn matmul_f32(
             par,
         ));
     }
-    let work = m * n * k.max(1);
-    if work < driver::PAR_MIN_WORK && work * p.batch >= driver::PAR_MIN_WORK {
+    let work = m.saturating_mul(n).saturating_mul(k.max(1));
+    if work < driver::PAR_MIN_WORK && work.saturating_mul(p.batch) >= driver::PAR_MIN_WORK {
         // Many small products: one per chunk, each serial.
         let parts: Vec<Mutex<&mut [f32]>> = out.chunks_mut(o_mat).map(Mutex::new).collect();
         let name = Mutex::new(kern.names[0]);
         par.task_chunks(p.batch, &|i| {
             let mut o = parts[i].lock();
-            let (ao, bo) = (p.a_offsets[i], p.b_offsets[i]);
+            let (ao, bo) = p.offsets(i);
             let v = run(
                 kern,
                 false,
@@ -407,7 +405,7 @@ pub fn matmul_f32(
     }
     let mut name = kern.names[0];
     for (i, o) in out.chunks_mut(o_mat).enumerate() {
-        let (ao, bo) = (p.a_offsets[i], p.b_offsets[i]);
+        let (ao, bo) = p.offsets(i);
         name = run(
             kern,
             false,

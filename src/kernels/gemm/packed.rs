@@ -30,10 +30,17 @@ impl std::fmt::Debug for PackedB {
 
 impl PackedB {
     /// Packs `op(b)` (`k x n`; stored `n x k` when `b.trans`) for the kernels of `kern`.
-    pub(super) fn new(kern: &'static GemmKernels, b: Op<'_>, k: usize, n: usize) -> PackedB {
+    /// `None` when the packed buffer cannot be allocated (or its size overflows).
+    pub(super) fn new(
+        kern: &'static GemmKernels,
+        b: Op<'_>,
+        k: usize,
+        n: usize,
+    ) -> Option<PackedB> {
         let nr = kern.nr;
         let panels = n.div_ceil(nr);
-        let mut data = AlignedBuf::<f32>::zeroed(panels * k * nr);
+        let len = panels.checked_mul(k)?.checked_mul(nr)?;
+        let mut data = AlignedBuf::<f32>::try_zeroed(len).ok()?;
         // `AlignedBuf` asks for huge pages before this first write when the weight is large
         // (measured: 16 MiB streamed 1.3-1.7x faster on 2 MiB pages than on 4 KiB).
         for (q, panel) in data
@@ -43,7 +50,7 @@ impl PackedB {
         {
             pack_panel(b, k, q * nr, nr.min(n - q * nr), nr, panel);
         }
-        PackedB { k, n, kern, data }
+        Some(PackedB { k, n, kern, data })
     }
 
     /// The reduction length (rows of `op(B)`).

@@ -35,6 +35,18 @@ pub fn weight_panel_width() -> usize {
 /// Packs `op(B)` (`k x n`; B stored `n x k` with leading dimension `ldb` when `trans_b`) for
 /// the process's kernels. Panics when `b` is too small for its shape.
 pub fn pack_weight(trans_b: bool, k: usize, n: usize, b: &[f32], ldb: usize) -> PackedB {
+    try_pack_weight(trans_b, k, n, b, ldb).expect("sgemm pack: out of memory")
+}
+
+/// [`pack_weight`], or `None` when the packed copy cannot be allocated (the caller then
+/// computes from `b` itself).
+pub fn try_pack_weight(
+    trans_b: bool,
+    k: usize,
+    n: usize,
+    b: &[f32],
+    ldb: usize,
+) -> Option<PackedB> {
     pack(*DISPATCH, trans_b, k, n, b, ldb)
 }
 
@@ -47,7 +59,7 @@ pub fn pack_weight_with(
     b: &[f32],
     ldb: usize,
 ) -> Result<PackedB, String> {
-    Ok(pack(TABLES.for_isa(isa)?, trans_b, k, n, b, ldb))
+    pack(TABLES.for_isa(isa)?, trans_b, k, n, b, ldb).ok_or_else(|| "out of memory".into())
 }
 
 fn pack(
@@ -57,7 +69,7 @@ fn pack(
     n: usize,
     data: &[f32],
     ld: usize,
-) -> PackedB {
+) -> Option<PackedB> {
     let (br, bc) = if trans { (n, k) } else { (k, n) };
     check("B", data, br, bc, ld);
     PackedB::new(kern, Op { data, ld, trans }, k, n)

@@ -29,8 +29,8 @@ mod tile_avx512;
 mod tile_scalar;
 
 pub use dispatch::{variant_name, Kernels};
-pub use pack::{pack, pack_threads, PackedNBits, NR};
-pub use params::NBitsParams;
+pub use pack::{pack, pack_threads, try_pack, try_pack_threads, PackedNBits, NR};
+pub use params::{NBitsInput, NBitsParams};
 
 use crate::runtime::par::Par;
 

@@ -115,12 +115,23 @@ const PARALLEL_PACK_MIN_BYTES: usize = 4 << 20;
 /// [`NBitsParams::check_sizes`]; panics otherwise. Weights of at least 4 MiB packed are split
 /// over one thread per physical core (see [`pack_threads`]).
 pub fn pack(b: &[u8], scales: &[f32], zero_points: Option<&[u8]>, p: &NBitsParams) -> PackedNBits {
+    try_pack(b, scales, zero_points, p).expect("MatMulNBits pack: out of memory")
+}
+
+/// [`pack`], or `None` when the packed buffers cannot be allocated (the caller then computes
+/// from the original weight).
+pub fn try_pack(
+    b: &[u8],
+    scales: &[f32],
+    zero_points: Option<&[u8]>,
+    p: &NBitsParams,
+) -> Option<PackedNBits> {
     let threads = if groups(p) * group_weight_bytes(p) >= PARALLEL_PACK_MIN_BYTES {
         crate::runtime::lanes::default_threads()
     } else {
         1
     };
-    pack_threads(b, scales, zero_points, p, threads)
+    try_pack_threads(b, scales, zero_points, p, threads)
 }
 
 /// [`pack`] on `threads` threads (the caller and `threads - 1` scoped threads, which end
@@ -133,13 +144,27 @@ pub fn pack_threads(
     p: &NBitsParams,
     threads: usize,
 ) -> PackedNBits {
+    try_pack_threads(b, scales, zero_points, p, threads).expect("MatMulNBits pack: out of memory")
+}
+
+/// [`pack_threads`], `None` when the packed buffers cannot be allocated.
+pub fn try_pack_threads(
+    b: &[u8],
+    scales: &[f32],
+    zero_points: Option<&[u8]>,
+    p: &NBitsParams,
+    threads: usize,
+) -> Option<PackedNBits> {
     p.check_sizes(b.len(), scales.len(), zero_points.map(|z| z.len()), None)
         .unwrap_or_else(|e| panic!("{e}"));
     let g_count = groups(p);
     let (wb, sb, zb) = (group_weight_bytes(p), p.k_blocks() * NR, group_zp_bytes(p));
-    let mut weights = AlignedBuf::<u8>::zeroed(g_count * wb);
-    let mut sc = AlignedBuf::<f32>::zeroed(g_count * sb);
-    let mut zps = zero_points.map(|_| AlignedBuf::<u8>::zeroed(g_count * zb));
+    let mut weights = AlignedBuf::<u8>::try_zeroed(g_count * wb).ok()?;
+    let mut sc = AlignedBuf::<f32>::try_zeroed(g_count * sb).ok()?;
+    let mut zps = match zero_points {
+        Some(_) => Some(AlignedBuf::<u8>::try_zeroed(g_count * zb).ok()?),
+        None => None,
+    };
     // Packs groups g0.. into the given slices (which start at group g0).
     let run = |g0: usize, w: &mut [u8], s: &mut [f32], mut z: Option<&mut [u8]>| {
         for (i, (w, s)) in w
@@ -179,12 +204,12 @@ pub fn pack_threads(
             g0 += n;
         }
     });
-    PackedNBits {
+    Some(PackedNBits {
         params: *p,
         weights,
         scales: sc,
         zero_points: zps,
-    }
+    })
 }
 
 /// Chunks [`pack_group`] fills per tile (a multiple of 4).

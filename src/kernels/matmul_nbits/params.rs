@@ -100,6 +100,16 @@ impl NBitsParams {
         Ok(())
     }
 
+    /// The element counts of B, scales and zero points the attributes imply, with checked
+    /// arithmetic (`None` when one overflows).
+    pub fn implied_lens(&self) -> Option<[usize; 3]> {
+        let kb = self.k.checked_add(self.block_size.checked_sub(1)?)? / self.block_size;
+        let b = self.n.checked_mul(kb)?.checked_mul(self.blob_bytes())?;
+        let s = self.n.checked_mul(kb)?;
+        let z = self.n.checked_mul(kb.div_ceil(2))?;
+        Some([b, s, z])
+    }
+
     /// Checks the attributes and the element counts of B, scales, zero_points and bias.
     pub fn check_sizes(
         &self,
@@ -110,7 +120,13 @@ impl NBitsParams {
     ) -> Result<(), String> {
         self.validate()?;
         let kb = self.k_blocks();
-        let want_b = self.n * kb * self.blob_bytes();
+        // `validate` bounds these products, but every size is computed checked regardless.
+        let [want_b, want_s, want_z] = self.implied_lens().ok_or_else(|| {
+            format!(
+                "MatMulNBits: K={} and N={} give weight sizes beyond the address space",
+                self.k, self.n
+            )
+        })?;
         if b_len != want_b {
             return Err(format!(
                 "MatMulNBits: input B has {b_len} bytes, expected {want_b} (N={} x k_blocks={kb} x {} bytes)",
@@ -118,7 +134,6 @@ impl NBitsParams {
                 self.blob_bytes()
             ));
         }
-        let want_s = self.n * kb;
         if scales_len != want_s {
             return Err(format!(
                 "MatMulNBits: input scales has {scales_len} elements, expected {want_s} (N={} x k_blocks={kb})",
@@ -127,10 +142,9 @@ impl NBitsParams {
         }
         match (self.has_zero_points, zp_len) {
             (true, Some(len)) => {
-                let want = self.n * self.zp_row_bytes();
-                if len != want {
+                if len != want_z {
                     return Err(format!(
-                        "MatMulNBits: input zero_points has {len} bytes, expected {want} (N={} x ceil(k_blocks/2)={})",
+                        "MatMulNBits: input zero_points has {len} bytes, expected {want_z} (N={} x ceil(k_blocks/2)={})",
                         self.n,
                         self.zp_row_bytes()
                     ));
@@ -154,4 +168,71 @@ impl NBitsParams {
         }
         Ok(())
     }
+
+    /// Checks the shapes (not only the element counts) of the inputs, as ORT's CPU EP does: B
+    /// `[N, k_blocks, blob_bytes]`; scales `[N * k_blocks]` or `[N, k_blocks]`; uint8 zero
+    /// points `[N * ceil(k_blocks / 2)]` or `[N, ceil(k_blocks / 2)]`; bias `[N]`. A B with the
+    /// right byte count but N and k_blocks swapped is refused here (its bytes would be read
+    /// in the wrong order).
+    pub fn check_shapes(
+        &self,
+        b: &[usize],
+        scales: &[usize],
+        zero_points: Option<&[usize]>,
+        bias: Option<&[usize]>,
+    ) -> Result<(), String> {
+        self.check_input_shape(NBitsInput::B, b)?;
+        self.check_input_shape(NBitsInput::Scales, scales)?;
+        if let Some(z) = zero_points {
+            self.check_input_shape(NBitsInput::ZeroPoints, z)?;
+        }
+        if let Some(bias) = bias {
+            self.check_input_shape(NBitsInput::Bias, bias)?;
+        }
+        Ok(())
+    }
+
+    /// [`Self::check_shapes`] for one input (where only some shapes are known).
+    pub fn check_input_shape(&self, input: NBitsInput, shape: &[usize]) -> Result<(), String> {
+        self.validate()?;
+        let (n, kb, zb) = (self.n, self.k_blocks(), self.zp_row_bytes());
+        let flat_or_2d = |cols: usize| {
+            n.checked_mul(cols).is_some_and(|len| shape == [len]) || shape == [n, cols]
+        };
+        let (name, ok, want) = match input {
+            NBitsInput::B => (
+                "B",
+                shape == [n, kb, self.blob_bytes()],
+                format!("[{n}, {kb}, {}]", self.blob_bytes()),
+            ),
+            NBitsInput::Scales => (
+                "scales",
+                flat_or_2d(kb),
+                format!("[{}] or [{n}, {kb}]", n * kb),
+            ),
+            NBitsInput::ZeroPoints => (
+                "zero_points",
+                flat_or_2d(zb),
+                format!("[{}] or [{n}, {zb}]", n * zb),
+            ),
+            NBitsInput::Bias => ("bias", shape == [n], format!("[{n}]")),
+        };
+        if ok {
+            return Ok(());
+        }
+        Err(format!(
+            "MatMulNBits: input {name} has shape {shape:?}, expected {want} (N={n}, K={}, bits={}, \
+             block_size={})",
+            self.k, self.bits, self.block_size
+        ))
+    }
+}
+
+/// The shaped inputs of MatMulNBits (see [`NBitsParams::check_input_shape`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NBitsInput {
+    B,
+    Scales,
+    ZeroPoints,
+    Bias,
 }

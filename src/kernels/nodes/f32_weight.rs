@@ -8,7 +8,7 @@ use std::sync::Arc;
 use crate::abi::kernel_context::KernelContext;
 use crate::abi::status::{Error, Result};
 use crate::abi::tensor::Tensor;
-use crate::kernels::gemm::{pack_weight, weight_panel_width, PackedB, Weight};
+use crate::kernels::gemm::{try_pack_weight, weight_panel_width, PackedB, Weight};
 use crate::memory::{params_hash, weight_cache, CachedWeight, WeightKey};
 
 /// Weight-cache key namespace of packed f32 GEMM weights.
@@ -44,10 +44,10 @@ impl ConstB {
             params_hash(&[k as u64, n as u64, trans as u64, nr as u64]),
             tensor.raw_bytes()?,
         );
-        let packed = weight_cache().get_or_pack(
+        let packed = weight_cache().try_get_or_pack(
             &key,
             PackedB::predicted_bytes(k, n, nr),
-            || pack_weight(trans, k, n, b, c),
+            || try_pack_weight(trans, k, n, b, c),
             PackedB::bytes,
         );
         Ok(Some(ConstB {

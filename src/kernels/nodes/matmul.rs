@@ -11,7 +11,7 @@ use crate::abi::status::{Error, Result};
 use crate::abi::tensor::Tensor;
 use crate::kernels::gemm::{matmul_f32, sgemm_weight};
 use crate::kernels::op::{types, Decline, KernelEnv, OpDef, OpKernel};
-use crate::kernels::shape::matmul_shapes;
+use crate::kernels::shape::{checked_numel, matmul_shapes};
 use crate::telemetry::ledger;
 
 use super::claim::{known_dims, only_attrs, require_elem, require_output_elem, F32};
@@ -40,7 +40,7 @@ impl MatMul {
                 w.shape
             )));
         }
-        let rows: usize = lead.iter().product();
+        let rows = checked_numel("input A", lead).map_err(Error::invalid_argument)?;
         let mut out_shape = lead.to_vec();
         out_shape.push(n);
         let out = ctx.output(0, &out_shape)?.into_data::<f32>()?;

@@ -10,10 +10,11 @@ use crate::abi::kernel_info::KernelInfo;
 use crate::abi::status::{Error, Result};
 use crate::abi::tensor::{ElemType, Tensor};
 use crate::kernels::matmul_nbits::{
-    matmul_packed, matmul_unpacked, pack, NBitsParams, PackedNBits,
+    matmul_packed, matmul_unpacked, try_pack, NBitsInput, NBitsParams, PackedNBits,
 };
 use crate::kernels::op::{types, Decline, KernelEnv, OpDef, OpKernel};
-use crate::memory::{content_hash, params_hash, weight_cache, CachedWeight, WeightKey};
+use crate::kernels::shape::{checked_numel, numel};
+use crate::memory::{params_hash, weight_cache, CachedWeight, KeyDigest, WeightKey};
 use crate::telemetry::ledger;
 
 use super::claim::{input, input_type, only_attrs, require_elem, require_output_elem, F32};
@@ -93,7 +94,12 @@ fn claim(node: &Node<'_>) -> std::result::Result<(), Decline> {
     // Where the constant inputs are known, their sizes must agree with K, N and block_size.
     let len = |i: usize| -> std::result::Result<Option<usize>, Decline> {
         Ok(match input_type(node, i)? {
-            Some(t) => t.static_dims().map(|d| d.iter().product()),
+            Some(t) => match t.static_dims() {
+                Some(d) => Some(
+                    numel(&d).ok_or_else(|| format!("input {i} of shape {d:?} is too large"))?,
+                ),
+                None => None,
+            },
             None => None,
         })
     };
@@ -141,6 +147,22 @@ fn create(info: &KernelInfo<'_>, env: &Arc<KernelEnv>) -> Result<Box<dyn OpKerne
     let present = |i: usize| n_inputs > i && matches!(info.input_type(i), Ok(Some(_)));
     let has_zp = present(IN_ZP);
     let p = params_from(|n| info.attr_i64(n), has_zp).map_err(Error::invalid_argument)?;
+    // The shapes of constant inputs, exactly as ORT's CPU EP checks them (a B with the right
+    // byte count but N and k_blocks swapped must not be computed).
+    let shaped = [
+        (IN_B, NBitsInput::B, true),
+        (IN_SCALES, NBitsInput::Scales, true),
+        (IN_ZP, NBitsInput::ZeroPoints, has_zp),
+        (IN_BIAS, NBitsInput::Bias, present(IN_BIAS)),
+    ];
+    for (i, which, there) in shaped {
+        if there {
+            if let Some(t) = info.constant_input(i)? {
+                p.check_input_shape(which, t.shape())
+                    .map_err(Error::invalid_argument)?;
+            }
+        }
+    }
     let scales = copy_const::<f32>(info, IN_SCALES)?;
     let zero_points = if has_zp {
         copy_const::<u8>(info, IN_ZP)?
@@ -173,17 +195,21 @@ fn create(info: &KernelInfo<'_>, env: &Arc<KernelEnv>) -> Result<Box<dyn OpKerne
 impl MatMulNBits {
     fn cache_key(&self, b: &[u8], scales: &[f32], zp: Option<&[u8]>) -> WeightKey {
         let p = &self.p;
-        let scale_bytes: Vec<u8> = scales.iter().flat_map(|s| s.to_le_bytes()).collect();
-        let params = params_hash(&[
+        let words = [
             p.k as u64,
             p.n as u64,
             p.block_size as u64,
             p.accuracy_level as u64,
             p.has_zero_points as u64,
-            content_hash(&scale_bytes),
-            zp.map(content_hash).unwrap_or(0),
-        ]);
-        WeightKey::new(OP, params, b)
+        ];
+        // Every source the packed copy is made of goes into the keyed digest: a hit is then
+        // always the packing of these very bytes.
+        let mut d = KeyDigest::new();
+        d.words(&words)
+            .bytes(b)
+            .f32s(scales)
+            .bytes(zp.unwrap_or(&[]));
+        WeightKey::from_digest(OP, params_hash(&words), &d, b.len())
     }
 }
 
@@ -199,6 +225,9 @@ impl OpKernel for MatMulNBits {
         if self.p.has_zero_points && self.zero_points.is_none() {
             return Ok(false);
         }
+        self.p
+            .check_input_shape(NBitsInput::B, tensor.shape())
+            .map_err(Error::invalid_argument)?;
         let b = tensor.data::<u8>()?;
         let zp = self.zero_points.as_deref();
         self.p
@@ -209,10 +238,10 @@ impl OpKernel for MatMulNBits {
         // padded to whole column groups.
         let predicted = b.len() + scales.len() * 8 + 4096;
         let p = self.p;
-        let packed = weight_cache().get_or_pack(
+        let packed = weight_cache().try_get_or_pack(
             &key,
             predicted,
-            || pack(b, scales, zp, &p),
+            || try_pack(b, scales, zp, &p),
             |w: &PackedNBits| w.bytes(),
         );
         let got = packed.is_some();
@@ -235,7 +264,7 @@ impl OpKernel for MatMulNBits {
                 p.k
             )));
         }
-        let m: usize = lead.iter().product();
+        let m = checked_numel("input A", lead).map_err(Error::invalid_argument)?;
         let mut out_shape = lead.to_vec();
         out_shape.push(p.n);
         let out = ctx.output(0, &out_shape)?.into_data::<f32>()?;
@@ -247,6 +276,8 @@ impl OpKernel for MatMulNBits {
                 bias_in = ctx.input(IN_BIAS)?;
                 match &bias_in {
                     Some(t) => {
+                        p.check_input_shape(NBitsInput::Bias, t.shape())
+                            .map_err(Error::invalid_argument)?;
                         let b = t.data::<f32>()?;
                         if b.len() != p.n {
                             return Err(Error::invalid_argument(format!(
@@ -268,6 +299,17 @@ impl OpKernel for MatMulNBits {
                 let b_t = ctx.required_input(IN_B)?;
                 let s_t = ctx.input(IN_SCALES)?;
                 let z_t = ctx.input(IN_ZP)?;
+                let shape_ok = |which, t: &Tensor<'_>| {
+                    p.check_input_shape(which, t.shape())
+                        .map_err(Error::invalid_argument)
+                };
+                shape_ok(NBitsInput::B, &b_t)?;
+                if let (None, Some(t)) = (&self.scales, &s_t) {
+                    shape_ok(NBitsInput::Scales, t)?;
+                }
+                if let (None, Some(t), true) = (&self.zero_points, &z_t, p.has_zero_points) {
+                    shape_ok(NBitsInput::ZeroPoints, t)?;
+                }
                 let b = b_t.data::<u8>()?;
                 let scales = match &self.scales {
                     Some(s) => s.as_slice(),

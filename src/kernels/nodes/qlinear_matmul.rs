@@ -19,8 +19,10 @@ use crate::abi::kernel_info::KernelInfo;
 use crate::abi::status::{Error, Result};
 use crate::abi::tensor::{elem_name, ElemType, Tensor, TensorType};
 use crate::kernels::op::{types, Decline, KernelEnv, OpDef, OpKernel};
-use crate::kernels::qgemm::{self, packed_sizes, BSource, Call, PackedB, Products, Quant, Signs};
-use crate::kernels::shape::matmul_shapes;
+use crate::kernels::qgemm::{
+    self, checked_packed_sizes, BSource, Call, PackedB, Products, Quant, Signs,
+};
+use crate::kernels::shape::{checked_numel, matmul_shapes};
 use crate::memory::{params_hash, weight_cache, CachedWeight, WeightKey};
 use crate::telemetry::ledger;
 
@@ -229,7 +231,12 @@ fn b_dims(shape: &[usize]) -> std::result::Result<(usize, usize, usize), String>
     match shape {
         [] => Err("input b is a scalar; QLinearMatMul needs rank >= 1".into()),
         [k] => Ok((*k, 1, 1)),
-        [lead @ .., k, n] => Ok((*k, *n, lead.iter().product())),
+        [lead @ .., k, n] => {
+            let batches = checked_numel("input b", lead)?;
+            checked_packed_sizes(*k, *n, batches)
+                .ok_or_else(|| format!("input b of shape {shape:?} is too large"))?;
+            Ok((*k, *n, batches))
+        }
     }
 }
 
@@ -269,11 +276,16 @@ impl OpKernel for QLinearMatMul {
             params_hash(&[signs as u64, k as u64, n as u64, batches as u64]),
             b,
         );
-        let (bytes, sums) = packed_sizes(k, n, batches);
-        let w = weight_cache().get_or_pack(
+        let Some((bytes, sums)) = checked_packed_sizes(k, n, batches) else {
+            return Err(Error::invalid_argument(format!(
+                "input b of shape {:?} is too large to pack",
+                tensor.shape()
+            )));
+        };
+        let w = weight_cache().try_get_or_pack(
             &key,
-            bytes + 4 * sums,
-            || qgemm::pack(b, k, n, batches, signs),
+            bytes.saturating_add(sums.saturating_mul(4)),
+            || qgemm::try_pack(b, k, n, batches, signs),
             |w: &PackedB| w.bytes(),
         );
         let got = w.is_some();
@@ -300,41 +312,31 @@ impl OpKernel for QLinearMatMul {
         let (k, n, batches) = b_dims(b_shape).map_err(Error::invalid_argument)?;
         let bad = |e: String| Error::invalid_argument(e);
         // A 1-D or 2-D B folds A's batch dims into M (one product); a batched B goes through
-        // numpy.matmul planning (one product per output batch).
-        let plan;
-        let batch_index: Vec<usize>;
-        let (m, a_offsets, b_index, out_shape): (usize, &[usize], &[usize], Vec<usize>) =
-            if b_shape.len() <= 2 {
-                let Some((&ka, lead)) = a_shape.split_last() else {
-                    return Err(bad(
-                        "input a is a scalar; QLinearMatMul needs rank >= 1".into()
-                    ));
-                };
-                if ka != k {
-                    return Err(bad(format!(
-                        "inner dimensions differ: a {a_shape:?}, b {b_shape:?}"
-                    )));
-                }
-                let mut out = lead.to_vec();
-                if b_shape.len() == 2 {
-                    out.push(n);
-                }
-                (lead.iter().product(), &[0], &[0], out)
-            } else {
-                plan = matmul_shapes(a_shape, b_shape).map_err(bad)?;
-                let per = k * n;
-                batch_index = plan
-                    .b_offsets
-                    .iter()
-                    .map(|&o| o.checked_div(per).unwrap_or(0))
-                    .collect();
-                (
-                    plan.m,
-                    &plan.a_offsets,
-                    &batch_index,
-                    plan.out_shape.clone(),
-                )
+        // numpy.matmul planning (one product per output batch, offsets listed only once the
+        // output is known to be non-empty: the batch count is then bounded by its size).
+        let (m, plan, out_shape) = if b_shape.len() <= 2 {
+            let Some((&ka, lead)) = a_shape.split_last() else {
+                return Err(bad(
+                    "input a is a scalar; QLinearMatMul needs rank >= 1".into()
+                ));
             };
+            if ka != k {
+                return Err(bad(format!(
+                    "inner dimensions differ: a {a_shape:?}, b {b_shape:?}"
+                )));
+            }
+            let mut out = lead.to_vec();
+            if b_shape.len() == 2 {
+                out.push(n);
+            }
+            checked_numel("output", &out).map_err(bad)?;
+            let m = checked_numel("input a", lead).map_err(bad)?;
+            (m, None, out)
+        } else {
+            let plan = matmul_shapes(a_shape, b_shape).map_err(bad)?;
+            let out = plan.out_shape.clone();
+            (plan.m, Some(plan), out)
+        };
         let a_scale_t = self.quant_input(ctx, IN_A_SCALE)?;
         let a_zp_t = self.quant_input(ctx, IN_A_ZP)?;
         let b_scale_t = self.quant_input(ctx, IN_B_SCALE)?;
@@ -363,12 +365,28 @@ impl OpKernel for QLinearMatMul {
             (None, Some(t)) => BSource::Raw(t.bytes()?),
             (None, None) => unreachable!("B is read when not packed"),
         };
+        let out = ctx.output(0, &out_shape)?.into_bytes()?;
+        if out.is_empty() {
+            return Ok(());
+        }
+        let (a_offsets, b_index) = match &plan {
+            None => (vec![0], vec![0]),
+            Some(plan) => {
+                let (a_off, b_off) = plan.offset_lists().map_err(bad)?;
+                let per = k * n;
+                let b_index = b_off
+                    .iter()
+                    .map(|&o| o.checked_div(per).unwrap_or(0))
+                    .collect();
+                (a_off, b_index)
+            }
+        };
         let call = Call {
             a: a_t.bytes()?,
             prods: Products {
                 m,
-                a_offsets,
-                b_index,
+                a_offsets: &a_offsets,
+                b_index: &b_index,
             },
             k,
             n,
@@ -377,7 +395,6 @@ impl OpKernel for QLinearMatMul {
             b,
             quant,
         };
-        let out = ctx.output(0, &out_shape)?.into_bytes()?;
         let par = &*self.env.par;
         let variant = qgemm::run(&call, out, par).map_err(bad)?;
         ledger::record(OP, variant, par.lanes());

@@ -8,6 +8,7 @@ use crate::abi::kernel_context::KernelContext;
 use crate::abi::kernel_info::KernelInfo;
 use crate::abi::status::{Error, Result};
 use crate::kernels::op::{types, Decline, KernelEnv, OpDef, OpKernel};
+use crate::kernels::shape::checked_numel;
 use crate::kernels::softmax::softmax_f32;
 use crate::telemetry::ledger;
 
@@ -26,10 +27,12 @@ impl OpKernel for Softmax {
         let out = ctx.output(0, &shape)?.into_data::<f32>()?;
         // Rank 0 has no valid axis: an error, as from ORT's own kernel.
         let a = norm_axis(self.axis, shape.len()).map_err(Error::invalid_argument)?;
+        let numel =
+            |what: &str, d: &[usize]| checked_numel(what, d).map_err(Error::invalid_argument);
         let (outer, dim, inner) = (
-            shape[..a].iter().product(),
+            numel("the dims before the axis", &shape[..a])?,
             shape[a],
-            shape[a + 1..].iter().product(),
+            numel("the dims after the axis", &shape[a + 1..])?,
         );
         let variant = softmax_f32(x.data::<f32>()?, outer, dim, inner, out, &*self.env.par)
             .map_err(Error::invalid_argument)?;

@@ -33,7 +33,9 @@ mod avx512;
 
 pub use call::{run, run_with, BSource, Call, Quant};
 pub use driver::{qgemm, qgemm_with, Products};
-pub use pack::{pack, pack_into, packed_sizes, PackedB, PackedView};
+pub use pack::{
+    checked_packed_sizes, pack, pack_into, packed_sizes, try_pack, PackedB, PackedView,
+};
 pub use requant::{Cols, Requant};
 
 use crate::kernels::isa::Isa;

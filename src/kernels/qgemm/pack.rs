@@ -26,6 +26,19 @@ pub fn packed_sizes(k: usize, n: usize, batches: usize) -> (usize, usize) {
     (k_padded(k) * n_padded(n) * batches, n * batches)
 }
 
+/// [`packed_sizes`] with checked arithmetic: `None` when a size overflows or passes
+/// `isize::MAX` bytes (validate a model's B shape with this before anything is sized by it).
+pub fn checked_packed_sizes(k: usize, n: usize, batches: usize) -> Option<(usize, usize)> {
+    if batches == 0 {
+        return Some((0, 0)); // an empty B packs to nothing, however large K and N
+    }
+    let kp = k.checked_next_multiple_of(4)?;
+    let np = n.checked_next_multiple_of(NR)?;
+    let bytes = kp.checked_mul(np)?.checked_mul(batches)?;
+    let sums = n.checked_mul(batches)?;
+    (bytes <= isize::MAX as usize && sums <= isize::MAX as usize / 4).then_some((bytes, sums))
+}
+
 /// An owned packed B (what the weight cache holds for a constant B). The bytes are 64-byte
 /// aligned, so every 64-byte load of the tile kernels reads exactly one cache line (a plain
 /// `Vec` of this size starts 16 bytes into its mapping: every load split two lines), and
@@ -162,16 +175,21 @@ pub fn pack_into(
 
 /// Packs into a fresh [`PackedB`].
 pub fn pack(b: &[u8], k: usize, n: usize, batches: usize, signs: Signs) -> PackedB {
-    let (dl, cl) = packed_sizes(k, n, batches);
-    let mut data = AlignedBuf::<u8>::zeroed(dl);
-    let mut colsum = vec![0i32; cl];
+    try_pack(b, k, n, batches, signs).expect("QLinearMatMul pack: out of memory")
+}
+
+/// [`pack`], or `None` when the packed buffers cannot be allocated (or their size overflows).
+pub fn try_pack(b: &[u8], k: usize, n: usize, batches: usize, signs: Signs) -> Option<PackedB> {
+    let (dl, cl) = checked_packed_sizes(k, n, batches)?;
+    let mut data = AlignedBuf::<u8>::try_zeroed(dl).ok()?;
+    let mut colsum = crate::memory::try_vec(cl, 0i32).ok()?;
     pack_into(b, k, n, batches, signs, &mut data, &mut colsum);
-    PackedB {
+    Some(PackedB {
         k,
         n,
         batches,
         signs,
         data,
         colsum,
-    }
+    })
 }
