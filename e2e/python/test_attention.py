@@ -196,3 +196,43 @@ def test_gqa_present_shares_past_buffer(make_sessions):
     for i, (w, g) in enumerate(zip(co, ro)):
         assert rel_l2(g, w) <= TOL, f"step {i}: rel_l2 {rel_l2(g, w):.3g}"
     assert rel_l2(rk, ck) <= 1e-6 and rel_l2(rv, cv) <= 1e-6
+
+
+@pytest.mark.parametrize("rotary,interleaved", [(False, 0), (True, 0), (True, 1)])
+@pytest.mark.parametrize("packed", [False, True])
+@pytest.mark.parametrize("past_len", [None, 0, 8])
+def test_gqa_right_padded_first_prompt(make_sessions, rotary, interleaved, packed, past_len):
+    """Batch 2, first prompt of 5 tokens, right-padded (seqlens_k = [4, 2]): the padded query rows
+    of batch 1 attend to its 3 valid keys (ORT), not causally to keys 0..=s."""
+    rng = np.random.default_rng(120 + packed + 2 * rotary + interleaved)
+    nh, nkv, h, max_pos = 4, 2, 64, 16
+    model = models.gqa(nh, nkv, h, packed=packed, past=past_len is not None, rotary=rotary,
+                       interleaved=interleaved, max_pos=max_pos)
+    cpu, rc = make_sessions(model, {"threads": 2})
+    assert_on_rcpu(rc, "gqa0")
+    for seqlens in ([4, 2], [0, 4], [2, 0]):
+        feeds = gqa_feeds(rng, 2, 5, nh, nkv, h, seqlens, 5, past_len=past_len, packed=packed,
+                          max_pos=max_pos if rotary else 0)
+        assert_gqa_parity(cpu, rc, feeds, f"padded prompt seqlens={seqlens} past={past_len}")
+
+
+@pytest.mark.parametrize("s,total,seqlens,past", [
+    (1, 1_000_000, [8], 8),  # ORT: neither past + new nor within the past buffer
+    (1, 10, [8], 8),
+    (1, 5, [4], None),
+    (3, 2, [1], None),  # total shorter than the new tokens
+    (0, 8, [3], 8),  # no tokens outside a first prompt
+    (3, 11, [1], 8),  # seqlens_k too small for the new tokens
+    (1, 9, [9], 8),  # seqlens_k past the present buffer
+])
+def test_gqa_inconsistent_lengths_names_node(make_sessions, s, total, seqlens, past):
+    """Lengths ORT rejects: rcpu refuses too, naming the node, before sizing present buffers."""
+    rng = np.random.default_rng(7)
+    model = models.gqa(4, 2, 64, past=past is not None)
+    cpu, rc = make_sessions(model, {"threads": 2})
+    feeds = gqa_feeds(rng, 1, s, 4, 2, 64, seqlens, total, past_len=past)
+    with pytest.raises(Exception):
+        cpu.run(None, feeds)
+    with pytest.raises(Exception) as e:
+        rc.run(None, feeds)
+    assert_error_names_node(e.value, "gqa0")

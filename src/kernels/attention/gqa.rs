@@ -7,7 +7,8 @@
 //!   at cache rows `0..S`, otherwise at `t - S .. t` after `t - S` past rows;
 //! - `present` (`[B, Nkv, present_len, H]`) = the past rows, then the new (rotated) keys/values,
 //!   zeros after them; when present shares the past buffer only the new rows are written;
-//! - query `s` attends causally to cache rows `0 ..= past + s`, `softmax(scale * q.k)` times V;
+//! - query `s` attends causally to cache rows `0 ..= past + s`, but never beyond the `t` valid
+//!   rows (right-padded rows of a first prompt attend to all `t`), `softmax(scale * q.k)` times V;
 //! - with rotary, query and new key rows are rotated at position `s` (first prompt) or
 //!   `past + s` (cache rows of `cos`/`sin`), see [`super::rotary`].
 
@@ -89,8 +90,13 @@ pub fn gqa_f32_with(
     run(Some(isa), sh, inp, o, par)
 }
 
-/// Past rows per batch, after checking `seqlens_k` against the shape and buffers.
-fn past_rows(sh: &GqaShape, seqlens_k: &[i32], shared: bool) -> Result<Vec<usize>, String> {
+/// Past rows and total valid length per batch, after checking `seqlens_k` against the shape and
+/// buffers.
+fn past_rows(
+    sh: &GqaShape,
+    seqlens_k: &[i32],
+    shared: bool,
+) -> Result<Vec<(usize, usize)>, String> {
     if seqlens_k.len() != sh.batch {
         return Err(format!(
             "seqlens_k has {} elements, expected batch size {}",
@@ -98,7 +104,9 @@ fn past_rows(sh: &GqaShape, seqlens_k: &[i32], shared: bool) -> Result<Vec<usize
             sh.batch
         ));
     }
-    let mut past = Vec::with_capacity(sh.batch);
+    let mut past = Vec::new();
+    past.try_reserve_exact(sh.batch)
+        .map_err(|_| format!("cannot allocate {} batch entries", sh.batch))?;
     for (b, &sk) in seqlens_k.iter().enumerate() {
         let t = sk as i64 + 1;
         if t < 1 || t > sh.present_len as i64 {
@@ -125,7 +133,7 @@ fn past_rows(sh: &GqaShape, seqlens_k: &[i32], shared: bool) -> Result<Vec<usize
                 sh.past_len
             ));
         }
-        past.push(p);
+        past.push((p, t as usize));
     }
     Ok(past)
 }
@@ -196,7 +204,7 @@ fn run(
                 ));
             }
             let rows = r.cos.len() / (r.rot / 2);
-            for (b, &p) in past.iter().enumerate() {
+            for (b, &(p, _)) in past.iter().enumerate() {
                 for s in 0..seq {
                     position(Positions::Offset(p as i64), b, s, seq, rows)?;
                 }
@@ -234,7 +242,7 @@ fn run(
         let fill = |first: usize, dst: &mut [f32]| {
             for (i, d) in dst.chunks_exact_mut(unit).enumerate() {
                 let (b, n) = ((first + i) / kv_heads, (first + i) % kv_heads);
-                let p = past[b];
+                let p = past[b].0;
                 if !o.shared {
                     if let Some(src) = inp.past.map(|(pk, pv)| if which == 0 { pk } else { pv }) {
                         let at = (b * kv_heads + n) * past_len * head;
@@ -258,7 +266,7 @@ fn run(
     // Phase 2: one (b, s, query head) per output row of `head` elements. With several query
     // rows (prefill) each lane first transposes its batch's keys (`[Nkv, H, max_len]`) so the
     // scores run along the keys; a decode row takes one dot product per key row.
-    let max_len = past.iter().max().copied().unwrap_or(0) + seq;
+    let max_len = past.iter().map(|&(p, _)| p).max().unwrap_or(0) + seq;
     let transposed = seq > 1;
     let kt_len = if transposed {
         kv_heads * head * max_len
@@ -276,8 +284,11 @@ fn run(
                 let (b, s, h) = (u / (seq * heads), (u / heads) % seq, u % heads);
                 let n = h / group;
                 let at = ((b * seq + s) * q_stride + h) * head;
-                rope_at(&inp.q[at..at + head], past[b] + s, qr);
-                let len = past[b] + s + 1;
+                let (p, total) = past[b];
+                rope_at(&inp.q[at..at + head], p + s, qr);
+                // Causal, and never past the batch's valid length: a right-padded row of a first
+                // prompt (s >= total) attends to all `total` valid keys, as ORT does.
+                let len = (p + s + 1).min(total);
                 let base = (b * kv_heads + n) * unit;
                 let sc = &mut scores[..len];
                 if transposed {
@@ -285,7 +296,7 @@ fn run(
                         transpose_keys(
                             &pk[b * kv_heads * unit..(b + 1) * kv_heads * unit],
                             unit,
-                            past[b] + seq,
+                            p + seq,
                             head,
                             max_len,
                             kt,

@@ -107,12 +107,9 @@ impl OpKernel for Gqa {
                 )))
             }
         };
-        if seq > 1 && seq != total_len && batch != 1 {
-            return Err(bad(
-                "batch size must be 1 when sequence_length > 1 and a past context is given",
-            ));
-        }
+        check_lengths(batch, seq, past_len, total_len)?;
         let first_prompt = seq == total_len;
+        // Bounded by the inputs: total <= past + seq (checked above).
         let present_len = total_len.max(past_len);
         let rotary = match self.rotary {
             None => None,
@@ -198,6 +195,40 @@ impl OpKernel for Gqa {
         ledger::record(OP, variant, self.env.par.lanes());
         Ok(())
     }
+}
+
+/// ORT's rules for `total_sequence_length` against the query and past lengths: positive, at
+/// least the new tokens, and either past + new (a growing cache) or within the past buffer (a
+/// static, max-length cache). A prompt of several tokens after a past context needs batch 1, any
+/// other call that is not the first prompt has one token.
+fn check_lengths(batch: usize, seq: usize, past_len: usize, total_len: usize) -> Result<()> {
+    if total_len == 0 {
+        return Err(bad("total_sequence_length must be positive, got 0"));
+    }
+    if total_len < seq {
+        return Err(bad(format!(
+            "total_sequence_length {total_len} is shorter than sequence_length {seq}"
+        )));
+    }
+    if past_len.checked_add(seq) != Some(total_len) && total_len > past_len {
+        return Err(bad(format!(
+            "total_sequence_length {total_len} must equal past length {past_len} + sequence_length \
+             {seq} (growing cache) or be at most the past length (static cache)"
+        )));
+    }
+    if seq != total_len {
+        if seq > 1 && batch != 1 {
+            return Err(bad(
+                "batch size must be 1 when sequence_length > 1 and a past context is given",
+            ));
+        }
+        if seq == 0 {
+            return Err(bad(
+                "sequence_length 0 is only valid for a first prompt (it is not one here)",
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Whether input `i` is wired (present with a non-empty name).
