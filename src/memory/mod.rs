@@ -25,7 +25,9 @@ mod weight_cache;
 pub use aligned::{AlignedBuf, HUGE_PAGE_MIN_BYTES};
 pub use content_hash::{content_hash, params_hash};
 pub use governor::{Governor, GovernorRef, Grant, OverBudget, Reservation};
-pub use scratch::{scratch_stats, with_scratch_f32, with_scratch_i32, ScratchStats};
+pub use scratch::{
+    scratch_stats, try_with_scratch_f32, with_scratch_f32, with_scratch_i32, ScratchStats,
+};
 pub use weight_cache::{CachedWeight, GovernedWeightCache, WeightKey};
 
 use once_cell::sync::Lazy;

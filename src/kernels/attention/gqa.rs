@@ -14,7 +14,9 @@
 
 use crate::kernels::isa::Isa;
 use crate::kernels::softmax;
-use crate::memory::scratch::with_scratch_f32;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::memory::scratch::try_with_scratch_f32;
 use crate::runtime::par::Par;
 
 use super::rotary::{position, Positions};
@@ -168,7 +170,15 @@ fn run(
     } else {
         heads + 2 * kv_heads
     };
-    let tokens = batch * seq;
+    let overflow =
+        || format!("GQA sizes overflow (batch {batch}, seq {seq}, present {present_len})");
+    let mul = |xs: &[usize]| xs.iter().try_fold(1usize, |a, &x| a.checked_mul(x));
+    let tokens = mul(&[batch, seq]).ok_or_else(overflow)?;
+    let q_elems = mul(&[tokens, q_stride, head]).ok_or_else(overflow)?;
+    let kv_elems = mul(&[tokens, kv_heads, head]).ok_or_else(overflow)?;
+    let out_elems = mul(&[tokens, heads, head]).ok_or_else(overflow)?;
+    let cache = mul(&[batch, kv_heads, present_len, head]).ok_or_else(overflow)?;
+    let past_elems = mul(&[batch, kv_heads, past_len, head]).ok_or_else(overflow)?;
     let need = |what: &str, got: usize, want: usize| {
         if got == want {
             Ok(())
@@ -176,18 +186,17 @@ fn run(
             Err(format!("{what} has {got} elements, expected {want}"))
         }
     };
-    need("query", inp.q.len(), tokens * q_stride * head)?;
+    need("query", inp.q.len(), q_elems)?;
     if let Some((kk, vv)) = inp.kv {
-        need("key", kk.len(), tokens * kv_heads * head)?;
-        need("value", vv.len(), tokens * kv_heads * head)?;
+        need("key", kk.len(), kv_elems)?;
+        need("value", vv.len(), kv_elems)?;
     }
-    let cache = batch * kv_heads * present_len * head;
-    need("output", o.out.len(), tokens * heads * head)?;
+    need("output", o.out.len(), out_elems)?;
     need("present_key", o.present_k.len(), cache)?;
     need("present_value", o.present_v.len(), cache)?;
     if let Some((pk, pv)) = inp.past {
-        need("past_key", pk.len(), batch * kv_heads * past_len * head)?;
-        need("past_value", pv.len(), batch * kv_heads * past_len * head)?;
+        need("past_key", pk.len(), past_elems)?;
+        need("past_value", pv.len(), past_elems)?;
     }
     let past = past_rows(sh, inp.seqlens_k, o.shared)?;
     let rot = match inp.rotary {
@@ -273,8 +282,11 @@ fn run(
     } else {
         0
     };
+    // At most one batch's present keys plus two rows: bounded by buffers that exist already.
+    let scratch = head + 2 * max_len + kt_len;
+    let no_scratch = AtomicBool::new(false);
     let attend = |first: usize, dst: &mut [f32]| {
-        with_scratch_f32(head + 2 * max_len + kt_len, |buf| {
+        let done = try_with_scratch_f32(scratch, |buf| {
             let (qr, rest) = buf.split_at_mut(head);
             let (scores, rest) = rest.split_at_mut(max_len);
             let (probs, kt) = rest.split_at_mut(max_len);
@@ -311,10 +323,18 @@ fn run(
                 softmax_row(sc, &mut probs[..len], len);
                 (k.rows)(&probs[..len], &pv[base..base + len * head], head, 1.0, orow);
             }
-        })
+        });
+        if done.is_none() {
+            no_scratch.store(true, Ordering::Relaxed);
+        }
     };
-    let work = tokens * heads * max_len * head;
+    let work = out_elems.saturating_mul(max_len);
     super::over_rows(o.out, head, work >= PAR_MIN_WORK, seq == 1, par, &attend);
+    if no_scratch.load(Ordering::Relaxed) {
+        return Err(format!(
+            "cannot allocate {scratch} floats of attention scratch"
+        ));
+    }
     Ok(k.name)
 }
 
