@@ -39,14 +39,14 @@ fn run(seed: u64, cases: usize, case: fn(&mut Xorshift) -> bool) -> usize {
 
 #[test]
 fn gqa_parameters_never_panic() {
-    let ran = run(0x6a7_0001, 20_000, |d| gqa_case(d));
+    let ran = run(0x6a7_0001, 20_000, gqa_case);
     println!("GQA: {ran} of 20000 cases ran the kernels");
     assert!(ran > 300, "only {ran} cases reached the kernels");
 }
 
 #[test]
 fn rotary_parameters_never_panic() {
-    let ran = run(0x7e7_0002, 20_000, |d| rotary_case(d));
+    let ran = run(0x7e7_0002, 20_000, rotary_case);
     println!("RotaryEmbedding: {ran} of 20000 cases ran the kernel");
     assert!(ran > 300, "only {ran} cases reached the kernel");
 }

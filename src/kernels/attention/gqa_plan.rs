@@ -37,7 +37,7 @@ fn bsd(s: &[usize], what: &str) -> Result<(usize, usize, usize), String> {
 
 /// Checks one call of a node with `heads` query and `kv_heads` KV heads.
 pub fn plan(heads: usize, kv_heads: usize, d: &GqaDims<'_>) -> Result<GqaPlan, String> {
-    if heads == 0 || kv_heads == 0 || heads % kv_heads != 0 {
+    if heads == 0 || kv_heads == 0 || !heads.is_multiple_of(kv_heads) {
         return Err(format!(
             "num_heads {heads} is not a positive multiple of kv_num_heads {kv_heads}"
         ));
@@ -48,7 +48,7 @@ pub fn plan(heads: usize, kv_heads: usize, d: &GqaDims<'_>) -> Result<GqaPlan, S
         None => kv_heads.checked_mul(2).and_then(|x| x.checked_add(heads)),
     }
     .ok_or_else(|| format!("num_heads {heads} + 2 * kv_num_heads {kv_heads} overflows"))?;
-    if hidden % per != 0 || hidden / per == 0 || (hidden / per) % 8 != 0 {
+    if !hidden.is_multiple_of(per) || hidden / per == 0 || !(hidden / per).is_multiple_of(8) {
         return Err(format!(
             "query hidden size {hidden} over {per} heads is not a head size that is a multiple of 8"
         ));
@@ -94,9 +94,9 @@ pub fn plan(heads: usize, kv_heads: usize, d: &GqaDims<'_>) -> Result<GqaPlan, S
         Some((cos, sin)) => {
             if cos.len() != 2
                 || sin != cos
-                || head % 16 != 0
+                || !head.is_multiple_of(16)
                 || cos[1] == 0
-                || cos[1] % 8 != 0
+                || !cos[1].is_multiple_of(8)
                 || cos[1] > head / 2
                 || cos[0] < total_len
             {

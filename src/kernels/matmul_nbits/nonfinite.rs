@@ -17,6 +17,9 @@
 
 use super::params::NBitsParams;
 
+/// The fast path on finite rows: `(rows, m, with_bias, out)`.
+pub(crate) type FastGemm<'a> = dyn Fn(&[f32], usize, bool, &mut [f32]) + 'a;
+
 /// One-hot rows per weight-row product.
 const ONEHOT_BATCH: usize = 16;
 
@@ -63,7 +66,7 @@ pub(crate) fn infinite_row(
     row: &[f32],
     p: &NBitsParams,
     y: &mut [f32],
-    gemm: &dyn Fn(&[f32], usize, bool, &mut [f32]),
+    gemm: &FastGemm<'_>,
 ) -> Result<(), String> {
     let oom = |what: &str| format!("cannot allocate {what} for a non-finite row of A");
     let inf_at: Vec<usize> = {
