@@ -50,20 +50,8 @@ impl OpKernel for LayerNorm {
                 optional_output(ctx, 2, &stat_shape)?,
             )
         };
-        let xs = x.data::<f32>()?;
-        if xs.is_empty() {
-            // Rows of zero elements: ORT's statistics are 0/0 (NaN); no rows: nothing to write.
-            for s in [mean, inv_std].into_iter().flatten() {
-                s.fill(f32::NAN);
-            }
-            ledger::record(self.op, "empty", self.env.par.lanes());
-            return Ok(());
-        }
-        let params = NormParams {
-            simplified: self.simplified,
-            epsilon: self.epsilon,
-        };
         let xd = x.shape();
+        // Checked before anything else, empty X included (ORT refuses those too).
         let bd = bias.as_ref().map(|b| b.shape());
         let bcast = |d: &[usize]| {
             norm_broadcast::strides(xd, d).ok_or_else(|| {
@@ -78,6 +66,19 @@ impl OpKernel for LayerNorm {
         let b_st = match bd {
             Some(d) => Some(bcast(d)?),
             None => None,
+        };
+        let xs = x.data::<f32>()?;
+        if xs.is_empty() {
+            // Rows of zero elements: ORT's statistics are 0/0 (NaN); no rows: nothing to write.
+            for s in [mean, inv_std].into_iter().flatten() {
+                s.fill(f32::NAN);
+            }
+            ledger::record(self.op, "empty", self.env.par.lanes());
+            return Ok(());
+        }
+        let params = NormParams {
+            simplified: self.simplified,
+            epsilon: self.epsilon,
         };
         let sdata = scale.data::<f32>()?;
         let bdata = match &bias {
