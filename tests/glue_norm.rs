@@ -235,3 +235,42 @@ fn rejects_bad_lengths() {
     };
     assert!(norm_f32(p, 3, inp, out, &Serial).is_err());
 }
+
+/// Rows of large finite values (ORT 1.31's answers, probed): LayerNorm takes the mean first and
+/// the variance around it, so a constant row has variance 0 (y = beta, inv_std = 1/sqrt(eps)) and
+/// a mean that stays finite even when the f32 sum overflows; a variance that overflows gives
+/// inv_std 0 and y = beta. RMSNorm's sum of squares overflows to inf: y = 0, inv_std = 0.
+#[test]
+fn large_finite_rows_stay_finite_as_ort() {
+    let mut rng = Rng(21);
+    for &v in &[2e19f32, -1e37, 3e38] {
+        for &n in &[8usize, 17, 100] {
+            let mut c = case(&mut rng, false, false, false, 2, n);
+            c.x = vec![v; 2 * n];
+            check(&c, &format!("LayerNorm constant {v} n={n}"));
+            // Variance overflow: +-v alternating.
+            c.x = (0..2 * n)
+                .map(|i| if i % 2 == 0 { v } else { -v })
+                .collect();
+            for isa in ISAS {
+                let Some((y, _, inv, _)) = run(&c, Some(isa), &Serial) else {
+                    continue;
+                };
+                let beta = c.beta.as_ref().unwrap();
+                for (i, &t) in y.iter().enumerate() {
+                    assert_eq!(t, beta[i % n], "{isa:?} {v} n={n} y[{i}]");
+                }
+                assert!(inv.iter().all(|&d| d == 0.0), "{isa:?} {v} n={n} {inv:?}");
+            }
+            let mut c = case(&mut rng, true, false, false, 2, n);
+            c.x = vec![v; 2 * n];
+            for isa in ISAS {
+                let Some((y, _, inv, _)) = run(&c, Some(isa), &Serial) else {
+                    continue;
+                };
+                assert!(y.iter().all(|&t| t == 0.0), "{isa:?} RMS {v} n={n} {y:?}");
+                assert!(inv.iter().all(|&d| d == 0.0), "{isa:?} RMS {v} n={n}");
+            }
+        }
+    }
+}

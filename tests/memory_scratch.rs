@@ -1,7 +1,10 @@
 //! Scratch buffers against the process-wide accumulator governor. These tests reconfigure the global
 //! budget, so they live in their own binary and run one at a time (SERIAL).
 
-use rcpu::memory::{accumulators, configure, scratch_stats, with_scratch_f32, with_scratch_i32};
+use rcpu::memory::{
+    accumulators, configure, scratch_stats, try_with_scratch_f32, with_scratch_f32,
+    with_scratch_i32,
+};
 use std::sync::{Arc, Barrier, Mutex};
 
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -121,4 +124,20 @@ fn parked_buffer_is_reused_and_grown_within_budget() {
         after.parked_bytes, before.parked_bytes,
         "released at thread exit"
     );
+}
+
+#[test]
+fn fallible_scratch_declines_an_impossible_size_and_keeps_the_parked_buffer() {
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    configure(None, Some(4 * MIB));
+    // Park a buffer, then ask for more than the address space holds: no call, no abort.
+    with_scratch_f32(1024, |b| b.fill(1.0));
+    let mut called = false;
+    let r = try_with_scratch_f32(usize::MAX / 8, |_| called = true);
+    assert!(r.is_none() && !called);
+    // The parked buffer is still lent (reuse, not a fresh allocation).
+    let before = scratch_stats();
+    let got = try_with_scratch_f32(1024, |b| b.len());
+    assert_eq!(got, Some(1024));
+    assert_eq!(scratch_stats().fresh_allocations, before.fresh_allocations);
 }

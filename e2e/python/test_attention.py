@@ -196,3 +196,82 @@ def test_gqa_present_shares_past_buffer(make_sessions):
     for i, (w, g) in enumerate(zip(co, ro)):
         assert rel_l2(g, w) <= TOL, f"step {i}: rel_l2 {rel_l2(g, w):.3g}"
     assert rel_l2(rk, ck) <= 1e-6 and rel_l2(rv, cv) <= 1e-6
+
+
+@pytest.mark.parametrize("rotary,interleaved", [(False, 0), (True, 0), (True, 1)])
+@pytest.mark.parametrize("packed", [False, True])
+@pytest.mark.parametrize("past_len", [None, 0, 8])
+def test_gqa_right_padded_first_prompt(make_sessions, rotary, interleaved, packed, past_len):
+    """Batch 2, first prompt of 5 tokens, right-padded (seqlens_k = [4, 2]): the padded query rows
+    of batch 1 attend to its 3 valid keys (ORT), not causally to keys 0..=s."""
+    rng = np.random.default_rng(120 + packed + 2 * rotary + interleaved)
+    nh, nkv, h, max_pos = 4, 2, 64, 16
+    model = models.gqa(nh, nkv, h, packed=packed, past=past_len is not None, rotary=rotary,
+                       interleaved=interleaved, max_pos=max_pos)
+    cpu, rc = make_sessions(model, {"threads": 2})
+    assert_on_rcpu(rc, "gqa0")
+    for seqlens in ([4, 2], [0, 4], [2, 0]):
+        feeds = gqa_feeds(rng, 2, 5, nh, nkv, h, seqlens, 5, past_len=past_len, packed=packed,
+                          max_pos=max_pos if rotary else 0)
+        assert_gqa_parity(cpu, rc, feeds, f"padded prompt seqlens={seqlens} past={past_len}")
+
+
+@pytest.mark.parametrize("s,total,seqlens,past", [
+    (1, 1_000_000, [8], 8),  # ORT: neither past + new nor within the past buffer
+    (1, 10, [8], 8),
+    (1, 5, [4], None),
+    (3, 2, [1], None),  # total shorter than the new tokens
+    (0, 8, [3], 8),  # no tokens outside a first prompt
+    (3, 11, [1], 8),  # seqlens_k too small for the new tokens
+    (1, 9, [9], 8),  # seqlens_k past the present buffer
+])
+def test_gqa_inconsistent_lengths_names_node(make_sessions, s, total, seqlens, past):
+    """Lengths ORT rejects: rcpu refuses too, naming the node, before sizing present buffers."""
+    rng = np.random.default_rng(7)
+    model = models.gqa(4, 2, 64, past=past is not None)
+    cpu, rc = make_sessions(model, {"threads": 2})
+    feeds = gqa_feeds(rng, 1, s, 4, 2, 64, seqlens, total, past_len=past)
+    with pytest.raises(Exception):
+        cpu.run(None, feeds)
+    with pytest.raises(Exception) as e:
+        rc.run(None, feeds)
+    assert_error_names_node(e.value, "gqa0")
+
+
+@pytest.mark.parametrize("rotary", [False, True])
+@pytest.mark.parametrize("packed", [False, True])
+def test_gqa_random_lengths_agree_with_ort(make_sessions, rotary, packed):
+    """Random batch / sequence / past lengths, totals and per-batch seqlens_k (prompt, subsequent
+    prompt, token phase, static and growing caches, padding): where ORT computes, rcpu gives the
+    same outputs; where ORT refuses, rcpu refuses too, naming the node."""
+    rng = np.random.default_rng(300 + 2 * rotary + packed)
+    nh, nkv, h, max_pos = 4, 2, 32 if not rotary else 64, 24
+    for past in (True, False):
+        model = models.gqa(nh, nkv, h, packed=packed, past=past, rotary=rotary, max_pos=max_pos)
+        cpu, rc = make_sessions(model, {"threads": 2})
+        assert_on_rcpu(rc, "gqa0")
+        agreed = 0
+        for _ in range(40):
+            b, s = int(rng.integers(1, 4)), int(rng.choice([1, 1, 2, 5]))
+            p = int(rng.integers(0, 10)) if past else None
+            total = int(rng.choice([s, s + (p or 0), p or s, rng.integers(1, 16)]))
+            seqlens = [int(rng.integers(-1, 16)) for _ in range(b)]
+            if rng.random() < 0.5:
+                seqlens = [min(max(x, 0), total - 1) for x in seqlens]
+            feeds = gqa_feeds(rng, b, s, nh, nkv, h, seqlens, total, past_len=p, packed=packed,
+                              max_pos=max_pos if rotary else 0)
+            try:
+                want = cpu.run(None, feeds)
+            except Exception:
+                with pytest.raises(Exception) as e:
+                    rc.run(None, feeds)
+                assert_error_names_node(e.value, "gqa0")
+                continue
+            got = rc.run(None, feeds)
+            what = f"b={b} s={s} past={p} total={total} seqlens={seqlens}"
+            for name, w, g in zip(("out", "present_k", "present_v"), want, got):
+                assert g.shape == w.shape, f"{what} {name}: shape {g.shape} vs {w.shape}"
+                e = rel_l2(g, w)
+                assert e <= (TOL if name == "out" else 1e-6), f"{what} {name}: rel_l2 {e:.3g}"
+            agreed += 1
+        assert agreed >= 5, f"only {agreed} computed cases"

@@ -179,3 +179,52 @@ def test_wrong_k_feed_names_node(make_sessions, bad_k):
     assert_error_names_node(ei.value, "mmnb_bad_k")
     a = rng.standard_normal((3, 100)).astype(np.float32)
     assert rel_l2(rc.run(None, {"A": a})[0], cpu.run(None, {"A": a})[0]) <= 1e-4
+
+
+def _nonfinite_rows(k, rng):
+    """Rows of A with NaN / infinities (and one finite row), K a multiple of 32."""
+    base = rng.standard_normal(k).astype(np.float32)
+    rows = [np.full(k, np.nan, np.float32)]
+    for pos, val in (([3], np.nan), ([3], np.inf), ([40], -np.inf), ([3, 5], None), ([3, 40], np.inf)):
+        r = base.copy()
+        if val is None:
+            r[3], r[5] = np.inf, -np.inf
+        else:
+            r[pos] = val
+        rows.append(r)
+    r = np.zeros(k, np.float32)
+    r[3] = np.inf
+    rows.append(r)
+    r = base.copy()
+    r[32:64] = np.nan  # one block of NaN only
+    rows.append(r)
+    rows.append(base)
+    return np.stack(rows)
+
+
+def _same_nonfinite(got, want, what):
+    assert np.array_equal(np.isnan(got), np.isnan(want)), f"{what}: NaN positions\n{np.isnan(got)}\n{np.isnan(want)}"
+    inf = np.isinf(want)
+    assert np.array_equal(got[inf], want[inf]) and not np.isinf(got[~inf]).any(), f"{what}: infinities differ"
+    ok = np.isfinite(want)
+    np.testing.assert_allclose(got[ok], want[ok], rtol=2e-2, atol=2e-2, err_msg=what)
+
+
+@pytest.mark.parametrize("acc", [0, 1, 4])
+@pytest.mark.parametrize("zp", [False, True])
+@pytest.mark.parametrize("cache", [True, False])
+def test_matmul_nbits_nonfinite_rows_match_ort(make_sessions, acc, zp, cache):
+    """NaN / +-inf in A: ORT's fp32 path (IEEE: inf * w is +-inf, NaN where w = 0; any NaN gives a
+    NaN row) and its int8 path (an infinite or all-NaN block gives a NaN row; an isolated NaN is
+    coded 0). Every row alone (M = 1) and all together (M > 1), packed and unpacked."""
+    rng = np.random.default_rng(40 + acc + 2 * zp)
+    k, n = 128, 48
+    model, _, _ = models.matmul_nbits(k, n, 32, rng, zero_points=zp, accuracy_level=acc)
+    cpu, rc = make_sessions(model, {"threads": 2, **({} if cache else {"weight_cache_mb": 0})})
+    assert_on_rcpu(rc, "mmnb0")
+    a = _nonfinite_rows(k, rng)
+    want, got = cpu.run(None, {"A": a})[0], rc.run(None, {"A": a})[0]
+    _same_nonfinite(got, want, f"acc={acc} zp={zp} M={len(a)}")
+    for i, row in enumerate(a):
+        w1, g1 = cpu.run(None, {"A": row[None]})[0], rc.run(None, {"A": row[None]})[0]
+        _same_nonfinite(g1, w1, f"acc={acc} zp={zp} row {i}")

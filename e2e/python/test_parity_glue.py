@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import models
-from conftest import assert_on_cpu, assert_on_rcpu, assigned_to_rcpu, rel_l2
+from conftest import assert_error_names_node, assert_on_cpu, assert_on_rcpu, assigned_to_rcpu, rel_l2
 
 TIGHT = (1e-5, 1e-6)
 GELU_TOL = (1e-5, 1e-5)
@@ -104,6 +104,60 @@ def test_norms_nan_inf_rows(make_sessions):
                     ("LayerNormalization", [("X", [6, 33]), ("scale", scale), ("B", b)])):
         got = _parity(make_sessions, models.glue_op(op, ins), {"X": x}, TIGHT)
         assert np.all(np.isfinite(got[0][0])), "a clean row stays finite"
+
+
+BCAST_SHAPES = [[1], [8], [3, 8], [1, 8], [2, 3, 8], [2, 1, 8], [3, 1], [1, 1, 8], [1, 3, 8]]
+
+
+@pytest.mark.parametrize("simplified", [False, True])
+@pytest.mark.parametrize("axis", [-1, 1])
+@pytest.mark.parametrize("pshape", BCAST_SHAPES, ids=[str(s) for s in BCAST_SHAPES])
+def test_norm_params_broadcast_at_run_time(make_sessions, simplified, axis, pshape):
+    """Scale (and B) fed at run time in any shape NumPy-broadcastable to X [2, 3, 8]: ORT 1.31
+    computes with the broadcast values, rcpu must too (it used to refuse at Run)."""
+    rng = np.random.default_rng(len(pshape) * 10 + sum(pshape) + simplified + axis)
+    sym = [f"s{i}" for i in range(len(pshape))]
+    ins = [("X", [2, 3, 8]), ("scale", sym)] + ([] if simplified else [("B", [f"b{i}" for i in range(len(pshape))])])
+    op = "SimplifiedLayerNormalization" if simplified else "LayerNormalization"
+    outs = ["Y", "inv"] if simplified else ["Y", "mean", "inv"]
+    model = models.glue_op(op, ins, out_names=outs, axis=axis)
+    feeds = {"X": _x(rng, (2, 3, 8)), "scale": (1.0 + 0.3 * rng.standard_normal(pshape)).astype(np.float32)}
+    if not simplified:
+        feeds["B"] = rng.standard_normal(pshape).astype(np.float32)
+    _parity(make_sessions, model, feeds, TIGHT)
+
+
+@pytest.mark.parametrize("pshape", [[4], [2, 8], [3, 8, 1]])
+def test_norm_params_not_broadcastable_names_node(make_sessions, pshape):
+    ins = [("X", [2, 3, 8]), ("scale", [f"s{i}" for i in range(len(pshape))])]
+    cpu, rc = make_sessions(models.glue_op("SimplifiedLayerNormalization", ins), {"threads": 2})
+    assert_on_rcpu(rc, "glue0")
+    feeds = {"X": np.ones((2, 3, 8), np.float32), "scale": np.ones(pshape, np.float32)}
+    with pytest.raises(Exception):
+        cpu.run(None, feeds)
+    with pytest.raises(Exception) as e:
+        rc.run(None, feeds)
+    assert_error_names_node(e.value, "glue0")
+
+
+@pytest.mark.parametrize("n", [8, 17, 896])
+def test_norms_large_finite_rows(make_sessions, n):
+    """Rows of huge finite values: ORT takes the mean (in f64) first, then the variance around
+    it, so LayerNorm stays finite; RMSNorm's f32 sum of squares overflows (y = 0, as ORT)."""
+    rng = np.random.default_rng(n)
+    rows = [np.full(n, 2e19), np.full(n, 1e37), np.full(n, -3e38), np.tile([1e37, -1e37], n)[:n],
+            np.full(n, 1000.1), np.concatenate([[1e20], np.arange(1, n)])]
+    x = np.stack(rows).astype(np.float32)
+    scale, b = _norm_params(rng, (len(rows), n), -1)
+    for op, ins, outs in (("LayerNormalization", [("X", list(x.shape)), ("scale", scale), ("B", b)],
+                           ["Y", "mean", "inv"]),
+                          ("SimplifiedLayerNormalization", [("X", list(x.shape)), ("scale", scale)], ["Y", "inv"])):
+        got = _parity(make_sessions, models.glue_op(op, ins, out_names=outs), {"X": x}, TIGHT)
+        assert np.all(np.isfinite(got[0])), f"{op}: rows of finite values stay finite"
+    x3 = x[None]
+    ins = [("X", list(x3.shape)), ("skip", list(x3.shape)), ("gamma", scale)]
+    model = models.glue_op("SkipSimplifiedLayerNormalization", ins, domain="com.microsoft", out_names=["Y", "", "", "S"])
+    _parity(make_sessions, model, {"X": x3, "skip": np.zeros_like(x3)}, TIGHT)
 
 
 @pytest.mark.parametrize("rows", [1, 5, 40])
@@ -208,9 +262,10 @@ def test_declines(make_sessions):
     m.graph.input[0].type.tensor_type.elem_type = 11  # DOUBLE
     m.graph.output[0].type.tensor_type.elem_type = 11
     _stays_on_cpu(make_sessions, m, {"X": x.astype(np.float64)})
-    # Scale broadcast (1 element for 8 normalised) is not implemented
-    _stays_on_cpu(make_sessions, models.glue_op("SimplifiedLayerNormalization",
-                                                [("X", [3, 8]), ("scale", np.ones(1, np.float32))]), {"X": x})
+    # Scale that cannot broadcast to X: ORT's own error, rcpu does not claim it
+    m = models.glue_op("SimplifiedLayerNormalization", [("X", [3, 8]), ("scale", np.ones(4, np.float32))])
+    cpu, rc = make_sessions(m, {"threads": 2})
+    assert_on_cpu(rc, "glue0")
 
 
 # ------------------------------------------------------------------------------ decoder layer

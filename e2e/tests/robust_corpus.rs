@@ -711,6 +711,23 @@ fn corpus() -> Vec<Case> {
                 ],
             }
         ),
+        // K = 0: the spec's sum over nothing is 0, requantized to y_zero_point. ORT 1.31.1's CPU
+        // EP leaves y uninitialised here (probed: 0 on a fresh buffer, stale bytes otherwise).
+        Case {
+            name: "qlinear_zero_k",
+            node: "node0",
+            op: "QLinearMatMul",
+            expect: Expect::Spec(|| {
+                vec![tensor_json(&Tensor {
+                    shape: vec![3, 8],
+                    data: Data::U8(vec![128; 24]),
+                })]
+            }),
+            build: || Built {
+                model: ql(false, false),
+                feeds: vec![u8s(&[3, 0], 1), i8s(&[0, 8], 2)],
+            },
+        },
         case!("qlinear_zero_m", "QLinearMatMul", SameOk, || Built {
             model: ql(true, false),
             feeds: vec![u8s(&[0, 16], 1)],

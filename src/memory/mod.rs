@@ -28,7 +28,9 @@ pub use aligned::{AlignedBuf, HUGE_PAGE_MIN_BYTES};
 pub use content_hash::{content_hash, params_hash};
 pub use governor::{Governor, GovernorRef, Grant, OverBudget, Reservation};
 pub use key_digest::KeyDigest;
-pub use scratch::{scratch_stats, with_scratch_f32, with_scratch_i32, ScratchStats};
+pub use scratch::{
+    scratch_stats, try_with_scratch_f32, with_scratch_f32, with_scratch_i32, ScratchStats,
+};
 pub use try_alloc::{try_vec, AllocError};
 pub use weight_cache::{CachedWeight, GovernedWeightCache, WeightKey};
 

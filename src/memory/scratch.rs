@@ -60,6 +60,29 @@ fn with_scratch<T: Copy + Default, R>(
     slot: fn(&mut ThreadScratch) -> &mut Option<Parked<T>>,
     f: impl FnOnce(&mut [T]) -> R,
 ) -> R {
+    match lend(len, slot, |len| Some(vec![T::default(); len]), f) {
+        Some(r) => r,
+        // `vec!` aborts on its own when the allocation fails; this arm is never taken.
+        None => std::alloc::handle_alloc_error(std::alloc::Layout::new::<T>()),
+    }
+}
+
+/// A zeroed `Vec` of `len` elements, or `None` when the allocation fails.
+fn try_fresh<T: Copy + Default>(len: usize) -> Option<Vec<T>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(len).ok()?;
+    v.resize(len, T::default());
+    Some(v)
+}
+
+/// Lends `f` the parked buffer, or a fresh one from `fresh` (`None`: allocation failed, `f` is
+/// not called and the parked buffer stays parked).
+fn lend<T: Copy + Default, R>(
+    len: usize,
+    slot: fn(&mut ThreadScratch) -> &mut Option<Parked<T>>,
+    fresh: impl FnOnce(usize) -> Option<Vec<T>>,
+    f: impl FnOnce(&mut [T]) -> R,
+) -> Option<R> {
     // Take the parked buffer out for the duration of `f` (re-entrancy safe). During thread teardown the
     // thread-local is gone: work with a fresh, unparked buffer.
     let mut parked = SCRATCH
@@ -70,10 +93,13 @@ fn with_scratch<T: Copy + Default, R>(
         REUSES.fetch_add(1, Relaxed);
         let r = f(&mut p.buf[..len]);
         put_back(slot, parked);
-        return r;
+        return Some(r);
     }
+    let Some(mut buf) = fresh(len) else {
+        put_back(slot, parked);
+        return None;
+    };
     FRESH.fetch_add(1, Relaxed);
-    let mut buf = vec![T::default(); len];
     let r = f(&mut buf);
     let bytes = (buf.capacity() * std::mem::size_of::<T>()) as u64;
     let newly_parked = match parked.take() {
@@ -102,7 +128,7 @@ fn with_scratch<T: Copy + Default, R>(
         },
     };
     put_back(slot, newly_parked);
-    r
+    Some(r)
 }
 
 fn put_back<T>(slot: fn(&mut ThreadScratch) -> &mut Option<Parked<T>>, p: Option<Parked<T>>) {
@@ -124,6 +150,12 @@ fn put_back<T>(slot: fn(&mut ThreadScratch) -> &mut Option<Parked<T>>, p: Option
 /// Lend `f` a per-thread f32 scratch slice of `len` elements. Contents on entry are unspecified.
 pub fn with_scratch_f32<R>(len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
     with_scratch(len, |s| &mut s.f32s, f)
+}
+
+/// [`with_scratch_f32`] that returns `None` (without calling `f`) when a fresh buffer cannot be
+/// allocated, instead of aborting the process.
+pub fn try_with_scratch_f32<R>(len: usize, f: impl FnOnce(&mut [f32]) -> R) -> Option<R> {
+    lend(len, |s| &mut s.f32s, try_fresh, f)
 }
 
 /// Lend `f` a per-thread i32 scratch slice of `len` elements. Contents on entry are unspecified.

@@ -7,13 +7,16 @@
 //!   at cache rows `0..S`, otherwise at `t - S .. t` after `t - S` past rows;
 //! - `present` (`[B, Nkv, present_len, H]`) = the past rows, then the new (rotated) keys/values,
 //!   zeros after them; when present shares the past buffer only the new rows are written;
-//! - query `s` attends causally to cache rows `0 ..= past + s`, `softmax(scale * q.k)` times V;
+//! - query `s` attends causally to cache rows `0 ..= past + s`, but never beyond the `t` valid
+//!   rows (right-padded rows of a first prompt attend to all `t`), `softmax(scale * q.k)` times V;
 //! - with rotary, query and new key rows are rotated at position `s` (first prompt) or
 //!   `past + s` (cache rows of `cos`/`sin`), see [`super::rotary`].
 
 use crate::kernels::isa::Isa;
 use crate::kernels::softmax;
-use crate::memory::scratch::with_scratch_f32;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::memory::scratch::try_with_scratch_f32;
 use crate::runtime::par::Par;
 
 use super::rotary::{position, Positions};
@@ -89,8 +92,13 @@ pub fn gqa_f32_with(
     run(Some(isa), sh, inp, o, par)
 }
 
-/// Past rows per batch, after checking `seqlens_k` against the shape and buffers.
-fn past_rows(sh: &GqaShape, seqlens_k: &[i32], shared: bool) -> Result<Vec<usize>, String> {
+/// Past rows and total valid length per batch, after checking `seqlens_k` against the shape and
+/// buffers.
+fn past_rows(
+    sh: &GqaShape,
+    seqlens_k: &[i32],
+    shared: bool,
+) -> Result<Vec<(usize, usize)>, String> {
     if seqlens_k.len() != sh.batch {
         return Err(format!(
             "seqlens_k has {} elements, expected batch size {}",
@@ -98,7 +106,9 @@ fn past_rows(sh: &GqaShape, seqlens_k: &[i32], shared: bool) -> Result<Vec<usize
             sh.batch
         ));
     }
-    let mut past = Vec::with_capacity(sh.batch);
+    let mut past = Vec::new();
+    past.try_reserve_exact(sh.batch)
+        .map_err(|_| format!("cannot allocate {} batch entries", sh.batch))?;
     for (b, &sk) in seqlens_k.iter().enumerate() {
         let t = sk as i64 + 1;
         if t < 1 || t > sh.present_len as i64 {
@@ -125,7 +135,7 @@ fn past_rows(sh: &GqaShape, seqlens_k: &[i32], shared: bool) -> Result<Vec<usize
                 sh.past_len
             ));
         }
-        past.push(p);
+        past.push((p, t as usize));
     }
     Ok(past)
 }
@@ -160,7 +170,15 @@ fn run(
     } else {
         heads + 2 * kv_heads
     };
-    let tokens = batch * seq;
+    let overflow =
+        || format!("GQA sizes overflow (batch {batch}, seq {seq}, present {present_len})");
+    let mul = |xs: &[usize]| xs.iter().try_fold(1usize, |a, &x| a.checked_mul(x));
+    let tokens = mul(&[batch, seq]).ok_or_else(overflow)?;
+    let q_elems = mul(&[tokens, q_stride, head]).ok_or_else(overflow)?;
+    let kv_elems = mul(&[tokens, kv_heads, head]).ok_or_else(overflow)?;
+    let out_elems = mul(&[tokens, heads, head]).ok_or_else(overflow)?;
+    let cache = mul(&[batch, kv_heads, present_len, head]).ok_or_else(overflow)?;
+    let past_elems = mul(&[batch, kv_heads, past_len, head]).ok_or_else(overflow)?;
     let need = |what: &str, got: usize, want: usize| {
         if got == want {
             Ok(())
@@ -168,18 +186,17 @@ fn run(
             Err(format!("{what} has {got} elements, expected {want}"))
         }
     };
-    need("query", inp.q.len(), tokens * q_stride * head)?;
+    need("query", inp.q.len(), q_elems)?;
     if let Some((kk, vv)) = inp.kv {
-        need("key", kk.len(), tokens * kv_heads * head)?;
-        need("value", vv.len(), tokens * kv_heads * head)?;
+        need("key", kk.len(), kv_elems)?;
+        need("value", vv.len(), kv_elems)?;
     }
-    let cache = batch * kv_heads * present_len * head;
-    need("output", o.out.len(), tokens * heads * head)?;
+    need("output", o.out.len(), out_elems)?;
     need("present_key", o.present_k.len(), cache)?;
     need("present_value", o.present_v.len(), cache)?;
     if let Some((pk, pv)) = inp.past {
-        need("past_key", pk.len(), batch * kv_heads * past_len * head)?;
-        need("past_value", pv.len(), batch * kv_heads * past_len * head)?;
+        need("past_key", pk.len(), past_elems)?;
+        need("past_value", pv.len(), past_elems)?;
     }
     let past = past_rows(sh, inp.seqlens_k, o.shared)?;
     let rot = match inp.rotary {
@@ -196,7 +213,7 @@ fn run(
                 ));
             }
             let rows = r.cos.len() / (r.rot / 2);
-            for (b, &p) in past.iter().enumerate() {
+            for (b, &(p, _)) in past.iter().enumerate() {
                 for s in 0..seq {
                     position(Positions::Offset(p as i64), b, s, seq, rows)?;
                 }
@@ -234,7 +251,7 @@ fn run(
         let fill = |first: usize, dst: &mut [f32]| {
             for (i, d) in dst.chunks_exact_mut(unit).enumerate() {
                 let (b, n) = ((first + i) / kv_heads, (first + i) % kv_heads);
-                let p = past[b];
+                let p = past[b].0;
                 if !o.shared {
                     if let Some(src) = inp.past.map(|(pk, pv)| if which == 0 { pk } else { pv }) {
                         let at = (b * kv_heads + n) * past_len * head;
@@ -258,15 +275,18 @@ fn run(
     // Phase 2: one (b, s, query head) per output row of `head` elements. With several query
     // rows (prefill) each lane first transposes its batch's keys (`[Nkv, H, max_len]`) so the
     // scores run along the keys; a decode row takes one dot product per key row.
-    let max_len = past.iter().max().copied().unwrap_or(0) + seq;
+    let max_len = past.iter().map(|&(p, _)| p).max().unwrap_or(0) + seq;
     let transposed = seq > 1;
     let kt_len = if transposed {
         kv_heads * head * max_len
     } else {
         0
     };
+    // At most one batch's present keys plus two rows: bounded by buffers that exist already.
+    let scratch = head + 2 * max_len + kt_len;
+    let no_scratch = AtomicBool::new(false);
     let attend = |first: usize, dst: &mut [f32]| {
-        with_scratch_f32(head + 2 * max_len + kt_len, |buf| {
+        let done = try_with_scratch_f32(scratch, |buf| {
             let (qr, rest) = buf.split_at_mut(head);
             let (scores, rest) = rest.split_at_mut(max_len);
             let (probs, kt) = rest.split_at_mut(max_len);
@@ -276,8 +296,11 @@ fn run(
                 let (b, s, h) = (u / (seq * heads), (u / heads) % seq, u % heads);
                 let n = h / group;
                 let at = ((b * seq + s) * q_stride + h) * head;
-                rope_at(&inp.q[at..at + head], past[b] + s, qr);
-                let len = past[b] + s + 1;
+                let (p, total) = past[b];
+                rope_at(&inp.q[at..at + head], p + s, qr);
+                // Causal, and never past the batch's valid length: a right-padded row of a first
+                // prompt (s >= total) attends to all `total` valid keys, as ORT does.
+                let len = (p + s + 1).min(total);
                 let base = (b * kv_heads + n) * unit;
                 let sc = &mut scores[..len];
                 if transposed {
@@ -285,7 +308,7 @@ fn run(
                         transpose_keys(
                             &pk[b * kv_heads * unit..(b + 1) * kv_heads * unit],
                             unit,
-                            past[b] + seq,
+                            p + seq,
                             head,
                             max_len,
                             kt,
@@ -300,10 +323,18 @@ fn run(
                 softmax_row(sc, &mut probs[..len], len);
                 (k.rows)(&probs[..len], &pv[base..base + len * head], head, 1.0, orow);
             }
-        })
+        });
+        if done.is_none() {
+            no_scratch.store(true, Ordering::Relaxed);
+        }
     };
-    let work = tokens * heads * max_len * head;
+    let work = out_elems.saturating_mul(max_len);
     super::over_rows(o.out, head, work >= PAR_MIN_WORK, seq == 1, par, &attend);
+    if no_scratch.load(Ordering::Relaxed) {
+        return Err(format!(
+            "cannot allocate {scratch} floats of attention scratch"
+        ));
+    }
     Ok(k.name)
 }
 

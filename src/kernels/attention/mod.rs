@@ -8,6 +8,7 @@
 //! (batch, query position, query head) for the attention itself.
 
 pub mod gqa;
+pub mod gqa_plan;
 pub mod rotary;
 mod scalar;
 #[cfg(target_arch = "x86_64")]

@@ -8,6 +8,7 @@
 //! kernel call shape on both paths.
 
 use super::dispatch::{Kernels, TileFn};
+use super::nonfinite::{self, RowFix};
 use super::pack::{
     group_weight_bytes, group_zp_bytes, groups, pack_group, GroupView, PackedNBits, NR,
 };
@@ -21,6 +22,7 @@ use crate::runtime::par::{stream_units_per_chunk, Par};
 /// Rows per M > 1 task tile.
 pub(crate) const ROW_TILE: usize = 16;
 
+#[derive(Clone, Copy)]
 pub(crate) enum Source<'a> {
     Packed(&'a PackedNBits),
     Unpacked {
@@ -32,6 +34,48 @@ pub(crate) enum Source<'a> {
 }
 
 pub(crate) fn run(
+    kernels: &Kernels,
+    a: &[f32],
+    m: usize,
+    src: Source,
+    bias: Option<&[f32]>,
+    out: &mut [f32],
+    par: &dyn Par,
+) -> &'static str {
+    let name = run_fast(kernels, a, m, src, bias, out, par);
+    let p = match &src {
+        Source::Packed(pk) => pk.params,
+        Source::Unpacked { p, .. } => **p,
+    };
+    // Rows with NaN / infinities: ORT's answers (see `nonfinite`).
+    let fixes = match nonfinite::scan(a, m, &p) {
+        Ok(f) => f,
+        // Only the list of rows failed to allocate: answer every row that needs it NaN.
+        Err(_) => (0..m)
+            .filter(|&r| a[r * p.k..(r + 1) * p.k].iter().any(|x| !x.is_finite()))
+            .map(|r| (r, RowFix::AllNan))
+            .collect(),
+    };
+    for (r, fix) in fixes {
+        let y = &mut out[r * p.n..(r + 1) * p.n];
+        let all_nan = match fix {
+            RowFix::AllNan => true,
+            RowFix::Infinities => {
+                let gemm = |rows: &[f32], mm: usize, with_bias: bool, o: &mut [f32]| {
+                    run_fast(kernels, rows, mm, src, bias.filter(|_| with_bias), o, par);
+                };
+                nonfinite::infinite_row(&a[r * p.k..(r + 1) * p.k], &p, y, &gemm).is_err()
+            }
+        };
+        if all_nan {
+            y.fill(f32::NAN);
+        }
+    }
+    name
+}
+
+/// The fast path over every row (non-finite rows included, fixed up by [`run`]).
+fn run_fast(
     kernels: &Kernels,
     a: &[f32],
     m: usize,

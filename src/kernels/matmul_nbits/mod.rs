@@ -9,6 +9,7 @@
 //!   row per call) and M > 1 (GEMM, up to [`MR`] rows per call, sharing each unpacked weight).
 //! * [`dispatch`]: the per-process kernel table and ledger names.
 //! * `driver`: chunking over `Par` and the unpacked fallback.
+//! * `nonfinite`: rows of A with NaN / infinities, answered as ORT answers them.
 //!
 //! The unpacked path ([`matmul_unpacked`]) packs, inside each chunk, only the column groups
 //! that chunk computes (into a chunk-local scratch buffer) and then runs the very same tile
@@ -16,6 +17,7 @@
 
 pub mod dispatch;
 mod driver;
+mod nonfinite;
 pub mod pack;
 pub mod params;
 pub mod prepare_a;

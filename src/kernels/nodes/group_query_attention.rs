@@ -15,6 +15,7 @@ use crate::abi::kernel_info::KernelInfo;
 use crate::abi::status::{Error, Result};
 use crate::abi::tensor::{ElemType, Tensor};
 use crate::kernels::attention::gqa::{gqa_f32, GqaInputs, GqaOutputs, GqaRotary, GqaShape};
+use crate::kernels::attention::gqa_plan::{plan, GqaDims};
 use crate::kernels::op::{types, Decline, KernelEnv, OpDef, OpKernel};
 use crate::telemetry::ledger;
 
@@ -36,17 +37,6 @@ fn bad(msg: impl Into<String>) -> Error {
     Error::invalid_argument(msg)
 }
 
-/// `[B, S, D]` of a rank-3 input.
-fn bsd(t: &Tensor<'_>, what: &str) -> Result<(usize, usize, usize)> {
-    match *t.shape() {
-        [b, s, d] => Ok((b, s, d)),
-        _ => Err(bad(format!(
-            "{what} has shape {:?}, expected rank 3",
-            t.shape()
-        ))),
-    }
-}
-
 impl OpKernel for Gqa {
     fn compute(&self, ctx: &KernelContext<'_>) -> Result<()> {
         let (nh, nkv) = (self.heads, self.kv_heads);
@@ -55,90 +45,41 @@ impl OpKernel for Gqa {
         let (past_k, past_v) = (ctx.input(3)?, ctx.input(4)?);
         let seqlens = ctx.required_input(5)?;
         let total = ctx.required_input(6)?;
-        let (batch, seq, d) = bsd(&q, "query")?;
-        let packed = key.is_none();
-        let per = if packed { nh + 2 * nkv } else { nh };
-        if d % per != 0 || d / per == 0 || (d / per) % 8 != 0 {
-            return Err(bad(format!(
-                "query hidden size {d} over {per} heads is not a head size that is a multiple of 8"
-            )));
-        }
-        let head = d / per;
-        match (&key, &value) {
-            (Some(k), Some(v)) => {
-                for (t, what) in [(k, "key"), (v, "value")] {
-                    if bsd(t, what)? != (batch, seq, nkv * head) {
-                        return Err(bad(format!(
-                            "{what} has shape {:?}, expected [{batch}, {seq}, {}]",
-                            t.shape(),
-                            nkv * head
-                        )));
-                    }
-                }
-            }
-            (None, None) => {}
-            _ => return Err(bad("key and value must be both present or both absent")),
-        }
-        let past_len = match (&past_k, &past_v) {
-            (Some(pk), Some(pv)) => {
-                let p = pk.shape().get(2).copied().unwrap_or(0);
-                for (t, what) in [(pk, "past_key"), (pv, "past_value")] {
-                    if t.shape() != [batch, nkv, p, head] {
-                        return Err(bad(format!(
-                            "{what} has shape {:?}, expected [{batch}, {nkv}, {p}, {head}]",
-                            t.shape()
-                        )));
-                    }
-                }
-                p
-            }
-            (None, None) => 0,
-            _ => {
-                return Err(bad(
-                    "past_key and past_value must be both present or both absent",
-                ))
-            }
-        };
-        let total_len = match total.data::<i32>()? {
-            [t] if *t >= 0 => *t as usize,
-            t => {
-                return Err(bad(format!(
-                    "total_sequence_length must be one non-negative element, got {t:?}"
-                )))
-            }
-        };
-        if seq > 1 && seq != total_len && batch != 1 {
-            return Err(bad(
-                "batch size must be 1 when sequence_length > 1 and a past context is given",
-            ));
-        }
-        let first_prompt = seq == total_len;
-        let present_len = total_len.max(past_len);
-        let rotary = match self.rotary {
+        let caches = match self.rotary {
+            Some(_) => Some((ctx.required_input(7)?, ctx.required_input(8)?)),
             None => None,
-            Some(interleaved) => {
-                let (cos, sin) = (ctx.required_input(7)?, ctx.required_input(8)?);
-                let cd = cos.shape().to_vec();
-                if cd.len() != 2
-                    || sin.shape() != cd.as_slice()
-                    || head % 16 != 0
-                    || cd[1] == 0
-                    || cd[1] % 8 != 0
-                    || cd[1] > head / 2
-                    || cd[0] < total_len
-                {
-                    return Err(bad(format!(
-                        "cos_cache {cd:?} / sin_cache {:?} do not fit head size {head} (multiple of 16) and total length {total_len}",
-                        sin.shape()
-                    )));
+        };
+        let dims = GqaDims {
+            query: q.shape(),
+            kv: match (&key, &value) {
+                (Some(k), Some(v)) => Some((k.shape(), v.shape())),
+                (None, None) => None,
+                _ => return Err(bad("key and value must be both present or both absent")),
+            },
+            past: match (&past_k, &past_v) {
+                (Some(k), Some(v)) => Some((k.shape(), v.shape())),
+                (None, None) => None,
+                _ => {
+                    return Err(bad(
+                        "past_key and past_value must be both present or both absent",
+                    ))
                 }
-                Some(GqaRotary {
-                    cos: cos.data()?,
-                    sin: sin.data()?,
-                    rot: 2 * cd[1],
-                    interleaved,
-                })
-            }
+            },
+            total: total.data::<i32>()?,
+            rotary: caches.as_ref().map(|(c, s)| (c.shape(), s.shape())),
+        };
+        let pl = plan(nh, nkv, &dims).map_err(bad)?;
+        let (batch, seq, head, past_len, present_len) =
+            (pl.batch, pl.seq, pl.head, pl.past_len, pl.present_len);
+        let first_prompt = pl.first_prompt;
+        let rotary = match (self.rotary, &caches, pl.rot) {
+            (Some(interleaved), Some((cos, sin)), Some(rot)) => Some(GqaRotary {
+                cos: cos.data()?,
+                sin: sin.data()?,
+                rot,
+                interleaved,
+            }),
+            _ => None,
         };
         let out = ctx
             .output(0, &[batch, seq, nh * head])?

@@ -13,9 +13,8 @@ use crate::kernels::op::{types, Decline, KernelEnv, OpDef, OpKernel};
 use crate::telemetry::ledger;
 
 use super::claim::{input_type, only_attrs, require_elem, require_output_elem, F32};
-use super::glue_common::{
-    known_count, known_rank_dims, norm_axis, optional_output, stash_type_f32,
-};
+use super::glue_common::{known_rank_dims, norm_axis, optional_output, stash_type_f32};
+use super::norm_broadcast;
 
 const ATTRS: [&str; 3] = ["axis", "epsilon", "stash_type"];
 const DEFAULT_EPSILON: f32 = 1e-5;
@@ -51,6 +50,23 @@ impl OpKernel for LayerNorm {
                 optional_output(ctx, 2, &stat_shape)?,
             )
         };
+        let xd = x.shape();
+        // Checked before anything else, empty X included (ORT refuses those too).
+        let bd = bias.as_ref().map(|b| b.shape());
+        let bcast = |d: &[usize]| {
+            norm_broadcast::strides(xd, d).ok_or_else(|| {
+                Error::invalid_argument(format!(
+                    "scale {:?} and bias {bd:?} must match X.shape[axis:] or be NumPy-broadcastable \
+                     to X {xd:?} (axis {axis})",
+                    scale.shape()
+                ))
+            })
+        };
+        let s_st = bcast(scale.shape())?;
+        let b_st = match bd {
+            Some(d) => Some(bcast(d)?),
+            None => None,
+        };
         let xs = x.data::<f32>()?;
         if xs.is_empty() {
             // Rows of zero elements: ORT's statistics are 0/0 (NaN); no rows: nothing to write.
@@ -60,32 +76,73 @@ impl OpKernel for LayerNorm {
             ledger::record(self.op, "empty", self.env.par.lanes());
             return Ok(());
         }
-        let beta = match &bias {
+        let params = NormParams {
+            simplified: self.simplified,
+            epsilon: self.epsilon,
+        };
+        let sdata = scale.data::<f32>()?;
+        let bdata = match &bias {
             Some(b) => Some(b.data::<f32>()?),
             None => None,
         };
-        let variant = norm_f32(
-            NormParams {
-                simplified: self.simplified,
-                epsilon: self.epsilon,
-            },
-            n,
-            NormInputs {
+        // The common case: parameters that are exactly the normalised elements, for every row.
+        let direct = |st: &[usize], len: usize| len == n && st[..axis].iter().all(|&s| s == 0);
+        if direct(&s_st, sdata.len())
+            && b_st
+                .as_ref()
+                .zip(bdata)
+                .is_none_or(|(st, d)| direct(st, d.len()))
+        {
+            let inputs = NormInputs {
                 x: xs,
                 skip: None,
                 bias: None,
-                scale: scale.data::<f32>()?,
-                beta,
-            },
-            NormOutputs {
+                scale: sdata,
+                beta: bdata,
+            };
+            let outs = NormOutputs {
                 y,
                 mean,
                 inv_std,
                 sum: None,
-            },
-            &*self.env.par,
-        )
-        .map_err(Error::invalid_argument)?;
+            };
+            let variant = norm_f32(params, n, inputs, outs, &*self.env.par)
+                .map_err(Error::invalid_argument)?;
+            ledger::record(self.op, variant, self.env.par.lanes());
+            return Ok(());
+        }
+        let mut st: Vec<&[usize]> = vec![&s_st];
+        if let Some(b) = &b_st {
+            st.push(b);
+        }
+        let runs = norm_broadcast::runs(xd, axis, &st).map_err(Error::invalid_argument)?;
+        let (mut sv, mut bv) = (Vec::new(), Vec::new());
+        let (y, mut mean, mut inv_std) = (y, mean, inv_std);
+        let mut variant = "";
+        for run in &runs {
+            norm_broadcast::gather(sdata, run.offs[0], xd, axis, &s_st, &mut sv)
+                .map_err(Error::invalid_argument)?;
+            if let (Some(d), Some(bst)) = (bdata, &b_st) {
+                norm_broadcast::gather(d, run.offs[1], xd, axis, bst, &mut bv)
+                    .map_err(Error::invalid_argument)?;
+            }
+            let rows = run.start..run.start + run.count;
+            let inputs = NormInputs {
+                x: &xs[rows.start * n..rows.end * n],
+                skip: None,
+                bias: None,
+                scale: &sv,
+                beta: bdata.map(|_| bv.as_slice()),
+            };
+            let outs = NormOutputs {
+                y: &mut y[rows.start * n..rows.end * n],
+                mean: mean.as_deref_mut().map(|o| &mut o[rows.clone()]),
+                inv_std: inv_std.as_deref_mut().map(|o| &mut o[rows.clone()]),
+                sum: None,
+            };
+            variant = norm_f32(params, n, inputs, outs, &*self.env.par)
+                .map_err(Error::invalid_argument)?;
+        }
         ledger::record(self.op, variant, self.env.par.lanes());
         Ok(())
     }
@@ -109,20 +166,19 @@ fn claim_common(node: &Node<'_>, simplified: bool) -> std::result::Result<(), De
             Err(format!("axis={axis} with an input of unknown rank"))
         };
     };
-    let a = norm_axis(axis, xd.len())?;
-    // Scale (and B) must hold exactly the normalised elements (no broadcasting implemented).
-    if let Some(norm) = known_count(&xd[a..]) {
-        let params: &[usize] = if simplified { &[1] } else { &[1, 2] };
-        for &i in params {
-            if let Some(t) = input_type(node, i)? {
-                if let Some(c) = t.static_dims().map(|d| d.iter().product::<usize>()) {
-                    if c != norm {
-                        return Err(format!(
-                            "input {i} has {c} elements, the normalised shape {norm} \
-                             (broadcasting is not implemented)"
-                        ));
-                    }
-                }
+    norm_axis(axis, xd.len())?;
+    // Scale (and B) broadcast to X as NumPy does (checked again at run time with real shapes).
+    let params: &[usize] = if simplified { &[1] } else { &[1, 2] };
+    for &i in params {
+        if let Some(d) = input_type(node, i)?.and_then(|t| t.static_dims()) {
+            // Only dims X fixes can refute a broadcast; unknown X dims (-1) accept any.
+            let fits = d.len() <= xd.len()
+                && d.iter()
+                    .rev()
+                    .zip(xd.iter().rev())
+                    .all(|(&p, &x)| p == 1 || x < 0 || p as i64 == x);
+            if !fits {
+                return Err(format!("input {i} {d:?} does not broadcast to X {xd:?}"));
             }
         }
     }

@@ -14,6 +14,7 @@ pub mod group_query_attention;
 pub mod layer_norm;
 pub mod matmul;
 pub mod matmul_nbits;
+pub mod norm_broadcast;
 pub mod qlinear_matmul;
 pub mod rotary_embedding;
 pub mod skip_layer_norm;

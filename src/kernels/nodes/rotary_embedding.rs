@@ -25,28 +25,45 @@ const I64: crate::abi::tensor::ElemType =
     crate::abi::tensor::ElemType::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64;
 
 struct Rotary {
-    interleaved: bool,
-    num_heads: usize,
-    rot: usize,
+    attrs: RotaryAttrs,
     env: Arc<KernelEnv>,
 }
 
+/// Attributes of a RotaryEmbedding node that shape a call.
+#[derive(Clone, Copy, Debug)]
+pub struct RotaryAttrs {
+    pub interleaved: bool,
+    /// `num_heads` (0: absent).
+    pub num_heads: usize,
+    /// `rotary_embedding_dim` (0: the whole head).
+    pub rot: usize,
+}
+
 /// Shape of one call from the input and cache dims (ORT's rules, stricter where ORT would read
-/// out of bounds).
-fn shape_of(k: &Rotary, x: &[usize], cos: &[usize]) -> std::result::Result<RotaryShape, String> {
+/// out of bounds); pure, so the fuzz smoke test reaches it.
+pub fn shape_of(
+    k: &RotaryAttrs,
+    x: &[usize],
+    cos: &[usize],
+) -> std::result::Result<RotaryShape, String> {
     if cos.len() != 2 {
         return Err(format!("cos_cache has rank {}, expected 2", cos.len()));
     }
     let (batch, seq, hidden, heads_4d) = match *x {
         [b, s, h] => (b, s, h, None),
-        [b, n, s, h] => (b, s, n * h, Some((n, h))),
+        [b, n, s, h] => (
+            b,
+            s,
+            n.checked_mul(h).ok_or("input hidden size overflows")?,
+            Some((n, h)),
+        ),
         _ => return Err(format!("input has rank {}, expected 3 or 4", x.len())),
     };
     let head = match (k.rot, heads_4d) {
         (0, Some((_, h))) => h,
-        (0, None) => 2 * cos[1],
+        (0, None) => cos[1].checked_mul(2).ok_or("cos_cache dims overflow")?,
         (_, Some((_, h))) => h,
-        (_, None) if hidden % k.num_heads == 0 => hidden / k.num_heads,
+        (_, None) if k.num_heads != 0 && hidden % k.num_heads == 0 => hidden / k.num_heads,
         _ => {
             return Err(format!(
                 "hidden size {hidden} is not a multiple of num_heads {}",
@@ -67,7 +84,7 @@ fn shape_of(k: &Rotary, x: &[usize], cos: &[usize]) -> std::result::Result<Rotar
             k.num_heads
         ));
     }
-    if rot > head || rot % 2 != 0 || cos[1] * 2 != rot {
+    if rot > head || rot % 2 != 0 || cos[1].checked_mul(2) != Some(rot) {
         return Err(format!(
             "cos_cache {cos:?} does not fit rotary dimension {rot} (head size {head})"
         ));
@@ -96,7 +113,7 @@ impl OpKernel for Rotary {
                 sin.shape()
             )));
         }
-        let sh = shape_of(self, x.shape(), cos.shape()).map_err(Error::invalid_argument)?;
+        let sh = shape_of(&self.attrs, x.shape(), cos.shape()).map_err(Error::invalid_argument)?;
         let ids = pos.data::<i64>()?;
         let positions = if ids.len() == 1 && pos.shape().len() <= 1 {
             Positions::Offset(ids[0])
@@ -167,9 +184,11 @@ fn claim(node: &Node<'_>) -> std::result::Result<(), Decline> {
 fn create(info: &KernelInfo<'_>, env: &Arc<KernelEnv>) -> Result<Box<dyn OpKernel>> {
     let get = |n: &str| usize::try_from(info.attr_i64(n).unwrap_or(0)).unwrap_or(0);
     Ok(Box::new(Rotary {
-        interleaved: info.attr_i64("interleaved").unwrap_or(0) == 1,
-        num_heads: get("num_heads"),
-        rot: get("rotary_embedding_dim"),
+        attrs: RotaryAttrs {
+            interleaved: info.attr_i64("interleaved").unwrap_or(0) == 1,
+            num_heads: get("num_heads"),
+            rot: get("rotary_embedding_dim"),
+        },
         env: env.clone(),
     }))
 }

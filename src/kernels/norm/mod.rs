@@ -1,8 +1,9 @@
 //! f32 normalisations over the last `n` elements of each row: LayerNormalization, RMSNorm
 //! (SimplifiedLayerNormalization) and their Skip forms (residual add fused in front).
 //!
-//! Per row, as ORT's CPU EP does it: `v = x (+ skip) (+ bias)`; `mean = sum(v) / n`;
-//! `d = sqrt(sum(v^2) / n + eps)` (simplified) or `sqrt(sum(v^2) / n - mean^2 + eps)`; then
+//! Per row, as ORT's CPU EP does it: `v = x (+ skip) (+ bias)`; `mean = sum(v) / n` (summed in
+//! f64, rounded once); `d = sqrt(sum(v^2) / n + eps)` (simplified) or
+//! `sqrt(sum((v - mean)^2) / n + eps)` (a second pass: no `inf - inf` for large rows); then
 //! `y = v / d * scale` (simplified) or `y = (v - mean) / d * scale (+ beta)`, accumulated in f32
 //! (ORT sums serially; rcpu sums in SIMD lanes, which is at least as accurate). The SIMD variants
 //! multiply by `1 / d` instead of dividing each element (within an ulp of ORT, much cheaper). Optional outputs:
@@ -59,6 +60,22 @@ pub(crate) struct Row<'a> {
     pub bias: Option<&'a [f32]>,
     pub scale: &'a [f32],
     pub beta: Option<&'a [f32]>,
+}
+
+/// The mean of a row as ORT takes it: the sum in f64 (exact for the row lengths of models, no
+/// overflow for values near f32::MAX), rounded to f32 once.
+pub(crate) fn row_mean(vals: &[f32]) -> f32 {
+    // Eight independent partial sums: vectorisable, and still f64 throughout.
+    let mut acc = [0.0f64; 8];
+    let mut chunks = vals.chunks_exact(8);
+    for c in &mut chunks {
+        for (a, &v) in acc.iter_mut().zip(c) {
+            *a += f64::from(v);
+        }
+    }
+    let tail: f64 = chunks.remainder().iter().map(|&v| f64::from(v)).sum();
+    let wide = acc.iter().sum::<f64>() + tail;
+    (wide / vals.len().max(1) as f64) as f32
 }
 
 /// Normalises one row into `y` (and `sum`); returns `(mean, inv_std)`.

@@ -1,4 +1,4 @@
-//! Scalar reference row normalisation (serial f32 sums, as ORT's CPU EP).
+//! Scalar reference row normalisation (serial f32 sums, mean then variance, as ORT's CPU EP).
 
 use super::{NormParams, Row};
 
@@ -9,7 +9,7 @@ pub(super) fn row(
     mut sum_out: Option<&mut [f32]>,
 ) -> (f32, f32) {
     let n = r.x.len();
-    let (mut s, mut q) = (0.0f32, 0.0f32);
+    let mut s = 0.0f32;
     for i in 0..n {
         let mut v = r.x[i];
         if let Some(k) = r.skip {
@@ -23,14 +23,16 @@ pub(super) fn row(
         }
         y[i] = v;
         s += v;
-        q += v * v;
     }
-    let mean = s / n as f32;
-    let d = if p.simplified {
-        (q / n as f32 + p.epsilon).sqrt()
+    let mean = if p.simplified {
+        s / n as f32
     } else {
-        (q / n as f32 - mean * mean + p.epsilon).sqrt()
+        super::row_mean(y)
     };
+    // RMSNorm: the plain sum of squares; LayerNorm: mean first, then the variance around it.
+    let c = if p.simplified { 0.0 } else { mean };
+    let q: f32 = y.iter().map(|&v| (v - c) * (v - c)).sum();
+    let d = (q / n as f32 + p.epsilon).sqrt();
     for i in 0..n {
         y[i] = if p.simplified {
             y[i] / d * r.scale[i]

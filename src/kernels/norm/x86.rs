@@ -52,27 +52,47 @@ fn row_generic<S: Simd>(
         let len = w.min(n - i);
         let v = value(s, &r, i, len);
         if fused {
-            // Keep the sum in y for the second pass.
+            // Keep the sum in y for the later passes.
             put(s, y, i, len, v);
         }
         if let Some(o) = sum_out.as_deref_mut() {
             put(s, o, i, len, v);
         }
         acc_s = s.add(acc_s, v);
-        acc_q = s.fma(v, v, acc_q);
+        if p.simplified {
+            acc_q = s.fma(v, v, acc_q);
+        }
         i += w;
     }
     let nf = n as f32;
-    let mean = s.reduce_add(acc_s) / nf;
-    let q = s.reduce_add(acc_q) / nf;
-    let d = if p.simplified {
-        (q + p.epsilon).sqrt()
+    let vals: &[f32] = if fused { y } else { r.x };
+    // RMSNorm reports no mean: the lanes' f32 sum is enough there.
+    let mean = if p.simplified {
+        s.reduce_add(acc_s) / nf
     } else {
-        (q - mean * mean + p.epsilon).sqrt()
+        super::row_mean(vals)
     };
+    if !p.simplified {
+        // Second pass: the variance around the mean (ORT: mean first, then variance; a sum of
+        // squares minus the squared mean overflows to inf - inf for rows of large values).
+        let vmean = s.splat(mean);
+        let mut i = 0;
+        while i < n {
+            let len = w.min(n - i);
+            let v = if len == w {
+                s.load(vals, i)
+            } else {
+                s.load_part(vals, i, len, mean)
+            };
+            let c = s.sub(v, vmean);
+            acc_q = s.fma(c, c, acc_q);
+            i += w;
+        }
+    }
+    let d = (s.reduce_add(acc_q) / nf + p.epsilon).sqrt();
     // Multiply by 1/d (one division per row; ORT divides per element: within 1 ulp of it).
     let (vinv, vmean) = (s.splat(1.0 / d), s.splat(mean));
-    // Second pass: reads the kept sum from `y` (fused) or `x`, writes `y` block by block.
+    // Last pass: reads the kept sum from `y` (fused) or `x`, writes `y` block by block.
     let mut i = 0;
     while i < n {
         let len = w.min(n - i);

@@ -1,0 +1,129 @@
+//! Rows of A holding NaN or an infinity, answered as ORT's CPU EP answers them (probed on
+//! ORT 1.31.1), after the fast path has run over every row:
+//!
+//! * fp32 path (accuracy levels other than 4): ORT dequantises and sums `a[k] * w[k][n]` in
+//!   IEEE arithmetic. A NaN anywhere makes the whole row NaN; an infinity `a[k]` contributes
+//!   `a[k] * w[k][n]`: `+-inf` by the sign of the weight, NaN where the weight is 0 (and NaN
+//!   where opposite infinities meet). The fast path's zero-point term (`-zp * sum(a)`) would
+//!   turn every such row into NaN, so those rows are recomputed: the finite part through the
+//!   fast path (infinities replaced by 0), plus `a[k] * w[k][.]` for each infinite `a[k]`, the
+//!   weight row `w[k][.]` read through the same kernels as the product with a one-hot row.
+//! * int8 path (accuracy level 4): ORT quantises A per block; an infinite block maximum, or a
+//!   block of NaN only, makes its scale non-finite and every output of the row NaN. An isolated
+//!   NaN among finite values is coded 0 there, as the fast path does already.
+//!
+//! The scan is `M * K` comparisons, negligible next to the weights; ordinary rows never leave
+//! the fast path.
+
+use super::params::NBitsParams;
+
+/// The fast path on finite rows: `(rows, m, with_bias, out)`.
+pub(crate) type FastGemm<'a> = dyn Fn(&[f32], usize, bool, &mut [f32]) + 'a;
+
+/// One-hot rows per weight-row product.
+const ONEHOT_BATCH: usize = 16;
+
+/// What a row of A needs.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum RowFix {
+    /// Every output NaN.
+    AllNan,
+    /// fp32 path with infinities (and no NaN): recompute.
+    Infinities,
+}
+
+/// Rows of `a` (`m` rows of `p.k`) whose answers differ from the fast path's, with their fix.
+pub(crate) fn scan(a: &[f32], m: usize, p: &NBitsParams) -> Result<Vec<(usize, RowFix)>, String> {
+    let mut out = Vec::new();
+    for r in 0..m {
+        let row = &a[r * p.k..(r + 1) * p.k];
+        if all_finite(row) {
+            continue;
+        }
+        let fix = if p.int8_compute() {
+            let bad_block = row
+                .chunks(p.block_size.max(1))
+                .any(|blk| blk.iter().any(|x| x.is_infinite()) || blk.iter().all(|x| x.is_nan()));
+            if !bad_block {
+                continue;
+            }
+            RowFix::AllNan
+        } else if row.iter().any(|x| x.is_nan()) {
+            RowFix::AllNan
+        } else {
+            RowFix::Infinities
+        };
+        out.try_reserve(1)
+            .map_err(|_| "cannot allocate the non-finite row list".to_string())?;
+        out.push((r, fix));
+    }
+    Ok(out)
+}
+
+/// Whether every value is finite: integer tests on the exponent bits, OR-reduced over chunks
+/// (vectorised; no early exit inside a chunk), so the scan stays far below the weight stream.
+fn all_finite(row: &[f32]) -> bool {
+    const EXP: u32 = 0x7f80_0000;
+    row.chunks(256).all(|c| {
+        c.iter()
+            .fold(0u32, |bad, x| bad | u32::from(x.to_bits() & EXP == EXP))
+            == 0
+    })
+}
+
+/// Recomputes one fp32-path row holding infinities (no NaN) into `y` (`p.n`), given `gemm`:
+/// `gemm(a_rows, m, out)` runs the fast path on `m` finite rows (bias included when `bias`).
+pub(crate) fn infinite_row(
+    row: &[f32],
+    p: &NBitsParams,
+    y: &mut [f32],
+    gemm: &FastGemm<'_>,
+) -> Result<(), String> {
+    let oom = |what: &str| format!("cannot allocate {what} for a non-finite row of A");
+    let inf_at: Vec<usize> = {
+        let mut v = Vec::new();
+        for (k, x) in row.iter().enumerate() {
+            if x.is_infinite() {
+                v.try_reserve(1).map_err(|_| oom("positions"))?;
+                v.push(k);
+            }
+        }
+        v
+    };
+    // Finite part, with the bias.
+    let mut finite = Vec::new();
+    finite
+        .try_reserve_exact(row.len())
+        .map_err(|_| oom("a row"))?;
+    finite.extend(row.iter().map(|&x| if x.is_finite() { x } else { 0.0 }));
+    gemm(&finite, 1, true, y);
+    // Weight rows of the infinite positions: one-hot rows through the same kernels, a few
+    // at a time (bounded scratch: ONEHOT_BATCH rows of K and of N).
+    let (k, n) = (p.k, p.n);
+    let batch = ONEHOT_BATCH.min(inf_at.len());
+    let cells = |a: usize, b: usize| a.checked_mul(b).ok_or_else(|| oom("weight rows"));
+    let mut onehot = Vec::new();
+    onehot
+        .try_reserve_exact(cells(batch, k)?)
+        .map_err(|_| oom("one-hot rows"))?;
+    let mut w = Vec::new();
+    w.try_reserve_exact(cells(batch, n)?)
+        .map_err(|_| oom("weight rows"))?;
+    for part in inf_at.chunks(ONEHOT_BATCH) {
+        let s = part.len();
+        onehot.clear();
+        onehot.resize(s * k, 0.0);
+        for (i, &kk) in part.iter().enumerate() {
+            onehot[i * k + kk] = 1.0;
+        }
+        w.clear();
+        w.resize(s * n, 0.0);
+        gemm(&onehot, s, false, &mut w);
+        for (i, &kk) in part.iter().enumerate() {
+            for (yv, &wv) in y.iter_mut().zip(&w[i * n..(i + 1) * n]) {
+                *yv += row[kk] * wv;
+            }
+        }
+    }
+    Ok(())
+}
