@@ -241,3 +241,60 @@ fn bench_binary_compares_a_qlinear_model_exactly() {
     );
     assert!(text.contains("QLinearMatMul: variant="), "{text}");
 }
+
+/// A tiny genai-shaped LLM (Qwen2-0.5B layer shapes, 2 layers, vocab 1000, acc 0): ORT runs it,
+/// rcpu's logits match ORT's (prefill, then a decode step fed the prefill's presents), and every
+/// MatMulNBits, GroupQueryAttention and norm node ran on rcpu (the ledger counts each call).
+#[test]
+fn generated_llm_matches_ort_and_runs_its_heavy_nodes_on_rcpu() {
+    use rcpu_e2e::bench::gen::Kind;
+    use rcpu_e2e::bench::llm_model::step_feeds;
+    let s = Spec::parse("llm:preset=qwen2-0.5b,layers=2,vocab=1000,acc=0,ctx=64").unwrap();
+    let Kind::Llm(l) = &s.kind else {
+        panic!("not an llm spec")
+    };
+    let dir = std::env::temp_dir().join(format!("rcpu-llm-test-{}", std::process::id()));
+    let m = rcpu_e2e::bench::llm_model::write(l, &dir, "model.onnx").unwrap();
+    let bytes = std::fs::read(&m.path).unwrap();
+    let cfg: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("genai_config.json")).unwrap()).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(cfg["model"]["decoder"]["num_hidden_layers"], 2);
+    assert_eq!(cfg["model"]["vocab_size"], 1000);
+    let info = ModelInfo::parse(&bytes).unwrap();
+    let ort = rcpu_e2e::ort_with_rcpu();
+    let theirs = ort.session(&bytes, &SessionSpec::ort(Some(1))).unwrap();
+    let ours = ort
+        .session(&bytes, &SessionSpec::rcpu(&[("threads", "2")]))
+        .unwrap();
+    let stats = rcpu_e2e::stats::PluginStats::open().unwrap();
+    let ops = [
+        "MatMulNBits",
+        "GroupQueryAttention",
+        "SimplifiedLayerNormalization",
+        "SkipSimplifiedLayerNormalization",
+    ];
+    let before: Vec<u64> = ops.iter().map(|op| stats.calls(op).unwrap()).collect();
+    let prefill = step_feeds(&info, 5, 0, 1000, 3).unwrap();
+    let (a, r) = (ours.run(&prefill).unwrap(), theirs.run(&prefill).unwrap());
+    assert_eq!(r[0].shape, vec![1, 5, 1000]);
+    assert_eq!(r[1].shape, vec![1, 2, 5, 64]);
+    let err = rel_l2(a[0].as_f32(), r[0].as_f32());
+    assert!(err <= 1e-4, "prefill logits: rel L2 {err}");
+    // Decode: one token after the reference presents.
+    let mut step = step_feeds(&info, 1, 5, 1000, 4).unwrap();
+    for (f, p) in step.iter_mut().skip(2).zip(r.iter().skip(1)) {
+        *f = p.clone();
+    }
+    let (a, r) = (ours.run(&step).unwrap(), theirs.run(&step).unwrap());
+    assert_eq!(r[0].shape, vec![1, 1, 1000]);
+    let err = rel_l2(a[0].as_f32(), r[0].as_f32());
+    assert!(err <= 1e-4, "decode logits: rel L2 {err}");
+    // Per run: 5 MatMulNBits per layer + lm_head, one GQA per layer, one SimplifiedLN (layer 0),
+    // a SkipSimplifiedLN after attention in each layer, before layer 1 and the final norm.
+    let want = [2 * (5 * 2 + 1), 2 * 2, 2, 2 * 4];
+    for ((op, b), w) in ops.iter().zip(before).zip(want) {
+        let ran = stats.calls(op).unwrap() - b;
+        assert_eq!(ran, w, "{op} ran {ran} times on rcpu, want {w}");
+    }
+}

@@ -14,7 +14,9 @@ pub mod counters;
 pub mod gap;
 pub mod gen;
 pub mod gen_decoder;
+pub mod gen_llm;
 pub mod gen_qlinear;
+pub mod llm_model;
 pub mod membw;
 pub mod model;
 pub mod os;
@@ -85,8 +87,27 @@ fn demo_opts(mut o: Opts, argv: &[String]) -> Opts {
 
 fn gen_file(o: &Opts) -> Result<i32, String> {
     let spec = gen::Spec::parse(o.gen.as_deref().unwrap_or(""))?;
-    let g = spec.generate();
     let out = o.out.as_deref().unwrap_or("model.onnx");
+    if let gen::Kind::Llm(l) = &spec.kind {
+        // The model and its genai_config.json, side by side in the output's directory.
+        let p = std::path::Path::new(out);
+        let dir = p.parent().filter(|d| !d.as_os_str().is_empty());
+        let dir = dir.unwrap_or(std::path::Path::new("."));
+        let file = p
+            .file_name()
+            .and_then(|f| f.to_str())
+            .unwrap_or("model.onnx");
+        let m = llm_model::write(l, dir, file)?;
+        println!(
+            "wrote {out} and {}: {} ({} bytes, {} weight bytes per token)",
+            dir.join("genai_config.json").display(),
+            m.label,
+            m.file_bytes,
+            m.weight_bytes
+        );
+        return Ok(0);
+    }
+    let g = spec.generate();
     std::fs::write(out, &g.bytes).map_err(|e| format!("{out}: {e}"))?;
     println!(
         "wrote {out}: {} ({} bytes, {} weight bytes per token)",
