@@ -1,7 +1,8 @@
 //! `rcpu-bench`: the benchmark tool (docs/BENCHMARKING.md). One file per responsibility:
 //! args (command line), gen (decode-shaped models), model (what a model holds), target (model and
 //! placement), os (the few unsafe OS calls), conditions (/proc, /sys), quant (quantiles), steady
-//! (steady-state window), verdict (null band), membw (bandwidth floor), report (the compare report and JSON), counters (ledger and pool
+//! (steady-state window), verdict (null band), membw (bandwidth floor), gen_llm / llm_model /
+//! llm (whole LLMs: generator, cache and feeds, the llm subcommand), profile (ORT's profiler), report (the compare report and JSON), counters (ledger and pool
 //! report), arm/worker (one process per arm), svg (plots), and one file per subcommand.
 
 pub mod args;
@@ -16,10 +17,12 @@ pub mod gen;
 pub mod gen_decoder;
 pub mod gen_llm;
 pub mod gen_qlinear;
+pub mod llm;
 pub mod llm_model;
 pub mod membw;
 pub mod model;
 pub mod os;
+pub mod profile;
 pub mod quant;
 pub mod report;
 pub mod steady;
@@ -42,6 +45,14 @@ pub fn main(argv: &[String]) -> i32 {
             return 2;
         }
     };
+    if let Cmd::Compare(o) | Cmd::Gap(o) | Cmd::Cold(o) | Cmd::Census(o) | Cmd::Demo(o) = &cmd {
+        if o.gen.as_deref().is_some_and(|g| g.starts_with("llm:")) {
+            eprintln!(
+                "rcpu-bench: llm: models are benchmarked with `rcpu-bench llm --gen llm:...`"
+            );
+            return 2;
+        }
+    }
     let r = match cmd {
         Cmd::Help => {
             print!("{}", args::USAGE);
@@ -55,6 +66,7 @@ pub fn main(argv: &[String]) -> i32 {
         Cmd::Cold(o) => cold::run(&o),
         Cmd::Census(o) => census::run(&o),
         Cmd::Gen(o) => gen_file(&o),
+        Cmd::Llm(o) => llm::run(&o),
     };
     r.unwrap_or_else(|e| {
         eprintln!("rcpu-bench: {e}");

@@ -1,0 +1,387 @@
+//! `rcpu-bench llm`: a whole generated LLM (gen_llm.rs), ORT vs rcpu vs a null arm, each in its
+//! own worker process, interleaved rounds (as compare). Cases:
+//!
+//! - `decode`: one token after `--past` cached positions, `--iters` runs per round;
+//! - `generate`: a greedy generation loop, a `--past`-token prompt then `--tokens` steps, each
+//!   feeding the step's presents back as past (a growing KV cache); one loop per arm per round;
+//! - `prefill`: `--prompt` tokens from an empty cache (each length a case), max(1, iters / 5) runs
+//!   per round.
+//!
+//! Per case: parity first (logits; generate: the greedy token ids), then the per-token table
+//! (p50/p90, CPU, weight bytes, GB/s and its fraction of the read bandwidth of a same-size buffer
+//! measured in this run), the headline ORT/rcpu with its null band and the steady verdict beside
+//! it, rcpu's counters per token and, in a separate untimed pass per arm, ORT's profiler's
+//! per-op-type time. Every run's time includes copying logits and presents out of ORT (both arms).
+
+use serde_json::{json, Value};
+
+use super::args::Opts;
+use super::arm::{ArmKind, Worker, WorkerCfg};
+use super::quant::{median, quantile};
+use super::steady::{steady_start, SteadyCfg};
+use super::target::{placement, progress, Target};
+use super::verdict::{verdict, NullBand};
+use super::{counters, membw, profile};
+
+/// One thing to time.
+#[derive(Debug, Clone, PartialEq)]
+enum Case {
+    /// `seq` tokens after `past` cached ones.
+    Step {
+        seq: usize,
+        past: usize,
+    },
+    Generate {
+        prompt: usize,
+        tokens: usize,
+    },
+}
+
+impl Case {
+    fn name(&self) -> String {
+        match self {
+            Case::Step { seq: 1, past } => format!("decode past={past}"),
+            Case::Step { seq, .. } => format!("prefill {seq}"),
+            Case::Generate { prompt, tokens } => {
+                format!("generate prompt={prompt} tokens={tokens} (growing KV cache)")
+            }
+        }
+    }
+    /// Tokens one timed sample covers.
+    fn tokens(&self) -> usize {
+        match self {
+            Case::Step { seq, .. } => *seq,
+            Case::Generate { .. } => 1,
+        }
+    }
+}
+
+fn cases(o: &Opts) -> Vec<Case> {
+    let mut v = vec![];
+    for m in &o.modes {
+        match m.as_str() {
+            "decode" => v.push(Case::Step {
+                seq: 1,
+                past: o.past,
+            }),
+            "generate" => v.push(Case::Generate {
+                prompt: o.past.max(1),
+                tokens: o.tokens,
+            }),
+            _ => v.extend(o.prompts.iter().map(|&p| Case::Step { seq: p, past: 0 })),
+        }
+    }
+    v
+}
+
+/// The spec with `--layers` / `--vocab` appended (later items win).
+fn spec_of(o: &Opts) -> String {
+    let mut s = o.gen.clone().unwrap_or_default();
+    for (k, v) in [("layers", o.layers), ("vocab", o.vocab)] {
+        if let Some(v) = v {
+            s.push_str(&format!(",{k}={v}"));
+        }
+    }
+    s
+}
+
+pub fn run(o: &Opts) -> Result<i32, String> {
+    let spec = spec_of(o);
+    let parsed = super::gen::Spec::parse(&spec)?;
+    let super::gen::Kind::Llm(l) = &parsed.kind else {
+        return Err("llm: --gen must be an llm: spec".into());
+    };
+    progress(&format!(
+        "model {} (cached under {})",
+        l.label(),
+        super::llm_model::models_dir().display()
+    ));
+    let t = Target::resolve(&Opts {
+        gen: Some(spec.clone()),
+        ..o.clone()
+    })?;
+    let (vocab, acc) = (l.vocab, l.layer.acc);
+    let (cpus, threads) = placement(o)?;
+    let null_kind = if o.null_arm == "ort" {
+        ArmKind::Ort
+    } else {
+        ArmKind::Rcpu
+    };
+    let cfg = WorkerCfg {
+        threads,
+        cpus: cpus.clone(),
+        model_path: t.path.clone(),
+        m: 1,
+        seed: o.seed,
+    };
+    println!(
+        "rcpu-bench llm: {} | {} | threads={threads} cpus={cpus:?} rounds={} iters={} warmup={} null={}",
+        t.label, t.path, o.rounds, o.iters, o.warmup, o.null_arm
+    );
+    println!(
+        "weight bytes per token: {} ({:.1} MB): every initializer but the embedding table and the \
+         rotary caches, plus one table row and one cos/sin row",
+        t.weight_bytes,
+        t.weight_bytes as f64 / 1e6
+    );
+    progress("starting workers (ort, rcpu, null) and creating sessions");
+    let mut arms = vec![
+        Worker::spawn("ort", ArmKind::Ort, &cfg)?,
+        Worker::spawn("rcpu", ArmKind::Rcpu, &cfg)?,
+        Worker::spawn(&format!("null({})", o.null_arm), null_kind, &cfg)?,
+    ];
+    for a in arms.iter_mut() {
+        let l = a.cmd("load")?;
+        progress(&format!(
+            "{}: session in {:.1} s",
+            a.label,
+            l["session_s"].as_f64().unwrap_or(0.0)
+        ));
+    }
+    progress(&format!(
+        "read bandwidth for a {:.1} MB buffer on {threads} threads",
+        t.weight_bytes as f64 / 1e6
+    ));
+    let bw = membw::read_gbps(t.weight_bytes as usize, threads, 5);
+    println!("read bandwidth of a same-size buffer, this run: {bw:.1} GB/s (best of 5 passes)");
+    let tol = o.tol.unwrap_or(if acc == 4 { 2e-2 } else { 1e-4 });
+    let mut results = vec![];
+    let mut code = 0;
+    for case in cases(o) {
+        let r = run_case(o, &mut arms, &case, &t, vocab, bw, tol)?;
+        if r["parity_ok"] == false {
+            code = 2;
+        }
+        results.push(r);
+    }
+    if let Some(path) = &o.json {
+        let doc = json!({"model": t.label, "path": t.path, "threads": threads, "cpus": cpus,
+            "weight_bytes_per_token": t.weight_bytes, "read_gbps": bw, "cases": results});
+        std::fs::write(
+            path,
+            serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?,
+        )
+        .map_err(|e| format!("{path}: {e}"))?;
+    }
+    Ok(code)
+}
+
+fn floats(v: &Value, key: &str) -> Vec<f64> {
+    v[key]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_f64)
+        .collect()
+}
+
+fn run_case(
+    o: &Opts,
+    arms: &mut [Worker],
+    case: &Case,
+    t: &Target,
+    vocab: usize,
+    bw: f64,
+    tol: f64,
+) -> Result<Value, String> {
+    println!("\n== {} ==", case.name());
+    let req = match case {
+        Case::Step { seq, past } => {
+            for a in arms.iter_mut() {
+                a.call(json!({"cmd": "llm_feed", "seq": seq, "past": past, "vocab": vocab}))?;
+            }
+            json!({"cmd": "time", "iters": if *seq == 1 { o.iters } else { (o.iters / 5).max(1) }})
+        }
+        Case::Generate { prompt, tokens } => {
+            json!({"cmd": "generate", "prompt": prompt, "tokens": tokens, "vocab": vocab})
+        }
+    };
+    // Parity (rule 7) before timing.
+    let parity_ok = match case {
+        Case::Step { .. } => {
+            let mut outs = vec![];
+            for a in arms.iter_mut() {
+                let v = a.call(json!({"cmd": "output", "first": true}))?;
+                outs.push(v["data"].as_array().cloned().unwrap_or_default());
+            }
+            let f = |v: &Vec<Value>| {
+                v.iter()
+                    .map(|x| x.as_f64().unwrap_or(f64::NAN) as f32)
+                    .collect::<Vec<f32>>()
+            };
+            let (ort, rc, nu) = (f(&outs[0]), f(&outs[1]), f(&outs[2]));
+            let (e1, e2) = (
+                crate::compare::rel_l2(&rc, &ort),
+                crate::compare::rel_l2(&nu, &ort),
+            );
+            let ok = e1 <= tol && e2 <= tol;
+            println!(
+                "parity: logits rel L2 rcpu vs ORT {e1:.3e}, null vs ORT {e2:.3e} (tol {tol:.0e}{}) {}",
+                if tol > 1e-4 { ", accuracy_level 4: activations quantized to int8" } else { "" },
+                if ok { "OK" } else { "MISMATCH" }
+            );
+            ok
+        }
+        Case::Generate { .. } => {
+            let mut ids = vec![];
+            for a in arms.iter_mut() {
+                ids.push(a.call(req.clone())?["ids"].clone());
+            }
+            let same = |i: usize| {
+                let (a, b) = (ids[0].as_array(), ids[i].as_array());
+                a.zip(b)
+                    .map(|(a, b)| a.iter().zip(b).take_while(|(x, y)| x == y).count())
+                    .unwrap_or(0)
+            };
+            let n = ids[0].as_array().map(|a| a.len()).unwrap_or(0);
+            println!(
+                "parity: greedy ids, rcpu agrees with ORT for the first {}/{n}, null for {}/{n} \
+                 (reported; random weights leave near-ties that int8 activations can flip)",
+                same(1),
+                same(2)
+            );
+            true
+        }
+    };
+    if !parity_ok {
+        println!("refusing to time a mismatch (rule 7)");
+        return Ok(json!({"case": case.name(), "parity_ok": false}));
+    }
+    progress(&format!("{}: warm-up", case.name()));
+    for a in arms.iter_mut() {
+        let mut w = req.clone();
+        if w["cmd"] == "time" {
+            w["iters"] = json!(o.warmup.max(1));
+        }
+        a.call(w)?;
+        a.settle(500);
+    }
+    arms[1].cmd("reset_stats")?;
+    let per_token = case.tokens() as f64;
+    let (mut p50s, mut p90s, mut cpu) = (vec![vec![]; 3], vec![vec![]; 3], [0.0f64; 3]);
+    let mut samples = [0usize; 3];
+    println!(
+        "{:>5}  {:<14} {:>10} {:>10} {:>10} {:>9} {:>13}",
+        "round", "order", "ort ms/tok", "rcpu ms/tok", "null ms/tok", "ORT/rcpu", "null_b_over_a"
+    );
+    for r in 0..o.rounds {
+        let order = if r % 2 == 0 { [0, 1, 2] } else { [2, 1, 0] };
+        for &i in &order {
+            let c0 = arms[i].cpu_s();
+            let res = arms[i].call(req.clone())?;
+            cpu[i] += arms[i].cpu_s() - c0;
+            arms[i].settle(500);
+            let ms: Vec<f64> = floats(&res, "ns")
+                .iter()
+                .map(|ns| ns / 1e6 / per_token)
+                .collect();
+            samples[i] += ms.len();
+            p50s[i].push(median(&ms));
+            p90s[i].push(quantile(&ms, 0.9));
+        }
+        let (a, b, n) = (p50s[0][r], p50s[1][r], p50s[2][r]);
+        let twin = if o.null_arm == "ort" { a } else { b };
+        println!(
+            "{:>5}  {:<14} {a:>10.3} {b:>10.3} {n:>10.3} {:>9.3} {:>13.3}",
+            r + 1,
+            if r % 2 == 0 {
+                "ort,rcpu,null"
+            } else {
+                "null,rcpu,ort"
+            },
+            a / b,
+            n / twin
+        );
+    }
+    let stats = arms[1].cmd("stats")?;
+    // Per-token summary.
+    let names = ["ort", "rcpu", "null"];
+    println!(
+        "{:<6} {:>10} {:>10} {:>12} {:>11} {:>8} {:>12}",
+        "arm", "p50 ms", "p90 ms", "cpu ms/tok", "weight MB", "GB/s", "of read bw"
+    );
+    let mut arm_json = vec![];
+    for i in 0..3 {
+        let (p50, p90) = (median(&p50s[i]), median(&p90s[i]));
+        let toks = samples[i] as f64 * per_token;
+        let cpu_ms = cpu[i] * 1e3 / toks.max(1.0);
+        // Prefill reads the weights once for all its tokens: GB/s per run, not per token.
+        let gbps = t.weight_bytes as f64 / (p50 * per_token * 1e-3) / 1e9;
+        println!(
+            "{:<6} {p50:>10.3} {p90:>10.3} {cpu_ms:>12.3} {:>11.1} {gbps:>8.1} {:>11.0}%",
+            names[i],
+            t.weight_bytes as f64 / 1e6,
+            gbps / bw * 100.0
+        );
+        arm_json.push(json!({"arm": names[i], "p50_ms_per_token": p50, "p90_ms_per_token": p90, "cpu_ms_per_token": cpu_ms, "gbps": gbps, "fraction_of_read_bw": gbps / bw}));
+    }
+    // Headline: ORT/rcpu per round, median; the null band from the A/A ratio; steady beside it.
+    let ratios: Vec<f64> = (0..o.rounds).map(|r| p50s[0][r] / p50s[1][r]).collect();
+    let twin = if o.null_arm == "ort" { 0 } else { 1 };
+    let nulls: Vec<f64> = (0..o.rounds).map(|r| p50s[2][r] / p50s[twin][r]).collect();
+    let ratio = median(&ratios);
+    let band = NullBand::from_ratios(&nulls);
+    let sc = SteadyCfg {
+        k: o.steady_k,
+        tol: o.steady_tol,
+        min_len: SteadyCfg::default().min_len.min(o.rounds),
+    };
+    let steady: Vec<Option<usize>> = (0..3).map(|a| steady_start(&p50s[a], &sc)).collect();
+    let steady_word = match steady.iter().try_fold(0usize, |m, s| s.map(|s| m.max(s))) {
+        Some(s) => format!("steady state reached from round {}", s + 1),
+        None => "steady state NOT REACHED (ratio over all rounds)".into(),
+    };
+    let (band_txt, word) = match &band {
+        Some(b) => {
+            let (lo, hi) = b.symmetric();
+            (format!("[{lo:.3}, {hi:.3}]"), verdict(ratio, b).word())
+        }
+        None => ("unavailable".into(), "no verdict"),
+    };
+    println!(
+        "HEADLINE {}: ORT/rcpu = {ratio:.3} per token (median over {} rounds; rcpu {:.3} ms vs ORT {:.3} ms), \
+         null band {band_txt} -> {word}; {steady_word}",
+        case.name(),
+        o.rounds,
+        median(&p50s[1]),
+        median(&p50s[0])
+    );
+    let tokens_timed = (samples[1] as f64 * per_token) as u64;
+    let (lines, route_json) = counters::route_report(&t.info.ops, &stats, tokens_timed);
+    println!(
+        "rcpu per token (ledger calls and pool counters over {tokens_timed} timed tokens{}):",
+        if matches!(case, Case::Generate { .. }) {
+            "; generate: each round's prompt prefill counts too"
+        } else {
+            ""
+        }
+    );
+    for l in lines {
+        println!("  {l}");
+    }
+    let mut prof = json!(null);
+    if o.profile_iters > 0 {
+        progress(&format!(
+            "{}: profiling pass (separate sessions, untimed)",
+            case.name()
+        ));
+        let mut preq = json!({"cmd": "profile", "iters": o.profile_iters});
+        if let Case::Generate { prompt, tokens } = case {
+            preq = json!({"cmd": "profile", "iters": 1, "prompt": prompt, "tokens": tokens, "vocab": vocab});
+        }
+        let mut pj = vec![];
+        for i in [0, 1] {
+            let v = arms[i].call(preq.clone())?;
+            for l in profile::lines(names[i], &v) {
+                println!("{l}");
+            }
+            pj.push(v);
+        }
+        prof = json!(pj);
+    }
+    Ok(
+        json!({"case": case.name(), "parity_ok": true, "arms": arm_json, "ort_over_rcpu": ratio,
+        "null_band": band, "verdict": word, "steady": steady_word, "rounds_p50_ms": p50s,
+        "rcpu_counters": route_json, "profile": prof}),
+    )
+}
