@@ -298,3 +298,57 @@ fn generated_llm_matches_ort_and_runs_its_heavy_nodes_on_rcpu() {
         assert_eq!(ran, w, "{op} ran {ran} times on rcpu, want {w}");
     }
 }
+
+/// `rcpu-bench llm` end to end on a one-layer model: every case gets parity, a headline with its
+/// null band, the bandwidth fraction, rcpu's counters and a profile naming rcpu's nodes; the model
+/// lands in the cache with its genai_config.json.
+#[test]
+fn bench_binary_runs_llm_decode_generate_and_prefill() {
+    let cache = std::env::temp_dir().join(format!("rcpu-llm-cache-{}", std::process::id()));
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rcpu-bench"))
+        .env("RCPU_BENCH_MODELS", &cache)
+        .args(["llm", "--gen", "llm:preset=qwen2-0.5b,acc=0,ctx=64"])
+        .args([
+            "--layers", "1", "--vocab", "500", "--past", "4", "--tokens", "3",
+        ])
+        .args([
+            "--prompt", "5", "--rounds", "2", "--iters", "2", "--warmup", "1",
+        ])
+        .args(["--profile-iters", "1", "--threads", "1"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let cfgs: Vec<bool> = std::fs::read_dir(&cache)
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.path().join("genai_config.json").exists())
+                .collect()
+        })
+        .unwrap_or_default();
+    let _ = std::fs::remove_dir_all(&cache);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        cfgs == [true],
+        "one cached model with its genai_config.json: {cfgs:?}"
+    );
+    for case in ["decode past=4", "generate prompt=4 tokens=3", "prefill 5"] {
+        assert!(text.contains(&format!("HEADLINE {case}")), "{case}: {text}");
+    }
+    assert_eq!(text.matches("parity: logits rel L2").count(), 2, "{text}");
+    assert!(text.contains("parity: greedy ids"), "{text}");
+    assert!(
+        text.contains("null band") && text.contains("of read bw"),
+        "{text}"
+    );
+    assert!(text.contains("decode_dispatches="), "{text}");
+    assert!(
+        text.lines().any(|l| l.contains("GroupQueryAttention")
+            && l.contains("Rcpu")
+            && l.contains("us/run")),
+        "profile must show rcpu's GQA: {text}"
+    );
+}

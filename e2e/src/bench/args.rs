@@ -369,6 +369,17 @@ mod tests {
             Cmd::Gen(_)
         ));
         assert!(matches!(p("demo").unwrap(), Cmd::Demo(_)));
+        let Cmd::Llm(o) =
+            p("llm --gen llm:preset=qwen2-0.5b --mode decode,prefill --prompt 8,16 --layers 2")
+                .unwrap()
+        else {
+            panic!("not llm")
+        };
+        assert_eq!(
+            (o.modes.len(), o.prompts.clone(), o.layers),
+            (2, vec![8, 16], Some(2))
+        );
+        assert_eq!((o.tokens, o.rounds, o.iters, o.past), (32, 6, 10, 64));
     }
 
     #[test]

@@ -17,11 +17,12 @@ use serde_json::{json, Value};
 
 use super::args::Opts;
 use super::arm::{ArmKind, Worker, WorkerCfg};
+use super::conditions::{cpu_ticks, foreign_share, pct, CpuTicks};
 use super::quant::{median, quantile};
 use super::steady::{steady_start, SteadyCfg};
 use super::target::{placement, progress, Target};
 use super::verdict::{verdict, NullBand};
-use super::{counters, membw, profile};
+use super::{counters, membw, os, profile};
 
 /// One thing to time.
 #[derive(Debug, Clone, PartialEq)]
@@ -148,7 +149,7 @@ pub fn run(o: &Opts) -> Result<i32, String> {
     let mut results = vec![];
     let mut code = 0;
     for case in cases(o) {
-        let r = run_case(o, &mut arms, &case, &t, vocab, bw, tol)?;
+        let r = run_case(o, &mut arms, &case, &t, vocab, bw, tol, &cpus)?;
         if r["parity_ok"] == false {
             code = 2;
         }
@@ -175,6 +176,7 @@ fn floats(v: &Value, key: &str) -> Vec<f64> {
         .collect()
 }
 
+#[allow(clippy::too_many_arguments)]
 fn run_case(
     o: &Opts,
     arms: &mut [Worker],
@@ -183,6 +185,7 @@ fn run_case(
     vocab: usize,
     bw: f64,
     tol: f64,
+    cpus: &[usize],
 ) -> Result<Value, String> {
     println!("\n== {} ==", case.name());
     let req = match case {
@@ -260,6 +263,9 @@ fn run_case(
     let per_token = case.tokens() as f64;
     let (mut p50s, mut p90s, mut cpu) = (vec![vec![]; 3], vec![vec![]; 3], [0.0f64; 3]);
     let mut samples = [0usize; 3];
+    // Foreign load over the timed calls (compare's measure: /proc/stat busy ticks of the arms'
+    // CPUs not accounted for by the bench's own processes).
+    let (mut ticks, mut ours) = (CpuTicks::default(), 0.0);
     println!(
         "{:>5}  {:<14} {:>10} {:>10} {:>10} {:>9} {:>13}",
         "round", "order", "ort ms/tok", "rcpu ms/tok", "null ms/tok", "ORT/rcpu", "null_b_over_a"
@@ -267,9 +273,15 @@ fn run_case(
     for r in 0..o.rounds {
         let order = if r % 2 == 0 { [0, 1, 2] } else { [2, 1, 0] };
         for &i in &order {
-            let c0 = arms[i].cpu_s();
+            let all0: Vec<f64> = arms.iter().map(|a| a.cpu_s()).collect();
+            let (t0, self0) = (cpu_ticks(cpus), os::usage().cpu_s());
             let res = arms[i].call(req.clone())?;
-            cpu[i] += arms[i].cpu_s() - c0;
+            let (t1, self1) = (cpu_ticks(cpus), os::usage().cpu_s());
+            let all1: Vec<f64> = arms.iter().map(|a| a.cpu_s()).collect();
+            cpu[i] += all1[i] - all0[i];
+            ticks.busy += t1.busy.saturating_sub(t0.busy);
+            ticks.total += t1.total.saturating_sub(t0.total);
+            ours += all1.iter().zip(&all0).map(|(a, b)| a - b).sum::<f64>() + self1 - self0;
             arms[i].settle(500);
             let ms: Vec<f64> = floats(&res, "ns")
                 .iter()
@@ -294,6 +306,11 @@ fn run_case(
         );
     }
     let stats = arms[1].cmd("stats")?;
+    let foreign = foreign_share(CpuTicks::default(), ticks, ours);
+    println!(
+        "foreign busy share of cpus {cpus:?} while arms were timed: {} (other processes' CPU)",
+        pct(foreign)
+    );
     // Per-token summary.
     let names = ["ort", "rcpu", "null"];
     println!(
@@ -381,7 +398,34 @@ fn run_case(
     }
     Ok(
         json!({"case": case.name(), "parity_ok": true, "arms": arm_json, "ort_over_rcpu": ratio,
-        "null_band": band, "verdict": word, "steady": steady_word, "rounds_p50_ms": p50s,
+        "null_band": band, "verdict": word, "foreign_share": foreign, "steady": steady_word, "rounds_p50_ms": p50s,
         "rcpu_counters": route_json, "profile": prof}),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cases_follow_the_modes_and_overrides_append() {
+        let o = Opts {
+            gen: Some("llm:preset=qwen2-0.5b".into()),
+            modes: vec!["prefill".into(), "decode".into()],
+            prompts: vec![8, 16],
+            past: 3,
+            layers: Some(2),
+            ..Opts::default()
+        };
+        assert_eq!(
+            cases(&o),
+            [
+                Case::Step { seq: 8, past: 0 },
+                Case::Step { seq: 16, past: 0 },
+                Case::Step { seq: 1, past: 3 }
+            ]
+        );
+        assert_eq!(cases(&o)[2].name(), "decode past=3");
+        assert_eq!(spec_of(&o), "llm:preset=qwen2-0.5b,layers=2");
+    }
 }
