@@ -45,13 +45,35 @@ pub struct Llm {
     pub seed: u64,
 }
 
-/// What a preset sets: (hidden, layers, heads, kv, head, inter, vocab, qkv_bias, tied).
-fn preset(name: &str) -> Option<(usize, usize, usize, usize, usize, usize, usize, bool, bool)> {
-    match name {
-        "qwen2-0.5b" => Some((896, 24, 14, 2, 64, 4864, 151936, true, true)),
-        "llama-3.2-1b" => Some((2048, 16, 32, 8, 64, 8192, 128256, false, true)),
-        _ => None,
-    }
+/// A preset's model: Qwen2-0.5B or Llama-3.2-1B shapes, accuracy_level 4, block 32.
+fn preset(name: &str) -> Option<Llm> {
+    // (hidden, layers, heads, kv, inter, vocab, qkv_bias); both: head 64, tied embeddings.
+    let (hidden, layers, heads, kv, inter, vocab, qkv_bias) = match name {
+        "qwen2-0.5b" => (896, 24, 14, 2, 4864, 151936, true),
+        "llama-3.2-1b" => (2048, 16, 32, 8, 8192, 128256, false),
+        _ => return None,
+    };
+    Some(Llm {
+        preset: name.into(),
+        layer: Decoder {
+            hidden,
+            heads,
+            kv,
+            head: 64,
+            inter,
+            block: 32,
+            acc: 4,
+            past: 0,
+            qkv_bias,
+            packed_qkv: true,
+        },
+        layers,
+        vocab,
+        tied: true,
+        ctx: 4096,
+        emb_f16: false,
+        seed: 1,
+    })
 }
 
 impl Llm {
@@ -72,33 +94,11 @@ impl Llm {
             .find(|(k, _)| *k == "preset")
             .map(|(_, v)| *v)
             .unwrap_or("qwen2-0.5b");
-        let (hidden, layers, heads, kv, head, inter, vocab, qkv_bias, tied) = preset(pname)
-            .ok_or_else(|| {
-                bad(format!(
-                    "unknown preset '{pname}' (qwen2-0.5b|llama-3.2-1b)"
-                ))
-            })?;
-        let mut l = Llm {
-            preset: pname.into(),
-            layer: Decoder {
-                hidden,
-                heads,
-                kv,
-                head,
-                inter,
-                block: 32,
-                acc: 4,
-                past: 0,
-                qkv_bias,
-                packed_qkv: true,
-            },
-            layers,
-            vocab,
-            tied,
-            ctx: 4096,
-            emb_f16: false,
-            seed: 1,
-        };
+        let mut l = preset(pname).ok_or_else(|| {
+            bad(format!(
+                "unknown preset '{pname}' (qwen2-0.5b|llama-3.2-1b)"
+            ))
+        })?;
         for (key, val) in items {
             if key == "preset" {
                 continue;
