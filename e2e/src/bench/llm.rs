@@ -18,11 +18,10 @@ use serde_json::{json, Value};
 use super::args::Opts;
 use super::arm::{ArmKind, Worker, WorkerCfg};
 use super::conditions::{cpu_ticks, foreign_share, pct, CpuTicks};
+use super::llm_report::{summarize, Timed};
 use super::quant::{median, quantile};
-use super::steady::{steady_start, SteadyCfg};
 use super::target::{placement, progress, Target};
-use super::verdict::{verdict, NullBand};
-use super::{counters, membw, os, profile};
+use super::{membw, os, profile};
 
 /// One thing to time.
 #[derive(Debug, Clone, PartialEq)]
@@ -278,7 +277,8 @@ fn run_case(
             let res = arms[i].call(req.clone())?;
             let (t1, self1) = (cpu_ticks(cpus), os::usage().cpu_s());
             let all1: Vec<f64> = arms.iter().map(|a| a.cpu_s()).collect();
-            cpu[i] += all1[i] - all0[i];
+            // Generate: the worker's own CPU over the steps (its prompt prefill left out).
+            cpu[i] += res["steps_cpu_s"].as_f64().unwrap_or(all1[i] - all0[i]);
             ticks.busy += t1.busy.saturating_sub(t0.busy);
             ticks.total += t1.total.saturating_sub(t0.total);
             ours += all1.iter().zip(&all0).map(|(a, b)| a - b).sum::<f64>() + self1 - self0;
@@ -311,71 +311,14 @@ fn run_case(
         "foreign busy share of cpus {cpus:?} while arms were timed: {} (other processes' CPU)",
         pct(foreign)
     );
-    // Per-token summary.
-    let names = ["ort", "rcpu", "null"];
-    println!(
-        "{:<6} {:>10} {:>10} {:>12} {:>11} {:>8} {:>12}",
-        "arm", "p50 ms", "p90 ms", "cpu ms/tok", "weight MB", "GB/s", "of read bw"
-    );
-    let mut arm_json = vec![];
-    for i in 0..3 {
-        let (p50, p90) = (median(&p50s[i]), median(&p90s[i]));
-        let toks = samples[i] as f64 * per_token;
-        let cpu_ms = cpu[i] * 1e3 / toks.max(1.0);
-        // Prefill reads the weights once for all its tokens: GB/s per run, not per token.
-        let gbps = t.weight_bytes as f64 / (p50 * per_token * 1e-3) / 1e9;
-        println!(
-            "{:<6} {p50:>10.3} {p90:>10.3} {cpu_ms:>12.3} {:>11.1} {gbps:>8.1} {:>11.0}%",
-            names[i],
-            t.weight_bytes as f64 / 1e6,
-            gbps / bw * 100.0
-        );
-        arm_json.push(json!({"arm": names[i], "p50_ms_per_token": p50, "p90_ms_per_token": p90, "cpu_ms_per_token": cpu_ms, "gbps": gbps, "fraction_of_read_bw": gbps / bw}));
-    }
-    // Headline: ORT/rcpu per round, median; the null band from the A/A ratio; steady beside it.
-    let ratios: Vec<f64> = (0..o.rounds).map(|r| p50s[0][r] / p50s[1][r]).collect();
-    let twin = if o.null_arm == "ort" { 0 } else { 1 };
-    let nulls: Vec<f64> = (0..o.rounds).map(|r| p50s[2][r] / p50s[twin][r]).collect();
-    let ratio = median(&ratios);
-    let band = NullBand::from_ratios(&nulls);
-    let sc = SteadyCfg {
-        k: o.steady_k,
-        tol: o.steady_tol,
-        min_len: SteadyCfg::default().min_len.min(o.rounds),
+    let timed = Timed {
+        p50s,
+        p90s,
+        cpu,
+        samples,
+        foreign,
     };
-    let steady: Vec<Option<usize>> = (0..3).map(|a| steady_start(&p50s[a], &sc)).collect();
-    let steady_word = match steady.iter().try_fold(0usize, |m, s| s.map(|s| m.max(s))) {
-        Some(s) => format!("steady state reached from round {}", s + 1),
-        None => "steady state NOT REACHED (ratio over all rounds)".into(),
-    };
-    let (band_txt, word) = match &band {
-        Some(b) => {
-            let (lo, hi) = b.symmetric();
-            (format!("[{lo:.3}, {hi:.3}]"), verdict(ratio, b).word())
-        }
-        None => ("unavailable".into(), "no verdict"),
-    };
-    println!(
-        "HEADLINE {}: ORT/rcpu = {ratio:.3} per token (median over {} rounds; rcpu {:.3} ms vs ORT {:.3} ms), \
-         null band {band_txt} -> {word}; {steady_word}",
-        case.name(),
-        o.rounds,
-        median(&p50s[1]),
-        median(&p50s[0])
-    );
-    let tokens_timed = (samples[1] as f64 * per_token) as u64;
-    let (lines, route_json) = counters::route_report(&t.info.ops, &stats, tokens_timed);
-    println!(
-        "rcpu per token (ledger calls and pool counters over {tokens_timed} timed tokens{}):",
-        if matches!(case, Case::Generate { .. }) {
-            "; generate: each round's prompt prefill counts too"
-        } else {
-            ""
-        }
-    );
-    for l in lines {
-        println!("  {l}");
-    }
+    let mut summary = summarize(o, &case.name(), per_token, t, bw, &timed, &stats);
     let mut prof = json!(null);
     if o.profile_iters > 0 {
         progress(&format!(
@@ -389,18 +332,15 @@ fn run_case(
         let mut pj = vec![];
         for i in [0, 1] {
             let v = arms[i].call(preq.clone())?;
-            for l in profile::lines(names[i], &v) {
+            for l in profile::lines(["ort", "rcpu"][i], &v) {
                 println!("{l}");
             }
             pj.push(v);
         }
         prof = json!(pj);
     }
-    Ok(
-        json!({"case": case.name(), "parity_ok": true, "arms": arm_json, "ort_over_rcpu": ratio,
-        "null_band": band, "verdict": word, "foreign_share": foreign, "steady": steady_word, "rounds_p50_ms": p50s,
-        "rcpu_counters": route_json, "profile": prof}),
-    )
+    summary["profile"] = prof;
+    Ok(summary)
 }
 
 #[cfg(test)]

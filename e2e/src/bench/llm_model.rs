@@ -168,6 +168,8 @@ pub fn argmax_last(logits: &Tensor, vocab: usize) -> Result<i64, String> {
 pub struct Generation {
     pub prefill_ns: f64,
     pub step_ns: Vec<f64>,
+    /// CPU seconds (all threads of the process) over the decode steps only.
+    pub steps_cpu_s: f64,
     pub ids: Vec<i64>,
 }
 
@@ -193,6 +195,7 @@ pub fn generate(
     }
     let mut ids = vec![argmax_last(&outs[0], vocab)?];
     let mut step_ns = Vec::with_capacity(tokens);
+    let cpu0 = super::os::usage().cpu_s();
     for step in 0..tokens {
         let total = prompt + step + 1;
         let mut feeds = Vec::with_capacity(outs.len() + 1);
@@ -213,6 +216,7 @@ pub fn generate(
     Ok(Generation {
         prefill_ns,
         step_ns,
+        steps_cpu_s: super::os::usage().cpu_s() - cpu0,
         ids,
     })
 }

@@ -19,6 +19,7 @@ pub mod gen_llm;
 pub mod gen_qlinear;
 pub mod llm;
 pub mod llm_model;
+pub mod llm_report;
 pub mod membw;
 pub mod model;
 pub mod os;
