@@ -351,4 +351,11 @@ fn bench_binary_runs_llm_decode_generate_and_prefill() {
             && l.contains("us/run")),
         "profile must show rcpu's GQA: {text}"
     );
+    // compare feeds ramps, not an LLM's inputs: it refuses llm specs before generating anything.
+    let bad = std::process::Command::new(env!("CARGO_BIN_EXE_rcpu-bench"))
+        .args(["compare", "--gen", "llm:preset=qwen2-0.5b"])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("rcpu-bench llm --gen"));
 }

@@ -4,8 +4,8 @@
 //! - `decode`: one token after `--past` cached positions, `--iters` runs per round;
 //! - `generate`: a greedy generation loop, a `--past`-token prompt then `--tokens` steps, each
 //!   feeding the step's presents back as past (a growing KV cache); one loop per arm per round;
-//! - `prefill`: `--prompt` tokens from an empty cache (each length a case), max(1, iters / 5) runs
-//!   per round.
+//! - `prefill`: `--prompt` tokens from an empty cache (each length a case), iters * 16 / tokens
+//!   runs per round (at least 1, at most iters).
 //!
 //! Per case: parity first (logits; generate: the greedy token ids), then the per-token table
 //! (p50/p90, CPU, weight bytes, GB/s and its fraction of the read bandwidth of a same-size buffer
@@ -175,6 +175,12 @@ fn floats(v: &Value, key: &str) -> Vec<f64> {
         .collect()
 }
 
+/// Runs per round of a step of `seq` tokens: `iters` for decode, fewer for long prefills
+/// (64 tokens: iters/4, 512: one), so a 2-core run of the full Qwen preset stays in minutes.
+fn step_iters(iters: usize, seq: usize) -> usize {
+    (iters * 16 / seq.max(1)).clamp(1, iters)
+}
+
 /// Relative L2 of the rcpu and null arms' logits (the first output, current feeds) against ORT's.
 fn logits_parity(arms: &mut [Worker], tol: f64) -> Result<bool, String> {
     let mut outs = vec![];
@@ -221,7 +227,7 @@ fn run_case(
             for a in arms.iter_mut() {
                 a.call(json!({"cmd": "llm_feed", "seq": seq, "past": past, "vocab": vocab}))?;
             }
-            json!({"cmd": "time", "iters": if *seq == 1 { o.iters } else { (o.iters / 5).max(1) }})
+            json!({"cmd": "time", "iters": step_iters(o.iters, *seq)})
         }
         Case::Generate { prompt, tokens } => {
             json!({"cmd": "generate", "prompt": prompt, "tokens": tokens, "vocab": vocab})
@@ -336,7 +342,11 @@ fn run_case(
             "{}: profiling pass (separate sessions, untimed)",
             case.name()
         ));
-        let mut preq = json!({"cmd": "profile", "iters": o.profile_iters});
+        let iters = match case {
+            Case::Step { seq, .. } => (o.profile_iters * 64 / seq).clamp(1, o.profile_iters),
+            Case::Generate { .. } => 1,
+        };
+        let mut preq = json!({"cmd": "profile", "iters": iters});
         if let Case::Generate { prompt, tokens } = case {
             preq = json!({"cmd": "profile", "iters": 1, "prompt": prompt, "tokens": tokens, "vocab": vocab});
         }
@@ -378,5 +388,6 @@ mod tests {
         );
         assert_eq!(cases(&o)[2].name(), "decode past=3");
         assert_eq!(spec_of(&o), "llm:preset=qwen2-0.5b,layers=2");
+        assert_eq!([1, 5, 64, 512].map(|s| step_iters(10, s)), [10, 10, 2, 1]);
     }
 }

@@ -55,7 +55,7 @@ pub fn summarize(
         // Prefill reads the weights once for all its tokens: GB/s per run, not per token.
         let gbps = t.weight_bytes as f64 / (p50 * per_token * 1e-3) / 1e9;
         println!(
-            "{:<6} {p50:>10.3} {p90:>10.3} {cpu_ms:>12.3} {:>11.1} {gbps:>8.1} {:>11.0}%",
+            "{:<6} {p50:>10.3} {p90:>10.3} {cpu_ms:>12.3} {:>11.1} {gbps:>8.2} {:>11.1}%",
             names[i],
             t.weight_bytes as f64 / 1e6,
             gbps / bw * 100.0
