@@ -358,4 +358,17 @@ fn bench_binary_runs_llm_decode_generate_and_prefill() {
         .unwrap();
     assert_eq!(bad.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("rcpu-bench llm --gen"));
+    // A case longer than the rotary caches is refused before any model is generated.
+    let long = std::process::Command::new(env!("CARGO_BIN_EXE_rcpu-bench"))
+        .args([
+            "llm",
+            "--gen",
+            "llm:preset=qwen2-0.5b,ctx=64",
+            "--past",
+            "100",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(long.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&long.stderr).contains("ctx=64"));
 }

@@ -91,6 +91,21 @@ pub fn run(o: &Opts) -> Result<i32, String> {
     let super::gen::Kind::Llm(l) = &parsed.kind else {
         return Err("llm: --gen must be an llm: spec".into());
     };
+    let (vocab, acc) = (l.vocab, l.layer.acc);
+    for c in cases(o) {
+        let need = match c {
+            Case::Step { seq, past } => seq.checked_add(past),
+            Case::Generate { prompt, tokens } => prompt.checked_add(tokens),
+        };
+        if need.is_none_or(|n| n > l.ctx) {
+            return Err(format!(
+                "llm: {} needs more positions than the model's rotary caches hold (ctx={}); \
+                 add ctx=N to the spec",
+                c.name(),
+                l.ctx
+            ));
+        }
+    }
     progress(&format!(
         "model {} (cached under {})",
         l.label(),
@@ -100,7 +115,6 @@ pub fn run(o: &Opts) -> Result<i32, String> {
         gen: Some(spec.clone()),
         ..o.clone()
     })?;
-    let (vocab, acc) = (l.vocab, l.layer.acc);
     let (cpus, threads) = placement(o)?;
     let null_kind = if o.null_arm == "ort" {
         ArmKind::Ort

@@ -103,6 +103,9 @@ pub fn step_feeds(
     vocab: usize,
     seed: u64,
 ) -> Result<Vec<Tensor>, String> {
+    if vocab == 0 || seq == 0 {
+        return Err("an LLM step needs a vocabulary and at least one new token".into());
+    }
     let total = past.checked_add(seq).ok_or("past + seq overflows")?;
     info.inputs
         .iter()
