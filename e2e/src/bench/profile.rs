@@ -2,7 +2,7 @@
 //! event per node execution (`cat` "Node", `name` "<node>_kernel_time", `args.op_name`,
 //! `args.provider`, `dur` in microseconds) and one `model_run` event per Run. Summed per op type
 //! and provider, divided by the runs; what Run took beyond the nodes is ORT's own path (feeds,
-//! fetches, the executor).
+//! fetches, the executor). The first run is left out when there are more (one-time costs).
 
 use serde_json::{json, Value};
 
@@ -17,7 +17,22 @@ pub fn summarize(path: &str) -> Result<Value, String> {
 pub fn summarize_events(events: &[Value]) -> Value {
     let mut by_op: Vec<(String, String, f64, u64)> = vec![];
     let (mut run_us, mut runs, mut node_us) = (0.0, 0u64, 0.0);
-    for e in events {
+    // The first run of a fresh session pays one-time costs (lazy set-up in the first node): when
+    // there are several runs, everything up to the end of the first is left out.
+    let ts = |e: &Value| e["ts"].as_f64().unwrap_or(0.0);
+    let run_ends: Vec<f64> = events
+        .iter()
+        .filter(|e| e["cat"] == "Session" && e["name"] == "model_run")
+        .map(|e| ts(e) + e["dur"].as_f64().unwrap_or(0.0))
+        .collect();
+    let skip_until = match run_ends.as_slice() {
+        [first, _, ..] => *first,
+        _ => f64::NEG_INFINITY,
+    };
+    for e in events
+        .iter()
+        .filter(|e| ts(e) + e["dur"].as_f64().unwrap_or(0.0) > skip_until)
+    {
         let dur = e["dur"].as_f64().unwrap_or(0.0);
         match e["cat"].as_str() {
             Some("Session") if e["name"] == "model_run" => {
@@ -91,17 +106,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn sums_nodes_per_op_and_provider_and_keeps_the_rest() {
+    fn sums_nodes_per_op_and_provider_after_the_first_run() {
         let ev = json!([
-            {"cat": "Session", "name": "model_run", "dur": 100},
-            {"cat": "Session", "name": "model_run", "dur": 120},
-            {"cat": "Node", "name": "a_kernel_time", "dur": 60,
+            {"cat": "Session", "name": "model_run", "ts": 0, "dur": 5000},
+            {"cat": "Node", "name": "w_kernel_time", "ts": 10, "dur": 4900,
+             "args": {"op_name": "SimplifiedLayerNormalization", "provider": "RcpuExecutionProvider"}},
+            {"cat": "Session", "name": "model_run", "ts": 6000, "dur": 100},
+            {"cat": "Session", "name": "model_run", "ts": 7000, "dur": 120},
+            {"cat": "Node", "name": "a_kernel_time", "ts": 6010, "dur": 60,
              "args": {"op_name": "MatMulNBits", "provider": "RcpuExecutionProvider"}},
-            {"cat": "Node", "name": "a_kernel_time", "dur": 70,
+            {"cat": "Node", "name": "a_kernel_time", "ts": 7010, "dur": 70,
              "args": {"op_name": "MatMulNBits", "provider": "RcpuExecutionProvider"}},
-            {"cat": "Node", "name": "g_kernel_time", "dur": 20,
+            {"cat": "Node", "name": "g_kernel_time", "ts": 7090, "dur": 20,
              "args": {"op_name": "Gather", "provider": "CPUExecutionProvider"}},
-            {"cat": "Node", "name": "g_fence_before", "dur": 5,
+            {"cat": "Node", "name": "g_fence_before", "ts": 7085, "dur": 5,
              "args": {"op_name": "Gather", "provider": "CPUExecutionProvider"}}
         ]);
         let v = summarize_events(ev.as_array().unwrap());
