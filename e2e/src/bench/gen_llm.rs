@@ -555,6 +555,9 @@ mod tests {
         assert_eq!((l.layer.hidden, l.layer.heads, l.layer.kv), (2048, 32, 8));
         assert_eq!((l.layers, l.vocab, l.layer.acc, l.tied), (2, 1000, 0, true));
         assert!(!l.layer.qkv_bias && l.layer.packed_qkv);
+        // The full Llama-3.2-1B preset fits protobuf's 2 GiB with its f32 table (1.05 GB).
+        let full = Llm::parse("s", "preset=llama-3.2-1b").unwrap();
+        assert_eq!((full.layers, full.vocab, full.emb_f16), (16, 128256, false));
         let q = Llm::parse("s", "").unwrap();
         assert_eq!((q.layer.hidden, q.layers, q.vocab), (896, 24, 151936));
         assert!(q.layer.qkv_bias);
