@@ -140,6 +140,7 @@ pub mod dtype {
     pub const INT8: i32 = 3;
     pub const INT32: i32 = 6;
     pub const INT64: i32 = 7;
+    pub const FLOAT16: i32 = 10;
 }
 
 /// A dimension: fixed or symbolic.
@@ -159,7 +160,7 @@ pub enum Attr {
 }
 
 /// Builds a single-graph model.
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub struct GraphBuilder {
     g: GraphProto,
     opsets: Vec<(String, i64)>,
@@ -307,10 +308,15 @@ impl GraphBuilder {
 
     /// Serialized ModelProto (IR version 10).
     pub fn build(&self) -> Vec<u8> {
+        self.clone().into_bytes()
+    }
+
+    /// Serialized ModelProto (IR version 10), without copying the graph first (large models).
+    pub fn into_bytes(self) -> Vec<u8> {
         ModelProto {
             ir_version: 10,
             producer_name: "rcpu-e2e".into(),
-            graph: Some(self.g.clone()),
+            graph: Some(self.g),
             opset_import: self
                 .opsets
                 .iter()
@@ -319,7 +325,7 @@ impl GraphBuilder {
                     version: *v,
                 })
                 .collect(),
-            metadata_props: self.metadata.clone(),
+            metadata_props: self.metadata,
         }
         .encode_to_vec()
     }

@@ -86,6 +86,8 @@ pub struct SessionSpec {
     pub intra_op_threads: Option<usize>,
     /// Extra session config entries.
     pub config: Vec<(String, String)>,
+    /// ORT's profiler on, writing `<prefix>_<date>.json` (see `Session::end_profiling`).
+    pub profile: Option<String>,
 }
 
 impl SessionSpec {
@@ -94,6 +96,7 @@ impl SessionSpec {
             provider: Provider::OrtCpu,
             intra_op_threads: threads,
             config: vec![],
+            profile: None,
         }
     }
     pub fn rcpu(options: &[(&str, &str)]) -> Self {
@@ -106,6 +109,7 @@ impl SessionSpec {
             ),
             intra_op_threads: Some(1),
             config: vec![],
+            profile: None,
         }
     }
 }
@@ -263,6 +267,11 @@ impl Ort {
                 // SAFETY: so live.
                 check(api, unsafe { (api.SetIntraOpNumThreads)(so, t as i32) })?;
             }
+            if let Some(prefix) = &spec.profile {
+                let prefix = cstring(prefix);
+                // SAFETY: so live; the prefix is copied.
+                check(api, unsafe { (api.EnableProfiling)(so, prefix.as_ptr()) })?;
+            }
             for (k, v) in &spec.config {
                 let (k, v) = (cstring(k), cstring(v));
                 // SAFETY: so live; strings copied.
@@ -374,6 +383,27 @@ impl Session {
             inputs,
             outputs,
         })
+    }
+
+    /// Stops ORT's profiler (sessions made with `SessionSpec::profile`); returns the file it wrote.
+    pub fn end_profiling(&self) -> Res<String> {
+        let api = self.api;
+        let mut alloc = std::ptr::null_mut();
+        // SAFETY: default allocator is a static owned by ORT.
+        check(api, unsafe {
+            (api.GetAllocatorWithDefaultOptions)(&mut alloc)
+        })?;
+        let mut p: *mut c_char = std::ptr::null_mut();
+        // SAFETY: session live; the name is allocated with `alloc` and freed here.
+        unsafe {
+            check(api, (api.SessionEndProfiling)(self.raw, alloc, &mut p))?;
+            if p.is_null() {
+                return Err("SessionEndProfiling returned no file name".into());
+            }
+            let s = CStr::from_ptr(p).to_string_lossy().into_owned();
+            check(api, (api.AllocatorFree)(alloc, p as _))?;
+            Ok(s)
+        }
     }
 
     pub fn input_names(&self) -> Vec<String> {

@@ -241,3 +241,134 @@ fn bench_binary_compares_a_qlinear_model_exactly() {
     );
     assert!(text.contains("QLinearMatMul: variant="), "{text}");
 }
+
+/// A tiny genai-shaped LLM (Qwen2-0.5B layer shapes, 2 layers, vocab 1000, acc 0): ORT runs it,
+/// rcpu's logits match ORT's (prefill, then a decode step fed the prefill's presents), and every
+/// MatMulNBits, GroupQueryAttention and norm node ran on rcpu (the ledger counts each call).
+#[test]
+fn generated_llm_matches_ort_and_runs_its_heavy_nodes_on_rcpu() {
+    use rcpu_e2e::bench::gen::Kind;
+    use rcpu_e2e::bench::llm_model::step_feeds;
+    let s = Spec::parse("llm:preset=qwen2-0.5b,layers=2,vocab=1000,acc=0,ctx=64").unwrap();
+    let Kind::Llm(l) = &s.kind else {
+        panic!("not an llm spec")
+    };
+    let dir = std::env::temp_dir().join(format!("rcpu-llm-test-{}", std::process::id()));
+    let m = rcpu_e2e::bench::llm_model::write(l, &dir, "model.onnx").unwrap();
+    let bytes = std::fs::read(&m.path).unwrap();
+    let cfg: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("genai_config.json")).unwrap()).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(cfg["model"]["decoder"]["num_hidden_layers"], 2);
+    assert_eq!(cfg["model"]["vocab_size"], 1000);
+    let info = ModelInfo::parse(&bytes).unwrap();
+    let ort = rcpu_e2e::ort_with_rcpu();
+    let theirs = ort.session(&bytes, &SessionSpec::ort(Some(1))).unwrap();
+    let ours = ort
+        .session(&bytes, &SessionSpec::rcpu(&[("threads", "2")]))
+        .unwrap();
+    let stats = rcpu_e2e::stats::PluginStats::open().unwrap();
+    let ops = [
+        "MatMulNBits",
+        "GroupQueryAttention",
+        "SimplifiedLayerNormalization",
+        "SkipSimplifiedLayerNormalization",
+    ];
+    let before: Vec<u64> = ops.iter().map(|op| stats.calls(op).unwrap()).collect();
+    let prefill = step_feeds(&info, 5, 0, 1000, 3).unwrap();
+    let (a, r) = (ours.run(&prefill).unwrap(), theirs.run(&prefill).unwrap());
+    assert_eq!(r[0].shape, vec![1, 5, 1000]);
+    assert_eq!(r[1].shape, vec![1, 2, 5, 64]);
+    let err = rel_l2(a[0].as_f32(), r[0].as_f32());
+    assert!(err <= 1e-4, "prefill logits: rel L2 {err}");
+    // Decode: one token after the reference presents.
+    let mut step = step_feeds(&info, 1, 5, 1000, 4).unwrap();
+    for (f, p) in step.iter_mut().skip(2).zip(r.iter().skip(1)) {
+        *f = p.clone();
+    }
+    let (a, r) = (ours.run(&step).unwrap(), theirs.run(&step).unwrap());
+    assert_eq!(r[0].shape, vec![1, 1, 1000]);
+    let err = rel_l2(a[0].as_f32(), r[0].as_f32());
+    assert!(err <= 1e-4, "decode logits: rel L2 {err}");
+    // Per run: 5 MatMulNBits per layer + lm_head, one GQA per layer, one SimplifiedLN (layer 0),
+    // a SkipSimplifiedLN after attention in each layer, before layer 1 and the final norm.
+    let want = [2 * (5 * 2 + 1), 2 * 2, 2, 2 * 4];
+    for ((op, b), w) in ops.iter().zip(before).zip(want) {
+        let ran = stats.calls(op).unwrap() - b;
+        assert_eq!(ran, w, "{op} ran {ran} times on rcpu, want {w}");
+    }
+}
+
+/// `rcpu-bench llm` end to end on a one-layer model: every case gets parity, a headline with its
+/// null band, the bandwidth fraction, rcpu's counters and a profile naming rcpu's nodes; the model
+/// lands in the cache with its genai_config.json.
+#[test]
+fn bench_binary_runs_llm_decode_generate_and_prefill() {
+    let cache = std::env::temp_dir().join(format!("rcpu-llm-cache-{}", std::process::id()));
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rcpu-bench"))
+        .env("RCPU_BENCH_MODELS", &cache)
+        .args(["llm", "--gen", "llm:preset=qwen2-0.5b,acc=0,ctx=64"])
+        .args([
+            "--layers", "1", "--vocab", "500", "--past", "4", "--tokens", "3",
+        ])
+        .args([
+            "--prompt", "5", "--rounds", "2", "--iters", "2", "--warmup", "1",
+        ])
+        .args(["--profile-iters", "1", "--threads", "1"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let cfgs: Vec<bool> = std::fs::read_dir(&cache)
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.path().join("genai_config.json").exists())
+                .collect()
+        })
+        .unwrap_or_default();
+    let _ = std::fs::remove_dir_all(&cache);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        cfgs == [true],
+        "one cached model with its genai_config.json: {cfgs:?}"
+    );
+    for case in ["decode past=4", "generate prompt=4 tokens=3", "prefill 5"] {
+        assert!(text.contains(&format!("HEADLINE {case}")), "{case}: {text}");
+    }
+    assert_eq!(text.matches("parity: logits rel L2").count(), 3, "{text}");
+    assert!(text.contains("parity: greedy ids"), "{text}");
+    assert!(
+        text.contains("null band") && text.contains("of read bw"),
+        "{text}"
+    );
+    assert!(text.contains("decode_dispatches="), "{text}");
+    assert!(
+        text.lines().any(|l| l.contains("GroupQueryAttention")
+            && l.contains("Rcpu")
+            && l.contains("us/run")),
+        "profile must show rcpu's GQA: {text}"
+    );
+    // compare feeds ramps, not an LLM's inputs: it refuses llm specs before generating anything.
+    let bad = std::process::Command::new(env!("CARGO_BIN_EXE_rcpu-bench"))
+        .args(["compare", "--gen", "llm:preset=qwen2-0.5b"])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("rcpu-bench llm --gen"));
+    // A case longer than the rotary caches is refused before any model is generated.
+    let long = std::process::Command::new(env!("CARGO_BIN_EXE_rcpu-bench"))
+        .args([
+            "llm",
+            "--gen",
+            "llm:preset=qwen2-0.5b,ctx=64",
+            "--past",
+            "100",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(long.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&long.stderr).contains("ctx=64"));
+}

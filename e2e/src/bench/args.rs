@@ -12,12 +12,17 @@ rcpu-bench: side-by-side ORT CPU EP vs rcpu, under the rules of docs/BENCHMARKIN
                      [--threads N] [--cpus LIST] [--json FILE]
   rcpu-bench cold    MODEL|--gen SPEC [--samples S] [--threads N] [--cpus LIST] [--json FILE]
   rcpu-bench census  [MODEL|--gen SPEC] [--threads N] [--cpus LIST] [--json FILE]
-  rcpu-bench gen     SPEC --out FILE.onnx
+  rcpu-bench llm     --gen llm:preset=qwen2-0.5b|llama-3.2-1b[,...] [--mode decode,generate,prefill]
+                     [--past P] [--tokens T] [--prompt 64,512] [--layers N] [--vocab V] [--profile-iters I]
+                     [--threads N] [--cpus LIST] [--rounds R] [--iters I] [--warmup W] [--null rcpu|ort]
+                     [--tol X] [--json FILE]   (whole-model decode / generation / prefill, per token)
+  rcpu-bench gen     SPEC --out FILE.onnx   (llm specs also write genai_config.json beside FILE)
   rcpu-bench demo    [compare flags]   (compare --gen nbits:k=4096,n=4096,layers=4,block=32,acc=4,m=1 --threads 2)
 
 Exit codes: 0 ok (compare: a headline), 1 error, 2 bad arguments or parity mismatch (nothing timed),
             3 compare ran but steady state was NOT REACHED (no headline).
 SPEC: nbits:k=4096,n=4096,layers=1,block=32,acc=4,m=1[,zp=0|1][,sym]   or   matmul:k=2048,n=2048,m=1[,layers=L]
+      or llm:preset=qwen2-0.5b,layers=24,vocab=151936,tied=1,acc=4,block=32,seed=1[,ctx=4096][,emb=f32|f16]
 ";
 
 #[derive(Debug, Clone, PartialEq)]
@@ -43,6 +48,13 @@ pub struct Opts {
     pub samples: usize,
     pub out: Option<String>,
     pub seed: u64,
+    /// llm: what to run (decode, generate, prefill), past length, prefill lengths, overrides.
+    pub modes: Vec<String>,
+    pub past: usize,
+    pub prompts: Vec<usize>,
+    pub layers: Option<usize>,
+    pub vocab: Option<usize>,
+    pub profile_iters: usize,
 }
 
 impl Default for Opts {
@@ -69,6 +81,12 @@ impl Default for Opts {
             samples: 5,
             out: None,
             seed: 42,
+            modes: vec!["decode".into(), "generate".into(), "prefill".into()],
+            past: 64,
+            prompts: vec![64, 512],
+            layers: None,
+            vocab: None,
+            profile_iters: 3,
         }
     }
 }
@@ -80,6 +98,7 @@ pub enum Cmd {
     Cold(Opts),
     Census(Opts),
     Gen(Opts),
+    Llm(Opts),
     Demo(Opts),
     Worker(WorkerArgs),
     Help,
@@ -96,18 +115,33 @@ const COMPARE: &[&str] = &[
     "--steady-tol",
 ];
 const GAP: &[&str] = &["--gap-us", "--busy", "--tokens", "--sweep", "--svg"];
+const LLM: &[&str] = &[
+    "--mode",
+    "--past",
+    "--tokens",
+    "--prompt",
+    "--layers",
+    "--vocab",
+    "--profile-iters",
+];
 
 fn allowed(sub: &str) -> Vec<&'static str> {
     let mut v: Vec<&str> = COMMON.to_vec();
     match sub {
         "compare" | "demo" => v.extend(COMPARE),
         "gap" => v.extend(GAP),
+        "llm" => {
+            v.extend(COMPARE);
+            v.extend(LLM);
+        }
         "cold" => v.push("--samples"),
         "gen" => v = vec!["--out"],
         _ => {}
     }
     v
 }
+
+const LLM_MODES: [&str; 3] = ["decode", "generate", "prefill"];
 
 fn num<T: std::str::FromStr>(flag: &str, v: &str, what: &str) -> Result<T, String> {
     v.parse()
@@ -150,10 +184,10 @@ pub fn parse(argv: &[String]) -> Result<Cmd, String> {
     match sub.as_str() {
         "-h" | "--help" | "help" => return Ok(Cmd::Help),
         "__worker" => return parse_worker(rest),
-        "compare" | "gap" | "cold" | "census" | "gen" | "demo" => {}
+        "compare" | "gap" | "cold" | "census" | "gen" | "demo" | "llm" => {}
         other => {
             return Err(format!(
-                "unknown subcommand '{other}' (compare|gap|cold|census|gen|demo)\n\n{USAGE}"
+                "unknown subcommand '{other}' (compare|gap|cold|census|gen|demo|llm)\n\n{USAGE}"
             ))
         }
     }
@@ -221,6 +255,22 @@ pub fn parse(argv: &[String]) -> Result<Cmd, String> {
             "--svg" => o.svg = Some(v),
             "--samples" => o.samples = positive(&flag, &v)?,
             "--out" => o.out = Some(v),
+            "--mode" => {
+                o.modes = v.split(',').map(String::from).collect();
+                if let Some(m) = o.modes.iter().find(|m| !LLM_MODES.contains(&m.as_str())) {
+                    return Err(format!("--mode: '{m}' is not decode, generate or prefill"));
+                }
+            }
+            "--past" => o.past = num(&flag, &v, "an integer")?,
+            "--prompt" => {
+                o.prompts = v
+                    .split(',')
+                    .map(|p| positive(&flag, p))
+                    .collect::<Result<_, _>>()?
+            }
+            "--layers" => o.layers = Some(positive(&flag, &v)?),
+            "--vocab" => o.vocab = Some(positive(&flag, &v)?),
+            "--profile-iters" => o.profile_iters = num(&flag, &v, "an integer")?,
             _ => unreachable!("flag listed in allowed() but not handled: {flag}"),
         }
     }
@@ -238,6 +288,21 @@ pub fn parse(argv: &[String]) -> Result<Cmd, String> {
     let needs_model = !matches!(sub.as_str(), "census" | "demo");
     if needs_model && o.model.is_none() && o.gen.is_none() {
         return Err(format!("{sub}: needs MODEL or --gen SPEC"));
+    }
+    if sub == "llm" {
+        if !o.gen.as_deref().is_some_and(|g| g.starts_with("llm:")) {
+            return Err("llm: needs --gen llm:preset=...".into());
+        }
+        if !rest.iter().any(|a| a.starts_with("--tokens")) {
+            o.tokens = 32;
+        }
+        if !rest.iter().any(|a| a.starts_with("--rounds")) {
+            o.rounds = 6;
+        }
+        if !rest.iter().any(|a| a.starts_with("--iters")) {
+            o.iters = 10;
+        }
+        return Ok(Cmd::Llm(o));
     }
     if sub == "gap" && o.gap_us.is_none() && o.sweep.is_empty() {
         return Err("gap: needs --gap-us G or --sweep G1,G2,...".into());
@@ -304,6 +369,17 @@ mod tests {
             Cmd::Gen(_)
         ));
         assert!(matches!(p("demo").unwrap(), Cmd::Demo(_)));
+        let Cmd::Llm(o) =
+            p("llm --gen llm:preset=qwen2-0.5b --mode decode,prefill --prompt 8,16 --layers 2")
+                .unwrap()
+        else {
+            panic!("not llm")
+        };
+        assert_eq!(
+            (o.modes.len(), o.prompts.clone(), o.layers),
+            (2, vec![8, 16], Some(2))
+        );
+        assert_eq!((o.tokens, o.rounds, o.iters, o.past), (32, 6, 10, 64));
     }
 
     #[test]
@@ -324,6 +400,12 @@ mod tests {
             ("compare m.onnx --null xyz", "must be rcpu or ort"),
             ("frobnicate", "unknown subcommand 'frobnicate'"),
             ("gen nbits:k=1,n=1", "usage"),
+            ("llm --gen nbits:k=1,n=1", "needs --gen llm:"),
+            (
+                "llm --gen llm:preset=qwen2-0.5b --mode fly",
+                "is not decode",
+            ),
+            ("llm --gen llm: --prompt 64,0", "must be positive"),
         ];
         for (line, want) in cases {
             match p(line) {

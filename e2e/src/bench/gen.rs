@@ -8,6 +8,7 @@
 //! - `qlinear:k=2048,n=2048,m=1[,a=u8|i8][,b=u8|i8][,percol][,layers=1]`: a chain of ONNX
 //!   `QLinearMatMul` with a constant 8-bit B (see `gen_qlinear`); the input is 8-bit.
 //! - `decoder:hidden=896,heads=14,kv=2,inter=4864,...`: one decoder layer (gen_decoder.rs).
+//! - `llm:preset=qwen2-0.5b|llama-3.2-1b,...`: a whole genai-builder-shaped LLM (gen_llm.rs).
 //!
 //! Chaining: layer i maps K->N when i is even and N->K when i is odd, so any K, N chain (for K=N
 //! every layer is K->K). The weights streamed per token are the sum over layers either way.
@@ -17,6 +18,7 @@
 use crate::onnx::{dtype, Attr, Dim, GraphBuilder};
 
 use super::gen_decoder::Decoder;
+use super::gen_llm::Llm;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Kind {
@@ -28,6 +30,7 @@ pub enum Kind {
     MatMul,
     QLinear(super::gen_qlinear::QLinear),
     Decoder(Decoder),
+    Llm(Box<Llm>),
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -51,9 +54,20 @@ impl Spec {
     pub fn parse(s: &str) -> Result<Spec, String> {
         let (kind, rest) = s.split_once(':').ok_or_else(|| {
             format!(
-                "bad --gen spec '{s}': expected nbits:..., matmul:..., qlinear:... or decoder:..."
+                "bad --gen spec '{s}': expected nbits:..., matmul:..., qlinear:..., decoder:... or llm:..."
             )
         })?;
+        if kind == "llm" {
+            let l = Llm::parse(s, rest)?;
+            return Ok(Spec {
+                k: l.layer.hidden,
+                n: l.layer.hidden,
+                layers: l.layers,
+                m: 1,
+                seed: l.seed,
+                kind: Kind::Llm(Box::new(l)),
+            });
+        }
         if kind == "decoder" {
             let (d, m, seed) = Decoder::parse(s, rest)?;
             return Ok(Spec {
@@ -127,7 +141,7 @@ impl Spec {
             }
             _ => {
                 return Err(format!(
-                    "bad --gen spec '{s}': unknown kind '{kind}' (nbits|matmul|qlinear|decoder)"
+                    "bad --gen spec '{s}': unknown kind '{kind}' (nbits|matmul|qlinear|decoder|llm)"
                 ))
             }
         };
@@ -169,6 +183,7 @@ impl Spec {
                 self.m
             ),
             Kind::Decoder(d) => d.label(self.m),
+            Kind::Llm(l) => l.label(),
         }
     }
 
@@ -182,8 +197,10 @@ impl Spec {
     }
 
     pub fn generate(&self) -> Generated {
-        if let Kind::Decoder(d) = &self.kind {
-            return d.generate(self.m, self.seed);
+        match &self.kind {
+            Kind::Decoder(d) => return d.generate(self.m, self.seed),
+            Kind::Llm(l) => return l.generate(),
+            _ => {}
         }
         let mut g = GraphBuilder::new("rcpu_bench", 17);
         let elem = match &self.kind {
@@ -222,7 +239,7 @@ impl Spec {
                         seed,
                     );
                 }
-                Kind::Decoder(_) => unreachable!("generated above"),
+                Kind::Decoder(_) | Kind::Llm(_) => unreachable!("generated above"),
                 Kind::MatMul => {
                     let scale = (3.0 / kin as f32).sqrt();
                     let w: Vec<f32> = crate::rand_f32(kin * nout, seed)
@@ -269,6 +286,20 @@ pub(super) fn rand_bytes(n: usize, seed: u64) -> Vec<u8> {
         .collect()
 }
 
+/// The seeded packed weights and scales of an int4 [N, K] weight: B is (N, k_blocks, block/2),
+/// two 4-bit values per byte, low nibble first; one f32 scale per (row, block).
+pub(super) fn nbits_weights(k: usize, n: usize, block: usize, seed: u64) -> (Vec<u8>, Vec<f32>) {
+    let kb = k.div_ceil(block);
+    let b = rand_bytes(n * kb * block / 2, seed);
+    // (q - zp) has variance ~21 for uniform 4-bit q; keep each output near the input's magnitude.
+    let base = 1.0 / (21.0 * k as f32).sqrt();
+    let scales: Vec<f32> = crate::rand_f32(n * kb, seed ^ 0x5ca1e)
+        .iter()
+        .map(|r| base * (1.0 + 0.5 * r))
+        .collect();
+    (b, scales)
+}
+
 /// One MatMulNBits node named `name` (initializers `B{tag}`, `scales{tag}`, `zp{tag}`), with an
 /// optional bias input (an f32 initializer the caller made); returns the bytes of its initializers.
 #[allow(clippy::too_many_arguments)]
@@ -287,14 +318,7 @@ pub(super) fn nbits_layer(
     seed: u64,
 ) -> u64 {
     let kb = k.div_ceil(block);
-    // B: (N, k_blocks, block/2), two 4-bit values per byte, low nibble first.
-    let b = rand_bytes(n * kb * block / 2, seed);
-    // (q - zp) has variance ~21 for uniform 4-bit q; keep each output near the input's magnitude.
-    let base = 1.0 / (21.0 * k as f32).sqrt();
-    let scales: Vec<f32> = crate::rand_f32(n * kb, seed ^ 0x5ca1e)
-        .iter()
-        .map(|r| base * (1.0 + 0.5 * r))
-        .collect();
+    let (b, scales) = nbits_weights(k, n, block, seed);
     let (bn, sn, zn) = (
         format!("B{tag}"),
         format!("scales{tag}"),

@@ -1,8 +1,9 @@
-//! `decoder:hidden=896,heads=14,kv=2,inter=4864,block=32,acc=4,past=256,m=1[,head=64][,qkv_bias=1]`:
+//! `decoder:hidden=896,heads=14,kv=2,inter=4864,block=32,acc=4,past=256,m=1[,head=64][,qkv_bias=1][,packed=1]`:
 //! one Llama/Qwen-style decoder layer, laid out as ORT's genai model builder lays it out:
 //!
 //! ```text
-//! x -> SimplifiedLayerNormalization -> q/k/v MatMulNBits (+ bias when qkv_bias=1, Qwen)
+//! x -> SimplifiedLayerNormalization -> q/k/v MatMulNBits (+ bias when qkv_bias=1, Qwen; one
+//!      packed qkv MatMulNBits when packed=1)
 //!   -> GroupQueryAttention (com.microsoft, do_rotary=1, cos/sin cache initializers,
 //!      past_key/past_value [1, kv, past, head] -> present_key/present_value [1, kv, past+m, head])
 //!   -> o_proj MatMulNBits -> SkipSimplifiedLayerNormalization (x as the skip; output 3 = residual)
@@ -33,6 +34,8 @@ pub struct Decoder {
     pub acc: i64,
     pub past: usize,
     pub qkv_bias: bool,
+    /// Q, K, V as one MatMulNBits (`packed=1`; genai's layout) instead of three.
+    pub packed_qkv: bool,
 }
 
 impl Decoder {
@@ -48,6 +51,7 @@ impl Decoder {
             acc: 4,
             past: 0,
             qkv_bias: true,
+            packed_qkv: false,
         };
         let (mut m, mut seed) = (1usize, 1u64);
         for item in rest.split(',').map(str::trim).filter(|x| !x.is_empty()) {
@@ -67,6 +71,7 @@ impl Decoder {
                 "acc" => d.acc = v as i64,
                 "past" => d.past = v,
                 "qkv_bias" => d.qkv_bias = v != 0,
+                "packed" => d.packed_qkv = v != 0,
                 "m" => m = v,
                 "seed" => seed = v as u64,
                 _ => return Err(format!("spec '{spec}': unknown key '{key}' for decoder")),
@@ -96,7 +101,7 @@ impl Decoder {
 
     pub fn label(&self, m: usize) -> String {
         format!(
-            "decoder hidden={} heads={}/{} head={} inter={} b{} acc{} past={} m={}{}",
+            "decoder hidden={} heads={}/{} head={} inter={} b{} acc{} past={} m={}{}{}",
             self.hidden,
             self.heads,
             self.kv,
@@ -106,20 +111,20 @@ impl Decoder {
             self.acc,
             self.past,
             m,
-            if self.qkv_bias { " qkv-bias" } else { "" }
+            if self.qkv_bias { " qkv-bias" } else { "" },
+            if self.packed_qkv { " packed-qkv" } else { "" }
         )
     }
 
     pub fn generate(&self, m: usize, seed: u64) -> Generated {
-        let (h, hd) = (self.hidden as i64, self.head as i64);
-        let (q_n, kv_n) = (self.heads * self.head, self.kv * self.head);
+        let h = self.hidden as i64;
         let total = self.past + m;
         let mut g = GraphBuilder::new("rcpu_bench_decoder", 17);
         let past_dims = [
             Dim::Fixed(1),
             Dim::Fixed(self.kv as i64),
             Dim::Fixed(self.past as i64),
-            Dim::Fixed(hd),
+            Dim::Fixed(self.head as i64),
         ];
         g.input(
             "x",
@@ -135,8 +140,7 @@ impl Decoder {
                 &format!("{FEED_PREFIX}total_sequence_length"),
                 &total.to_string(),
             );
-        let mut bytes = vec_init(&mut g, "ln1.w", self.hidden, seed ^ 11, 1.0, 0.1)
-            + vec_init(&mut g, "ln2.w", self.hidden, seed ^ 12, 1.0, 0.1);
+        let mut bytes = vec_init(&mut g, "ln1.w", self.hidden, seed ^ 11, 1.0, 0.1);
         g.node(
             "SimplifiedLayerNormalization",
             "",
@@ -145,109 +149,18 @@ impl Decoder {
             &["h1"],
             &[("axis", Attr::Int(-1)), ("epsilon", Attr::Float(1e-6))],
         );
-        // int4 weights without zero points (genai's default: symmetric); bias where asked.
-        let proj = |g: &mut GraphBuilder, i: u64, name: &str, inp: &str, k, n, bias: bool| {
-            let b = bias.then(|| format!("{name}.bias"));
-            let mut bytes = match &b {
-                Some(b) => vec_init(g, b, n, seed ^ (100 + i), 0.0, 0.1),
-                None => 0,
-            };
-            let s = seed.wrapping_mul(1000).wrapping_add(i);
-            bytes += nbits_layer(
-                g,
-                name,
-                &format!("_{name}"),
-                inp,
-                name,
-                k,
-                n,
-                self.block,
-                self.acc,
-                false,
-                b.as_deref(),
-                s,
-            );
-            bytes
+        bytes += rotary_caches(&mut g, "", self.head, total);
+        let io = LayerIo {
+            prefix: "",
+            input: "h1",
+            skip: "x",
+            past: ["past_key", "past_value"],
+            present: ["present_key", "present_value"],
+            seqlens_k: "seqlens_k",
+            total_len: "total_sequence_length",
+            rotary: ["cos_cache", "sin_cache"],
         };
-        let d = self.hidden;
-        bytes += proj(&mut g, 0, "q_proj", "h1", d, q_n, self.qkv_bias);
-        bytes += proj(&mut g, 1, "k_proj", "h1", d, kv_n, self.qkv_bias);
-        bytes += proj(&mut g, 2, "v_proj", "h1", d, kv_n, self.qkv_bias);
-        // Rotary caches [total, head/2]: cos/sin of position * 10000^(-2i/head), as genai writes them.
-        let half = self.head / 2;
-        let (mut cos, mut sin) = (
-            Vec::with_capacity(total * half),
-            Vec::with_capacity(total * half),
-        );
-        for p in 0..total {
-            for i in 0..half {
-                let a = p as f64 * 10000f64.powf(-2.0 * i as f64 / self.head as f64);
-                cos.push(a.cos() as f32);
-                sin.push(a.sin() as f32);
-            }
-        }
-        let cache_dims = [total as i64, half as i64];
-        g.initializer_f32("cos_cache", &cache_dims, &cos)
-            .initializer_f32("sin_cache", &cache_dims, &sin);
-        bytes += (cos.len() + sin.len()) as u64 * 4;
-        g.node(
-            "GroupQueryAttention",
-            "com.microsoft",
-            "attn",
-            &[
-                "q_proj",
-                "k_proj",
-                "v_proj",
-                "past_key",
-                "past_value",
-                "seqlens_k",
-                "total_sequence_length",
-                "cos_cache",
-                "sin_cache",
-            ],
-            &["attn_out", "present_key", "present_value"],
-            &[
-                ("num_heads", Attr::Int(self.heads as i64)),
-                ("kv_num_heads", Attr::Int(self.kv as i64)),
-                ("do_rotary", Attr::Int(1)),
-            ],
-        );
-        bytes += proj(&mut g, 3, "o_proj", "attn_out", q_n, d, false);
-        g.node(
-            "SkipSimplifiedLayerNormalization",
-            "com.microsoft",
-            "ln2",
-            &["o_proj", "x", "ln2.w"],
-            &["h2", "", "", "residual"],
-            &[("epsilon", Attr::Float(1e-6))],
-        );
-        bytes += proj(&mut g, 4, "gate_proj", "h2", d, self.inter, false);
-        bytes += proj(&mut g, 5, "up_proj", "h2", d, self.inter, false);
-        g.node(
-            "Sigmoid",
-            "",
-            "silu_sigmoid",
-            &["gate_proj"],
-            &["gate_sig"],
-            &[],
-        )
-        .node(
-            "Mul",
-            "",
-            "silu_mul",
-            &["gate_proj", "gate_sig"],
-            &["gate_act"],
-            &[],
-        )
-        .node(
-            "Mul",
-            "",
-            "gate_up_mul",
-            &["gate_act", "up_proj"],
-            &["gate_up"],
-            &[],
-        );
-        bytes += proj(&mut g, 6, "down_proj", "gate_up", self.inter, d, false);
+        bytes += self.layer(&mut g, &io, seed);
         g.node(
             "Add",
             "",
@@ -261,7 +174,7 @@ impl Decoder {
             Dim::Fixed(1),
             Dim::Fixed(self.kv as i64),
             Dim::Sym("total_sequence_length"),
-            Dim::Fixed(hd),
+            Dim::Fixed(self.head as i64),
         ];
         g.output_shaped(
             "y",
@@ -275,10 +188,141 @@ impl Decoder {
             weight_bytes: bytes,
         }
     }
+
+    /// One decoder layer after its input norm: `io.input` (the normed hidden state) through
+    /// attention, o_proj, the post-attention SkipSimplifiedLayerNormalization (skip `io.skip`) and
+    /// the SiLU MLP. Writes `{prefix}down_proj` (the MLP output) and `{prefix}residual` (the
+    /// residual stream after attention); the caller adds them (an Add, or the next layer's skip
+    /// norm). Q, K and V are one packed MatMulNBits when `packed_qkv` (genai's layout), three
+    /// otherwise. Returns the bytes of the layer's initializers.
+    pub fn layer(&self, g: &mut GraphBuilder, io: &LayerIo, seed: u64) -> u64 {
+        let p = io.prefix;
+        let (q_n, kv_n, d) = (self.heads * self.head, self.kv * self.head, self.hidden);
+        let name = |s: &str| format!("{p}{s}");
+        // int4 weights without zero points (genai's default: symmetric); bias where asked.
+        let proj = |g: &mut GraphBuilder, i: u64, node: &str, inp: &str, k, n, bias: bool| {
+            let node = name(node);
+            let b = bias.then(|| format!("{node}.bias"));
+            let mut bytes = match &b {
+                Some(b) => vec_init(g, b, n, seed ^ (100 + i), 0.0, 0.1),
+                None => 0,
+            };
+            let s = seed.wrapping_mul(1000).wrapping_add(i);
+            bytes += nbits_layer(
+                g,
+                &node,
+                &format!("_{node}"),
+                inp,
+                &node,
+                k,
+                n,
+                self.block,
+                self.acc,
+                false,
+                b.as_deref(),
+                s,
+            );
+            bytes
+        };
+        let mut bytes = vec_init(g, &name("ln2.w"), d, seed ^ 12, 1.0, 0.1);
+        let (q, k, v) = if self.packed_qkv {
+            bytes += proj(g, 0, "qkv_proj", io.input, d, q_n + 2 * kv_n, self.qkv_bias);
+            (name("qkv_proj"), String::new(), String::new())
+        } else {
+            bytes += proj(g, 0, "q_proj", io.input, d, q_n, self.qkv_bias);
+            bytes += proj(g, 1, "k_proj", io.input, d, kv_n, self.qkv_bias);
+            bytes += proj(g, 2, "v_proj", io.input, d, kv_n, self.qkv_bias);
+            (name("q_proj"), name("k_proj"), name("v_proj"))
+        };
+        let (attn, up, act) = (name("attn_out"), name("up_proj"), name("gate_act"));
+        let (gate, sig, gu) = (name("gate_proj"), name("gate_sig"), name("gate_up"));
+        let (h2, res) = (name("h2"), name("residual"));
+        g.node(
+            "GroupQueryAttention",
+            "com.microsoft",
+            &name("attn"),
+            &[
+                &q,
+                &k,
+                &v,
+                io.past[0],
+                io.past[1],
+                io.seqlens_k,
+                io.total_len,
+                io.rotary[0],
+                io.rotary[1],
+            ],
+            &[&attn, io.present[0], io.present[1]],
+            &[
+                ("num_heads", Attr::Int(self.heads as i64)),
+                ("kv_num_heads", Attr::Int(self.kv as i64)),
+                ("do_rotary", Attr::Int(1)),
+            ],
+        );
+        bytes += proj(g, 3, "o_proj", &attn, q_n, d, false);
+        g.node(
+            "SkipSimplifiedLayerNormalization",
+            "com.microsoft",
+            &name("ln2"),
+            &[&name("o_proj"), io.skip, &name("ln2.w")],
+            &[&h2, "", "", &res],
+            &[("epsilon", Attr::Float(1e-6))],
+        );
+        bytes += proj(g, 4, "gate_proj", &h2, d, self.inter, false);
+        bytes += proj(g, 5, "up_proj", &h2, d, self.inter, false);
+        g.node("Sigmoid", "", &name("silu_sigmoid"), &[&gate], &[&sig], &[])
+            .node("Mul", "", &name("silu_mul"), &[&gate, &sig], &[&act], &[])
+            .node("Mul", "", &name("gate_up_mul"), &[&act, &up], &[&gu], &[]);
+        bytes + proj(g, 6, "down_proj", &gu, self.inter, d, false)
+    }
+}
+
+/// The graph edges one decoder layer reads and writes (see [`Decoder::layer`]).
+pub struct LayerIo<'a> {
+    /// Prefix of every node, edge and initializer name the layer makes.
+    pub prefix: &'a str,
+    /// The normed hidden state.
+    pub input: &'a str,
+    /// The residual stream before attention (skip input of the post-attention norm).
+    pub skip: &'a str,
+    pub past: [&'a str; 2],
+    pub present: [&'a str; 2],
+    pub seqlens_k: &'a str,
+    pub total_len: &'a str,
+    /// cos and sin caches.
+    pub rotary: [&'a str; 2],
+}
+
+/// Rotary caches `{prefix}cos_cache`, `{prefix}sin_cache` [positions, head/2]: cos/sin of
+/// position * 10000^(-2i/head), as genai writes them; returns their bytes.
+pub fn rotary_caches(g: &mut GraphBuilder, prefix: &str, head: usize, positions: usize) -> u64 {
+    let half = head / 2;
+    let (mut cos, mut sin) = (
+        Vec::with_capacity(positions * half),
+        Vec::with_capacity(positions * half),
+    );
+    for p in 0..positions {
+        for i in 0..half {
+            let a = p as f64 * 10000f64.powf(-2.0 * i as f64 / head as f64);
+            cos.push(a.cos() as f32);
+            sin.push(a.sin() as f32);
+        }
+    }
+    let dims = [positions as i64, half as i64];
+    g.initializer_f32(&format!("{prefix}cos_cache"), &dims, &cos)
+        .initializer_f32(&format!("{prefix}sin_cache"), &dims, &sin);
+    (cos.len() + sin.len()) as u64 * 4
 }
 
 /// A seeded f32 vector `base + amp * U[-1, 1)` as an initializer; returns its bytes.
-fn vec_init(g: &mut GraphBuilder, name: &str, n: usize, seed: u64, base: f32, amp: f32) -> u64 {
+pub(super) fn vec_init(
+    g: &mut GraphBuilder,
+    name: &str,
+    n: usize,
+    seed: u64,
+    base: f32,
+    amp: f32,
+) -> u64 {
     let v: Vec<f32> = crate::rand_f32(n, seed)
         .iter()
         .map(|r| base + amp * r)

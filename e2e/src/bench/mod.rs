@@ -1,7 +1,8 @@
 //! `rcpu-bench`: the benchmark tool (docs/BENCHMARKING.md). One file per responsibility:
 //! args (command line), gen (decode-shaped models), model (what a model holds), target (model and
 //! placement), os (the few unsafe OS calls), conditions (/proc, /sys), quant (quantiles), steady
-//! (steady-state window), verdict (null band), membw (bandwidth floor), report (the compare report and JSON), counters (ledger and pool
+//! (steady-state window), verdict (null band), membw (bandwidth floor), gen_llm / llm_model /
+//! llm (whole LLMs: generator, cache and feeds, the llm subcommand), profile (ORT's profiler), report (the compare report and JSON), counters (ledger and pool
 //! report), arm/worker (one process per arm), svg (plots), and one file per subcommand.
 
 pub mod args;
@@ -14,10 +15,15 @@ pub mod counters;
 pub mod gap;
 pub mod gen;
 pub mod gen_decoder;
+pub mod gen_llm;
 pub mod gen_qlinear;
+pub mod llm;
+pub mod llm_model;
+pub mod llm_report;
 pub mod membw;
 pub mod model;
 pub mod os;
+pub mod profile;
 pub mod quant;
 pub mod report;
 pub mod steady;
@@ -40,6 +46,14 @@ pub fn main(argv: &[String]) -> i32 {
             return 2;
         }
     };
+    if let Cmd::Compare(o) | Cmd::Gap(o) | Cmd::Cold(o) | Cmd::Census(o) | Cmd::Demo(o) = &cmd {
+        if o.gen.as_deref().is_some_and(|g| g.starts_with("llm:")) {
+            eprintln!(
+                "rcpu-bench: llm: models are benchmarked with `rcpu-bench llm --gen llm:...`"
+            );
+            return 2;
+        }
+    }
     let r = match cmd {
         Cmd::Help => {
             print!("{}", args::USAGE);
@@ -53,6 +67,7 @@ pub fn main(argv: &[String]) -> i32 {
         Cmd::Cold(o) => cold::run(&o),
         Cmd::Census(o) => census::run(&o),
         Cmd::Gen(o) => gen_file(&o),
+        Cmd::Llm(o) => llm::run(&o),
     };
     r.unwrap_or_else(|e| {
         eprintln!("rcpu-bench: {e}");
@@ -85,8 +100,27 @@ fn demo_opts(mut o: Opts, argv: &[String]) -> Opts {
 
 fn gen_file(o: &Opts) -> Result<i32, String> {
     let spec = gen::Spec::parse(o.gen.as_deref().unwrap_or(""))?;
-    let g = spec.generate();
     let out = o.out.as_deref().unwrap_or("model.onnx");
+    if let gen::Kind::Llm(l) = &spec.kind {
+        // The model and its genai_config.json, side by side in the output's directory.
+        let p = std::path::Path::new(out);
+        let dir = p.parent().filter(|d| !d.as_os_str().is_empty());
+        let dir = dir.unwrap_or(std::path::Path::new("."));
+        let file = p
+            .file_name()
+            .and_then(|f| f.to_str())
+            .unwrap_or("model.onnx");
+        let m = llm_model::write(l, dir, file)?;
+        println!(
+            "wrote {out} and {}: {} ({} bytes, {} weight bytes per token)",
+            dir.join("genai_config.json").display(),
+            m.label,
+            m.file_bytes,
+            m.weight_bytes
+        );
+        return Ok(0);
+    }
+    let g = spec.generate();
     std::fs::write(out, &g.bytes).map_err(|e| format!("{out}: {e}"))?;
     println!(
         "wrote {out}: {} ({} bytes, {} weight bytes per token)",

@@ -2,7 +2,7 @@
 //! the CPUs/threads the arms use.
 
 use super::args::Opts;
-use super::gen::Spec;
+use super::gen::{Kind, Spec};
 use super::model::ModelInfo;
 use super::os;
 
@@ -21,6 +21,21 @@ impl Target {
     pub fn resolve(o: &Opts) -> Result<Target, String> {
         if let Some(spec) = &o.gen {
             let s = Spec::parse(spec)?;
+            if let Kind::Llm(l) = &s.kind {
+                // Large: cached by spec, read from there by every worker.
+                let c = super::llm_model::cached(l)?;
+                let bytes = std::fs::read(&c.path).map_err(|e| format!("{}: {e}", c.path))?;
+                let info = ModelInfo::parse(&bytes)?;
+                return Ok(Target {
+                    label: c.label,
+                    path: c.path,
+                    info,
+                    weight_bytes: c.weight_bytes,
+                    m: 1,
+                    decode: true,
+                    temp: false,
+                });
+            }
             let g = s.generate();
             let path = std::env::temp_dir().join(format!(
                 "rcpu-bench-{}-{}.onnx",

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use super::conditions;
+use super::llm_model::{generate, step_feeds};
 use super::model::ModelInfo;
 use super::os;
 use crate::stats::PluginStats;
@@ -76,6 +77,14 @@ fn run_timed(s: &Session, inputs: &[Tensor]) -> Result<f64, String> {
     Ok(t.elapsed().as_nanos() as f64)
 }
 
+fn session_spec(a: &WorkerArgs) -> SessionSpec {
+    if a.arm == "rcpu" {
+        SessionSpec::rcpu(&[("threads", &a.threads.to_string())])
+    } else {
+        SessionSpec::ort(Some(a.threads))
+    }
+}
+
 fn where_we_ran() -> Value {
     let cpu = os::current_cpu();
     json!({"cpu": cpu, "mhz": cpu.map(conditions::cpu_mhz).unwrap_or_else(|| "unavailable".into())})
@@ -92,13 +101,16 @@ fn handle(st: &mut State, req: &Value) -> Result<Value, String> {
                 Ort::get()
             };
             let env_s = t0.elapsed().as_secs_f64();
-            let spec = if st.args.arm == "rcpu" {
-                SessionSpec::rcpu(&[("threads", &st.args.threads.to_string())])
-            } else {
-                SessionSpec::ort(Some(st.args.threads))
-            };
+            let spec = session_spec(&st.args);
             let t1 = Instant::now();
-            st.session = Some(ort.session(&st.model, &spec)?);
+            let model = if st.model.is_empty() {
+                std::fs::read(&st.args.model).map_err(|e| format!("{}: {e}", st.args.model))?
+            } else {
+                std::mem::take(&mut st.model)
+            };
+            st.session = Some(ort.session(&model, &spec)?);
+            // The model bytes are dropped after the session is made (large LLMs: three
+            // workers would hold them); a second load reads the file again.
             let session_s = t1.elapsed().as_secs_f64();
             if st.args.arm == "rcpu" {
                 st.stats = Some(PluginStats::open()?);
@@ -109,8 +121,12 @@ fn handle(st: &mut State, req: &Value) -> Result<Value, String> {
         }
         "output" => {
             // Every output, concatenated in output order (parity covers them all): float
-            // elements in "data", integer elements in "ints".
-            let ys = session(st)?.run(&st.inputs)?;
+            // elements in "data", integer elements in "ints". `first`: the first output only
+            // (an LLM's logits).
+            let mut ys = session(st)?.run(&st.inputs)?;
+            if req["first"].as_bool().unwrap_or(false) {
+                ys.truncate(1);
+            }
             let parts = super::model::OutputParts::of(&ys);
             Ok(json!({
                 "shapes": ys.iter().map(|y| y.shape.clone()).collect::<Vec<_>>(),
@@ -147,6 +163,64 @@ fn handle(st: &mut State, req: &Value) -> Result<Value, String> {
             Ok(
                 json!({"ns": ns, "wall_s": wall, "usage": u, "hwm_kb": conditions::vm_hwm_kb(), "where": where_we_ran()}),
             )
+        }
+        "llm_feed" => {
+            // An LLM step: `seq` new tokens after `past` cached positions (llm_model.rs).
+            st.inputs = step_feeds(&st.info, n("seq"), n("past"), n("vocab"), st.args.seed)?;
+            Ok(Value::Null)
+        }
+        "generate" => {
+            let g = generate(
+                session(st)?,
+                &st.info,
+                n("prompt"),
+                n("tokens"),
+                n("vocab"),
+                st.args.seed,
+            )?;
+            Ok(
+                json!({"prefill_ns": g.prefill_ns, "ns": g.step_ns, "ids": g.ids, "where": where_we_ran()}),
+            )
+        }
+        "profile" => {
+            // A separate, untimed session with ORT's profiler on, `iters` runs of the current
+            // feeds (or generations when `tokens` is set), then the per-op summary.
+            let ort = if st.args.arm == "rcpu" {
+                crate::ort_with_rcpu()
+            } else {
+                Ort::get()
+            };
+            let mut spec = session_spec(&st.args);
+            let prefix = std::env::temp_dir().join(format!(
+                "rcpu-bench-profile-{}-{}",
+                st.args.arm,
+                std::process::id()
+            ));
+            spec.profile = Some(prefix.display().to_string());
+            let model =
+                std::fs::read(&st.args.model).map_err(|e| format!("{}: {e}", st.args.model))?;
+            let s = ort.session(&model, &spec)?;
+            drop(model);
+            // One more run than asked: the summary leaves the first (one-time costs) out.
+            for _ in 0..n("iters") + 1 {
+                if n("tokens") > 0 {
+                    generate(
+                        &s,
+                        &st.info,
+                        n("prompt"),
+                        n("tokens"),
+                        n("vocab"),
+                        st.args.seed,
+                    )?;
+                } else {
+                    s.run(&st.inputs)?;
+                }
+            }
+            let file = s.end_profiling()?;
+            drop(s);
+            let summary = super::profile::summarize(&file);
+            let _ = std::fs::remove_file(&file);
+            summary
         }
         "reset_stats" => {
             if let Some(p) = &st.stats {

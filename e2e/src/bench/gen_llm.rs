@@ -1,0 +1,585 @@
+//! `llm:preset=qwen2-0.5b|llama-3.2-1b[,layers=N][,vocab=V][,tied=0|1][,acc=4|0|1][,block=32]
+//! [,seed=S][,ctx=C][,emb=f32|f16][,hidden=..,heads=..,kv=..,head=..,inter=..,qkv_bias=0|1]`:
+//! a whole decoder-only LLM laid out as onnxruntime-genai's model builder lays out
+//! `-p int4 -e cpu`, with seeded weights (no download):
+//!
+//! ```text
+//! inputs: input_ids [batch, seq] i64, attention_mask [batch, total] i64,
+//!         past_key_values.{i}.key/value [batch, kv, past, head] f32
+//! seqlens_k = Cast<i32>(ReduceSum(attention_mask, axis 1) - 1)
+//! total_sequence_length = Cast<i32>(Gather(Shape(attention_mask), 1))
+//! embeds = Gather(embed_tokens, input_ids)            (f16 table + Cast when emb=f16)
+//! layer 0: SimplifiedLayerNormalization(embeds); layer i > 0: SkipSimplifiedLayerNormalization
+//!          (previous down_proj, previous residual); then Decoder::layer (packed QKV MatMulNBits,
+//!          bias for Qwen, GQA do_rotary=1 with shared cos/sin caches of `ctx` positions,
+//!          SkipSimplifiedLayerNormalization, SiLU MLP)
+//! final SkipSimplifiedLayerNormalization -> lm_head MatMulNBits (N = vocab) -> logits
+//! outputs: logits [batch, seq, vocab], present.{i}.key/value [batch, kv, total, head]
+//! ```
+//!
+//! Tied embeddings (`tied=1`, both presets' real setting): the Gather table is the lm_head's
+//! int4 weights dequantized (GatherBlockQuantized is another issue). Untied: a separate table.
+//! The rotary base is 10000 for both presets (random weights; the angle table's values do not
+//! change what is computed). `ctx` (default 4096) is the rotary caches' length and the
+//! genai_config's context_length.
+//!
+//! Weight bytes a token reads (the figure the bench divides by time): every initializer except
+//! the embedding table and the rotary caches, plus one table row and one cos/sin row per token.
+
+use crate::onnx::{dtype, Attr, Dim, GraphBuilder};
+
+use super::gen::{nbits_layer, nbits_weights, Generated};
+use super::gen_decoder::{rotary_caches, vec_init, Decoder, LayerIo};
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Llm {
+    pub preset: String,
+    /// The layer shape (packed QKV).
+    pub layer: Decoder,
+    pub layers: usize,
+    pub vocab: usize,
+    pub tied: bool,
+    pub ctx: usize,
+    /// Embedding table as f16 (Gather then Cast) instead of f32.
+    pub emb_f16: bool,
+    pub seed: u64,
+}
+
+/// A preset's model: Qwen2-0.5B or Llama-3.2-1B shapes, accuracy_level 4, block 32.
+fn preset(name: &str) -> Option<Llm> {
+    // (hidden, layers, heads, kv, inter, vocab, qkv_bias); both: head 64, tied embeddings.
+    let (hidden, layers, heads, kv, inter, vocab, qkv_bias) = match name {
+        "qwen2-0.5b" => (896, 24, 14, 2, 4864, 151936, true),
+        "llama-3.2-1b" => (2048, 16, 32, 8, 8192, 128256, false),
+        _ => return None,
+    };
+    Some(Llm {
+        preset: name.into(),
+        layer: Decoder {
+            hidden,
+            heads,
+            kv,
+            head: 64,
+            inter,
+            block: 32,
+            acc: 4,
+            past: 0,
+            qkv_bias,
+            packed_qkv: true,
+        },
+        layers,
+        vocab,
+        tied: true,
+        ctx: 4096,
+        emb_f16: false,
+        seed: 1,
+    })
+}
+
+impl Llm {
+    /// Parses the items after `llm:`.
+    pub fn parse(spec: &str, rest: &str) -> Result<Llm, String> {
+        let bad = |why: String| format!("spec '{spec}': {why}");
+        let items: Vec<(&str, &str)> = rest
+            .split(',')
+            .map(str::trim)
+            .filter(|x| !x.is_empty())
+            .map(|item| {
+                item.split_once('=')
+                    .ok_or_else(|| format!("bad spec item '{item}' in '{spec}'"))
+            })
+            .collect::<Result<_, _>>()?;
+        let pname = items
+            .iter()
+            .find(|(k, _)| *k == "preset")
+            .map(|(_, v)| *v)
+            .unwrap_or("qwen2-0.5b");
+        let mut l = preset(pname).ok_or_else(|| {
+            bad(format!(
+                "unknown preset '{pname}' (qwen2-0.5b|llama-3.2-1b)"
+            ))
+        })?;
+        for (key, val) in items {
+            if key == "preset" {
+                continue;
+            }
+            if key == "emb" {
+                l.emb_f16 = match val {
+                    "f16" => true,
+                    "f32" => false,
+                    _ => return Err(bad(format!("emb='{val}' must be f32 or f16"))),
+                };
+                continue;
+            }
+            let v = val
+                .parse::<usize>()
+                .map_err(|_| bad(format!("{key}='{val}' is not an integer")))?;
+            let d = &mut l.layer;
+            match key {
+                "layers" => l.layers = v,
+                "vocab" => l.vocab = v,
+                "tied" => l.tied = v != 0,
+                "ctx" => l.ctx = v,
+                "seed" => l.seed = v as u64,
+                "hidden" => d.hidden = v,
+                "heads" => d.heads = v,
+                "kv" => d.kv = v,
+                "head" => d.head = v,
+                "inter" => d.inter = v,
+                "block" => d.block = v,
+                "acc" => d.acc = v as i64,
+                "qkv_bias" => d.qkv_bias = v != 0,
+                _ => return Err(bad(format!("unknown key '{key}' for llm"))),
+            }
+        }
+        let d = &l.layer;
+        if [
+            d.hidden, d.heads, d.kv, d.head, d.inter, l.layers, l.vocab, l.ctx,
+        ]
+        .contains(&0)
+        {
+            return Err(bad(
+                "hidden, heads, kv, head, inter, layers, vocab and ctx must be positive".into(),
+            ));
+        }
+        if !d.heads.is_multiple_of(d.kv) || !d.head.is_multiple_of(2) {
+            return Err(bad("heads must be a multiple of kv, head even".into()));
+        }
+        if d.block < 16 || !d.block.is_power_of_two() || ![0, 1, 2, 3, 4].contains(&d.acc) {
+            return Err(bad("block must be a power of two >= 16, acc 0..4".into()));
+        }
+        // Every initializer must fit one protobuf (2 GiB); the table dominates.
+        let table = l
+            .vocab
+            .checked_mul(d.hidden)
+            .and_then(|n| n.checked_mul(if l.emb_f16 { 2 } else { 4 }))
+            .ok_or_else(|| bad("vocab * hidden overflows".into()))?;
+        if table + l.nbits_bytes()? > (2usize << 30) - (64 << 20) {
+            return Err(bad(format!(
+                "the model would exceed protobuf's 2 GiB (table {table} bytes); use emb=f16 or \
+                 a smaller vocab"
+            )));
+        }
+        Ok(l)
+    }
+
+    /// Bytes of every int4 weight and scale (upper bound with biases), for the size check.
+    fn nbits_bytes(&self) -> Result<usize, String> {
+        let d = &self.layer;
+        let kb = |k: usize| k.div_ceil(d.block);
+        let w = |k: usize, n: usize| -> Option<usize> {
+            n.checked_mul(kb(k))?.checked_mul(d.block / 2 + 4 + 4)
+        };
+        let (q, kv) = (d.heads * d.head, d.kv * d.head);
+        let per_layer = [
+            w(d.hidden, q + 2 * kv),
+            w(q, d.hidden),
+            w(d.hidden, d.inter),
+            w(d.hidden, d.inter),
+            w(d.inter, d.hidden),
+        ]
+        .into_iter()
+        .try_fold(0usize, |a, x| a.checked_add(x?));
+        per_layer
+            .and_then(|p| p.checked_mul(self.layers))
+            .and_then(|p| p.checked_add(w(d.hidden, self.vocab)?))
+            .ok_or_else(|| "model size overflows".to_string())
+    }
+
+    /// A canonical spec string (every field), used as the cache key.
+    pub fn canonical(&self) -> String {
+        let d = &self.layer;
+        format!(
+            "llm:preset={},layers={},vocab={},tied={},acc={},block={},seed={},ctx={},emb={},\
+             hidden={},heads={},kv={},head={},inter={},qkv_bias={}",
+            self.preset,
+            self.layers,
+            self.vocab,
+            self.tied as u8,
+            d.acc,
+            d.block,
+            self.seed,
+            self.ctx,
+            if self.emb_f16 { "f16" } else { "f32" },
+            d.hidden,
+            d.heads,
+            d.kv,
+            d.head,
+            d.inter,
+            d.qkv_bias as u8
+        )
+    }
+
+    pub fn label(&self) -> String {
+        let d = &self.layer;
+        format!(
+            "llm {} layers={} hidden={} heads={}/{} inter={} vocab={} {} b{} acc{}",
+            self.preset,
+            self.layers,
+            d.hidden,
+            d.heads,
+            d.kv,
+            d.inter,
+            self.vocab,
+            if self.tied { "tied" } else { "untied" },
+            d.block,
+            d.acc
+        )
+    }
+
+    pub fn generate(&self) -> Generated {
+        let d = &self.layer;
+        let (h, seed) = (d.hidden, self.seed);
+        let mut g = GraphBuilder::new("rcpu_bench_llm", 17);
+        let batch_seq = [Dim::Sym("batch_size"), Dim::Sym("sequence_length")];
+        let kv_dims = |len: &'static str| {
+            [
+                Dim::Sym("batch_size"),
+                Dim::Fixed(d.kv as i64),
+                Dim::Sym(len),
+                Dim::Fixed(d.head as i64),
+            ]
+        };
+        g.input("input_ids", dtype::INT64, &batch_seq).input(
+            "attention_mask",
+            dtype::INT64,
+            &[Dim::Sym("batch_size"), Dim::Sym("total_sequence_length")],
+        );
+        for i in 0..self.layers {
+            for kind in ["key", "value"] {
+                let name = format!("past_key_values.{i}.{kind}");
+                g.input(&name, dtype::FLOAT, &kv_dims("past_sequence_length"));
+            }
+        }
+        let mut bytes = mask_subgraph(&mut g);
+        bytes += self.embedding(&mut g);
+        let rot = rotary_caches(&mut g, "", d.head, self.ctx);
+        // A token reads one cos and one sin row, not the whole caches.
+        bytes += rot / self.ctx as u64;
+        let (mut prev_down, mut prev_res) = (String::new(), String::new());
+        for i in 0..self.layers {
+            let p = format!("layers.{i}.");
+            let (h1, ln1w) = (format!("{p}h1"), format!("{p}ln1.w"));
+            bytes += vec_init(&mut g, &ln1w, h, seed ^ (i as u64 * 31 + 11), 1.0, 0.1);
+            let skip = if i == 0 {
+                g.node(
+                    "SimplifiedLayerNormalization",
+                    "",
+                    &format!("{p}ln1"),
+                    &["embeds", &ln1w],
+                    &[&h1],
+                    &[("axis", Attr::Int(-1)), ("epsilon", Attr::Float(1e-6))],
+                );
+                "embeds".to_string()
+            } else {
+                let s = format!("{p}skip_in");
+                g.node(
+                    "SkipSimplifiedLayerNormalization",
+                    "com.microsoft",
+                    &format!("{p}ln1"),
+                    &[&prev_down, &prev_res, &ln1w],
+                    &[&h1, "", "", &s],
+                    &[("epsilon", Attr::Float(1e-6))],
+                );
+                s
+            };
+            let (pk, pv) = (
+                format!("past_key_values.{i}.key"),
+                format!("past_key_values.{i}.value"),
+            );
+            let (ok, ov) = (format!("present.{i}.key"), format!("present.{i}.value"));
+            let io = LayerIo {
+                prefix: &p,
+                input: &h1,
+                skip: &skip,
+                past: [&pk, &pv],
+                present: [&ok, &ov],
+                seqlens_k: "seqlens_k",
+                total_len: "total_seq_len",
+                rotary: ["cos_cache", "sin_cache"],
+            };
+            let layer_seed = seed.wrapping_mul(7919).wrapping_add(i as u64 * 104_729);
+            bytes += d.layer(&mut g, &io, layer_seed);
+            prev_down = format!("{p}down_proj");
+            prev_res = format!("{p}residual");
+        }
+        bytes += vec_init(&mut g, "final_norm.w", h, seed ^ 0xf1, 1.0, 0.1);
+        g.node(
+            "SkipSimplifiedLayerNormalization",
+            "com.microsoft",
+            "final_norm",
+            &[&prev_down, &prev_res, "final_norm.w"],
+            &["final_h"],
+            &[("epsilon", Attr::Float(1e-6))],
+        );
+        bytes += nbits_layer(
+            &mut g,
+            "lm_head",
+            "_lm_head",
+            "final_h",
+            "logits",
+            h,
+            self.vocab,
+            d.block,
+            d.acc,
+            false,
+            None,
+            self.lm_head_seed(),
+        );
+        g.output_shaped(
+            "logits",
+            dtype::FLOAT,
+            &[
+                Dim::Sym("batch_size"),
+                Dim::Sym("sequence_length"),
+                Dim::Fixed(self.vocab as i64),
+            ],
+        );
+        for i in 0..self.layers {
+            for kind in ["key", "value"] {
+                let name = format!("present.{i}.{kind}");
+                g.output_shaped(&name, dtype::FLOAT, &kv_dims("total_sequence_length"));
+            }
+        }
+        Generated {
+            bytes: g.into_bytes(),
+            weight_bytes: bytes,
+        }
+    }
+
+    fn lm_head_seed(&self) -> u64 {
+        self.seed.wrapping_mul(31337).wrapping_add(0x1e4d)
+    }
+
+    /// `embeds` = Gather(embed_tokens, input_ids) (+ Cast from f16); returns the bytes a token
+    /// reads (one row).
+    fn embedding(&self, g: &mut GraphBuilder) -> u64 {
+        let (h, v) = (self.layer.hidden, self.vocab);
+        let table: Vec<f32> = if self.tied {
+            dequantize(h, v, self.layer.block, self.lm_head_seed())
+        } else {
+            crate::rand_f32(v * h, self.seed ^ 0xe4b)
+        };
+        let dims = [v as i64, h as i64];
+        let gathered = if self.emb_f16 { "embeds_f16" } else { "embeds" };
+        if self.emb_f16 {
+            let raw = table
+                .iter()
+                .flat_map(|x| f16_bits(*x).to_le_bytes())
+                .collect();
+            g.initializer_raw("embed_tokens", dtype::FLOAT16, &dims, raw);
+        } else {
+            g.initializer_f32("embed_tokens", &dims, &table);
+        }
+        drop(table);
+        g.node(
+            "Gather",
+            "",
+            "embed_gather",
+            &["embed_tokens", "input_ids"],
+            &[gathered],
+            &[],
+        );
+        if self.emb_f16 {
+            g.node(
+                "Cast",
+                "",
+                "embed_cast",
+                &["embeds_f16"],
+                &["embeds"],
+                &[("to", Attr::Int(dtype::FLOAT as i64))],
+            );
+        }
+        (h * if self.emb_f16 { 2 } else { 4 }) as u64
+    }
+
+    /// The `genai_config.json` onnxruntime-genai reads beside the model (`file`).
+    pub fn genai_config(&self, file: &str) -> serde_json::Value {
+        let d = &self.layer;
+        let (bos, eos, pad, kind) = match self.preset.as_str() {
+            "llama-3.2-1b" => (128000, 128001, 128001, "llama"),
+            _ => (151643, 151645, 151643, "qwen2"),
+        };
+        let clamp = |t: usize| t.min(self.vocab - 1);
+        serde_json::json!({
+            "model": {
+                "bos_token_id": clamp(bos),
+                "context_length": self.ctx,
+                "decoder": {
+                    "session_options": {"log_id": "onnxruntime-genai", "provider_options": []},
+                    "filename": file,
+                    "head_size": d.head,
+                    "hidden_size": d.hidden,
+                    "inputs": {
+                        "input_ids": "input_ids",
+                        "attention_mask": "attention_mask",
+                        "past_key_names": "past_key_values.%d.key",
+                        "past_value_names": "past_key_values.%d.value"
+                    },
+                    "outputs": {
+                        "logits": "logits",
+                        "present_key_names": "present.%d.key",
+                        "present_value_names": "present.%d.value"
+                    },
+                    "num_attention_heads": d.heads,
+                    "num_hidden_layers": self.layers,
+                    "num_key_value_heads": d.kv
+                },
+                "eos_token_id": clamp(eos),
+                "pad_token_id": clamp(pad),
+                "type": kind,
+                "vocab_size": self.vocab
+            },
+            "search": {
+                "diversity_penalty": 0.0,
+                "do_sample": false,
+                "early_stopping": true,
+                "length_penalty": 1.0,
+                "max_length": self.ctx,
+                "min_length": 0,
+                "no_repeat_ngram_size": 0,
+                "num_beams": 1,
+                "num_return_sequences": 1,
+                "past_present_share_buffer": false,
+                "repetition_penalty": 1.0,
+                "temperature": 1.0,
+                "top_k": 1,
+                "top_p": 1.0
+            }
+        })
+    }
+}
+
+/// seqlens_k and total_seq_len from attention_mask, as genai's builder computes them; returns
+/// the bytes of its (scalar) initializers.
+fn mask_subgraph(g: &mut GraphBuilder) -> u64 {
+    let i64s = |v: &[i64]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+    g.initializer_raw("mask_axes", dtype::INT64, &[1], i64s(&[1]))
+        .initializer_raw("one_i64", dtype::INT64, &[], i64s(&[1]))
+        .initializer_raw("index_1", dtype::INT64, &[], i64s(&[1]));
+    let to_i32 = [("to", Attr::Int(dtype::INT32 as i64))];
+    g.node(
+        "ReduceSum",
+        "",
+        "mask_reduce_sum",
+        &["attention_mask", "mask_axes"],
+        &["mask_sum"],
+        &[("keepdims", Attr::Int(0))],
+    )
+    .node(
+        "Sub",
+        "",
+        "mask_sub",
+        &["mask_sum", "one_i64"],
+        &["seqlens_k_i64"],
+        &[],
+    )
+    .node(
+        "Cast",
+        "",
+        "seqlens_k_cast",
+        &["seqlens_k_i64"],
+        &["seqlens_k"],
+        &to_i32,
+    )
+    .node(
+        "Shape",
+        "",
+        "mask_shape",
+        &["attention_mask"],
+        &["mask_dims"],
+        &[],
+    )
+    .node(
+        "Gather",
+        "",
+        "mask_total",
+        &["mask_dims", "index_1"],
+        &["total_seq_len_i64"],
+        &[("axis", Attr::Int(0))],
+    )
+    .node(
+        "Cast",
+        "",
+        "total_seq_len_cast",
+        &["total_seq_len_i64"],
+        &["total_seq_len"],
+        &to_i32,
+    );
+    24
+}
+
+/// The [n, k] f32 matrix an int4 weight (from `nbits_weights`, implicit zero point 8) stands for.
+fn dequantize(k: usize, n: usize, block: usize, seed: u64) -> Vec<f32> {
+    let (b, scales) = nbits_weights(k, n, block, seed);
+    let kb = k.div_ceil(block);
+    let mut out = Vec::with_capacity(n * k);
+    for row in 0..n {
+        for kk in 0..k {
+            let (blk, off) = (kk / block, kk % block);
+            let byte = b[(row * kb + blk) * block / 2 + off / 2];
+            let q = if off % 2 == 0 { byte & 15 } else { byte >> 4 };
+            out.push((q as f32 - 8.0) * scales[row * kb + blk]);
+        }
+    }
+    out
+}
+
+/// f32 -> IEEE half, round to nearest even (finite, normal-range inputs; tiny values flush to 0).
+fn f16_bits(x: f32) -> u16 {
+    let b = x.to_bits();
+    let sign = ((b >> 16) & 0x8000) as u16;
+    let exp = ((b >> 23) & 0xff) as i32 - 127 + 15;
+    if exp <= 0 {
+        return sign;
+    }
+    if exp >= 31 {
+        return sign | 0x7c00;
+    }
+    let mant = b & 0x7f_ffff;
+    let mut h = ((exp as u32) << 10) | (mant >> 13);
+    let rest = mant & 0x1fff;
+    if rest > 0x1000 || (rest == 0x1000 && h & 1 == 1) {
+        h += 1;
+    }
+    sign | h as u16
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn presets_overrides_and_bad_specs() {
+        let l = Llm::parse("s", "preset=llama-3.2-1b,layers=2,vocab=1000,acc=0").unwrap();
+        assert_eq!((l.layer.hidden, l.layer.heads, l.layer.kv), (2048, 32, 8));
+        assert_eq!((l.layers, l.vocab, l.layer.acc, l.tied), (2, 1000, 0, true));
+        assert!(!l.layer.qkv_bias && l.layer.packed_qkv);
+        // The full Llama-3.2-1B preset fits protobuf's 2 GiB with its f32 table (1.05 GB).
+        let full = Llm::parse("s", "preset=llama-3.2-1b").unwrap();
+        assert_eq!((full.layers, full.vocab, full.emb_f16), (16, 128256, false));
+        let q = Llm::parse("s", "").unwrap();
+        assert_eq!((q.layer.hidden, q.layers, q.vocab), (896, 24, 151936));
+        assert!(q.layer.qkv_bias);
+        for bad in [
+            "preset=gpt5",
+            "layers=0",
+            "emb=f8",
+            "heads=3",
+            "block=24",
+            "foo=1",
+            "preset=llama-3.2-1b,vocab=400000",
+        ] {
+            assert!(Llm::parse("s", bad).is_err(), "{bad} must be rejected");
+        }
+    }
+
+    #[test]
+    fn f16_conversion_rounds_to_nearest() {
+        assert_eq!(f16_bits(1.0), 0x3c00);
+        assert_eq!(f16_bits(-2.0), 0xc000);
+        assert_eq!(f16_bits(0.1), 0x2e66);
+        assert_eq!(f16_bits(65504.0), 0x7bff);
+        assert_eq!(f16_bits(1e-9), 0);
+    }
+}

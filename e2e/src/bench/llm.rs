@@ -1,0 +1,407 @@
+//! `rcpu-bench llm`: a whole generated LLM (gen_llm.rs), ORT vs rcpu vs a null arm, each in its
+//! own worker process, interleaved rounds (as compare). Cases:
+//!
+//! - `decode`: one token after `--past` cached positions, `--iters` runs per round;
+//! - `generate`: a greedy generation loop, a `--past`-token prompt then `--tokens` steps, each
+//!   feeding the step's presents back as past (a growing KV cache); one loop per arm per round;
+//! - `prefill`: `--prompt` tokens from an empty cache (each length a case), iters * 16 / tokens
+//!   runs per round (at least 1, at most iters).
+//!
+//! Per case: parity first (logits; generate: the greedy token ids), then the per-token table
+//! (p50/p90, CPU, weight bytes, GB/s and its fraction of the read bandwidth of a same-size buffer
+//! measured in this run), the headline ORT/rcpu with its null band and the steady verdict beside
+//! it, rcpu's counters per token and, in a separate untimed pass per arm, ORT's profiler's
+//! per-op-type time. Every run's time includes copying logits and presents out of ORT (both arms).
+
+use serde_json::{json, Value};
+
+use super::args::Opts;
+use super::arm::{ArmKind, Worker, WorkerCfg};
+use super::conditions::{cpu_ticks, foreign_share, pct, CpuTicks};
+use super::llm_report::{summarize, Timed};
+use super::quant::{median, quantile};
+use super::target::{placement, progress, Target};
+use super::{membw, os, profile};
+
+/// One thing to time.
+#[derive(Debug, Clone, PartialEq)]
+enum Case {
+    /// `seq` tokens after `past` cached ones.
+    Step {
+        seq: usize,
+        past: usize,
+    },
+    Generate {
+        prompt: usize,
+        tokens: usize,
+    },
+}
+
+impl Case {
+    fn name(&self) -> String {
+        match self {
+            Case::Step { seq: 1, past } => format!("decode past={past}"),
+            Case::Step { seq, .. } => format!("prefill {seq}"),
+            Case::Generate { prompt, tokens } => {
+                format!("generate prompt={prompt} tokens={tokens} (growing KV cache)")
+            }
+        }
+    }
+    /// Tokens one timed sample covers.
+    fn tokens(&self) -> usize {
+        match self {
+            Case::Step { seq, .. } => *seq,
+            Case::Generate { .. } => 1,
+        }
+    }
+}
+
+fn cases(o: &Opts) -> Vec<Case> {
+    let mut v = vec![];
+    for m in &o.modes {
+        match m.as_str() {
+            "decode" => v.push(Case::Step {
+                seq: 1,
+                past: o.past,
+            }),
+            "generate" => v.push(Case::Generate {
+                prompt: o.past.max(1),
+                tokens: o.tokens,
+            }),
+            _ => v.extend(o.prompts.iter().map(|&p| Case::Step { seq: p, past: 0 })),
+        }
+    }
+    v
+}
+
+/// The spec with `--layers` / `--vocab` appended (later items win).
+fn spec_of(o: &Opts) -> String {
+    let mut s = o.gen.clone().unwrap_or_default();
+    for (k, v) in [("layers", o.layers), ("vocab", o.vocab)] {
+        if let Some(v) = v {
+            s.push_str(&format!(",{k}={v}"));
+        }
+    }
+    s
+}
+
+pub fn run(o: &Opts) -> Result<i32, String> {
+    let spec = spec_of(o);
+    let parsed = super::gen::Spec::parse(&spec)?;
+    let super::gen::Kind::Llm(l) = &parsed.kind else {
+        return Err("llm: --gen must be an llm: spec".into());
+    };
+    let (vocab, acc) = (l.vocab, l.layer.acc);
+    for c in cases(o) {
+        let need = match c {
+            Case::Step { seq, past } => seq.checked_add(past),
+            Case::Generate { prompt, tokens } => prompt.checked_add(tokens),
+        };
+        if need.is_none_or(|n| n > l.ctx) {
+            return Err(format!(
+                "llm: {} needs more positions than the model's rotary caches hold (ctx={}); \
+                 add ctx=N to the spec",
+                c.name(),
+                l.ctx
+            ));
+        }
+    }
+    progress(&format!(
+        "model {} (cached under {})",
+        l.label(),
+        super::llm_model::models_dir().display()
+    ));
+    let t = Target::resolve(&Opts {
+        gen: Some(spec.clone()),
+        ..o.clone()
+    })?;
+    let (cpus, threads) = placement(o)?;
+    let null_kind = if o.null_arm == "ort" {
+        ArmKind::Ort
+    } else {
+        ArmKind::Rcpu
+    };
+    let cfg = WorkerCfg {
+        threads,
+        cpus: cpus.clone(),
+        model_path: t.path.clone(),
+        m: 1,
+        seed: o.seed,
+    };
+    println!(
+        "rcpu-bench llm: {} | {} | threads={threads} cpus={cpus:?} rounds={} iters={} warmup={} null={}",
+        t.label, t.path, o.rounds, o.iters, o.warmup, o.null_arm
+    );
+    println!(
+        "weight bytes per token: {} ({:.1} MB): every initializer but the embedding table and the \
+         rotary caches, plus one table row and one cos/sin row",
+        t.weight_bytes,
+        t.weight_bytes as f64 / 1e6
+    );
+    progress("starting workers (ort, rcpu, null) and creating sessions");
+    let mut arms = vec![
+        Worker::spawn("ort", ArmKind::Ort, &cfg)?,
+        Worker::spawn("rcpu", ArmKind::Rcpu, &cfg)?,
+        Worker::spawn(&format!("null({})", o.null_arm), null_kind, &cfg)?,
+    ];
+    for a in arms.iter_mut() {
+        let l = a.cmd("load")?;
+        progress(&format!(
+            "{}: session in {:.1} s",
+            a.label,
+            l["session_s"].as_f64().unwrap_or(0.0)
+        ));
+    }
+    progress(&format!(
+        "read bandwidth for a {:.1} MB buffer on {threads} threads",
+        t.weight_bytes as f64 / 1e6
+    ));
+    let bw = membw::read_gbps(t.weight_bytes as usize, threads, 5);
+    println!("read bandwidth of a same-size buffer, this run: {bw:.1} GB/s (best of 5 passes)");
+    let tol = o.tol.unwrap_or(if acc == 4 { 2e-2 } else { 1e-4 });
+    let mut results = vec![];
+    let mut code = 0;
+    for case in cases(o) {
+        let r = run_case(o, &mut arms, &case, &t, vocab, bw, tol, &cpus)?;
+        if r["parity_ok"] == false {
+            code = 2;
+        }
+        results.push(r);
+    }
+    if let Some(path) = &o.json {
+        let doc = json!({"model": t.label, "path": t.path, "threads": threads, "cpus": cpus,
+            "weight_bytes_per_token": t.weight_bytes, "read_gbps": bw, "cases": results});
+        std::fs::write(
+            path,
+            serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?,
+        )
+        .map_err(|e| format!("{path}: {e}"))?;
+    }
+    Ok(code)
+}
+
+fn floats(v: &Value, key: &str) -> Vec<f64> {
+    v[key]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_f64)
+        .collect()
+}
+
+/// Runs per round of a step of `seq` tokens: `iters` for decode, fewer for long prefills
+/// (64 tokens: iters/4, 512: one), so a 2-core run of the full Qwen preset stays in minutes.
+fn step_iters(iters: usize, seq: usize) -> usize {
+    (iters * 16 / seq.max(1)).clamp(1, iters)
+}
+
+/// Relative L2 of the rcpu and null arms' logits (the first output, current feeds) against ORT's.
+fn logits_parity(arms: &mut [Worker], tol: f64) -> Result<bool, String> {
+    let mut outs = vec![];
+    for a in arms.iter_mut() {
+        let v = a.call(json!({"cmd": "output", "first": true}))?;
+        let data = v["data"].as_array().cloned().unwrap_or_default();
+        outs.push(
+            data.iter()
+                .map(|x| x.as_f64().unwrap_or(f64::NAN) as f32)
+                .collect::<Vec<f32>>(),
+        );
+    }
+    let (e1, e2) = (
+        crate::compare::rel_l2(&outs[1], &outs[0]),
+        crate::compare::rel_l2(&outs[2], &outs[0]),
+    );
+    let ok = e1 <= tol && e2 <= tol;
+    println!(
+        "parity: logits rel L2 rcpu vs ORT {e1:.3e}, null vs ORT {e2:.3e} (tol {tol:.0e}{}) {}",
+        if tol > 1e-4 {
+            ", accuracy_level 4: activations quantized to int8"
+        } else {
+            ""
+        },
+        if ok { "OK" } else { "MISMATCH" }
+    );
+    Ok(ok)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_case(
+    o: &Opts,
+    arms: &mut [Worker],
+    case: &Case,
+    t: &Target,
+    vocab: usize,
+    bw: f64,
+    tol: f64,
+    cpus: &[usize],
+) -> Result<Value, String> {
+    println!("\n== {} ==", case.name());
+    let req = match case {
+        Case::Step { seq, past } => {
+            for a in arms.iter_mut() {
+                a.call(json!({"cmd": "llm_feed", "seq": seq, "past": past, "vocab": vocab}))?;
+            }
+            json!({"cmd": "time", "iters": step_iters(o.iters, *seq)})
+        }
+        Case::Generate { prompt, tokens } => {
+            json!({"cmd": "generate", "prompt": prompt, "tokens": tokens, "vocab": vocab})
+        }
+    };
+    // Parity (rule 7) before timing.
+    let parity_ok = match case {
+        Case::Step { .. } => logits_parity(arms, tol)?,
+        Case::Generate { prompt, .. } => {
+            // The prompt's logits are gated as a prefill's; the greedy ids are reported.
+            for a in arms.iter_mut() {
+                a.call(json!({"cmd": "llm_feed", "seq": prompt, "past": 0, "vocab": vocab}))?;
+            }
+            let ok = logits_parity(arms, tol)?;
+            let mut ids = vec![];
+            for a in arms.iter_mut() {
+                ids.push(a.call(req.clone())?["ids"].clone());
+            }
+            let same = |i: usize| {
+                let (a, b) = (ids[0].as_array(), ids[i].as_array());
+                a.zip(b)
+                    .map(|(a, b)| a.iter().zip(b).take_while(|(x, y)| x == y).count())
+                    .unwrap_or(0)
+            };
+            let n = ids[0].as_array().map(|a| a.len()).unwrap_or(0);
+            println!(
+                "parity: greedy ids, rcpu agrees with ORT for the first {}/{n}, null for {}/{n} \
+                 (reported; random weights leave near-ties that int8 activations can flip)",
+                same(1),
+                same(2)
+            );
+            ok
+        }
+    };
+    if !parity_ok {
+        println!("refusing to time a mismatch (rule 7)");
+        return Ok(json!({"case": case.name(), "parity_ok": false}));
+    }
+    progress(&format!("{}: warm-up", case.name()));
+    for a in arms.iter_mut() {
+        let mut w = req.clone();
+        if w["cmd"] == "time" {
+            w["iters"] = json!(o.warmup.max(1));
+        }
+        a.call(w)?;
+        a.settle(500);
+    }
+    arms[1].cmd("reset_stats")?;
+    let per_token = case.tokens() as f64;
+    let (mut p50s, mut p90s, mut cpu) = (vec![vec![]; 3], vec![vec![]; 3], [0.0f64; 3]);
+    let mut samples = [0usize; 3];
+    // Foreign load over the timed calls (compare's measure: /proc/stat busy ticks of the arms'
+    // CPUs not accounted for by the bench's own processes).
+    let (mut ticks, mut ours) = (CpuTicks::default(), 0.0);
+    println!(
+        "{:>5}  {:<14} {:>10} {:>10} {:>10} {:>9} {:>13}",
+        "round", "order", "ort ms/tok", "rcpu ms/tok", "null ms/tok", "ORT/rcpu", "null_b_over_a"
+    );
+    for r in 0..o.rounds {
+        let order = if r % 2 == 0 { [0, 1, 2] } else { [2, 1, 0] };
+        for &i in &order {
+            let all0: Vec<f64> = arms.iter().map(|a| a.cpu_s()).collect();
+            let (t0, self0) = (cpu_ticks(cpus), os::usage().cpu_s());
+            let res = arms[i].call(req.clone())?;
+            let (t1, self1) = (cpu_ticks(cpus), os::usage().cpu_s());
+            let all1: Vec<f64> = arms.iter().map(|a| a.cpu_s()).collect();
+            // Generate: the worker's own CPU over the steps (its prompt prefill left out).
+            cpu[i] += res["steps_cpu_s"].as_f64().unwrap_or(all1[i] - all0[i]);
+            ticks.busy += t1.busy.saturating_sub(t0.busy);
+            ticks.total += t1.total.saturating_sub(t0.total);
+            ours += all1.iter().zip(&all0).map(|(a, b)| a - b).sum::<f64>() + self1 - self0;
+            arms[i].settle(500);
+            let ms: Vec<f64> = floats(&res, "ns")
+                .iter()
+                .map(|ns| ns / 1e6 / per_token)
+                .collect();
+            samples[i] += ms.len();
+            p50s[i].push(median(&ms));
+            p90s[i].push(quantile(&ms, 0.9));
+        }
+        let (a, b, n) = (p50s[0][r], p50s[1][r], p50s[2][r]);
+        let twin = if o.null_arm == "ort" { a } else { b };
+        println!(
+            "{:>5}  {:<14} {a:>10.3} {b:>10.3} {n:>10.3} {:>9.3} {:>13.3}",
+            r + 1,
+            if r % 2 == 0 {
+                "ort,rcpu,null"
+            } else {
+                "null,rcpu,ort"
+            },
+            a / b,
+            n / twin
+        );
+    }
+    let stats = arms[1].cmd("stats")?;
+    let foreign = foreign_share(CpuTicks::default(), ticks, ours);
+    println!(
+        "foreign busy share of cpus {cpus:?} while arms were timed: {} (other processes' CPU)",
+        pct(foreign)
+    );
+    let timed = Timed {
+        p50s,
+        p90s,
+        cpu,
+        samples,
+        foreign,
+    };
+    let mut summary = summarize(o, &case.name(), per_token, t, bw, &timed, &stats);
+    let mut prof = json!(null);
+    if o.profile_iters > 0 {
+        progress(&format!(
+            "{}: profiling pass (separate sessions, untimed)",
+            case.name()
+        ));
+        let iters = match case {
+            Case::Step { seq, .. } => (o.profile_iters * 64 / seq).clamp(1, o.profile_iters),
+            Case::Generate { .. } => 1,
+        };
+        let mut preq = json!({"cmd": "profile", "iters": iters});
+        if let Case::Generate { prompt, tokens } = case {
+            preq = json!({"cmd": "profile", "iters": 1, "prompt": prompt, "tokens": tokens, "vocab": vocab});
+        }
+        let mut pj = vec![];
+        for i in [0, 1] {
+            let v = arms[i].call(preq.clone())?;
+            for l in profile::lines(["ort", "rcpu"][i], &v) {
+                println!("{l}");
+            }
+            pj.push(v);
+        }
+        prof = json!(pj);
+    }
+    summary["profile"] = prof;
+    Ok(summary)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cases_follow_the_modes_and_overrides_append() {
+        let o = Opts {
+            gen: Some("llm:preset=qwen2-0.5b".into()),
+            modes: vec!["prefill".into(), "decode".into()],
+            prompts: vec![8, 16],
+            past: 3,
+            layers: Some(2),
+            ..Opts::default()
+        };
+        assert_eq!(
+            cases(&o),
+            [
+                Case::Step { seq: 8, past: 0 },
+                Case::Step { seq: 16, past: 0 },
+                Case::Step { seq: 1, past: 3 }
+            ]
+        );
+        assert_eq!(cases(&o)[2].name(), "decode past=3");
+        assert_eq!(spec_of(&o), "llm:preset=qwen2-0.5b,layers=2");
+        assert_eq!([1, 5, 64, 512].map(|s| step_iters(10, s)), [10, 10, 2, 1]);
+    }
+}

@@ -1,0 +1,112 @@
+//! The per-case report of `rcpu-bench llm`: per arm p50/p90 per token, CPU per token, weight
+//! bytes, GB/s and its fraction of the same-run read bandwidth; the headline ORT/rcpu with its null
+//! band and verdict, the steady-state verdict beside it; rcpu's ledger and pool counters per token.
+
+use serde_json::{json, Value};
+
+use super::args::Opts;
+use super::counters;
+use super::quant::median;
+use super::steady::{steady_start, SteadyCfg};
+use super::target::Target;
+use super::verdict::{verdict, NullBand};
+
+/// What the timed rounds of one case gave, per arm (ort, rcpu, null).
+pub struct Timed {
+    /// Per round: p50 and p90 of ms per token.
+    pub p50s: Vec<Vec<f64>>,
+    pub p90s: Vec<Vec<f64>>,
+    /// CPU seconds over the timed calls.
+    pub cpu: [f64; 3],
+    /// Timed samples (runs or generation steps).
+    pub samples: [usize; 3],
+    /// Foreign busy share of the arms' CPUs while they were timed.
+    pub foreign: Option<f64>,
+}
+
+/// Prints the case's summary; returns its JSON (without the profile).
+pub fn summarize(
+    o: &Opts,
+    case: &str,
+    per_token: f64,
+    t: &Target,
+    bw: f64,
+    timed: &Timed,
+    stats: &Value,
+) -> Value {
+    let Timed {
+        p50s,
+        p90s,
+        cpu,
+        samples,
+        foreign,
+    } = timed;
+    let generate = case.starts_with("generate");
+    let names = ["ort", "rcpu", "null"];
+    println!(
+        "{:<6} {:>10} {:>10} {:>12} {:>11} {:>8} {:>12}",
+        "arm", "p50 ms", "p90 ms", "cpu ms/tok", "weight MB", "GB/s", "of read bw"
+    );
+    let mut arm_json = vec![];
+    for i in 0..3 {
+        let (p50, p90) = (median(&p50s[i]), median(&p90s[i]));
+        let toks = samples[i] as f64 * per_token;
+        let cpu_ms = cpu[i] * 1e3 / toks.max(1.0);
+        // Prefill reads the weights once for all its tokens: GB/s per run, not per token.
+        let gbps = t.weight_bytes as f64 / (p50 * per_token * 1e-3) / 1e9;
+        println!(
+            "{:<6} {p50:>10.3} {p90:>10.3} {cpu_ms:>12.3} {:>11.1} {gbps:>8.2} {:>11.1}%",
+            names[i],
+            t.weight_bytes as f64 / 1e6,
+            gbps / bw * 100.0
+        );
+        arm_json.push(json!({"arm": names[i], "p50_ms_per_token": p50, "p90_ms_per_token": p90, "cpu_ms_per_token": cpu_ms, "gbps": gbps, "fraction_of_read_bw": gbps / bw}));
+    }
+    // Headline: ORT/rcpu per round, median; the null band from the A/A ratio; steady beside it.
+    let ratios: Vec<f64> = (0..o.rounds).map(|r| p50s[0][r] / p50s[1][r]).collect();
+    let twin = if o.null_arm == "ort" { 0 } else { 1 };
+    let nulls: Vec<f64> = (0..o.rounds).map(|r| p50s[2][r] / p50s[twin][r]).collect();
+    let ratio = median(&ratios);
+    let band = NullBand::from_ratios(&nulls);
+    let sc = SteadyCfg {
+        k: o.steady_k,
+        tol: o.steady_tol,
+        min_len: SteadyCfg::default().min_len.min(o.rounds),
+    };
+    let steady: Vec<Option<usize>> = (0..3).map(|a| steady_start(&p50s[a], &sc)).collect();
+    let steady_word = match steady.iter().try_fold(0usize, |m, s| s.map(|s| m.max(s))) {
+        Some(s) => format!("steady state reached from round {}", s + 1),
+        None => "steady state NOT REACHED (ratio over all rounds)".into(),
+    };
+    let (band_txt, word) = match &band {
+        Some(b) => {
+            let (lo, hi) = b.symmetric();
+            (format!("[{lo:.3}, {hi:.3}]"), verdict(ratio, b).word())
+        }
+        None => ("unavailable".into(), "no verdict"),
+    };
+    println!(
+        "HEADLINE {}: ORT/rcpu = {ratio:.3} per token (median over {} rounds; rcpu {:.3} ms vs ORT {:.3} ms), \
+         null band {band_txt} -> {word}; {steady_word}",
+        case,
+        o.rounds,
+        median(&p50s[1]),
+        median(&p50s[0])
+    );
+    let tokens_timed = (samples[1] as f64 * per_token) as u64;
+    let (lines, route_json) = counters::route_report(&t.info.ops, stats, tokens_timed);
+    println!(
+        "rcpu per token (ledger calls and pool counters over {tokens_timed} timed tokens{}):",
+        if generate {
+            "; generate: each round's prompt prefill counts too"
+        } else {
+            ""
+        }
+    );
+    for l in lines {
+        println!("  {l}");
+    }
+    json!({"case": case, "parity_ok": true, "arms": arm_json, "ort_over_rcpu": ratio,
+        "null_band": band, "verdict": word, "foreign_share": foreign, "steady": steady_word,
+        "rounds_p50_ms": p50s, "rcpu_counters": route_json})
+}
