@@ -8,7 +8,7 @@
 
 use std::arch::x86_64::*;
 
-use super::pack::{GroupView, CHUNK_K, NR};
+use super::pack::{GroupView, Scales, CHUNK_K, NR};
 use super::prepare_a::PreparedA;
 use super::MR;
 
@@ -63,17 +63,33 @@ fn zero_points(g: &GroupView, kb: usize, h: usize) -> [__m256i; 2] {
     }
 }
 
-/// Scales of block `kb`, half `h`: `[low columns, high columns]`.
+/// Scales of block `kb`, half `h`: `[low columns, high columns]` (f16 ones widened exactly
+/// with `vcvtph2ps`).
 #[inline]
-#[target_feature(enable = "avx2")]
+#[target_feature(enable = "avx2,f16c")]
 fn scales(g: &GroupView, kb: usize, h: usize) -> [__m256; 2] {
-    let s = &g.scales[kb * NR..kb * NR + NR];
-    // SAFETY: `s` is 32 floats; 8h + 16 + 8 <= 32.
-    unsafe {
-        [
-            _mm256_loadu_ps(s.as_ptr().add(8 * h)),
-            _mm256_loadu_ps(s.as_ptr().add(16 + 8 * h)),
-        ]
+    match g.scales {
+        Scales::F32(s) => {
+            let s = &s[kb * NR..kb * NR + NR];
+            // SAFETY: `s` is 32 floats; 8h + 16 + 8 <= 32.
+            unsafe {
+                [
+                    _mm256_loadu_ps(s.as_ptr().add(8 * h)),
+                    _mm256_loadu_ps(s.as_ptr().add(16 + 8 * h)),
+                ]
+            }
+        }
+        Scales::F16(s) => {
+            let s = &s[kb * NR..kb * NR + NR];
+            let at = |i: usize| s[i..i + 8].as_ptr() as *const __m128i;
+            // SAFETY: each load reads the 8 u16 (16 bytes) of a checked sub-slice.
+            unsafe {
+                [
+                    _mm256_cvtph_ps(_mm_loadu_si128(at(8 * h))),
+                    _mm256_cvtph_ps(_mm_loadu_si128(at(16 + 8 * h))),
+                ]
+            }
+        }
     }
 }
 
@@ -93,9 +109,9 @@ fn store<const R: usize>(total: &[[__m256; 2]; R], h: usize, res: &mut [[f32; NR
 /// fp32 tile.
 ///
 /// # Safety
-/// The CPU must support AVX2 and FMA; `g` and `a` must have the packed sizes,
+/// The CPU must support AVX2, FMA and F16C; `g` and `a` must have the packed sizes,
 /// `r0 + nr <= rows of a`, `1 <= nr <= MR`.
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn tile_f32(
     g: &GroupView,
     a: &PreparedA,
@@ -108,7 +124,7 @@ pub(crate) unsafe fn tile_f32(
 }
 
 #[inline]
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn f32_rows<const R: usize>(
     g: &GroupView,
     a: &PreparedA,
@@ -169,7 +185,7 @@ const I16_CHUNKS: usize = 8;
 ///
 /// # Safety
 /// As [`tile_f32`].
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn tile_i8(
     g: &GroupView,
     a: &PreparedA,
@@ -182,7 +198,7 @@ pub(crate) unsafe fn tile_i8(
 }
 
 #[inline]
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn i8_rows<const R: usize>(
     g: &GroupView,
     a: &PreparedA,

@@ -22,7 +22,7 @@
 
 use std::arch::x86_64::*;
 
-use super::pack::{GroupView, CHUNK_K, LANES, NR};
+use super::pack::{GroupView, Scales, CHUNK_K, LANES, NR};
 use super::prepare_a::PreparedA;
 use super::MR;
 use crate::kernels::x86_asm::fma_bcast;
@@ -90,17 +90,31 @@ fn zero_point_halves(g: &GroupView, kb: usize) -> [__m512i; 2] {
     ]
 }
 
-/// The two halves' scales of block `kb`.
+/// The two halves' scales of block `kb` (f16 ones widened exactly with `vcvtph2ps`).
 #[inline]
 #[target_feature(enable = "avx512f")]
 fn scales(g: &GroupView, kb: usize) -> [__m512; 2] {
-    let s = &g.scales[kb * NR..kb * NR + NR];
-    // SAFETY: `s` is exactly 32 readable floats.
-    unsafe {
-        [
-            _mm512_loadu_ps(s.as_ptr()),
-            _mm512_loadu_ps(s.as_ptr().add(16)),
-        ]
+    match g.scales {
+        Scales::F32(s) => {
+            let s = &s[kb * NR..kb * NR + NR];
+            // SAFETY: `s` is exactly 32 readable floats.
+            unsafe {
+                [
+                    _mm512_loadu_ps(s.as_ptr()),
+                    _mm512_loadu_ps(s.as_ptr().add(16)),
+                ]
+            }
+        }
+        Scales::F16(s) => {
+            let s = &s[kb * NR..kb * NR + NR];
+            // SAFETY: `s` is exactly 32 readable u16 (two 32-byte halves).
+            unsafe {
+                [
+                    _mm512_cvtph_ps(_mm256_loadu_si256(s.as_ptr() as *const __m256i)),
+                    _mm512_cvtph_ps(_mm256_loadu_si256(s.as_ptr().add(16) as *const __m256i)),
+                ]
+            }
+        }
     }
 }
 
