@@ -76,7 +76,7 @@ pub enum Scales<'a> {
     F16(&'a [u16]),
 }
 
-impl Scales<'_> {
+impl<'a> Scales<'a> {
     /// Number of scales.
     pub fn len(&self) -> usize {
         match self {
@@ -88,6 +88,15 @@ impl Scales<'_> {
     /// True when there are none.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// The scales as (f32, f16) slices, the one not in use empty: SIMD kernels take this once
+    /// per call and pick the per-block load at compile time.
+    pub(crate) fn split(self) -> (&'a [f32], &'a [u16]) {
+        match self {
+            Scales::F32(s) => (s, &[]),
+            Scales::F16(s) => (&[], s),
+        }
     }
 
     /// Scale `i` as f32 (f16 widens exactly).
