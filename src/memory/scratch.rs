@@ -49,6 +49,7 @@ struct ThreadScratch {
     f32s: Option<Parked<f32>>,
     i32s: Option<Parked<i32>>,
     u8s: Option<Parked<u8>>,
+    u16s: Option<Parked<u16>>,
 }
 
 thread_local! {
@@ -168,6 +169,11 @@ pub fn with_scratch_u8<R>(len: usize, f: impl FnOnce(&mut [u8]) -> R) -> R {
     with_scratch(len, |s| &mut s.u8s, f)
 }
 
+/// Lend `f` a per-thread u16 scratch slice of `len` elements. Contents on entry are unspecified.
+pub fn with_scratch_u16<R>(len: usize, f: impl FnOnce(&mut [u16]) -> R) -> R {
+    with_scratch(len, |s| &mut s.u16s, f)
+}
+
 /// Release this thread's parked buffers now (their grants return to the budget).
 pub fn release_thread_scratch() {
     let _ = SCRATCH.try_with(|s| {
@@ -175,6 +181,7 @@ pub fn release_thread_scratch() {
         s.f32s = None;
         s.i32s = None;
         s.u8s = None;
+        s.u16s = None;
     });
 }
 

@@ -48,7 +48,18 @@ impl Problem {
         let mut r = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
         let a = (0..m * k).map(|_| r.f32(-1.0, 1.0)).collect();
         let b = r.bytes(n * p.k_blocks() * p.blob_bytes());
-        let scales = (0..n * p.k_blocks()).map(|_| r.f32(-0.1, 0.1)).collect();
+        // Magnitudes 1e-3..0.1 (as real int4 scales), random sign: all f16 normals, so level 4
+        // packs f16 scales (groups that keep f32 are tested in matmul_nbits_f16_scales.rs).
+        let scales = (0..n * p.k_blocks())
+            .map(|_| {
+                let s = r.f32(1e-3, 0.1);
+                if r.next_u64() & 1 == 0 {
+                    s
+                } else {
+                    -s
+                }
+            })
+            .collect();
         let zp = zp.then(|| r.bytes(n * p.zp_row_bytes()));
         let bias = bias.then(|| (0..n).map(|_| r.f32(-1.0, 1.0)).collect());
         Problem {
@@ -80,3 +91,35 @@ pub fn rel_l2(got: &[f32], want: &[f32]) -> f64 {
 
 /// Three scoped threads: real concurrency for the chunked paths.
 pub const THREE: ScopedThreads = ScopedThreads(3);
+
+/// The scales accuracy level 4 computes with (rcpu's packed layout, see `pack.rs`): per group of
+/// 32 columns, when every scale of the group is 0 or of magnitude in [2^-14, 65504], each is
+/// rounded to f16 (nearest, ties to even); otherwise the group keeps f32. Levels 0..3: unchanged.
+/// Written independently of the library's conversion (f64 arithmetic on the exponent).
+pub fn acc4_scales(scales: &[f32], p: &NBitsParams) -> Vec<f32> {
+    if !p.int8_compute() {
+        return scales.to_vec();
+    }
+    let kbs = p.k_blocks();
+    let ok = |s: f32| s == 0.0 || (s.abs() >= 2f32.powi(-14) && s.abs() <= 65504.0);
+    let mut out = scales.to_vec();
+    for g in (0..p.n).step_by(32) {
+        let range = g * kbs..(g + 32).min(p.n) * kbs;
+        if scales[range.clone()].iter().all(|&s| ok(s)) {
+            for s in &mut out[range] {
+                *s = round_to_f16(*s);
+            }
+        }
+    }
+    out
+}
+
+/// `s` (0 or an f16 normal in magnitude) rounded to 11 significant bits, ties to even.
+pub fn round_to_f16(s: f32) -> f32 {
+    if s == 0.0 {
+        return s;
+    }
+    let exp = ((s.to_bits() >> 23) & 0xFF) as i32 - 127;
+    let ulp = 2f64.powi(exp - 10);
+    ((s as f64 / ulp).round_ties_even() * ulp) as f32
+}

@@ -10,13 +10,13 @@
 use super::dispatch::{Kernels, TileFn};
 use super::nonfinite::{self, RowFix};
 use super::pack::{
-    group_weight_bytes, group_zp_bytes, groups, pack_group, GroupView, PackedNBits, NR,
+    group_weight_bytes, group_zp_bytes, groups, pack_group, GroupView, PackedNBits, Scales, NR,
 };
 use super::params::NBitsParams;
 use super::prepare_a::{with_prepared, PreparedA};
 use super::MR;
 use crate::kernels::disjoint::DisjointOut;
-use crate::memory::scratch::{with_scratch_f32, with_scratch_u8};
+use crate::memory::scratch::{with_scratch_f32, with_scratch_u16, with_scratch_u8};
 use crate::runtime::par::{stream_units_per_chunk, Par};
 
 /// Rows per M > 1 task tile.
@@ -161,25 +161,30 @@ fn run_fast(
                     zero_points.map_or(0, |_| group_zp_bytes(p)),
                 );
                 // Each chunk packs one group at a time into its lane's parked scratch (weights and
-                // zero points in one byte buffer, scales in an f32 one): no allocation once the
-                // lane's buffers are parked. `pack_group` writes every byte, so stale contents are
-                // fine.
+                // zero points in one byte buffer, scales in an f32 and, at level 4, an f16 one): no
+                // allocation once the lane's buffers are parked. `pack_group` writes every byte the
+                // group reads, so stale contents are fine.
+                let h_len = if p.int8_compute() { kbs * NR } else { 0 };
                 let body = |cc: usize| {
                     with_scratch_u8(wb + zb, |bytes| {
                         with_scratch_f32(kbs * NR, |s| {
-                            let (w, z) = bytes.split_at_mut(wb);
-                            let mut z = zero_points.map(|_| z);
-                            for g in cc * gpc..((cc + 1) * gpc).min(g_count) {
-                                pack_group(b, scales, zero_points, p, g, w, s, z.as_deref_mut());
-                                let view = GroupView {
-                                    w,
-                                    scales: s,
-                                    zps: z.as_deref(),
-                                    k_blocks: kbs,
-                                    block_size: p.block_size,
-                                };
-                                ctx.group(&view, g, 0..m);
-                            }
+                            with_scratch_u16(h_len, |h| {
+                                let (w, z) = bytes.split_at_mut(wb);
+                                let mut z = zero_points.map(|_| z);
+                                for g in cc * gpc..((cc + 1) * gpc).min(g_count) {
+                                    let zm = z.as_deref_mut();
+                                    let half =
+                                        pack_group(b, scales, zero_points, p, g, w, s, h, zm);
+                                    let view = GroupView {
+                                        w,
+                                        scales: if half { Scales::F16(h) } else { Scales::F32(s) },
+                                        zps: z.as_deref(),
+                                        k_blocks: kbs,
+                                        block_size: p.block_size,
+                                    };
+                                    ctx.group(&view, g, 0..m);
+                                }
+                            })
                         })
                     })
                 };

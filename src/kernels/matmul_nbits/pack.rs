@@ -15,16 +15,31 @@
 //!   (before: one mask per nibble and an A broadcast per 4 k of 16 columns). fp32 extracts
 //!   `(v >> 8j) & 0x0F` and `(v >> 8j + 4) & 0x0F` for k0 + j.
 //!   k beyond K (tail of the last block) holds code 0; callers pad A with zeros there.
-//! * `scales`: `[group][block][32]` f32.
+//! * scales: `[group][block][32]`, as f32 for accuracy levels 0..3 and as f16 for level 4 (see
+//!   below).
 //! * `zero_points` (only when the node has them): `[group][block][16]` u8, byte `i` = zero point
 //!   of column i (low nibble) and of column 16 + i (high nibble), like the weights; absent means
 //!   8 everywhere.
 //!
 //! Zero points are applied per block through the sum of A over the block, never per element
 //! (see the kernels), so no `-zp*scale` table is stored: it would add as many bytes as the scales.
+//!
+//! f16 scales (accuracy level 4): decode at M = 1 streams the whole weight once per token, so
+//! its time is its bytes. With block size 32 a column-block is 16 bytes of codes plus its scale:
+//! 4 bytes as f32 (0.625 bytes per weight), 2 as f16 (0.5625, what llama.cpp's Q4_0 reads).
+//! Level 4 already quantises A to int8 per block, and rounding a scale to f16 (round to nearest
+//! even) changes it by at most 2^-11 of itself, so each block's term changes by at most 2^-11
+//! relative. That holds only for f16 normals, so a group keeps f32 scales when any of its scales
+//! is neither 0 nor of magnitude in [2^-14, 65504] ([`f16_exact_enough`]): tiny scales would
+//! lose precision as f16 subnormals, huge ones would become infinite, NaN and infinities stay
+//! as they are. The choice is per group and made by [`pack_group`] from that group's scales
+//! alone, so the unpacked path (which packs group by group) makes the same choice. Levels 0..3
+//! keep f32 scales: their results do not change.
 
 use super::params::NBitsParams;
 use super::reference::weight_code;
+use crate::abi::tensor::F16Bits;
+use crate::kernels::cast::{f16_to_f32, f32_to_f16, NanRule};
 use crate::memory::AlignedBuf;
 
 /// Columns per group.
@@ -41,8 +56,69 @@ pub struct PackedNBits {
     /// 64-byte aligned (as is every group inside it: group sizes are multiples of 64 bytes),
     /// so no 64-byte weight or scale load of the kernels straddles two cache lines.
     pub(crate) weights: AlignedBuf<u8>,
+    /// f32 scales of every group that reads f32 (all of them below level 4; at level 4 only
+    /// groups whose scales f16 cannot hold): `[group][block][32]` over all groups, or empty when
+    /// no group reads f32.
     pub(crate) scales: AlignedBuf<f32>,
+    /// f16 scales (bits) of the groups that read f16, `[group][block][32]` over all groups, or
+    /// empty when none does (always below level 4).
+    pub(crate) scales16: AlignedBuf<u16>,
+    /// Per group: whether it reads `scales16` (else `scales`).
+    pub(crate) f16_groups: Vec<bool>,
     pub(crate) zero_points: Option<AlignedBuf<u8>>,
+}
+
+/// One group's scales, `[block][32]`, in the format the group was packed with.
+#[derive(Debug, Clone, Copy)]
+pub enum Scales<'a> {
+    F32(&'a [f32]),
+    /// IEEE binary16 bits, every one 0 or normal (see [`f16_exact_enough`]).
+    F16(&'a [u16]),
+}
+
+impl<'a> Scales<'a> {
+    /// Number of scales.
+    pub fn len(&self) -> usize {
+        match self {
+            Scales::F32(s) => s.len(),
+            Scales::F16(s) => s.len(),
+        }
+    }
+
+    /// True when there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The scales as (f32, f16) slices, the one not in use empty: SIMD kernels take this once
+    /// per call and pick the per-block load at compile time.
+    pub(crate) fn split(self) -> (&'a [f32], &'a [u16]) {
+        match self {
+            Scales::F32(s) => (s, &[]),
+            Scales::F16(s) => (&[], s),
+        }
+    }
+
+    /// Scale `i` as f32 (f16 widens exactly).
+    #[inline]
+    pub fn get(&self, i: usize) -> f32 {
+        match self {
+            Scales::F32(s) => s[i],
+            Scales::F16(s) => f16_to_f32(F16Bits(s[i]), NanRule::Hardware),
+        }
+    }
+}
+
+/// Whether f16 holds `s` to within 2^-11 of itself (round to nearest even): 0, or a magnitude
+/// in f16's normal range [2^-14, 65504]. Subnormals (fewer significant bits), overflow, NaN and
+/// infinities are refused.
+pub fn f16_exact_enough(s: f32) -> bool {
+    s == 0.0 || (1.0 / 16384.0..=65504.0).contains(&s.abs())
+}
+
+/// `s` rounded to f16 (nearest even), as bits. Only for values [`f16_exact_enough`] accepts.
+pub(crate) fn scale_to_f16(s: f32) -> u16 {
+    f32_to_f16(s, NanRule::Hardware).0
 }
 
 /// One column group's slices, as the kernels see them.
@@ -51,7 +127,7 @@ pub struct GroupView<'a> {
     /// `k_blocks * block_size * 16` bytes.
     pub w: &'a [u8],
     /// `k_blocks * 32` scales.
-    pub scales: &'a [f32],
+    pub scales: Scales<'a>,
     /// `k_blocks * 16` zero-point bytes (two columns each), or `None` for 8.
     pub zps: Option<&'a [u8]>,
     pub k_blocks: usize,
@@ -83,6 +159,8 @@ impl PackedNBits {
     pub fn bytes(&self) -> usize {
         self.weights.held_bytes()
             + self.scales.held_bytes()
+            + self.scales16.held_bytes()
+            + self.f16_groups.capacity()
             + self.zero_points.as_ref().map_or(0, |z| z.held_bytes())
     }
 
@@ -97,7 +175,11 @@ impl PackedNBits {
         let (wb, sb, zb) = (group_weight_bytes(p), p.k_blocks() * NR, group_zp_bytes(p));
         GroupView {
             w: &self.weights.as_slice()[g * wb..(g + 1) * wb],
-            scales: &self.scales.as_slice()[g * sb..(g + 1) * sb],
+            scales: if self.f16_groups[g] {
+                Scales::F16(&self.scales16.as_slice()[g * sb..(g + 1) * sb])
+            } else {
+                Scales::F32(&self.scales.as_slice()[g * sb..(g + 1) * sb])
+            },
             zps: self
                 .zero_points
                 .as_ref()
@@ -159,47 +241,49 @@ pub fn try_pack_threads(
         .unwrap_or_else(|e| panic!("{e}"));
     let g_count = groups(p);
     let (wb, sb, zb) = (group_weight_bytes(p), p.k_blocks() * NR, group_zp_bytes(p));
+    // Which groups get f16 scales (the choice `pack_group` makes again for each group).
+    let f16_groups: Vec<bool> = (0..g_count).map(|g| group_f16(scales, p, g)).collect();
+    let any_f32 = f16_groups.iter().any(|&h| !h);
+    let any_f16 = f16_groups.iter().any(|&h| h);
+    let half_len = if any_f16 { g_count * sb } else { 0 };
     let mut weights = AlignedBuf::<u8>::try_zeroed(g_count * wb).ok()?;
-    let mut sc = AlignedBuf::<f32>::try_zeroed(g_count * sb).ok()?;
+    let mut sc = AlignedBuf::<f32>::try_zeroed(if any_f32 { g_count * sb } else { 0 }).ok()?;
+    let mut sc16 = AlignedBuf::<u16>::try_zeroed(half_len).ok()?;
     let mut zps = match zero_points {
         Some(_) => Some(AlignedBuf::<u8>::try_zeroed(g_count * zb).ok()?),
         None => None,
     };
-    // Packs groups g0.. into the given slices (which start at group g0).
-    let run = |g0: usize, w: &mut [u8], s: &mut [f32], mut z: Option<&mut [u8]>| {
-        for (i, (w, s)) in w
-            .chunks_exact_mut(wb)
-            .zip(s.chunks_exact_mut(sb))
-            .enumerate()
-        {
-            let z = z.as_deref_mut().map(|z| &mut z[i * zb..(i + 1) * zb]);
-            pack_group(b, scales, zero_points, p, g0 + i, w, s, z);
-        }
-    };
     let per = g_count.div_ceil(threads.clamp(1, g_count.max(1)));
+    // Each share: `per` groups of every buffer (an empty buffer gives empty shares).
+    let mut w_sh = Shares::new(weights.as_mut_slice(), per * wb);
+    let mut s_sh = Shares::new(sc.as_mut_slice(), per * sb);
+    let mut h_sh = Shares::new(sc16.as_mut_slice(), per * sb);
+    let mut z_sh = zps
+        .as_mut()
+        .map(|z| Shares::new(z.as_mut_slice(), per * zb));
+    let f16_groups_ref = &f16_groups;
     std::thread::scope(|scope| {
-        let mut w_rest = weights.as_mut_slice();
-        let mut s_rest = sc.as_mut_slice();
-        let mut z_rest = zps.as_mut().map(|z| z.as_mut_slice());
         let mut g0 = 0;
         while g0 < g_count {
             let n = per.min(g_count - g0);
-            let (w, wr) = std::mem::take(&mut w_rest).split_at_mut(n * wb);
-            let (s, sr) = std::mem::take(&mut s_rest).split_at_mut(n * sb);
-            let (z, zr) = match z_rest.take() {
-                Some(z) => {
-                    let (z, zr) = z.split_at_mut(n * zb);
-                    (Some(z), Some(zr))
+            let (w, s, h) = (w_sh.take(), s_sh.take(), h_sh.take());
+            let mut z = z_sh.as_mut().map(|z| z.take());
+            // Packs groups g0..g0 + n into this share's slices.
+            let mut run = move || {
+                for i in 0..n {
+                    let w = &mut w[i * wb..(i + 1) * wb];
+                    let s = s.get_mut(i * sb..(i + 1) * sb).unwrap_or_default();
+                    let h = h.get_mut(i * sb..(i + 1) * sb).unwrap_or_default();
+                    let z = z.as_deref_mut().map(|z| &mut z[i * zb..(i + 1) * zb]);
+                    let half = pack_group(b, scales, zero_points, p, g0 + i, w, s, h, z);
+                    debug_assert_eq!(half, f16_groups_ref[g0 + i]);
                 }
-                None => (None, None),
             };
-            (w_rest, s_rest, z_rest) = (wr, sr, zr);
             if g0 + n == g_count {
                 // The last share runs on the calling thread.
-                run(g0, w, s, z);
+                run();
             } else {
-                let run = &run;
-                scope.spawn(move || run(g0, w, s, z));
+                scope.spawn(run);
             }
             g0 += n;
         }
@@ -208,14 +292,50 @@ pub fn try_pack_threads(
         params: *p,
         weights,
         scales: sc,
+        scales16: sc16,
+        f16_groups,
         zero_points: zps,
     })
+}
+
+/// Consecutive pieces of one buffer, one per share of groups.
+struct Shares<'a, T> {
+    rest: &'a mut [T],
+    len: usize,
+}
+
+impl<'a, T> Shares<'a, T> {
+    fn new(buf: &'a mut [T], len: usize) -> Self {
+        Shares { rest: buf, len }
+    }
+
+    /// The next `len` elements (fewer at the end; empty once the buffer is used up, so an
+    /// empty buffer gives only empty pieces).
+    fn take(&mut self) -> &'a mut [T] {
+        let r = std::mem::take(&mut self.rest);
+        let (head, tail) = r.split_at_mut(self.len.min(r.len()));
+        self.rest = tail;
+        head
+    }
+}
+
+/// Whether group `g` stores f16 scales: at accuracy level 4, when f16 holds every scale of its
+/// real columns within 2^-11 ([`f16_exact_enough`]; padding columns are 0).
+pub(crate) fn group_f16(scales: &[f32], p: &NBitsParams, g: usize) -> bool {
+    let kbs = p.k_blocks();
+    let cols = (g * NR).min(p.n)..((g + 1) * NR).min(p.n);
+    p.int8_compute()
+        && scales[cols.start * kbs..cols.end * kbs]
+            .iter()
+            .all(|&s| f16_exact_enough(s))
 }
 
 /// Chunks [`pack_group`] fills per tile (a multiple of 4).
 const PACK_TILE: usize = 128;
 
-/// Packs column group `g` into the given (zeroed or stale) slices; every byte is written.
+/// Packs column group `g` into the given (zeroed or stale) slices; every byte is written except
+/// in the scale slice the group does not use. Scales go to `h_out` as f16 when [`group_f16`]
+/// says so (returns true), else to `s_out` as f32 (returns false); the unused one may be empty.
 ///
 /// Chunk `i` of a group covers k = 4i..4i+4, which is the `u16` at byte `2i` of each column's
 /// row of B (blocks are multiples of 4 long); a lane zips two columns' words ([`zip_nibbles`]).
@@ -229,19 +349,28 @@ pub(crate) fn pack_group(
     g: usize,
     w_out: &mut [u8],
     s_out: &mut [f32],
+    h_out: &mut [u16],
     z_out: Option<&mut [u8]>,
-) {
+) -> bool {
     let kbs = p.k_blocks();
     let row_bytes = kbs * p.blob_bytes();
     let cols = p.n.saturating_sub(g * NR).min(NR);
     let zrb = p.zp_row_bytes();
+    let scale = |col: usize, kb: usize| {
+        if col < cols {
+            scales[(g * NR + col) * kbs + kb]
+        } else {
+            0.0
+        }
+    };
+    let half = group_f16(scales, p, g);
     for col in 0..NR {
         for kb in 0..kbs {
-            s_out[kb * NR + col] = if col < cols {
-                scales[(g * NR + col) * kbs + kb]
+            if half {
+                h_out[kb * NR + col] = scale_to_f16(scale(col, kb));
             } else {
-                0.0
-            };
+                s_out[kb * NR + col] = scale(col, kb);
+            }
         }
     }
     if let Some(z) = z_out {
@@ -325,6 +454,7 @@ pub(crate) fn pack_group(
             }
         }
     }
+    half
 }
 
 /// Each dword of `x` holds four codes of one column in its low half and four of another in its

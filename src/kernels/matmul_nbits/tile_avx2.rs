@@ -8,17 +8,25 @@
 
 use std::arch::x86_64::*;
 
-use super::pack::{GroupView, CHUNK_K, NR};
+use super::pack::{GroupView, Scales, CHUNK_K, NR};
 use super::prepare_a::PreparedA;
 use super::MR;
 
 macro_rules! by_rows {
     ($f:ident, $g:expr, $a:expr, $r0:expr, $nr:expr, $res:expr) => {
+        // The scale format is fixed per group: chosen here once, not per block.
+        if matches!($g.scales, Scales::F16(_)) {
+            by_rows!(@rows $f, true, $g, $a, $r0, $nr, $res)
+        } else {
+            by_rows!(@rows $f, false, $g, $a, $r0, $nr, $res)
+        }
+    };
+    (@rows $f:ident, $h:literal, $g:expr, $a:expr, $r0:expr, $nr:expr, $res:expr) => {
         match $nr {
-            1 => $f::<1>($g, $a, $r0, $res),
-            2 => $f::<2>($g, $a, $r0, $res),
-            3 => $f::<3>($g, $a, $r0, $res),
-            4 => $f::<4>($g, $a, $r0, $res),
+            1 => $f::<1, $h>($g, $a, $r0, $res),
+            2 => $f::<2, $h>($g, $a, $r0, $res),
+            3 => $f::<3, $h>($g, $a, $r0, $res),
+            4 => $f::<4, $h>($g, $a, $r0, $res),
             _ => unreachable!("nr must be 1..=MR"),
         }
     };
@@ -63,17 +71,30 @@ fn zero_points(g: &GroupView, kb: usize, h: usize) -> [__m256i; 2] {
     }
 }
 
-/// Scales of block `kb`, half `h`: `[low columns, high columns]`.
+/// Scales of block `kb`, half `h`, from a group's `split` scales: `[low columns, high
+/// columns]`, f32 loads or (`F16`) f16 widened exactly with `vcvtph2ps`.
 #[inline]
-#[target_feature(enable = "avx2")]
-fn scales(g: &GroupView, kb: usize, h: usize) -> [__m256; 2] {
-    let s = &g.scales[kb * NR..kb * NR + NR];
-    // SAFETY: `s` is 32 floats; 8h + 16 + 8 <= 32.
-    unsafe {
-        [
-            _mm256_loadu_ps(s.as_ptr().add(8 * h)),
-            _mm256_loadu_ps(s.as_ptr().add(16 + 8 * h)),
-        ]
+#[target_feature(enable = "avx2,f16c")]
+fn scales<const F16: bool>(s32: &[f32], s16: &[u16], kb: usize, h: usize) -> [__m256; 2] {
+    if F16 {
+        let s = &s16[kb * NR..kb * NR + NR];
+        let at = |i: usize| s[i..i + 8].as_ptr() as *const __m128i;
+        // SAFETY: each load reads the 8 u16 (16 bytes) of a checked sub-slice.
+        unsafe {
+            [
+                _mm256_cvtph_ps(_mm_loadu_si128(at(8 * h))),
+                _mm256_cvtph_ps(_mm_loadu_si128(at(16 + 8 * h))),
+            ]
+        }
+    } else {
+        let s = &s32[kb * NR..kb * NR + NR];
+        // SAFETY: `s` is 32 floats; 8h + 16 + 8 <= 32.
+        unsafe {
+            [
+                _mm256_loadu_ps(s.as_ptr().add(8 * h)),
+                _mm256_loadu_ps(s.as_ptr().add(16 + 8 * h)),
+            ]
+        }
     }
 }
 
@@ -93,9 +114,9 @@ fn store<const R: usize>(total: &[[__m256; 2]; R], h: usize, res: &mut [[f32; NR
 /// fp32 tile.
 ///
 /// # Safety
-/// The CPU must support AVX2 and FMA; `g` and `a` must have the packed sizes,
+/// The CPU must support AVX2, FMA and F16C; `g` and `a` must have the packed sizes,
 /// `r0 + nr <= rows of a`, `1 <= nr <= MR`.
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn tile_f32(
     g: &GroupView,
     a: &PreparedA,
@@ -108,13 +129,14 @@ pub(crate) unsafe fn tile_f32(
 }
 
 #[inline]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn f32_rows<const R: usize>(
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn f32_rows<const R: usize, const F16: bool>(
     g: &GroupView,
     a: &PreparedA,
     r0: usize,
     res: &mut [[f32; NR]; MR],
 ) {
+    let (s32, s16) = g.scales.split();
     let bs = g.block_size;
     assert!(g.w.len() >= g.k_blocks * bs * NR / 2 && g.scales.len() >= g.k_blocks * NR);
     assert!(
@@ -147,7 +169,7 @@ unsafe fn f32_rows<const R: usize>(
                 step!(2, 16, 20);
                 step!(3, 24, 28);
             }
-            let s = scales(g, kb, h);
+            let s = scales::<F16>(s32, s16, kb, h);
             let z = zero_points(g, kb, h);
             for (r, acc_r) in acc.iter().enumerate() {
                 let neg_sum = _mm256_set1_ps(-a.fsum[(r0 + r) * a.kb + kb]);
@@ -169,7 +191,7 @@ const I16_CHUNKS: usize = 8;
 ///
 /// # Safety
 /// As [`tile_f32`].
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn tile_i8(
     g: &GroupView,
     a: &PreparedA,
@@ -182,13 +204,14 @@ pub(crate) unsafe fn tile_i8(
 }
 
 #[inline]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn i8_rows<const R: usize>(
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn i8_rows<const R: usize, const F16: bool>(
     g: &GroupView,
     a: &PreparedA,
     r0: usize,
     res: &mut [[f32; NR]; MR],
 ) {
+    let (s32, s16) = g.scales.split();
     let bs = g.block_size;
     assert!(g.w.len() >= g.k_blocks * bs * NR / 2 && g.scales.len() >= g.k_blocks * NR);
     assert!(
@@ -245,7 +268,7 @@ unsafe fn i8_rows<const R: usize>(
                     }
                 }
                 $(
-                    let (s, z) = (scales(g, kb, $h), zero_points(g, kb, $h));
+                    let (s, z) = (scales::<F16>(s32, s16, kb, $h), zero_points(g, kb, $h));
                     for (r, (acc_r, total_r)) in acc.iter().zip(total.iter_mut()).enumerate() {
                         let i = (r0 + r) * a.kb + kb;
                         let qsum = _mm256_set1_epi32(a.qsum[i]);

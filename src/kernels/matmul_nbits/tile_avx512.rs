@@ -22,18 +22,26 @@
 
 use std::arch::x86_64::*;
 
-use super::pack::{GroupView, CHUNK_K, LANES, NR};
+use super::pack::{GroupView, Scales, CHUNK_K, LANES, NR};
 use super::prepare_a::PreparedA;
 use super::MR;
 use crate::kernels::x86_asm::fma_bcast;
 
 macro_rules! by_rows {
     ($f:ident, $g:expr, $a:expr, $r0:expr, $nr:expr, $res:expr) => {
+        // The scale format is fixed per group: chosen here once, not per block.
+        if matches!($g.scales, Scales::F16(_)) {
+            by_rows!(@rows $f, true, $g, $a, $r0, $nr, $res)
+        } else {
+            by_rows!(@rows $f, false, $g, $a, $r0, $nr, $res)
+        }
+    };
+    (@rows $f:ident, $h:literal, $g:expr, $a:expr, $r0:expr, $nr:expr, $res:expr) => {
         match $nr {
-            1 => $f::<1>($g, $a, $r0, $res),
-            2 => $f::<2>($g, $a, $r0, $res),
-            3 => $f::<3>($g, $a, $r0, $res),
-            4 => $f::<4>($g, $a, $r0, $res),
+            1 => $f::<1, $h>($g, $a, $r0, $res),
+            2 => $f::<2, $h>($g, $a, $r0, $res),
+            3 => $f::<3, $h>($g, $a, $r0, $res),
+            4 => $f::<4, $h>($g, $a, $r0, $res),
             _ => unreachable!("nr must be 1..=MR"),
         }
     };
@@ -90,17 +98,29 @@ fn zero_point_halves(g: &GroupView, kb: usize) -> [__m512i; 2] {
     ]
 }
 
-/// The two halves' scales of block `kb`.
+/// The two halves' scales of block `kb` from a group's `split` scales: f32 loads, or (`F16`)
+/// f16 widened exactly with `vcvtph2ps`.
 #[inline]
 #[target_feature(enable = "avx512f")]
-fn scales(g: &GroupView, kb: usize) -> [__m512; 2] {
-    let s = &g.scales[kb * NR..kb * NR + NR];
-    // SAFETY: `s` is exactly 32 readable floats.
-    unsafe {
-        [
-            _mm512_loadu_ps(s.as_ptr()),
-            _mm512_loadu_ps(s.as_ptr().add(16)),
-        ]
+fn scales<const F16: bool>(s32: &[f32], s16: &[u16], kb: usize) -> [__m512; 2] {
+    if F16 {
+        let s = &s16[kb * NR..kb * NR + NR];
+        // SAFETY: `s` is exactly 32 readable u16 (two 32-byte halves).
+        unsafe {
+            [
+                _mm512_cvtph_ps(_mm256_loadu_si256(s.as_ptr() as *const __m256i)),
+                _mm512_cvtph_ps(_mm256_loadu_si256(s.as_ptr().add(16) as *const __m256i)),
+            ]
+        }
+    } else {
+        let s = &s32[kb * NR..kb * NR + NR];
+        // SAFETY: `s` is exactly 32 readable floats.
+        unsafe {
+            [
+                _mm512_loadu_ps(s.as_ptr()),
+                _mm512_loadu_ps(s.as_ptr().add(16)),
+            ]
+        }
     }
 }
 
@@ -137,12 +157,13 @@ pub(crate) unsafe fn tile_f32(
 
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,fma")]
-unsafe fn f32_rows<const R: usize>(
+unsafe fn f32_rows<const R: usize, const F16: bool>(
     g: &GroupView,
     a: &PreparedA,
     r0: usize,
     res: &mut [[f32; NR]; MR],
 ) {
+    let (s32, s16) = g.scales.split();
     let bs = g.block_size;
     assert!(g.w.len() >= g.k_blocks * bs * NR / 2 && g.scales.len() >= g.k_blocks * NR);
     assert!(
@@ -180,7 +201,7 @@ unsafe fn f32_rows<const R: usize>(
                 }
             }
         }
-        let s = scales(g, kb);
+        let s = scales::<F16>(s32, s16, kb);
         let zp = zero_point_halves(g, kb).map(|z| _mm512_cvtepi32_ps(z));
         for (r, acc_r) in acc.iter().enumerate() {
             let neg_sum = _mm512_set1_ps(-a.fsum[(r0 + r) * a.kb + kb]);
@@ -243,12 +264,13 @@ macro_rules! check_i8_sizes {
 
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,fma,avx512vnni")]
-unsafe fn i8_vnni_rows<const R: usize>(
+unsafe fn i8_vnni_rows<const R: usize, const F16: bool>(
     g: &GroupView,
     a: &PreparedA,
     r0: usize,
     res: &mut [[f32; NR]; MR],
 ) {
+    let (s32, s16) = g.scales.split();
     check_i8_sizes!(g, a, r0, R);
     let bs = g.block_size;
     let mask = _mm512_set1_epi8(0x0F);
@@ -280,7 +302,7 @@ unsafe fn i8_vnni_rows<const R: usize>(
                 }
             }
         }
-        let s = scales(g, kb);
+        let s = scales::<F16>(s32, s16, kb);
         for r in 0..R {
             let lo = _mm512_add_epi32(lo[r][0], lo[r][1]);
             let full = _mm512_add_epi32(full[r][0], full[r][1]);
@@ -294,12 +316,13 @@ unsafe fn i8_vnni_rows<const R: usize>(
 // No i16 saturation in vpmaddubsw: 2 * 15 * 127 < 32767.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,fma")]
-unsafe fn i8_maddubs_rows<const R: usize>(
+unsafe fn i8_maddubs_rows<const R: usize, const F16: bool>(
     g: &GroupView,
     a: &PreparedA,
     r0: usize,
     res: &mut [[f32; NR]; MR],
 ) {
+    let (s32, s16) = g.scales.split();
     check_i8_sizes!(g, a, r0, R);
     let bs = g.block_size;
     let mask = _mm512_set1_epi8(0x0F);
@@ -327,7 +350,7 @@ unsafe fn i8_maddubs_rows<const R: usize>(
                 }
             }
         }
-        let s = scales(g, kb);
+        let s = scales::<F16>(s32, s16, kb);
         for (r, acc_r) in acc.iter().enumerate() {
             finish_block(&mut total[r], *acc_r, &s, a.qscale[(r0 + r) * a.kb + kb]);
         }

@@ -58,7 +58,7 @@ pub(crate) unsafe fn tile_f32(
             let asum = a.fsum[r * a.kb + kb];
             for col in 0..NR {
                 let zp = zero_point(g, kb, col) as f32;
-                total[col] += (dot[col] - zp * asum) * g.scales[kb * NR + col];
+                total[col] += (dot[col] - zp * asum) * g.scales.get(kb * NR + col);
             }
         }
         *out = total;
@@ -94,7 +94,7 @@ pub(crate) unsafe fn tile_i8(
             let (sa, qsum) = (a.qscale[r * a.kb + kb], a.qsum[r * a.kb + kb]);
             for col in 0..NR {
                 let corr = dot[col] - zero_point(g, kb, col) as i32 * qsum;
-                total[col] += corr as f32 * (g.scales[kb * NR + col] * sa);
+                total[col] += corr as f32 * (g.scales.get(kb * NR + col) * sa);
             }
         }
         *out = total;
