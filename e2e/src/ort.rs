@@ -160,8 +160,31 @@ impl Ort {
         })
     }
 
+    /// [`Ort::get`] with the environment's log messages at `level` and above sent to `sink`
+    /// instead of ORT's stderr sink. `None` when the process's runtime already existed (an
+    /// environment's logging is fixed when it is created), so call it before anything else.
+    pub fn get_with_log_sink(
+        level: OrtLoggingLevel,
+        sink: OrtLoggingFunction,
+    ) -> Option<&'static Ort> {
+        let mut created = false;
+        let ort = GLOBAL.get_or_init(|| {
+            created = true;
+            let path = crate::paths::ort_lib().unwrap_or_else(|e| panic!("{e}"));
+            Ort::load_logging(&path, Some((level, sink)))
+                .unwrap_or_else(|e| panic!("loading {}: {e}", path.display()))
+        });
+        created.then_some(ort)
+    }
+
     /// Loads libonnxruntime.so and creates the environment.
     pub fn load(path: &Path) -> Res<Ort> {
+        Self::load_logging(path, None)
+    }
+
+    /// [`Ort::load`], logging to `sink` (at its level) when given, else to ORT's stderr sink at
+    /// ERROR.
+    fn load_logging(path: &Path, sink: Option<(OrtLoggingLevel, OrtLoggingFunction)>) -> Res<Ort> {
         // SAFETY: loading the ORT shared library runs its (trusted) initialisers.
         let lib = unsafe { libloading::Library::new(path) }.map_err(|e| e.to_string())?;
         // SAFETY: OrtGetApiBase has this signature in every ORT release.
@@ -183,14 +206,28 @@ impl Ort {
         };
         let mut env = std::ptr::null_mut();
         let id = cstring("rcpu-e2e");
-        // SAFETY: out-pointer live; logid copied.
-        check(api, unsafe {
-            (api.CreateEnv)(
-                OrtLoggingLevel::ORT_LOGGING_LEVEL_ERROR,
-                id.as_ptr(),
-                &mut env,
-            )
-        })?;
+        let st = match sink {
+            // SAFETY: out-pointer live; logid copied; the sink is a plain function that lives
+            // as long as the process and takes no state (param NULL).
+            Some((level, f)) => unsafe {
+                (api.CreateEnvWithCustomLogger)(
+                    f,
+                    std::ptr::null_mut(),
+                    level,
+                    id.as_ptr(),
+                    &mut env,
+                )
+            },
+            // SAFETY: out-pointer live; logid copied.
+            None => unsafe {
+                (api.CreateEnv)(
+                    OrtLoggingLevel::ORT_LOGGING_LEVEL_ERROR,
+                    id.as_ptr(),
+                    &mut env,
+                )
+            },
+        };
+        check(api, st)?;
         Ok(Ort {
             _lib: lib,
             api,
@@ -494,6 +531,7 @@ fn read_tensor(api: &OrtApi, v: *mut OrtValue) -> Res<Tensor> {
     let mut nd = 0usize;
     // SAFETY: info live.
     check(api, unsafe { (api.GetTensorElementType)(info, &mut elem) })?;
+    // SAFETY: info live; nd is a valid out-pointer.
     check(api, unsafe { (api.GetDimensionsCount)(info, &mut nd) })?;
     let mut shape = vec![0i64; nd];
     // SAFETY: shape has nd slots.

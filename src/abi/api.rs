@@ -7,7 +7,7 @@
 
 use std::ffi::CStr;
 
-use once_cell::sync::OnceCell;
+use std::sync::OnceLock;
 
 use super::ep_types::{OrtApi, OrtApiBase, OrtEpApi};
 
@@ -29,7 +29,7 @@ unsafe impl Send for Api {}
 // SAFETY: as above; nothing in them is ever written.
 unsafe impl Sync for Api {}
 
-static API: OnceCell<Api> = OnceCell::new();
+static API: OnceLock<Api> = OnceLock::new();
 
 /// The negotiated API. Panics if called before `negotiate` succeeded (a bug: every entry point
 /// reachable by ORT runs after `CreateEpFactories`).

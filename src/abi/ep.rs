@@ -7,7 +7,7 @@ use super::api::api;
 use super::ep_types::*;
 use super::graph::Graph;
 use super::kernel::Registry;
-use super::session::Logger;
+use super::log_bridge::Logger;
 use super::status::{check_raw, guard, guard_value, Error, Result};
 use crate::ep::{capability, EpInstance, EP_NAME};
 
@@ -35,6 +35,7 @@ unsafe extern "C" fn get_capability(
     guard("GetCapability", || {
         // SAFETY: our EpShell.
         let shell = unsafe { &*(this as *const EpShell) };
+        let _route = shell.instance.logger.scope();
         // SAFETY: graph valid for this call.
         let graph = unsafe { Graph::new(graph) };
         let ep = api().ep;
@@ -56,11 +57,11 @@ unsafe extern "C" fn get_capability(
                         check_raw((ep.ep_graph_support_info_add_single_node)(info, node.raw))?
                     };
                 }
-                Err(why) => shell.instance.logger.info(&format!(
+                Err(why) => log::info!(
                     "{EP_NAME}: leaving node '{}' ({}) to ORT: {why}",
                     node.name().unwrap_or_default(),
                     node.op_type().unwrap_or_default()
-                )),
+                ),
             }
         }
         Ok(())

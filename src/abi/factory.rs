@@ -7,7 +7,8 @@ use ort_sys::OrtHardwareDeviceType;
 
 use super::api::{api, negotiate};
 use super::ep_types::*;
-use super::session::{config_entries, Logger};
+use super::log_bridge::{self, Logger};
+use super::session::config_entries;
 use super::status::{check_raw, guard, guard_value, Error};
 use crate::ep::{EP_NAME, VENDOR, VENDOR_ID, VERSION};
 
@@ -25,6 +26,9 @@ pub struct FactoryShell {
     vendor: CString,
     version: CString,
     refs: AtomicUsize,
+    /// The environment's logger ORT gave `CreateEpFactories` (NULL if none), routed to by the
+    /// `log` bridge until this factory is released.
+    default_logger: *const OrtLogger,
 }
 
 /// Drops one reference to the shell; the last one frees it.
@@ -108,8 +112,8 @@ unsafe extern "C" fn get_supported_devices(
             }
             // SAFETY: devices has num_devices entries.
             let hw = unsafe { *devices.add(i) };
-            // SAFETY: hw is a live hardware device from ORT.
             if hw.is_null()
+                // SAFETY: hw is a non-NULL hardware device ORT passed in, live for this call.
                 || unsafe { (a.ort.HardwareDevice_Type)(hw) }
                     != OrtHardwareDeviceType::OrtHardwareDeviceType_CPU
             {
@@ -162,6 +166,7 @@ unsafe extern "C" fn create_ep(
         let entries = unsafe { config_entries(session_options)? };
         // SAFETY: ORT's session logger outlives the EP.
         let logger = unsafe { Logger::new(logger) };
+        let _route = logger.scope();
         let ep = super::ep::create(entries, logger)?;
         // The EP holds a reference to its factory until ReleaseEp. Relaxed: a new reference
         // is made from one the caller already holds (ORT's handle), as with Arc::clone.
@@ -197,11 +202,12 @@ unsafe extern "C" fn release_ep(this: *mut OrtEpFactory, ep: *mut OrtEp) {
 pub unsafe fn create_ep_factories(
     _registered_name: *const c_char,
     api_base: *const OrtApiBase,
-    _default_logger: *const OrtLogger,
+    default_logger: *const OrtLogger,
     factories: *mut *mut OrtEpFactory,
     max_factories: usize,
     num_factories: *mut usize,
 ) -> StatusPtr {
+    log_bridge::install();
     if !num_factories.is_null() {
         // SAFETY: non-NULL out-pointer from the caller; zero factories until one is made.
         unsafe { *num_factories = 0 };
@@ -236,7 +242,11 @@ pub unsafe fn create_ep_factories(
             vendor: CString::new(VENDOR).expect("static vendor"),
             version: CString::new(VERSION).expect("crate version"),
             refs: AtomicUsize::new(1),
+            default_logger,
         });
+        // SAFETY: the environment's default logger outlives the factories ORT creates in it;
+        // it is detached in `release_ep_factory`.
+        unsafe { log_bridge::attach_default(default_logger) };
         // SAFETY: room for one factory checked above; ORT releases it via ReleaseEpFactory.
         unsafe {
             *factories = Box::into_raw(shell) as *mut OrtEpFactory;
@@ -273,7 +283,7 @@ fn factory_vtable() -> OrtEpFactory {
 /// negotiation failed; NULL base -> no status can be built, print and return a non-NULL-free
 /// failure is impossible, so we return NULL with zero factories.
 fn refuse(api_base: *const OrtApiBase, msg: &str) -> StatusPtr {
-    eprintln!("{msg}");
+    log::error!("{msg}");
     if api_base.is_null() {
         return std::ptr::null_mut();
     }
@@ -306,7 +316,7 @@ pub unsafe fn release_ep_factory(f: *mut OrtEpFactory) -> StatusPtr {
         let live_eps = unsafe { &*shell }.refs.load(Ordering::Acquire) - 1;
         if live_eps > 0 {
             let pinned = super::os::pin_own_library();
-            eprintln!(
+            log::warn!(
                 "{EP_NAME}: the library is released while {live_eps} EP(s) of it still live \
                  (unregister before releasing the sessions); keeping its factory and code \
                  mapped until process exit ({})",
@@ -316,6 +326,8 @@ pub unsafe fn release_ep_factory(f: *mut OrtEpFactory) -> StatusPtr {
                 }
             );
         }
+        // SAFETY: live shell (ORT's reference is given up only below).
+        log_bridge::release_default(unsafe { &*shell }.default_logger);
         // SAFETY: ORT's reference, given up once.
         unsafe { unref(shell) };
         Ok(())

@@ -1,7 +1,7 @@
 //! The only place with FFI: rcpu's own `#[repr(C)]` EP-ABI declarations, the negotiated
 //! `OrtApi`, status and panic guard, the factory/EP/kernel shells (vtables and casts only), safe
-//! views (kernel context, tensors, kernel info, graph/node) handed to the rest of the crate, and
-//! `os` (the OS calls and the closure lending the worker lanes need).
+//! views (kernel context, tensors, kernel info, graph/node) handed to the rest of the crate, the
+//! `log` bridge to ORT's logger, and `os` (the OS calls and the closure lending the worker lanes need).
 
 pub mod api;
 pub mod ep;
@@ -12,6 +12,7 @@ pub mod graph;
 pub mod kernel;
 pub mod kernel_context;
 pub mod kernel_info;
+pub mod log_bridge;
 pub mod os;
 pub mod session;
 pub mod status;

@@ -1,11 +1,11 @@
-//! Session options and logger access for `CreateEp`.
+//! Session options for `CreateEp` (the session's logger is in `log_bridge`).
 
-use std::ffi::{c_char, CStr, CString};
+use std::ffi::{c_char, CStr};
 
-use ort_sys::{OrtKeyValuePairs, OrtLoggingLevel};
+use ort_sys::OrtKeyValuePairs;
 
 use super::api::api;
-use super::ep_types::{OrtLogger, OrtSessionOptions};
+use super::ep_types::OrtSessionOptions;
 use super::status::{check, Result};
 
 /// Every session config entry as (key, value) pairs.
@@ -44,52 +44,4 @@ pub unsafe fn config_entries(so: *const OrtSessionOptions) -> Result<Vec<(String
         out
     };
     Ok(out)
-}
-
-/// A borrowed ORT logger (valid for the EP's lifetime per ORT's contract).
-#[derive(Clone, Copy)]
-pub struct Logger(*const OrtLogger);
-
-// SAFETY: ORT loggers are thread-safe; the pointer is only passed back to ORT.
-unsafe impl Send for Logger {}
-// SAFETY: as above.
-unsafe impl Sync for Logger {}
-
-impl Logger {
-    /// # Safety
-    /// `l` must be NULL or a logger that outlives every use of this handle.
-    pub unsafe fn new(l: *const OrtLogger) -> Self {
-        Logger(l)
-    }
-
-    fn log(&self, level: OrtLoggingLevel, msg: &str) {
-        if self.0.is_null() {
-            eprintln!("rcpu: {msg}");
-            return;
-        }
-        let m = CString::new(msg.replace('\0', " ")).unwrap_or_default();
-        let file = CString::new(file!()).unwrap_or_default();
-        let func = CString::new("rcpu").unwrap_or_default();
-        // SAFETY: logger valid (constructor contract); strings NUL-terminated and live.
-        let st = unsafe {
-            (api().ort.Logger_LogMessage)(
-                self.0,
-                level,
-                m.as_ptr(),
-                file.as_ptr() as _,
-                line!() as i32,
-                func.as_ptr(),
-            )
-        };
-        // SAFETY: status returned by ORT, released by check.
-        let _ = unsafe { check(st) };
-    }
-
-    pub fn warn(&self, msg: &str) {
-        self.log(OrtLoggingLevel::ORT_LOGGING_LEVEL_WARNING, msg)
-    }
-
-    pub fn info(&self, msg: &str) {
-        self.log(OrtLoggingLevel::ORT_LOGGING_LEVEL_INFO, msg)
-    }
 }

@@ -54,7 +54,7 @@ impl Error {
         let Some(api) = try_api() else {
             // Without an API table there is no way to build an OrtStatus; this only happens if
             // ORT called us before CreateEpFactories, which it never does.
-            eprintln!("rcpu: error before API negotiation: {}", self.msg);
+            log::error!("error before API negotiation: {}", self.msg);
             return std::ptr::null_mut();
         };
         let msg = CString::new(self.msg.replace('\0', " ")).unwrap_or_default();
@@ -150,12 +150,12 @@ pub fn guard_node(what: &str, label: &str, f: impl FnOnce() -> Result<()>) -> St
 }
 
 /// Runs `f` for an `extern "C"` entry that cannot return a status; a panic yields `fallback`
-/// and is reported on stderr.
+/// and is reported through `log` (ORT's logger).
 pub fn guard_value<T>(what: &str, fallback: T, f: impl FnOnce() -> T) -> T {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(v) => v,
         Err(p) => {
-            eprintln!("rcpu: internal panic in {what}: {}", panic_message(&*p));
+            log::error!("internal panic in {what}: {}", panic_message(&*p));
             fallback
         }
     }

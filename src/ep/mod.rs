@@ -7,7 +7,7 @@ pub mod ops;
 
 use std::sync::Arc;
 
-use crate::abi::session::Logger;
+use crate::abi::log_bridge::Logger;
 use crate::abi::status::{Error, Result};
 use crate::kernels::op::KernelEnv;
 use crate::runtime::{pool_for, PoolConfig};
@@ -27,6 +27,7 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 pub struct EpInstance {
     pub config: Config,
     pub env: Arc<KernelEnv>,
+    /// The session's ORT logger: ABI calls for this EP route their `log` records to it.
     pub logger: Logger,
 }
 
@@ -45,10 +46,8 @@ impl EpInstance {
             affinity: config.affinity.clone(),
             blocktime_us: config.blocktime_us,
         };
+        crate::kernels::isa::log_choice_once();
         let lanes = pool_for(&pool_cfg);
-        for w in lanes.pin_warnings().iter() {
-            logger.warn(&format!("{EP_NAME}: {w}"));
-        }
         let env = Arc::new(KernelEnv { par: lanes });
         Ok(EpInstance {
             config,

@@ -1,11 +1,11 @@
 //! The instruction-set level of this process, detected once.
 //!
 //! Every kernel family builds its dispatch table from `Isa::get()` exactly once per process
-//! (a `once_cell::sync::Lazy` table of function pointers), so the hot path never re-checks CPU
+//! (a `std::sync::LazyLock` table of function pointers), so the hot path never re-checks CPU
 //! features. `RCPU_ISA=scalar|avx2|avx512` caps the level for diagnostics and tests; it can only
 //! lower what the CPU supports, never raise it.
 
-use once_cell::sync::Lazy;
+use std::sync::LazyLock;
 
 /// Ordered ISA levels: a higher level implies every lower one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -54,7 +54,7 @@ impl Isa {
 
     /// The process's level: hardware, capped by `RCPU_ISA` when set. Computed once.
     pub fn get() -> Isa {
-        static LEVEL: Lazy<Isa> = Lazy::new(|| {
+        static LEVEL: LazyLock<Isa> = LazyLock::new(|| {
             let hw = Isa::detect_hardware();
             match std::env::var("RCPU_ISA")
                 .ok()
@@ -80,9 +80,28 @@ impl Isa {
     }
 }
 
+/// Logs the process's ISA choice at INFO, once per process (the first EP created in it). Every
+/// kernel family dispatches from [`Isa::get`], so this one line says which variants run.
+pub fn log_choice_once() {
+    static LOGGED: std::sync::Once = std::sync::Once::new();
+    LOGGED.call_once(|| {
+        let (level, hw) = (Isa::get(), hardware());
+        let why = if level < hw {
+            " (capped by RCPU_ISA)"
+        } else {
+            ""
+        };
+        log::info!(
+            "rcpu kernels dispatch at ISA level {}{why}; the CPU supports {}",
+            level.name(),
+            hw.name()
+        );
+    });
+}
+
 /// The hardware level, detected once (no environment cap): what variants may run at all.
 pub fn hardware() -> Isa {
-    static HW: Lazy<Isa> = Lazy::new(Isa::detect_hardware);
+    static HW: LazyLock<Isa> = LazyLock::new(Isa::detect_hardware);
     *HW
 }
 

@@ -7,11 +7,11 @@
 //! at random once per process and never exposed: finding two inputs with one digest needs the
 //! key, or about 2^128 work.
 
-use once_cell::sync::Lazy;
 use std::hash::{BuildHasher, Hasher};
+use std::sync::LazyLock;
 
 /// The per-process secret key.
-static KEY: Lazy<[u8; 32]> = Lazy::new(random_key);
+static KEY: LazyLock<[u8; 32]> = LazyLock::new(random_key);
 
 fn random_key() -> [u8; 32] {
     let mut key = [0u8; 32];

@@ -34,7 +34,7 @@ pub use scratch::{
 pub use try_alloc::{try_vec, AllocError};
 pub use weight_cache::{CachedWeight, GovernedWeightCache, WeightKey};
 
-use once_cell::sync::Lazy;
+use std::sync::LazyLock;
 
 /// Weight budget when `/proc/meminfo` is unreadable.
 pub const FALLBACK_WEIGHT_BUDGET: u64 = 1 << 30;
@@ -71,10 +71,12 @@ pub fn default_accumulator_budget() -> u64 {
     })
 }
 
-static WEIGHTS: Lazy<Governor> = Lazy::new(|| Governor::named("weights", default_weight_budget()));
-static ACCUMULATORS: Lazy<Governor> =
-    Lazy::new(|| Governor::named("accumulators", default_accumulator_budget()));
-static WEIGHT_CACHE: Lazy<GovernedWeightCache> = Lazy::new(|| GovernedWeightCache::new(weights()));
+static WEIGHTS: LazyLock<Governor> =
+    LazyLock::new(|| Governor::named("weights", default_weight_budget()));
+static ACCUMULATORS: LazyLock<Governor> =
+    LazyLock::new(|| Governor::named("accumulators", default_accumulator_budget()));
+static WEIGHT_CACHE: LazyLock<GovernedWeightCache> =
+    LazyLock::new(|| GovernedWeightCache::new(weights()));
 
 /// The process-wide governor of prepacked weights.
 pub fn weights() -> &'static Governor {

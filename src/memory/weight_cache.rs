@@ -225,6 +225,11 @@ impl GovernedWeightCache {
         }
         let Some(mut grant) = inner.gov.reserve(predicted_bytes as u64).grant() else {
             inner.declines.fetch_add(1, Relaxed);
+            log::info!(
+                "weight cache declined packing {} ({predicted_bytes} bytes do not fit the \
+                 budget); the node computes from the original tensor",
+                key.op
+            );
             return None;
         };
         inner.misses.fetch_add(1, Relaxed);
@@ -237,11 +242,22 @@ impl GovernedWeightCache {
 
         let Some(value) = pack() else {
             inner.declines.fetch_add(1, Relaxed);
+            log::info!(
+                "weight cache declined packing {} (could not allocate); the node computes from \
+                 the original tensor",
+                key.op
+            );
             return None; // the guard clears the marker and wakes waiters; the grant drops here
         };
         inner.packs.fetch_add(1, Relaxed);
-        if grant.settle(held_bytes(&value) as u64).is_err() {
+        let held = held_bytes(&value);
+        if grant.settle(held as u64).is_err() {
             inner.declines.fetch_add(1, Relaxed);
+            log::info!(
+                "weight cache declined packing {} (packed it holds {held} bytes, predicted \
+                 {predicted_bytes}: over the budget); the node computes from the original tensor",
+                key.op
+            );
             return None; // guard clears the marker and wakes waiters; value and grant drop here
         }
         let entry = Arc::new(CachedWeight {

@@ -155,8 +155,6 @@ pub struct Lanes {
     tids: Vec<i32>,
     workers: Vec<JoinHandle<()>>,
     dispatch: Mutex<()>,
-    /// Pinning/spawn problems met at start, for the EP to report through ORT's logger.
-    warnings: Vec<String>,
 }
 
 #[derive(Clone, Copy)]
@@ -167,7 +165,8 @@ enum Kind {
 
 impl Lanes {
     /// Starts `cfg.threads - 1` workers (`rcpu-w0`, ...) pinned per `cfg.affinity`. Pinning or
-    /// spawn failures are logged as warnings; the pool then runs unpinned or with fewer lanes.
+    /// spawn failures are logged (`log`: pinning at INFO, spawn at WARN); the pool then runs
+    /// unpinned or with fewer lanes.
     pub(crate) fn start(cfg: &PoolConfig) -> Lanes {
         let cfg = cfg.resolved();
         let threads = cfg.threads.max(1);
@@ -181,7 +180,6 @@ impl Lanes {
         });
         let (tx, rx) = mpsc::channel();
         let mut workers = Vec::new();
-        let mut warnings = Vec::new();
         for w in 0..threads - 1 {
             let (sh, tx, cpu) = (shared.clone(), tx.clone(), plan[w + 1]);
             let spawned = std::thread::Builder::new()
@@ -195,10 +193,7 @@ impl Lanes {
             match spawned {
                 Ok(h) => workers.push(h),
                 Err(e) => {
-                    let msg =
-                        format!("could not start worker rcpu-w{w}: {e}; running with fewer lanes");
-                    tracing::warn!("rcpu: {msg}");
-                    warnings.push(msg);
+                    log::warn!("could not start worker rcpu-w{w}: {e}; running with fewer lanes");
                     break;
                 }
             }
@@ -209,9 +204,7 @@ impl Lanes {
         for (w, tid, pinned) in rx.iter().take(workers.len()) {
             tids[w] = tid;
             cpus[w + 1] = pinned.unwrap_or_else(|e| {
-                let msg = format!("{e}; lane {} runs unpinned", w + 1);
-                tracing::warn!("rcpu: {msg}");
-                warnings.push(msg);
+                log::info!("{e}; lane {} runs unpinned", w + 1);
                 None
             });
         }
@@ -223,13 +216,7 @@ impl Lanes {
             tids,
             workers,
             dispatch: Mutex::new(()),
-            warnings,
         }
-    }
-
-    /// Problems met while starting the workers (pinning failures, spawn failures).
-    pub fn pin_warnings(&self) -> &[String] {
-        &self.warnings
     }
 
     /// Zeroes this pool's counters.

@@ -7,9 +7,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
-use once_cell::sync::Lazy;
 use parking_lot::Mutex;
 use serde::Serialize;
+use std::sync::LazyLock;
 
 /// One route: an op, the variant that ran (ISA and shape class), and the lanes it could use.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, PartialOrd, Ord)]
@@ -47,7 +47,8 @@ static TABLE: [Slot; SLOTS] = [const {
     }
 }; SLOTS];
 
-static OVERFLOW: Lazy<Mutex<HashMap<Route, u64>>> = Lazy::new(|| Mutex::new(HashMap::new()));
+static OVERFLOW: LazyLock<Mutex<HashMap<Route, u64>>> =
+    LazyLock::new(|| Mutex::new(HashMap::new()));
 
 fn start_slot(op: &str, variant: &str, lanes: usize) -> usize {
     let h = (op.as_ptr() as u64)

@@ -16,8 +16,8 @@ pub(crate) mod simd;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
-use once_cell::sync::Lazy;
 use parking_lot::Mutex;
+use std::sync::LazyLock;
 
 use crate::kernels::isa::Isa;
 use crate::runtime::par::Par;
@@ -62,7 +62,7 @@ const AVX512: Kernels = Kernels {
 /// This family's kernel tables, one per ISA level.
 static TABLES: crate::kernels::isa::IsaTables<Kernels> = crate::isa_tables!(SCALAR, AVX2, AVX512);
 
-static DISPATCH: Lazy<&'static Kernels> = Lazy::new(|| TABLES.active());
+static DISPATCH: LazyLock<&'static Kernels> = LazyLock::new(|| TABLES.active());
 
 /// `out[i] = act(x[i] + bias[i % bias.len()])` (no bias: `act(x[i])`). `bias`, when given, must
 /// be non-empty and divide `x.len()`. Returns the variant that ran (`"avx512"`, ...).

@@ -14,8 +14,8 @@ mod scalar;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
-use once_cell::sync::Lazy;
 use parking_lot::Mutex;
+use std::sync::LazyLock;
 
 use crate::kernels::isa::Isa;
 use crate::runtime::par::Par;
@@ -61,7 +61,7 @@ const AVX512: Kernels = Kernels {
 };
 
 static TABLES: crate::kernels::isa::IsaTables<Kernels> = crate::isa_tables!(SCALAR, AVX2, AVX512);
-static DISPATCH: Lazy<&'static Kernels> = Lazy::new(|| TABLES.active());
+static DISPATCH: LazyLock<&'static Kernels> = LazyLock::new(|| TABLES.active());
 
 /// The table for `isa` (`None`: the process's level). `Err` when the CPU lacks it.
 fn kernels(isa: Option<Isa>) -> Result<&'static Kernels, String> {

@@ -13,7 +13,7 @@ mod scalar;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
-use once_cell::sync::Lazy;
+use std::sync::LazyLock;
 
 use crate::abi::tensor::F16Bits;
 use crate::kernels::activation::chunked;
@@ -57,7 +57,7 @@ const AVX512: Kernels = Kernels {
 /// This family's kernel tables, one per ISA level.
 static TABLES: crate::kernels::isa::IsaTables<Kernels> = crate::isa_tables!(SCALAR, AVX2, AVX512);
 
-static DISPATCH: Lazy<&'static Kernels> = Lazy::new(|| TABLES.active());
+static DISPATCH: LazyLock<&'static Kernels> = LazyLock::new(|| TABLES.active());
 
 fn check(a: usize, b: usize) -> Result<(), String> {
     if a != b {

@@ -17,8 +17,8 @@ mod x86;
 use crate::kernels::isa::Isa;
 use crate::kernels::shape::{broadcast_shapes, broadcast_strides, checked_numel, coalesce};
 use crate::runtime::par::Par;
-use once_cell::sync::Lazy;
 use parking_lot::Mutex;
+use std::sync::LazyLock;
 
 /// The four binary arithmetic ops.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -95,7 +95,7 @@ const AVX512: Kernels = Kernels {
 static TABLES: crate::kernels::isa::IsaTables<Kernels> = crate::isa_tables!(SCALAR, AVX2, AVX512);
 
 /// The process's table, picked once from `Isa::get()`.
-static DISPATCH: Lazy<&'static Kernels> = Lazy::new(|| TABLES.active());
+static DISPATCH: LazyLock<&'static Kernels> = LazyLock::new(|| TABLES.active());
 
 /// `out = a op b` with numpy broadcasting; `out` must hold the broadcast shape's element count.
 /// Returns the variant that ran (e.g. `"avx512-same-shape"`, `"scalar-broadcast"`).

@@ -36,7 +36,7 @@ use crate::kernels::shape::matmul_shapes;
 use crate::runtime::par::{Par, Serial};
 use driver::{BSrc, Geometry};
 use gemv::Form;
-use once_cell::sync::Lazy;
+use std::sync::LazyLock;
 
 use crate::memory::scratch::with_scratch_f32;
 use parking_lot::Mutex;
@@ -134,7 +134,7 @@ pub(super) static TABLES: crate::kernels::isa::IsaTables<GemmKernels> =
     crate::isa_tables!(SCALAR, AVX2, AVX512);
 
 /// The process's table, picked once from `Isa::get()`.
-pub(super) static DISPATCH: Lazy<&'static GemmKernels> = Lazy::new(|| TABLES.active());
+pub(super) static DISPATCH: LazyLock<&'static GemmKernels> = LazyLock::new(|| TABLES.active());
 
 /// A matrix operand: row-major storage with leading dimension `ld`, possibly transposed.
 #[derive(Clone, Copy)]

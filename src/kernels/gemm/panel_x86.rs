@@ -42,8 +42,10 @@ fn panel512(k: usize, x: &[f32], incx: usize, b: &[f32], ld: usize, w: usize, y:
     let (m0, m1) = (lanes(w), lanes(w.saturating_sub(16)));
     let mut acc = [[_mm512_setzero_ps(); 2]; 4];
     let (pb, px) = (b.as_ptr(), x.as_ptr());
-    // SAFETY (every block below): step p reads x[p * incx] and b[p * ld + c] for c < w only
-    // (masked lanes are not accessed and cannot fault), all in bounds by `check` since p < k.
+    // Every call below passes p < k.
+    // SAFETY: step p reads x[p * incx] and b[p * ld + c] for c < w only (masked lanes are not
+    // accessed and cannot fault), all in bounds by `check` since p < k; AVX-512 is this fn's
+    // contract.
     let step = |p: usize, a: &mut [__m512; 2]| unsafe {
         let row = pb.add(p * ld);
         let xp = px.add(p * incx);
@@ -84,7 +86,9 @@ fn panel256(k: usize, x: &[f32], incx: usize, b: &[f32], ld: usize, w: usize, y:
     let (m0, m1) = (lanes(w), lanes(w.saturating_sub(8)));
     let mut acc = [[_mm256_setzero_ps(); 2]; 4];
     let (pb, px) = (b.as_ptr(), x.as_ptr());
-    // SAFETY (every block below): as in `panel512`; maskload does not access masked lanes.
+    // Every call below passes p < k.
+    // SAFETY: as in `panel512` (reads in bounds by `check` since p < k); maskload does not
+    // access masked lanes; AVX2+FMA is this fn's contract.
     let step = |p: usize, a: &mut [__m256; 2]| unsafe {
         let row = pb.add(p * ld);
         let xv = _mm256_set1_ps(*px.add(p * incx));

@@ -1,6 +1,6 @@
 //! The per-process choice of tile kernels, and the variant names recorded in the ledger.
 
-use once_cell::sync::Lazy;
+use std::sync::LazyLock;
 
 use super::pack::{GroupView, NR};
 use super::prepare_a::{quantize_row_scalar, PreparedA, QuantRowFn};
@@ -86,7 +86,7 @@ fn build(isa: Isa) -> Kernels {
 }
 
 /// Every level the hardware supports, lowest first.
-static TABLES: Lazy<Vec<Kernels>> = Lazy::new(|| {
+static TABLES: LazyLock<Vec<Kernels>> = LazyLock::new(|| {
     let hw = Isa::detect_hardware();
     [Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Vnni]
         .into_iter()
@@ -96,7 +96,7 @@ static TABLES: Lazy<Vec<Kernels>> = Lazy::new(|| {
 });
 
 /// The process's choice (from `Isa::get()`), made once.
-static ACTIVE: Lazy<&'static Kernels> = Lazy::new(|| {
+static ACTIVE: LazyLock<&'static Kernels> = LazyLock::new(|| {
     let want = Isa::get();
     TABLES
         .iter()

@@ -236,8 +236,8 @@ unsafe fn i8_rows<const R: usize, const F16: bool>(
                     let mut acc16 = [[[_mm256_setzero_si256(); 2]; 2]; R];
                     for c in c0..(c0 + I16_CHUNKS).min(chunks) {
                         let k0 = kb * bs + c * CHUNK_K;
-                        // SAFETY: row r0 + r has kp >= k0 + 4 int8 values; unaligned reads.
                         let x: [__m256i; R] = std::array::from_fn(|r| {
+                            // SAFETY: row r0 + r has kp >= k0 + 4 int8 values; unaligned read.
                             _mm256_set1_epi32(unsafe {
                                 (a.q.as_ptr().add((r0 + r) * a.kp + k0) as *const i32)
                                     .read_unaligned()

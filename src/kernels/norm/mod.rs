@@ -15,8 +15,8 @@ mod scalar;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
-use once_cell::sync::Lazy;
 use parking_lot::Mutex;
+use std::sync::LazyLock;
 
 use crate::kernels::isa::Isa;
 use crate::runtime::par::Par;
@@ -104,7 +104,7 @@ const AVX512: Kernels = Kernels {
 /// This family's kernel tables, one per ISA level.
 static TABLES: crate::kernels::isa::IsaTables<Kernels> = crate::isa_tables!(SCALAR, AVX2, AVX512);
 
-static DISPATCH: Lazy<&'static Kernels> = Lazy::new(|| TABLES.active());
+static DISPATCH: LazyLock<&'static Kernels> = LazyLock::new(|| TABLES.active());
 
 /// Normalises every `n`-element row of `inp.x`. Returns the variant that ran.
 pub fn norm_f32(

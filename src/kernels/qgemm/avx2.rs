@@ -133,6 +133,9 @@ pub(super) unsafe fn tile(
             // SAFETY: rows r0 .. r0 + 1 or 2 <= rows_n are readable (asserted); features are this
             // fn's contract.
             let ap = unsafe { a.as_ptr().add(r0 * lda) };
+            // SAFETY: `rows`' contract: AVX2 (this fn's); `ap` has the rows taken (1 or 2, at most
+            // rows_n - r0) of lda-strided length k (asserted above); `panel` covers
+            // k_padded(k) * width (asserted); zi < width / 16; r0 + R <= rows_n <= MR.
             unsafe {
                 match (rows_n - r0 >= 2, a_signed) {
                     (true, true) => rows::<2, true>(ap, lda, k, pp, width, zi, r0, acc),

@@ -39,7 +39,7 @@ pub use pack::{
 pub use requant::{Cols, Requant};
 
 use crate::kernels::isa::Isa;
-use once_cell::sync::Lazy;
+use std::sync::LazyLock;
 
 /// Columns per vector group (one zmm of int32 lanes).
 pub const NR: usize = 16;
@@ -173,4 +173,4 @@ const AVX512VNNI: Kernels = Kernels {
 static TABLES: crate::kernels::isa::IsaTables<Kernels> =
     crate::isa_tables!(SCALAR, AVX2, AVX2, AVX512VNNI);
 
-static ACTIVE: Lazy<&'static Kernels> = Lazy::new(|| TABLES.active());
+static ACTIVE: LazyLock<&'static Kernels> = LazyLock::new(|| TABLES.active());
