@@ -1,6 +1,6 @@
-//! Rough single-thread timing of the glue kernels (not a benchmark under BENCHMARKING.md rules:
-//! no ORT arm, no interleaving; `rcpu-bench compare` on a model from `scripts/glue_models.py` is
-//! the measurement). Used to see ns per element of each ISA variant while tuning.
+//! Rough single-thread timing of the glue kernels (not a benchmark under the rules of
+//! docs/benchmarking.md: no ORT arm, no interleaving; `rcpu-bench compare` on a model from
+//! `scripts/glue_models.py` is the measurement). Used to see ns per element of each ISA variant while tuning.
 //!
 //! `cargo run --release -p rcpu --example glue_timing [rows width iters]`
 //! Prints, per ISA variant, the best-of-`iters` time of Sigmoid, erf-Gelu, tanh-Gelu, Softmax

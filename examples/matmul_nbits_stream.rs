@@ -1,6 +1,6 @@
 //! How close the MatMulNBits M=1 kernel comes to a plain read of its own packed weights, on the
 //! same lanes, in the same minute (DRAM bandwidth on a shared VM drifts). Not a benchmark under
-//! BENCHMARKING.md rules (no ORT arm): a diagnostic for the streaming efficiency of the kernel
+//! docs/benchmarking.md rules (no ORT arm): a diagnostic for the streaming efficiency of the kernel
 //! and of the chunk split.
 //!
 //! `cargo run --release -p rcpu --example matmul_nbits_stream [K N threads passes]`

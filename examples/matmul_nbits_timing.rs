@@ -1,5 +1,5 @@
 //! Rough single-thread timing of the MatMulNBits kernels (not a benchmark under
-//! BENCHMARKING.md rules: no interleaving with ORT, no steady-state detection).
+//! docs/benchmarking.md rules: no interleaving with ORT, no steady-state detection).
 //!
 //! `cargo run --release -p rcpu --example matmul_nbits_timing [K N iters [gemm=1]]`
 //! Prints, per ISA variant: M=1 GB/s of packed weight bytes (codes + scales) for accuracy 0 and

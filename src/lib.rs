@@ -1,7 +1,7 @@
 //! rcpu: a CPU execution provider for ONNX Runtime, loaded as a plugin library.
 //!
 //! All logic lives in this crate; `plugin/` only exports the C entry points.
-//! See `../shared/docs/DESIGN.md` (mirrored in README.md) for the layout.
+//! See `docs/architecture.md` for the module map and the rules each module keeps.
 
 pub mod abi;
 pub mod ep;

@@ -4,7 +4,7 @@
 //! For each blocktime and each gap between dispatches (busy-waited on the caller, like the
 //! host work between the ops of a decode step), it reports the median dispatch latency of a
 //! 2-lane job of 2 x ~5 us chunks and the workers' CPU time per dispatch. Arms alternate
-//! within every round (BENCHMARKING.md rule 1).
+//! within every round (docs/benchmarking.md, rule 1).
 
 use rcpu::abi::os::thread_cpu_time;
 use rcpu::runtime::{pool_for, Affinity, Lanes, Par, PoolConfig};

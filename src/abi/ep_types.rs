@@ -1,5 +1,5 @@
 //! rcpu's own `#[repr(C)]` declarations of ORT's plugin-EP ABI (the structs an EP implements and
-//! the read-only `OrtEpApi` table), written from the facts in `shared/docs/ORT_EP_ABI.md`.
+//! the read-only `OrtEpApi` table), written from the facts in `docs/ort-plugin-abi.md`.
 //!
 //! Layouts are those of ORT API version [`EP_ABI_VERSION`]: that is the `ort_version_supported`
 //! rcpu reports, so ORT never reads a member past the ones declared here. `tests/abi_layout.rs`

@@ -4,7 +4,7 @@
 use super::worker::WorkerArgs;
 
 pub const USAGE: &str = "\
-rcpu-bench: side-by-side ORT CPU EP vs rcpu, under the rules of docs/BENCHMARKING.md
+rcpu-bench: side-by-side ORT CPU EP vs rcpu, under the rules of docs/benchmarking.md
 
   rcpu-bench compare MODEL|--gen SPEC [--threads N] [--cpus LIST] [--rounds R] [--iters I] [--warmup W]
                      [--null rcpu|ort] [--tol X] [--steady-k K] [--steady-tol X] [--m M] [--json FILE]

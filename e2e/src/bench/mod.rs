@@ -1,4 +1,4 @@
-//! `rcpu-bench`: the benchmark tool (docs/BENCHMARKING.md). One file per responsibility:
+//! `rcpu-bench`: the benchmark tool (docs/benchmarking.md). One file per responsibility:
 //! args (command line), gen (decode-shaped models), model (what a model holds), target (model and
 //! placement), os (the few unsafe OS calls), conditions (/proc, /sys), quant (quantiles), steady
 //! (steady-state window), verdict (null band), membw (bandwidth floor), gen_llm / llm_model /

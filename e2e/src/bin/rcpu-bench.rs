@@ -1,4 +1,4 @@
-//! rcpu-bench: see `rcpu_e2e::bench` and docs/BENCHMARKING.md.
+//! rcpu-bench: see `rcpu_e2e::bench` and docs/benchmarking.md.
 
 fn main() {
     let argv: Vec<String> = std::env::args().skip(1).collect();
