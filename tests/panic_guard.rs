@@ -4,7 +4,8 @@
 //!    lane during a parallel dispatch) into an error / fallback value: nothing unwinds into the
 //!    caller and the process does not abort. The error text is checked in a child process
 //!    (this binary re-executed), because before API negotiation `into_status` can only report
-//!    on stderr.
+//!    through `log`, which the installed ORT log bridge sends to stderr while it has no ORT
+//!    logger.
 //! 2. A source check: every `extern "C"` function defined in `src/abi/` and `plugin/src/lib.rs`
 //!    runs its body under a guard, directly or by forwarding to a function that does.
 
@@ -24,6 +25,8 @@ fn child_guards_panics() {
     if std::env::var(CHILD_ENV).is_err() {
         return;
     }
+    // As `CreateEpFactories` does; no ORT environment here, so records go to stderr.
+    rcpu::abi::log_bridge::install();
     let st = catch_unwind(|| guard("TestStr", || panic!("boom-str")));
     assert!(st.is_ok(), "guard let a panic unwind");
     let st = catch_unwind(|| guard("TestString", || panic!("{}", String::from("boom-string"))));
