@@ -66,7 +66,8 @@ pub fn install() -> Installed {
     static ONCE: OnceLock<Installed> = OnceLock::new();
     *ONCE.get_or_init(|| match log::set_logger(&BRIDGE) {
         Ok(()) => {
-            // ORT filters by its own severity (checked per record in `enabled`).
+            // Every level passes the facade; `emit` asks the ORT logger for its severity before
+            // formatting a record.
             log::set_max_level(LevelFilter::Trace);
             Installed::Bridge
         }
@@ -144,7 +145,7 @@ pub fn ort_level(level: Level) -> OrtLoggingLevel {
     }
 }
 
-/// Whether `logger` lets `level` through (unknown -> yes; ORT filters again anyway).
+/// Whether `logger` lets `level` through (when ORT cannot say: yes).
 ///
 /// # Safety
 /// `logger` must be a live ORT logger and the API negotiated.
