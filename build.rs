@@ -28,7 +28,7 @@ fn main() {
     writeln!(out, "/// The EP name declared in include/rcpu_ep.h.").unwrap();
     writeln!(
         out,
-        "pub const HEADER_EP_NAME: &str = {:?};",
+        "pub(crate) const HEADER_EP_NAME: &str = {:?};",
         ep_name.expect("RCPU_EP_NAME in header")
     )
     .unwrap();
@@ -39,7 +39,7 @@ fn main() {
     .unwrap();
     writeln!(
         out,
-        "pub const HEADER_OPTION_KEYS: [&str; {}] = {:?};",
+        "pub(crate) const HEADER_OPTION_KEYS: [&str; {}] = {:?};",
         keys.len(),
         keys
     )

@@ -17,10 +17,10 @@ use rcpu::kernels::nodes::rotary_embedding::{shape_of, RotaryAttrs};
 use rcpu::runtime::par::Serial;
 
 /// Elements a case may allocate per buffer before it runs the kernels.
-pub const MAX_ELEMS: usize = 1 << 16;
+pub(crate) const MAX_ELEMS: usize = 1 << 16;
 
 /// A source of draws.
-pub trait Draw {
+pub(crate) trait Draw {
     fn next(&mut self) -> u64;
     fn below(&mut self, n: u64) -> u64 {
         self.next() % n.max(1)
@@ -53,7 +53,7 @@ fn fill(r: &mut dyn FnMut() -> u64, n: usize) -> Vec<f32> {
 }
 
 /// One GQA case. Returns whether the kernels ran.
-pub fn gqa_case(d: &mut impl Draw) -> bool {
+pub(crate) fn gqa_case(d: &mut impl Draw) -> bool {
     let nkv = d.pick(&[0usize, 1, 1, 2, 2, 3, 1 << 40, usize::MAX]);
     let nh = nkv
         .saturating_mul(d.pick(&[0usize, 1, 2, 2, 3]))
@@ -180,7 +180,7 @@ pub fn gqa_case(d: &mut impl Draw) -> bool {
 }
 
 /// One RotaryEmbedding case. Returns whether the kernel ran.
-pub fn rotary_case(d: &mut impl Draw) -> bool {
+pub(crate) fn rotary_case(d: &mut impl Draw) -> bool {
     let attrs = RotaryAttrs {
         interleaved: d.below(2) == 0,
         num_heads: d.pick(&[0usize, 1, 2, 3, 4, usize::MAX]),

@@ -6,10 +6,10 @@ use rcpu::runtime::par::{Par, ScopedThreads};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Three scoped threads: real concurrency for the chunked paths.
-pub const THREE: ScopedThreads = ScopedThreads(3);
+pub(crate) const THREE: ScopedThreads = ScopedThreads(3);
 
 /// Counts task dispatches, to prove the parallel path was taken.
-pub struct CountingPar(pub AtomicUsize);
+pub(crate) struct CountingPar(pub AtomicUsize);
 impl Par for CountingPar {
     fn lanes(&self) -> usize {
         3
@@ -23,29 +23,29 @@ impl Par for CountingPar {
     }
 }
 
-pub struct Rng(pub u64);
+pub(crate) struct Rng(pub u64);
 impl Rng {
-    pub fn next_u64(&mut self) -> u64 {
+    pub(crate) fn next_u64(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
         self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
     }
     /// Uniform in [lo, hi).
-    pub fn f32(&mut self, lo: f32, hi: f32) -> f32 {
+    pub(crate) fn f32(&mut self, lo: f32, hi: f32) -> f32 {
         lo + (hi - lo) * ((self.next_u64() >> 40) as f32 / (1u64 << 24) as f32)
     }
-    pub fn vec(&mut self, n: usize, lo: f32, hi: f32) -> Vec<f32> {
+    pub(crate) fn vec(&mut self, n: usize, lo: f32, hi: f32) -> Vec<f32> {
         (0..n).map(|_| self.f32(lo, hi)).collect()
     }
 }
 
-pub const ISAS: [Isa; 3] = [Isa::Scalar, Isa::Avx2, Isa::Avx512];
-pub const COLS: [usize; 7] = [1, 3, 15, 16, 17, 100, 4096];
+pub(crate) const ISAS: [Isa; 3] = [Isa::Scalar, Isa::Avx2, Isa::Avx512];
+pub(crate) const COLS: [usize; 7] = [1, 3, 15, 16, 17, 100, 4096];
 
 /// `got` vs the f64 reference: NaN where NaN, the same infinity where infinite, otherwise
 /// `|got - want| <= atol + rtol * |want|`.
-pub fn assert_close(what: &str, got: &[f32], want: &[f64], rtol: f64, atol: f64) {
+pub(crate) fn assert_close(what: &str, got: &[f32], want: &[f64], rtol: f64, atol: f64) {
     assert_eq!(got.len(), want.len(), "{what}: length");
     for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
         let g = g as f64;
@@ -61,7 +61,7 @@ pub fn assert_close(what: &str, got: &[f32], want: &[f64], rtol: f64, atol: f64)
 }
 
 /// `a` and `b` bit-identical (NaN payloads aside).
-pub fn assert_same(what: &str, a: &[f32], b: &[f32]) {
+pub(crate) fn assert_same(what: &str, a: &[f32], b: &[f32]) {
     assert_eq!(a.len(), b.len(), "{what}: length");
     for (i, (x, y)) in a.iter().zip(b).enumerate() {
         assert!(
@@ -72,7 +72,7 @@ pub fn assert_same(what: &str, a: &[f32], b: &[f32]) {
 }
 
 /// erfc in f64: Taylor series of erf below 2.5, a continued fraction above.
-pub fn erfc64(x: f64) -> f64 {
+pub(crate) fn erfc64(x: f64) -> f64 {
     if x.is_nan() {
         return x;
     }

@@ -8,11 +8,11 @@ use std::time::{Duration, Instant};
 /// How long a wait for something the runtime guarantees may take before the test calls it a
 /// hang. Never reached by correct code, whatever the load: it only turns a lost wake-up or a
 /// deadlock into a failure instead of a stuck test.
-pub const HANG_GUARD: Duration = Duration::from_secs(20);
+pub(crate) const HANG_GUARD: Duration = Duration::from_secs(20);
 
 /// Waits (sleeping 50 us between checks) until `cond()` holds; panics naming `what` after
 /// [`HANG_GUARD`].
-pub fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+pub(crate) fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
     let t = Instant::now();
     while !cond() {
         assert!(
@@ -26,7 +26,7 @@ pub fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
 /// Workers of `pool` that are parked right now: `parks` counts entries into the park, `wakes`
 /// the exits from it (every park ends in exactly one wake), so the difference is exact when
 /// nothing is moving (saturating: the two counters are read one after the other).
-pub fn parked(pool: &Lanes) -> u64 {
+pub(crate) fn parked(pool: &Lanes) -> u64 {
     let k = pool.counters();
     k.parks.saturating_sub(k.wakes)
 }
@@ -34,14 +34,14 @@ pub fn parked(pool: &Lanes) -> u64 {
 /// Waits until every worker of `pool` is parked with nothing pending: first a job all lanes
 /// must join (so every worker has seen the latest epoch and closed its previous idle phase),
 /// then until `parks - wakes` is the worker count (each has parked again since).
-pub fn wait_all_parked(pool: &Lanes) {
+pub(crate) fn wait_all_parked(pool: &Lanes) {
     all_lanes_join(pool);
     let workers = pool.lanes() as u64 - 1;
     wait_until("every worker parked", || parked(pool) == workers);
 }
 
 /// Whether the calling thread is one of the pool's workers.
-pub fn on_worker() -> bool {
+pub(crate) fn on_worker() -> bool {
     std::thread::current()
         .name()
         .is_some_and(|n| n.starts_with("rcpu-w"))
@@ -52,7 +52,7 @@ pub fn on_worker() -> bool {
 /// guard gives up (so a runtime that waits for the stalled lane fails instead of hanging) and
 /// records it, for [`Stall::assert_not_given_up`].
 #[derive(Default)]
-pub struct Stall {
+pub(crate) struct Stall {
     armed: std::sync::atomic::AtomicBool,
     reached: std::sync::atomic::AtomicBool,
     released: std::sync::atomic::AtomicBool,
@@ -61,7 +61,7 @@ pub struct Stall {
 
 impl Stall {
     /// Makes the next `hold` block.
-    pub fn arm(&self) {
+    pub(crate) fn arm(&self) {
         use std::sync::atomic::Ordering::SeqCst;
         self.reached.store(false, SeqCst);
         self.released.store(false, SeqCst);
@@ -69,7 +69,7 @@ impl Stall {
     }
 
     /// Called from the hook: blocks if armed (once), until released.
-    pub fn hold(&self) {
+    pub(crate) fn hold(&self) {
         use std::sync::atomic::Ordering::SeqCst;
         if !self.armed.swap(false, SeqCst) {
             return;
@@ -86,18 +86,18 @@ impl Stall {
     }
 
     /// Waits until the armed lane is held.
-    pub fn wait_reached(&self) {
+    pub(crate) fn wait_reached(&self) {
         wait_until("the stalled lane reaches its stall point", || {
             self.reached.load(std::sync::atomic::Ordering::SeqCst)
         });
     }
 
-    pub fn release(&self) {
+    pub(crate) fn release(&self) {
         self.released
             .store(true, std::sync::atomic::Ordering::SeqCst);
     }
 
-    pub fn assert_not_given_up(&self) {
+    pub(crate) fn assert_not_given_up(&self) {
         assert!(
             !self.gave_up.load(std::sync::atomic::Ordering::SeqCst),
             "a stalled lane was waited for: the runtime blocked on it until the hang guard"
@@ -108,7 +108,7 @@ impl Stall {
 /// A dispatch of one chunk per lane whose chunks each wait until every lane has started one:
 /// it completes only if every worker joins the job (a worker that missed the job shows up as
 /// the hang guard's panic). A lane inside a chunk claims no other, so each lane runs one.
-pub fn all_lanes_join(pool: &Lanes) {
+pub(crate) fn all_lanes_join(pool: &Lanes) {
     use rcpu::runtime::Par;
     use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
     let lanes = pool.lanes();

@@ -5,24 +5,24 @@ use rcpu::kernels::matmul_nbits::NBitsParams;
 use rcpu::runtime::par::ScopedThreads;
 
 /// xorshift64*: deterministic test data.
-pub struct Rng(pub u64);
+pub(crate) struct Rng(pub u64);
 impl Rng {
-    pub fn next_u64(&mut self) -> u64 {
+    pub(crate) fn next_u64(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
         self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
     }
-    pub fn f32(&mut self, lo: f32, hi: f32) -> f32 {
+    pub(crate) fn f32(&mut self, lo: f32, hi: f32) -> f32 {
         lo + (hi - lo) * ((self.next_u64() >> 40) as f32 / (1u64 << 24) as f32)
     }
-    pub fn bytes(&mut self, n: usize) -> Vec<u8> {
+    pub(crate) fn bytes(&mut self, n: usize) -> Vec<u8> {
         (0..n).map(|_| self.next_u64() as u8).collect()
     }
 }
 
 /// One MatMulNBits problem in ORT's layout.
-pub struct Problem {
+pub(crate) struct Problem {
     pub p: NBitsParams,
     pub m: usize,
     pub a: Vec<f32>,
@@ -34,7 +34,7 @@ pub struct Problem {
 
 impl Problem {
     #[allow(clippy::too_many_arguments)]
-    pub fn new(
+    pub(crate) fn new(
         k: usize,
         n: usize,
         m: usize,
@@ -75,7 +75,7 @@ impl Problem {
 }
 
 /// Relative L2 error of `got` against `want` (absolute when `want` is all zero).
-pub fn rel_l2(got: &[f32], want: &[f32]) -> f64 {
+pub(crate) fn rel_l2(got: &[f32], want: &[f32]) -> f64 {
     let num: f64 = got
         .iter()
         .zip(want)
@@ -90,13 +90,13 @@ pub fn rel_l2(got: &[f32], want: &[f32]) -> f64 {
 }
 
 /// Three scoped threads: real concurrency for the chunked paths.
-pub const THREE: ScopedThreads = ScopedThreads(3);
+pub(crate) const THREE: ScopedThreads = ScopedThreads(3);
 
 /// The scales accuracy level 4 computes with (rcpu's packed layout, see `pack.rs`): per group of
 /// 32 columns, when every scale of the group is 0 or of magnitude in [2^-14, 65504], each is
 /// rounded to f16 (nearest, ties to even); otherwise the group keeps f32. Levels 0..3: unchanged.
 /// Written independently of the library's conversion (f64 arithmetic on the exponent).
-pub fn acc4_scales(scales: &[f32], p: &NBitsParams) -> Vec<f32> {
+pub(crate) fn acc4_scales(scales: &[f32], p: &NBitsParams) -> Vec<f32> {
     if !p.int8_compute() {
         return scales.to_vec();
     }
@@ -115,7 +115,7 @@ pub fn acc4_scales(scales: &[f32], p: &NBitsParams) -> Vec<f32> {
 }
 
 /// `s` (0 or an f16 normal in magnitude) rounded to 11 significant bits, ties to even.
-pub fn round_to_f16(s: f32) -> f32 {
+pub(crate) fn round_to_f16(s: f32) -> f32 {
     if s == 0.0 {
         return s;
     }

@@ -6,11 +6,11 @@ use crate::nbits_common::Rng;
 use rcpu::kernels::qgemm::reference::{qlinear_matmul_ref, RefParams};
 use rcpu::kernels::qgemm::{BSource, Call, Products, Quant, Signs};
 
-pub const ALL_SIGNS: [Signs; 3] = [Signs::U8U8, Signs::U8S8, Signs::S8S8];
+pub(crate) const ALL_SIGNS: [Signs; 3] = [Signs::U8U8, Signs::U8S8, Signs::S8S8];
 
 /// One QLinearMatMul problem in ONNX's layout: `a_offsets.len()` products of `[m, k]` A rows,
 /// `batches` B matrices `[k, n]`.
-pub struct QCase {
+pub(crate) struct QCase {
     pub signs: Signs,
     pub m: usize,
     pub k: usize,
@@ -38,7 +38,7 @@ fn sv(v: u8, signed: bool) -> i32 {
 
 impl QCase {
     /// One product; per-column scale / zero point when asked.
-    pub fn new(
+    pub(crate) fn new(
         signs: Signs,
         m: usize,
         k: usize,
@@ -52,7 +52,7 @@ impl QCase {
 
     /// Products `i` use A block `a_blocks[i]` ... with B batch `i % batches`.
     #[allow(clippy::too_many_arguments)]
-    pub fn batched(
+    pub(crate) fn batched(
         signs: Signs,
         m: usize,
         k: usize,
@@ -106,7 +106,7 @@ impl QCase {
     }
 
     /// Zero points at the ends of their ranges (large corrections, mostly saturated outputs).
-    pub fn with_extreme_zeros(mut self) -> QCase {
+    pub(crate) fn with_extreme_zeros(mut self) -> QCase {
         let ends = |signed: bool| if signed { [0x80u8, 0x7F] } else { [0u8, 255] };
         let (a, b) = (ends(self.signs.a_signed()), ends(self.signs.b_signed()));
         self.a_zero = a[0];
@@ -117,7 +117,7 @@ impl QCase {
         self
     }
 
-    pub fn products(&self) -> Products<'_> {
+    pub(crate) fn products(&self) -> Products<'_> {
         Products {
             m: self.m,
             a_offsets: &self.a_offsets,
@@ -125,7 +125,7 @@ impl QCase {
         }
     }
 
-    pub fn quant(&self) -> Quant<'_> {
+    pub(crate) fn quant(&self) -> Quant<'_> {
         Quant {
             a_scale: self.a_scale,
             a_zero: sv(self.a_zero, self.signs.a_signed()),
@@ -136,7 +136,7 @@ impl QCase {
         }
     }
 
-    pub fn call<'a>(&'a self, b: BSource<'a>) -> Call<'a> {
+    pub(crate) fn call<'a>(&'a self, b: BSource<'a>) -> Call<'a> {
         Call {
             a: &self.a,
             prods: self.products(),
@@ -149,12 +149,12 @@ impl QCase {
         }
     }
 
-    pub fn out_len(&self) -> usize {
+    pub(crate) fn out_len(&self) -> usize {
         self.a_offsets.len() * self.m * self.n
     }
 
     /// The reference output, product after product.
-    pub fn expected(&self) -> Vec<u8> {
+    pub(crate) fn expected(&self) -> Vec<u8> {
         let (m, k, n) = (self.m, self.k, self.n);
         let mut y = vec![];
         for (&off, &bi) in self.a_offsets.iter().zip(&self.b_index) {

@@ -29,7 +29,7 @@ impl ConstB {
     /// Offers constant B for packing. `None` when it is not a 2-D f32 weight worth packing
     /// (N = 1 products keep `sgemm`'s own vector path). Otherwise the shape is kept and the
     /// cache is asked for a packed copy; [`ConstB::is_packed`] says whether it granted one.
-    pub fn prepack(tensor: &Tensor<'_>, trans: bool) -> Result<Option<ConstB>> {
+    pub(crate) fn prepack(tensor: &Tensor<'_>, trans: bool) -> Result<Option<ConstB>> {
         let &[r, c] = tensor.shape() else {
             return Ok(None);
         };
@@ -60,13 +60,13 @@ impl ConstB {
     }
 
     /// Whether the cache granted a packed copy (ORT may then free its own tensor).
-    pub fn is_packed(&self) -> bool {
+    pub(crate) fn is_packed(&self) -> bool {
         self.packed.is_some()
     }
 
     /// Runs `f` with the weight operand: the packed copy, or ORT's tensor read from input
     /// `index` of this call (checked against the prepacked shape).
-    pub fn with<R>(
+    pub(crate) fn with<R>(
         &self,
         ctx: &KernelContext<'_>,
         index: usize,
