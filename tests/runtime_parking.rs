@@ -63,6 +63,10 @@ fn blocktime_zero_parks_at_once() {
     assert_eq!(pool.counters().spin_iters, 0, "blocktime 0 never spins");
 }
 
+/// Guarantee (`check_idle`, with a spin phase): an idle worker spins at most one phase of
+/// `blocktime_us` and then parks (waited for by counters, never by a fixed sleep), and a parked
+/// worker does not run while no job is published.
+/// Seen failing: as `check_idle` (spin phase never ending: hang guard).
 #[test]
 fn workers_park_after_blocktime() {
     let pool = pool_for(&cfg(2, 2_000));
