@@ -6,23 +6,18 @@
 //! Prints, per ISA variant, the best-of-`iters` time of Sigmoid, erf-Gelu, tanh-Gelu, Softmax
 //! (rows of `width`), RMSNorm, LayerNorm and the skip RMSNorm over `rows x width`.
 
+#[path = "common/timing.rs"]
+mod timing;
+
 use rcpu::kernels::activation::{activation_f32_with, Activation};
 use rcpu::kernels::isa::Isa;
 use rcpu::kernels::norm::{norm_f32_with, NormInputs, NormOutputs, NormParams};
 use rcpu::kernels::softmax::softmax_f32_with;
 use rcpu::runtime::par::Serial;
-use std::time::Instant;
 
-/// Best of `iters` runs: on a shared, loaded machine the minimum is the least disturbed.
-fn best_us(iters: usize, mut f: impl FnMut()) -> f64 {
-    f();
-    (0..iters)
-        .map(|_| {
-            let s = Instant::now();
-            f();
-            s.elapsed().as_secs_f64() * 1e6
-        })
-        .fold(f64::INFINITY, f64::min)
+/// Best of `iters` runs, in microseconds.
+fn best_us(iters: usize, f: impl FnMut()) -> f64 {
+    timing::best_secs(iters, f) * 1e6
 }
 
 fn main() {

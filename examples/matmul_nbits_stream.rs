@@ -9,22 +9,14 @@
 //! them (`par::stream_units_per_chunk` over column groups) and in two contiguous halves; best of
 //! 10 each.
 
+#[path = "common/timing.rs"]
+mod timing;
+
 use rcpu::kernels::matmul_nbits::{matmul_packed, pack, NBitsParams, NR};
 use rcpu::runtime::lanes::PoolConfig;
 use rcpu::runtime::par::{stream_units_per_chunk, Par};
 use rcpu::runtime::registry::pool_for;
-use std::time::Instant;
-
-fn best(iters: usize, mut f: impl FnMut()) -> f64 {
-    f();
-    (0..iters)
-        .map(|_| {
-            let s = Instant::now();
-            f();
-            s.elapsed().as_secs_f64()
-        })
-        .fold(f64::INFINITY, f64::min)
-}
+use timing::best_secs as best;
 
 /// Sum of u64 words with eight independent accumulators (load-bound).
 fn sum(c: &[u8]) -> u64 {

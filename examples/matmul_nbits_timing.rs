@@ -6,24 +6,14 @@
 //! 4, the unpacked path at M=1, and M=128 GFLOP/s; plus a plain read of a same-sized buffer.
 //! Times are the best of `iters` runs.
 
+#[path = "common/timing.rs"]
+mod timing;
+
 use rcpu::kernels::matmul_nbits::{
     matmul_packed_with, matmul_unpacked_with, pack, pack_threads, Kernels, NBitsParams,
 };
 use rcpu::runtime::par::Serial;
-use std::time::Instant;
-
-/// Best of `iters` runs: on a shared, loaded machine the minimum is the least disturbed.
-fn best_secs(iters: usize, mut f: impl FnMut()) -> f64 {
-    f();
-    let t: Vec<f64> = (0..iters)
-        .map(|_| {
-            let s = Instant::now();
-            f();
-            s.elapsed().as_secs_f64()
-        })
-        .collect();
-    t.into_iter().fold(f64::INFINITY, f64::min)
-}
+use timing::best_secs;
 
 fn main() {
     let args: Vec<usize> = std::env::args()

@@ -282,37 +282,3 @@ fn dispatched_matches_process_isa() {
     assert!(name.starts_with(isa.name()), "{name}");
     assert!(c.iter().all(|&v| v == 7.0));
 }
-
-/// Not a correctness test: single-thread GFLOP/s at 512^3 per variant (`--ignored --nocapture`).
-#[test]
-#[ignore]
-fn bench_512() {
-    let n = 512;
-    let mut rng = Rng(5);
-    let (a, b) = (rng.vec(n * n), rng.vec(n * n));
-    let mut c = vec![0.0; n * n];
-    for isa in ISAS {
-        if sgemm_with(
-            isa, false, false, n, n, n, 1.0, &a, n, &b, n, 0.0, &mut c, n, &Serial,
-        )
-        .is_err()
-        {
-            continue;
-        }
-        // Best of 15 single runs (the machine may be shared).
-        let flop = 2.0 * (n * n * n) as f64;
-        let mut best = f64::MAX;
-        for _ in 0..15 {
-            let t0 = std::time::Instant::now();
-            let r = sgemm_with(
-                isa, false, false, n, n, n, 1.0, &a, n, &b, n, 0.0, &mut c, n, &Serial,
-            );
-            r.unwrap();
-            best = best.min(t0.elapsed().as_secs_f64());
-        }
-        eprintln!(
-            "{isa:?}: {:.1} GFLOP/s (best of 15 runs, wall)",
-            flop / best / 1e9
-        );
-    }
-}

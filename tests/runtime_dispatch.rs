@@ -148,6 +148,9 @@ fn concurrent_dispatchers_share_one_pool() {
     assert_eq!(k.decode_dispatches + k.task_dispatches, 800);
 }
 
+/// Guarantee: the registry returns one pool per equal configuration (pointer-equal handles), a
+/// different pool for any difference, and `threads = 0` resolves to `default_threads()`. No
+/// scheduling outcome is involved.
 #[test]
 fn equal_configs_share_a_pool() {
     let a = pool_for(&cfg(2, 104));
@@ -173,6 +176,9 @@ fn equal_configs_share_a_pool() {
         && r["counters"]["parks"].is_u64()));
 }
 
+/// Guarantee: a panic in a chunk, on whichever lane, is re-raised on the caller with its payload,
+/// every other chunk of that dispatch still runs, and the pool serves the next dispatch. Which
+/// lane runs the panicking chunk is staged, not left to the scheduler (see below).
 #[test]
 fn panic_in_chunk_reaches_caller_and_pool_survives() {
     let pool = pool_for(&cfg(3, 106));

@@ -191,6 +191,9 @@ fn run_phase(work: &[&Subject]) -> Vec<u64> {
     counts
 }
 
+/// Guarantee: one session run from eight threads at once gives every run its reference output
+/// (checked in `hammer`) and counts every run in the plugin's ledger; run counts per thread are
+/// the scheduler's and only printed.
 #[test]
 fn one_session_from_eight_threads() {
     // MatMulNBits at these shapes splits its work across the lanes, so the 8 callers contend
@@ -208,6 +211,10 @@ fn one_session_from_eight_threads() {
     assert!(stats.calls("MatMulNBits").unwrap() - before >= total);
 }
 
+/// Guarantee: sessions of different lane counts (sharing pools where the options are equal) run
+/// in parallel from six threads, every run's output equal to its session's reference (checked in
+/// `hammer`), and every thread runs at least once (`hammer` runs before it looks at `stop`).
+/// How many runs each thread gets within `PHASE` is the scheduler's and is only printed.
 #[test]
 fn three_sessions_in_parallel() {
     let a = subject("mixed/threads=2", &mixed_model(), "mixed", "2");

@@ -126,6 +126,10 @@ fn one_session_here(
     y
 }
 
+/// Guarantees: a session's worker lanes are joined when its last session goes (thread counts
+/// waited for under the hang guard, see `settles_at`; never a fixed sleep), an unregistered
+/// plugin refuses sessions, outputs stay equal to the first session's, and VmRSS after a
+/// warm-up grows by at most `RSS_BOUND_KIB` (a memory bound, not a time).
 #[test]
 fn sessions_and_registrations_come_and_go_without_leaks() {
     let sessions = env_count("RCPU_LIFECYCLE_SESSIONS", 1000);

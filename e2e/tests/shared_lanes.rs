@@ -40,7 +40,8 @@ fn park_counters(stats: &PluginStats) -> (u64, u64) {
 /// 0 in the usual case; 5 ms is 25 times that. A worker that spins instead of parking never
 /// shows as parked (hang guard), or burns the window (~500 ms of CPU, or its share of a busy
 /// machine).
-/// Seen failing: with the spin phase never ending (hang guard: never parked).
+/// Seen failing: with the spin phase never ending (hang guard: never parked), and with a 100 ms
+/// busy wait between counting the park and sleeping (45.5 ms of CPU in the window).
 #[test]
 fn three_sessions_one_worker_that_parks_when_idle() {
     let ort = ort_with_rcpu();

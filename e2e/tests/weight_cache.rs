@@ -53,6 +53,9 @@ fn entries(stats: &PluginStats) -> u64 {
         .expect("weight_cache.entries")
 }
 
+/// Guarantees (entry counts from the plugin's stats, no timing): two sessions of one model hold
+/// one packed copy, a different weight is another entry, an entry goes with its last session,
+/// lane count and a zero budget (unpacked path, declines counted) do not change the output.
 #[test]
 fn sessions_share_packed_weights_and_a_zero_budget_is_identical() {
     let ort = ort_with_rcpu();

@@ -66,7 +66,7 @@ use std::time::Duration;
 
 /// Default spin time before an idle worker parks, in microseconds.
 ///
-/// Chosen with `tests/runtime_blocktime.rs` (2 lanes, a job of 2 x 5 us chunks, the caller
+/// Chosen with `examples/runtime_blocktime.rs` (2 lanes, a job of 2 x 5 us chunks, the caller
 /// busy for a "gap" between dispatches; 2 shared vCPUs under load average 7-10, so only the
 /// shape of the result counts). Parking at once (0) cost 5-30 us of p50 dispatch latency at
 /// every gap of 20 us and more (the futex wake-up), and more worker CPU than spinning at
