@@ -10,7 +10,7 @@ use std::time::Instant;
 
 /// Which clock a sample is taken with.
 #[derive(Clone, Copy)]
-pub enum Clock {
+pub(crate) enum Clock {
     /// Wall time (what a caller waits for; includes time slices lost to other processes).
     Wall,
     /// This thread's CPU time (a loaded machine's lost time slices do not count; its cache and
@@ -34,7 +34,7 @@ impl Clock {
 /// Seconds per call of `f`: one warm-up call, then `repeats` samples of `iters` calls each,
 /// sorted ascending (index 0 is the best, the middle one the median). What `f` returns is kept
 /// opaque to the optimizer.
-pub fn samples<R>(
+pub(crate) fn samples<R>(
     repeats: usize,
     iters: usize,
     clock: Clock,
@@ -57,11 +57,11 @@ pub fn samples<R>(
 
 /// Best wall seconds of `iters` single calls: on a shared machine the minimum is the least
 /// disturbed.
-pub fn best_secs<R>(iters: usize, f: impl FnMut() -> R) -> f64 {
+pub(crate) fn best_secs<R>(iters: usize, f: impl FnMut() -> R) -> f64 {
     samples(iters, 1, Clock::Wall, f)[0]
 }
 
 /// The middle element of a sorted, non-empty slice.
-pub fn median(sorted: &[f64]) -> f64 {
+pub(crate) fn median(sorted: &[f64]) -> f64 {
     sorted[sorted.len() / 2]
 }
