@@ -244,7 +244,8 @@ fn bench_binary_compares_a_qlinear_model_exactly() {
 
 /// A tiny genai-shaped LLM (Qwen2-0.5B layer shapes, 2 layers, vocab 1000, acc 0): ORT runs it,
 /// rcpu's logits match ORT's (prefill, then a decode step fed the prefill's presents), and every
-/// MatMulNBits, GroupQueryAttention and norm node ran on rcpu (the ledger counts each call).
+/// MatMulNBits, GroupQueryAttention, norm and GatherBlockQuantized (the tied embedding) node ran
+/// on rcpu (the ledger counts each call); no f32 embedding table is stored.
 #[test]
 fn generated_llm_matches_ort_and_runs_its_heavy_nodes_on_rcpu() {
     use rcpu_e2e::bench::gen::Kind;
@@ -262,6 +263,13 @@ fn generated_llm_matches_ort_and_runs_its_heavy_nodes_on_rcpu() {
     assert_eq!(cfg["model"]["decoder"]["num_hidden_layers"], 2);
     assert_eq!(cfg["model"]["vocab_size"], 1000);
     let info = ModelInfo::parse(&bytes).unwrap();
+    let inits = ModelProto::decode(bytes.as_slice()).unwrap().graph.unwrap().initializer;
+    assert!(
+        info.ops.iter().any(|o| o == "GatherBlockQuantized")
+            && !inits.iter().any(|t| t.name == "embed_tokens"),
+        "tied embedding must be GatherBlockQuantized, with no table: {:?}",
+        info.ops
+    );
     let ort = rcpu_e2e::ort_with_rcpu();
     let theirs = ort.session(&bytes, &SessionSpec::ort(Some(1))).unwrap();
     let ours = ort
@@ -273,6 +281,7 @@ fn generated_llm_matches_ort_and_runs_its_heavy_nodes_on_rcpu() {
         "GroupQueryAttention",
         "SimplifiedLayerNormalization",
         "SkipSimplifiedLayerNormalization",
+        "GatherBlockQuantized",
     ];
     let before: Vec<u64> = ops.iter().map(|op| stats.calls(op).unwrap()).collect();
     let prefill = step_feeds(&info, 5, 0, 1000, 3).unwrap();
@@ -291,8 +300,9 @@ fn generated_llm_matches_ort_and_runs_its_heavy_nodes_on_rcpu() {
     let err = rel_l2(a[0].as_f32(), r[0].as_f32());
     assert!(err <= 1e-4, "decode logits: rel L2 {err}");
     // Per run: 5 MatMulNBits per layer + lm_head, one GQA per layer, one SimplifiedLN (layer 0),
-    // a SkipSimplifiedLN after attention in each layer, before layer 1 and the final norm.
-    let want = [2 * (5 * 2 + 1), 2 * 2, 2, 2 * 4];
+    // a SkipSimplifiedLN after attention in each layer, before layer 1 and the final norm, and
+    // the tied embedding's GatherBlockQuantized (over the lm_head's int4 weight) once.
+    let want = [2 * (5 * 2 + 1), 2 * 2, 2, 2 * 4, 2];
     for ((op, b), w) in ops.iter().zip(before).zip(want) {
         let ran = stats.calls(op).unwrap() - b;
         assert_eq!(ran, w, "{op} ran {ran} times on rcpu, want {w}");

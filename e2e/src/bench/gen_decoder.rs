@@ -220,6 +220,7 @@ impl Decoder {
                 self.acc,
                 false,
                 b.as_deref(),
+                false,
                 s,
             );
             bytes
