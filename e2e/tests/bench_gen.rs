@@ -263,7 +263,11 @@ fn generated_llm_matches_ort_and_runs_its_heavy_nodes_on_rcpu() {
     assert_eq!(cfg["model"]["decoder"]["num_hidden_layers"], 2);
     assert_eq!(cfg["model"]["vocab_size"], 1000);
     let info = ModelInfo::parse(&bytes).unwrap();
-    let inits = ModelProto::decode(bytes.as_slice()).unwrap().graph.unwrap().initializer;
+    let inits = ModelProto::decode(bytes.as_slice())
+        .unwrap()
+        .graph
+        .unwrap()
+        .initializer;
     assert!(
         info.ops.iter().any(|o| o == "GatherBlockQuantized")
             && !inits.iter().any(|t| t.name == "embed_tokens"),
