@@ -144,8 +144,9 @@ pub fn token_latency_plot(title: &str, series: &[Series<'_>]) -> String {
             ys(v) + 3.0
         );
     }
-    for k in 0..=4 {
-        let i = (n - 1) * k / 4;
+    let mut ticks: Vec<usize> = (0..=4).map(|k| (n - 1) * k / 4).collect();
+    ticks.dedup();
+    for i in ticks {
         s += &format!(
             "<text x='{:.1}' y='{}' font-size='10' text-anchor='middle'>{}</text>",
             xs(i),
