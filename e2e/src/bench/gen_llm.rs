@@ -36,7 +36,7 @@
 use crate::onnx::{dtype, Attr, Dim, GraphBuilder};
 
 use super::gen::{nbits_layer, nbits_weights, Generated};
-use super::gen_decoder::{rotary_caches, vec_init, Decoder, LayerIo};
+use super::gen_decoder::{rotary_caches, spec_int, spec_items, vec_init, Decoder, LayerIo};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Llm {
@@ -121,15 +121,7 @@ impl Llm {
     /// Parses the items after `llm:`.
     pub fn parse(spec: &str, rest: &str) -> Result<Llm, String> {
         let bad = |why: String| format!("spec '{spec}': {why}");
-        let items: Vec<(&str, &str)> = rest
-            .split(',')
-            .map(str::trim)
-            .filter(|x| !x.is_empty())
-            .map(|item| {
-                item.split_once('=')
-                    .ok_or_else(|| format!("bad spec item '{item}' in '{spec}'"))
-            })
-            .collect::<Result<_, _>>()?;
+        let items = spec_items(spec, rest)?;
         let pname = items
             .iter()
             .find(|(k, _)| *k == "preset")
@@ -155,29 +147,25 @@ impl Llm {
                 });
                 continue;
             }
-            let v = val
-                .parse::<usize>()
-                .map_err(|_| bad(format!("{key}='{val}' is not an integer")))?;
-            let d = &mut l.layer;
+            let v = spec_int(spec, key, val)?;
+            if l.layer.set_layer_key(key, v) {
+                continue;
+            }
             match key {
                 "layers" => l.layers = v,
                 "vocab" => l.vocab = v,
                 "tied" => l.tied = v != 0,
                 "ctx" => l.ctx = v,
                 "seed" => l.seed = v as u64,
-                "hidden" => d.hidden = v,
-                "heads" => d.heads = v,
-                "kv" => d.kv = v,
-                "head" => d.head = v,
-                "inter" => d.inter = v,
-                "block" => d.block = v,
-                "acc" => d.acc = v as i64,
-                "qkv_bias" => d.qkv_bias = v != 0,
                 _ => return Err(bad(format!("unknown key '{key}' for llm"))),
             }
         }
         l.emb = emb.unwrap_or(if l.tied { Emb::Q4 } else { Emb::F32 });
         let d = &l.layer;
+        d.validate_layer().map_err(bad)?;
+        if [l.layers, l.vocab, l.ctx].contains(&0) {
+            return Err(bad("layers, vocab and ctx must be positive".into()));
+        }
         if l.emb == Emb::Q4 && !l.tied {
             return Err(bad(
                 "emb=q4 shares the lm_head's int4 weight: it needs tied=1".into(),
@@ -189,21 +177,6 @@ impl Llm {
                  unpacks whole blocks",
                 d.hidden, d.block
             )));
-        }
-        if [
-            d.hidden, d.heads, d.kv, d.head, d.inter, l.layers, l.vocab, l.ctx,
-        ]
-        .contains(&0)
-        {
-            return Err(bad(
-                "hidden, heads, kv, head, inter, layers, vocab and ctx must be positive".into(),
-            ));
-        }
-        if !d.heads.is_multiple_of(d.kv) || !d.head.is_multiple_of(2) {
-            return Err(bad("heads must be a multiple of kv, head even".into()));
-        }
-        if d.block < 16 || !d.block.is_power_of_two() || ![0, 1, 2, 3, 4].contains(&d.acc) {
-            return Err(bad("block must be a power of two >= 16, acc 0..4".into()));
         }
         // Every initializer must fit one protobuf (2 GiB); the table dominates.
         let table = l
@@ -672,6 +645,9 @@ mod tests {
             "foo=1",
             "preset=llama-3.2-1b,vocab=400000,emb=f32",
             "tied=0,emb=q4",
+            "acc=7",
+            "kv=0",
+            "ctx=0",
             "hidden=880",
         ] {
             assert!(Llm::parse("s", bad).is_err(), "{bad} must be rejected");
