@@ -311,6 +311,12 @@ fn generated_llm_matches_ort_and_runs_its_heavy_nodes_on_rcpu() {
         let ran = stats.calls(op).unwrap() - b;
         assert_eq!(ran, w, "{op} ran {ran} times on rcpu, want {w}");
     }
+    // Every other op of the graph ran on rcpu too, but the int64 shape arithmetic of the mask
+    // subgraph and the embedding's constant Reshape (ORT folds it into an initializer).
+    let shape_ops = ["ReduceSum", "Sub", "Cast", "Shape", "Gather", "Reshape"];
+    for op in info.ops.iter().filter(|o| !shape_ops.contains(&o.as_str())) {
+        assert!(stats.calls(op).unwrap() > 0, "{op} never ran on rcpu");
+    }
 }
 
 /// `rcpu-bench llm` end to end on a one-layer model: every case gets parity, a headline with its
