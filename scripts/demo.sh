@@ -2,7 +2,7 @@
 # The rcpu demo: set-up, build, then `rcpu-bench demo`: a generated Qwen2-0.5B-shaped int4 LLM (24 layers,
 # vocab 151936, tied embeddings through GatherBlockQuantized, accuracy_level 4; seeded weights, generated
 # once into /tmp/rcpu-bench-models) generating tokens on ORT's CPU EP, on rcpu and on a null arm (rcpu
-# again), each in its own process, interleaved rounds: a 64-token prefill then 32 greedy decode steps per
+# again), each in its own process, interleaved rounds: a 64-token prefill then 24 greedy decode steps per
 # arm and round. Prints parity, per arm prefill and decode tokens/s, p50/p90 ms per token, CPU ms per
 # token and peak RSS, then always a HEADLINE line (ORT/rcpu with its null band, the steady-state verdict
 # beside it), and writes the per-token latency plot (target/demo/latency.svg). Method: docs/benchmarking.md.

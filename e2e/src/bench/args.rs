@@ -20,7 +20,7 @@ rcpu-bench: side-by-side ORT CPU EP vs rcpu, under the rules of docs/BENCHMARKIN
   rcpu-bench demo    [--gen llm:...] [--prompt P] [--tokens T] [--rounds R] [--layers N] [--vocab V]
                      [--svg FILE] [--threads N] [--cpus LIST] [--null rcpu|ort] [--tol X] [--json FILE]
                      (greedy generation on ORT vs rcpu vs a null arm; default --gen llm:preset=qwen2-0.5b,acc=4
-                     --prompt 64 --tokens 32 --rounds 6 --svg target/demo/latency.svg)
+                     --prompt 64 --tokens 24 --rounds 5 --svg target/demo/latency.svg)
 
 Exit codes: 0 ok (compare, demo: a headline), 1 error, 2 bad arguments or parity mismatch (nothing
             timed), 3 compare ran but steady state was NOT REACHED (no headline).
@@ -207,6 +207,9 @@ pub fn parse(argv: &[String]) -> Result<Cmd, String> {
             ))
         }
     }
+    if rest.iter().any(|a| a == "--help" || a == "-h") {
+        return Ok(Cmd::Help);
+    }
     let ok = allowed(sub);
     let mut o = Opts::default();
     let mut i = 0;
@@ -332,10 +335,10 @@ pub fn parse(argv: &[String]) -> Result<Cmd, String> {
             return Err("demo: --prompt takes one length".into());
         }
         if !given("--tokens") {
-            o.tokens = 32;
+            o.tokens = 24;
         }
         if !given("--rounds") {
-            o.rounds = 6;
+            o.rounds = 5;
         }
         return Ok(Cmd::Demo(o));
     }
@@ -402,12 +405,13 @@ mod tests {
             p("gen nbits:k=64,n=64 --out x.onnx").unwrap(),
             Cmd::Gen(_)
         ));
+        assert!(matches!(p("demo --help").unwrap(), Cmd::Help));
         let Cmd::Demo(d) = p("demo --tokens 8 --vocab 1000").unwrap() else {
             panic!("not demo")
         };
         assert_eq!(
             (d.prompts.clone(), d.tokens, d.rounds, d.vocab),
-            (vec![64], 8, 6, Some(1000))
+            (vec![64], 8, 5, Some(1000))
         );
         let Cmd::Llm(o) =
             p("llm --gen llm:preset=qwen2-0.5b --mode decode,prefill --prompt 8,16 --layers 2")

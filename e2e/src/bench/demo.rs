@@ -304,7 +304,8 @@ fn write_plot(path: &str, label: &str, tm: &Timed) -> Result<(), String> {
     };
     let (ort, rc, null) = (per_step(0), per_step(1), per_step(2));
     let doc = token_latency_plot(
-        &format!("per-token decode latency, median over rounds | {label}"),
+        "per-token decode latency (ms per step, median over rounds)",
+        label,
         &[
             Series {
                 name: "ORT CPU EP",

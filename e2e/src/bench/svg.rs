@@ -103,9 +103,10 @@ pub struct Series<'a> {
     pub ms: &'a [f64],
 }
 
-/// Per-token latency of a generation: decode step index against ms, one polyline per series.
-pub fn token_latency_plot(title: &str, series: &[Series<'_>]) -> String {
-    let (w, h, pad) = (760.0, 380.0, 56.0);
+/// Per-token latency of a generation: decode step index against ms, one polyline per series;
+/// `title` above, `label` (the model) under it in small print, the legend under that.
+pub fn token_latency_plot(title: &str, label: &str, series: &[Series<'_>]) -> String {
+    let (w, h, pad) = (900.0, 400.0, 64.0);
     let n = series.iter().map(|s| s.ms.len()).max().unwrap_or(0).max(2);
     let ymax = series
         .iter()
@@ -120,13 +121,16 @@ pub fn token_latency_plot(title: &str, series: &[Series<'_>]) -> String {
     let mut s = format!(
         "<svg xmlns='http://www.w3.org/2000/svg' width='{w}' height='{h}' font-family='sans-serif'>\
          <rect width='100%' height='100%' fill='white'/>\
-         <text x='{}' y='22' font-size='14' text-anchor='middle'>{}</text>\
+         <text x='{}' y='18' font-size='14' text-anchor='middle'>{}</text>\
+         <text x='{}' y='33' font-size='10' text-anchor='middle'>{}</text>\
          <line x1='{pad}' y1='{}' x2='{}' y2='{}' stroke='black'/>\
          <line x1='{pad}' y1='{pad}' x2='{pad}' y2='{}' stroke='black'/>\
          <text x='{}' y='{}' font-size='11' text-anchor='middle'>decode step (token index)</text>\
          <text x='14' y='{}' font-size='11' text-anchor='middle' transform='rotate(-90 14 {})'>ms per token</text>",
         w / 2.0,
         esc(title),
+        w / 2.0,
+        esc(label),
         h - pad,
         w - pad,
         h - pad,
@@ -174,8 +178,8 @@ pub fn token_latency_plot(title: &str, series: &[Series<'_>]) -> String {
         );
         s += &format!(
             "<text x='{}' y='{}' font-size='11' fill='{}'>{}</text>",
-            w - pad - 150.0,
-            pad + 14.0 * j as f64,
+            pad + 160.0 * j as f64,
+            pad - 14.0,
             line.color,
             esc(line.name)
         );
