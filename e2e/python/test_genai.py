@@ -57,7 +57,7 @@ def _assert_same_generation(cpu: dict, rc: dict) -> None:
 def _assert_rcpu_ran(rc: dict) -> None:
     calls = rc["rcpu_calls"]
     steps = len(rc["logits"])
-    for op in ("MatMulNBits", "GroupQueryAttention", "SkipSimplifiedLayerNormalization"):
+    for op in ("MatMulNBits", "GroupQueryAttention", "SkipSimplifiedLayerNormalization", "GatherBlockQuantized"):
         assert calls.get(op, 0) >= steps, f"rcpu's ledger: {op} ran {calls.get(op, 0)} times over {steps} steps: {calls}"
 
 

@@ -244,7 +244,8 @@ fn bench_binary_compares_a_qlinear_model_exactly() {
 
 /// A tiny genai-shaped LLM (Qwen2-0.5B layer shapes, 2 layers, vocab 1000, acc 0): ORT runs it,
 /// rcpu's logits match ORT's (prefill, then a decode step fed the prefill's presents), and every
-/// MatMulNBits, GroupQueryAttention and norm node ran on rcpu (the ledger counts each call).
+/// MatMulNBits, GroupQueryAttention, norm and GatherBlockQuantized (the tied embedding) node ran
+/// on rcpu (the ledger counts each call); no f32 embedding table is stored.
 #[test]
 fn generated_llm_matches_ort_and_runs_its_heavy_nodes_on_rcpu() {
     use rcpu_e2e::bench::gen::Kind;
@@ -262,6 +263,17 @@ fn generated_llm_matches_ort_and_runs_its_heavy_nodes_on_rcpu() {
     assert_eq!(cfg["model"]["decoder"]["num_hidden_layers"], 2);
     assert_eq!(cfg["model"]["vocab_size"], 1000);
     let info = ModelInfo::parse(&bytes).unwrap();
+    let inits = ModelProto::decode(bytes.as_slice())
+        .unwrap()
+        .graph
+        .unwrap()
+        .initializer;
+    assert!(
+        info.ops.iter().any(|o| o == "GatherBlockQuantized")
+            && !inits.iter().any(|t| t.name == "embed_tokens"),
+        "tied embedding must be GatherBlockQuantized, with no table: {:?}",
+        info.ops
+    );
     let ort = rcpu_e2e::ort_with_rcpu();
     let theirs = ort.session(&bytes, &SessionSpec::ort(Some(1))).unwrap();
     let ours = ort
@@ -273,6 +285,7 @@ fn generated_llm_matches_ort_and_runs_its_heavy_nodes_on_rcpu() {
         "GroupQueryAttention",
         "SimplifiedLayerNormalization",
         "SkipSimplifiedLayerNormalization",
+        "GatherBlockQuantized",
     ];
     let before: Vec<u64> = ops.iter().map(|op| stats.calls(op).unwrap()).collect();
     let prefill = step_feeds(&info, 5, 0, 1000, 3).unwrap();
@@ -291,11 +304,18 @@ fn generated_llm_matches_ort_and_runs_its_heavy_nodes_on_rcpu() {
     let err = rel_l2(a[0].as_f32(), r[0].as_f32());
     assert!(err <= 1e-4, "decode logits: rel L2 {err}");
     // Per run: 5 MatMulNBits per layer + lm_head, one GQA per layer, one SimplifiedLN (layer 0),
-    // a SkipSimplifiedLN after attention in each layer, before layer 1 and the final norm.
-    let want = [2 * (5 * 2 + 1), 2 * 2, 2, 2 * 4];
+    // a SkipSimplifiedLN after attention in each layer, before layer 1 and the final norm, and
+    // the tied embedding's GatherBlockQuantized (over the lm_head's int4 weight) once.
+    let want = [2 * (5 * 2 + 1), 2 * 2, 2, 2 * 4, 2];
     for ((op, b), w) in ops.iter().zip(before).zip(want) {
         let ran = stats.calls(op).unwrap() - b;
         assert_eq!(ran, w, "{op} ran {ran} times on rcpu, want {w}");
+    }
+    // Every other op of the graph ran on rcpu too, but the int64 shape arithmetic of the mask
+    // subgraph and the embedding's constant Reshape (ORT folds it into an initializer).
+    let shape_ops = ["ReduceSum", "Sub", "Cast", "Shape", "Gather", "Reshape"];
+    for op in info.ops.iter().filter(|o| !shape_ops.contains(&o.as_str())) {
+        assert!(stats.calls(op).unwrap() > 0, "{op} never ran on rcpu");
     }
 }
 
@@ -371,4 +391,109 @@ fn bench_binary_runs_llm_decode_generate_and_prefill() {
         .unwrap();
     assert_eq!(long.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&long.stderr).contains("ctx=64"));
+}
+
+/// Tag names of an SVG document in order, checking that every element is closed in order (a
+/// minimal well-formedness parse); returns the names of the opened elements.
+fn svg_elements(doc: &str) -> Result<Vec<String>, String> {
+    let (mut stack, mut seen) = (vec![], vec![]);
+    let mut rest = doc;
+    while let Some(open) = rest.find('<') {
+        let close = rest[open..].find('>').ok_or("unterminated tag")? + open;
+        let tag = &rest[open + 1..close];
+        if let Some(name) = tag.strip_prefix('/') {
+            match stack.pop() {
+                Some(top) if top == name.trim() => {}
+                other => return Err(format!("</{name}> closes {other:?}")),
+            }
+        } else {
+            let name = tag
+                .split_whitespace()
+                .next()
+                .unwrap_or("")
+                .trim_end_matches('/');
+            seen.push(name.to_string());
+            if !tag.ends_with('/') {
+                stack.push(name.to_string());
+            }
+        }
+        rest = &rest[close + 1..];
+    }
+    if !stack.is_empty() {
+        return Err(format!("unclosed {stack:?}"));
+    }
+    Ok(seen)
+}
+
+/// `rcpu-bench demo` on a tiny generated LLM (2 layers, vocab 1000): parity, the per-arm table,
+/// the HEADLINE line with its null band and the steady verdict beside it, rcpu's ledger naming
+/// the tied embedding's GatherBlockQuantized, and a well-formed SVG with one line per arm and one
+/// point per decode step. No timing assertions.
+#[test]
+fn bench_binary_demo_prints_table_headline_and_writes_the_plot() {
+    let tmp = std::env::temp_dir().join(format!("rcpu-demo-test-{}", std::process::id()));
+    let svg = tmp.join("plot").join("latency.svg");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rcpu-bench"))
+        .env("RCPU_BENCH_MODELS", tmp.join("models"))
+        .args(["demo", "--layers", "2", "--vocab", "1000", "--prompt", "8"])
+        .args(["--tokens", "4", "--rounds", "2", "--threads", "1"])
+        .args(["--svg", svg.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let plot = std::fs::read_to_string(&svg);
+    let _ = std::fs::remove_dir_all(&tmp);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("vocab=1000 tied emb=q4"), "{text}");
+    assert!(text.contains("parity: last position's logits"), "{text}");
+    assert!(text.contains("parity: greedy ids"), "{text}");
+    for col in ["prefill tok/s", "decode tok/s", "cpu ms/tok", "peak RSS MB"] {
+        assert!(text.contains(col), "table lacks '{col}': {text}");
+    }
+    for arm in ["ort ", "rcpu ", "null "] {
+        let row = text
+            .lines()
+            .find(|l| l.starts_with(arm) && !l.contains("pre/dec"));
+        let cells = row
+            .map(|r| r.split_whitespace().skip(1).count())
+            .unwrap_or(0);
+        assert_eq!(cells, 6, "row for {arm}: {row:?}\n{text}");
+    }
+    let headline = text
+        .lines()
+        .find(|l| l.starts_with("HEADLINE decode: ORT/rcpu = "))
+        .unwrap_or_else(|| panic!("no headline: {text}"));
+    assert!(
+        headline.contains("(null band [") && headline.contains("steady state"),
+        "{headline}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("rcpu ran") && l.contains("GatherBlockQuantized")),
+        "{text}"
+    );
+    let plot = plot.expect("the SVG was written where --svg said");
+    let elems = svg_elements(&plot).unwrap_or_else(|e| panic!("malformed SVG ({e}): {plot}"));
+    assert_eq!(elems.first().map(String::as_str), Some("svg"), "{plot}");
+    let lines: Vec<&str> = plot.split("<polyline").skip(1).collect();
+    assert_eq!(lines.len(), 3, "one line per arm: {plot}");
+    for l in lines {
+        let pts = l
+            .split("points='")
+            .nth(1)
+            .and_then(|p| p.split('\'').next());
+        let n = pts.map(|p| {
+            p.split_whitespace()
+                .filter(|xy| {
+                    xy.split(',')
+                        .all(|v| v.parse::<f64>().is_ok_and(f64::is_finite))
+                })
+                .count()
+        });
+        assert_eq!(n, Some(4), "one point per decode step: {l}");
+    }
 }

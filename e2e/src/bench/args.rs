@@ -17,12 +17,15 @@ rcpu-bench: side-by-side ORT CPU EP vs rcpu, under the rules of docs/benchmarkin
                      [--threads N] [--cpus LIST] [--rounds R] [--iters I] [--warmup W] [--null rcpu|ort]
                      [--tol X] [--json FILE]   (whole-model decode / generation / prefill, per token)
   rcpu-bench gen     SPEC --out FILE.onnx   (llm specs also write genai_config.json beside FILE)
-  rcpu-bench demo    [compare flags]   (compare --gen nbits:k=4096,n=4096,layers=4,block=32,acc=4,m=1 --threads 2)
+  rcpu-bench demo    [--gen llm:...] [--prompt P] [--tokens T] [--rounds R] [--layers N] [--vocab V]
+                     [--svg FILE] [--threads N] [--cpus LIST] [--null rcpu|ort] [--tol X] [--json FILE]
+                     (greedy generation on ORT vs rcpu vs a null arm; default --gen llm:preset=qwen2-0.5b,acc=4
+                     --prompt 64 --tokens 24 --rounds 5 --svg target/demo/latency.svg)
 
-Exit codes: 0 ok (compare: a headline), 1 error, 2 bad arguments or parity mismatch (nothing timed),
-            3 compare ran but steady state was NOT REACHED (no headline).
+Exit codes: 0 ok (compare, demo: a headline), 1 error, 2 bad arguments or parity mismatch (nothing
+            timed), 3 compare ran but steady state was NOT REACHED (no headline).
 SPEC: nbits:k=4096,n=4096,layers=1,block=32,acc=4,m=1[,zp=0|1][,sym]   or   matmul:k=2048,n=2048,m=1[,layers=L]
-      or llm:preset=qwen2-0.5b,layers=24,vocab=151936,tied=1,acc=4,block=32,seed=1[,ctx=4096][,emb=f32|f16]
+      or llm:preset=qwen2-0.5b,layers=24,vocab=151936,tied=1,acc=4,block=32,seed=1[,ctx=4096][,emb=q4|f32|f16]
 ";
 
 #[derive(Debug, Clone, PartialEq)]
@@ -115,6 +118,18 @@ const COMPARE: &[&str] = &[
     "--steady-tol",
 ];
 const GAP: &[&str] = &["--gap-us", "--busy", "--tokens", "--sweep", "--svg"];
+const DEMO: &[&str] = &[
+    "--rounds",
+    "--null",
+    "--tol",
+    "--steady-k",
+    "--steady-tol",
+    "--prompt",
+    "--tokens",
+    "--layers",
+    "--vocab",
+    "--svg",
+];
 const LLM: &[&str] = &[
     "--mode",
     "--past",
@@ -128,7 +143,8 @@ const LLM: &[&str] = &[
 fn allowed(sub: &str) -> Vec<&'static str> {
     let mut v: Vec<&str> = COMMON.to_vec();
     match sub {
-        "compare" | "demo" => v.extend(COMPARE),
+        "compare" => v.extend(COMPARE),
+        "demo" => v.extend(DEMO),
         "gap" => v.extend(GAP),
         "llm" => {
             v.extend(COMPARE);
@@ -190,6 +206,9 @@ pub fn parse(argv: &[String]) -> Result<Cmd, String> {
                 "unknown subcommand '{other}' (compare|gap|cold|census|gen|demo|llm)\n\n{USAGE}"
             ))
         }
+    }
+    if rest.iter().any(|a| a == "--help" || a == "-h") {
+        return Ok(Cmd::Help);
     }
     let ok = allowed(sub);
     let mut o = Opts::default();
@@ -304,6 +323,25 @@ pub fn parse(argv: &[String]) -> Result<Cmd, String> {
         }
         return Ok(Cmd::Llm(o));
     }
+    if sub == "demo" {
+        let given = |f: &str| {
+            rest.iter()
+                .any(|a| a == f || a.starts_with(&format!("{f}=")))
+        };
+        if !given("--prompt") {
+            o.prompts = vec![64];
+        }
+        if o.prompts.len() != 1 {
+            return Err("demo: --prompt takes one length".into());
+        }
+        if !given("--tokens") {
+            o.tokens = 24;
+        }
+        if !given("--rounds") {
+            o.rounds = 5;
+        }
+        return Ok(Cmd::Demo(o));
+    }
     if sub == "gap" && o.gap_us.is_none() && o.sweep.is_empty() {
         return Err("gap: needs --gap-us G or --sweep G1,G2,...".into());
     }
@@ -311,8 +349,7 @@ pub fn parse(argv: &[String]) -> Result<Cmd, String> {
         "compare" => Cmd::Compare(o),
         "gap" => Cmd::Gap(o),
         "cold" => Cmd::Cold(o),
-        "census" => Cmd::Census(o),
-        _ => Cmd::Demo(o),
+        _ => Cmd::Census(o),
     })
 }
 
@@ -368,7 +405,14 @@ mod tests {
             p("gen nbits:k=64,n=64 --out x.onnx").unwrap(),
             Cmd::Gen(_)
         ));
-        assert!(matches!(p("demo").unwrap(), Cmd::Demo(_)));
+        assert!(matches!(p("demo --help").unwrap(), Cmd::Help));
+        let Cmd::Demo(d) = p("demo --tokens 8 --vocab 1000").unwrap() else {
+            panic!("not demo")
+        };
+        assert_eq!(
+            (d.prompts.clone(), d.tokens, d.rounds, d.vocab),
+            (vec![64], 8, 5, Some(1000))
+        );
         let Cmd::Llm(o) =
             p("llm --gen llm:preset=qwen2-0.5b --mode decode,prefill --prompt 8,16 --layers 2")
                 .unwrap()
@@ -406,6 +450,8 @@ mod tests {
                 "is not decode",
             ),
             ("llm --gen llm: --prompt 64,0", "must be positive"),
+            ("demo --prompt 8,16", "one length"),
+            ("demo --iters 3", "unknown flag '--iters'"),
         ];
         for (line, want) in cases {
             match p(line) {

@@ -6,11 +6,11 @@ use serde_json::{json, Value};
 
 use super::args::Opts;
 use super::arm::{ArmKind, Worker, WorkerCfg};
-use super::conditions::{self, cpu_ticks, CpuTicks};
+use super::conditions::{self, CpuTicks};
 use super::model::OutputParts;
 use super::quant::{median, quantile};
 use super::target::{placement, progress, Target};
-use super::{membw, os, report};
+use super::{membw, report, rounds};
 
 /// Foreign busy share above which a round is marked as taken under heavy load.
 pub const HEAVY_FOREIGN: f64 = 0.25;
@@ -138,50 +138,34 @@ pub fn run(o: &Opts) -> Result<i32, String> {
     ));
     let bw = membw::read_gbps(t.weight_bytes as usize, threads, 5);
 
-    let mut rounds: Vec<Round> = vec![];
+    let mut taken: Vec<Round> = vec![];
     // Foreign load is measured over the timed windows only (not the settle waits in between).
     let (mut run_ticks, mut run_ours) = (CpuTicks::default(), 0.0);
     let mut wheres: [Value; 3] = [Value::Null, Value::Null, Value::Null];
     for r in 0..o.rounds {
-        let order: Vec<usize> = if r % 2 == 0 {
-            vec![0, 1, 2]
-        } else {
-            vec![2, 1, 0]
-        };
-        let (mut ticks, mut ours) = (CpuTicks::default(), 0.0);
-        let (mut p50, mut p90, mut idle_cpu_ms, mut settle_ms) =
-            ([0.0; 3], [0.0; 3], 0.0, [0.0; 3]);
-        for &i in &order {
-            let before: Vec<f64> = arms.iter().map(|a| a.cpu_s()).collect();
-            let (t0, self0) = (cpu_ticks(&cpus), os::usage().cpu_s());
-            let res = arms[i].call(json!({"cmd": "time", "iters": o.iters}))?;
-            settle_ms[i] += arms[i].settle(500);
-            let (t1, self1) = (cpu_ticks(&cpus), os::usage().cpu_s());
-            let after: Vec<f64> = arms.iter().map(|a| a.cpu_s()).collect();
-            ticks.busy += t1.busy.saturating_sub(t0.busy);
-            ticks.total += t1.total.saturating_sub(t0.total);
-            ticks.steal += t1.steal.saturating_sub(t0.steal);
-            ours += after.iter().zip(&before).map(|(a, b)| a - b).sum::<f64>() + self1 - self0;
-            idle_cpu_ms += (0..3)
-                .filter(|&j| j != i)
-                .map(|j| (after[j] - before[j]) * 1e3)
-                .sum::<f64>();
-            let us: Vec<f64> = res["ns"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|v| v.as_f64())
+        let round = rounds::run(
+            &mut arms,
+            &cpus,
+            r,
+            &json!({"cmd": "time", "iters": o.iters}),
+            true,
+        )?;
+        let (mut p50, mut p90, mut settle_ms) = ([0.0; 3], [0.0; 3], [0.0; 3]);
+        let mut idle_cpu_ms = 0.0;
+        for (i, c) in round.calls.iter().enumerate() {
+            let us: Vec<f64> = rounds::floats(&c.res, "ns")
+                .iter()
                 .map(|v| v / 1e3)
                 .collect();
             p50[i] = median(&us);
             p90[i] = quantile(&us, 0.9);
-            wheres[i] = res["where"].clone();
+            settle_ms[i] = c.settle_ms;
+            idle_cpu_ms += c.idle_cpu_ms;
+            wheres[i] = c.res["where"].clone();
         }
+        let (ticks, ours, order) = (round.ticks, round.ours, round.order.to_vec());
         let foreign = conditions::foreign_share(CpuTicks::default(), ticks, ours);
-        run_ticks.busy += ticks.busy;
-        run_ticks.total += ticks.total;
-        run_ticks.steal += ticks.steal;
-        run_ours += ours;
+        rounds::accumulate(&mut run_ticks, &mut run_ours, &round);
         progress(&format!(
             "round {}/{}: ort {:.0} us, rcpu {:.0} us, null {:.0} us, foreign load {}",
             r + 1,
@@ -191,7 +175,7 @@ pub fn run(o: &Opts) -> Result<i32, String> {
             p50[2],
             conditions::pct(foreign)
         ));
-        rounds.push(Round {
+        taken.push(Round {
             order,
             p50,
             p90,
@@ -209,7 +193,7 @@ pub fn run(o: &Opts) -> Result<i32, String> {
         threads,
         cpus,
         null_kind,
-        rounds,
+        rounds: taken,
         wheres,
         load_start,
         load_end,

@@ -120,7 +120,16 @@ pub fn threads() -> Vec<(u32, String, f64)> {
 
 /// VmHWM (peak resident set) in KiB.
 pub fn vm_hwm_kb() -> Option<u64> {
-    let s = fs::read_to_string("/proc/self/status").ok()?;
+    hwm_kb_at("/proc/self/status")
+}
+
+/// VmHWM of process `pid` (a worker), KiB.
+pub fn vm_hwm_kb_of(pid: u32) -> Option<u64> {
+    hwm_kb_at(&format!("/proc/{pid}/status"))
+}
+
+fn hwm_kb_at(path: &str) -> Option<u64> {
+    let s = fs::read_to_string(path).ok()?;
     s.lines()
         .find(|l| l.starts_with("VmHWM:"))?
         .split_whitespace()

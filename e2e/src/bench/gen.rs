@@ -236,6 +236,7 @@ impl Spec {
                         *acc,
                         *zero_points,
                         None,
+                        false,
                         seed,
                     );
                 }
@@ -302,6 +303,8 @@ pub(super) fn nbits_weights(k: usize, n: usize, block: usize, seed: u64) -> (Vec
 
 /// One MatMulNBits node named `name` (initializers `B{tag}`, `scales{tag}`, `zp{tag}`), with an
 /// optional bias input (an f32 initializer the caller made); returns the bytes of its initializers.
+/// Scales are [N * k_blocks], or [N, k_blocks] with `scales_2d` (both accepted by MatMulNBits; the
+/// 2-D form is what GatherBlockQuantized needs to share them).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn nbits_layer(
     g: &mut GraphBuilder,
@@ -315,6 +318,7 @@ pub(super) fn nbits_layer(
     acc: i64,
     zero_points: bool,
     bias: Option<&str>,
+    scales_2d: bool,
     seed: u64,
 ) -> u64 {
     let kb = k.div_ceil(block);
@@ -325,7 +329,11 @@ pub(super) fn nbits_layer(
         format!("zp{tag}"),
     );
     g.initializer_u8(&bn, &[n as i64, kb as i64, (block / 2) as i64], &b);
-    g.initializer_f32(&sn, &[(n * kb) as i64], &scales);
+    if scales_2d {
+        g.initializer_f32(&sn, &[n as i64, kb as i64], &scales);
+    } else {
+        g.initializer_f32(&sn, &[(n * kb) as i64], &scales);
+    }
     let mut bytes = (b.len() + scales.len() * 4) as u64;
     let mut inputs = vec![input, bn.as_str(), sn.as_str()];
     if zero_points {

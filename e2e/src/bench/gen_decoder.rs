@@ -54,23 +54,13 @@ impl Decoder {
             packed_qkv: false,
         };
         let (mut m, mut seed) = (1usize, 1u64);
-        for item in rest.split(',').map(str::trim).filter(|x| !x.is_empty()) {
-            let (key, val) = item
-                .split_once('=')
-                .ok_or_else(|| format!("bad spec item '{item}' in '{spec}'"))?;
-            let v = val
-                .parse::<usize>()
-                .map_err(|_| format!("spec '{spec}': {key}='{val}' is not an integer"))?;
+        for (key, val) in spec_items(spec, rest)? {
+            let v = spec_int(spec, key, val)?;
+            if d.set_layer_key(key, v) {
+                continue;
+            }
             match key {
-                "hidden" => d.hidden = v,
-                "heads" => d.heads = v,
-                "kv" => d.kv = v,
-                "head" => d.head = v,
-                "inter" => d.inter = v,
-                "block" => d.block = v,
-                "acc" => d.acc = v as i64,
                 "past" => d.past = v,
-                "qkv_bias" => d.qkv_bias = v != 0,
                 "packed" => d.packed_qkv = v != 0,
                 "m" => m = v,
                 "seed" => seed = v as u64,
@@ -80,23 +70,49 @@ impl Decoder {
         if d.head == 0 && d.heads > 0 {
             d.head = d.hidden / d.heads;
         }
-        let bad = |why: &str| Err(format!("spec '{spec}': {why}"));
-        if [d.hidden, d.heads, d.kv, d.head, d.inter, m].contains(&0) {
-            return bad("hidden, heads, kv, head, inter and m must be positive");
+        if m == 0 {
+            return Err(format!("spec '{spec}': m must be positive"));
         }
-        if !d.heads.is_multiple_of(d.kv) {
-            return bad("heads must be a multiple of kv");
-        }
-        if !d.head.is_multiple_of(2) {
-            return bad("head (head size) must be even (rotary)");
-        }
-        if d.block < 16 || !d.block.is_power_of_two() {
-            return bad("block must be a power of two >= 16");
-        }
-        if ![0, 1, 2, 3, 4].contains(&d.acc) {
-            return bad("acc must be 0..4");
-        }
+        d.validate_layer()
+            .map_err(|why| format!("spec '{spec}': {why}"))?;
         Ok((d, m, seed))
+    }
+
+    /// Sets one of the layer keys decoder: and llm: specs share (hidden, heads, kv, head, inter,
+    /// block, acc, qkv_bias); false when `key` is not one of them.
+    pub(super) fn set_layer_key(&mut self, key: &str, v: usize) -> bool {
+        match key {
+            "hidden" => self.hidden = v,
+            "heads" => self.heads = v,
+            "kv" => self.kv = v,
+            "head" => self.head = v,
+            "inter" => self.inter = v,
+            "block" => self.block = v,
+            "acc" => self.acc = v as i64,
+            "qkv_bias" => self.qkv_bias = v != 0,
+            _ => return false,
+        }
+        true
+    }
+
+    /// The checks every generated layer shape must pass.
+    pub(super) fn validate_layer(&self) -> Result<(), String> {
+        if [self.hidden, self.heads, self.kv, self.head, self.inter].contains(&0) {
+            return Err("hidden, heads, kv, head and inter must be positive".into());
+        }
+        if !self.heads.is_multiple_of(self.kv) {
+            return Err("heads must be a multiple of kv".into());
+        }
+        if !self.head.is_multiple_of(2) {
+            return Err("head (head size) must be even (rotary)".into());
+        }
+        if self.block < 16 || !self.block.is_power_of_two() {
+            return Err("block must be a power of two >= 16".into());
+        }
+        if !(0..=4).contains(&self.acc) {
+            return Err("acc must be 0..4".into());
+        }
+        Ok(())
     }
 
     pub fn label(&self, m: usize) -> String {
@@ -220,6 +236,7 @@ impl Decoder {
                 self.acc,
                 false,
                 b.as_deref(),
+                false,
                 s,
             );
             bytes
@@ -331,6 +348,24 @@ pub(super) fn vec_init(
     n as u64 * 4
 }
 
+/// The `key=value` items of a spec's rest (after `kind:`), empty items skipped.
+pub(super) fn spec_items<'a>(spec: &str, rest: &'a str) -> Result<Vec<(&'a str, &'a str)>, String> {
+    rest.split(',')
+        .map(str::trim)
+        .filter(|x| !x.is_empty())
+        .map(|item| {
+            item.split_once('=')
+                .ok_or_else(|| format!("bad spec item '{item}' in '{spec}'"))
+        })
+        .collect()
+}
+
+/// A spec value that must be a non-negative integer.
+pub(super) fn spec_int(spec: &str, key: &str, val: &str) -> Result<usize, String> {
+    val.parse::<usize>()
+        .map_err(|_| format!("spec '{spec}': {key}='{val}' is not an integer"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -363,6 +398,8 @@ mod tests {
             "hidden=10,heads=2,head=5",
             "block=24",
             "foo=1",
+            "m=0",
+            "acc=5",
         ] {
             assert!(Decoder::parse("s", bad).is_err(), "{bad} must be rejected");
         }

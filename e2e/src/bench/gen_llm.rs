@@ -1,5 +1,5 @@
 //! `llm:preset=qwen2-0.5b|llama-3.2-1b[,layers=N][,vocab=V][,tied=0|1][,acc=4|0|1][,block=32]
-//! [,seed=S][,ctx=C][,emb=f32|f16][,hidden=..,heads=..,kv=..,head=..,inter=..,qkv_bias=0|1]`:
+//! [,seed=S][,ctx=C][,emb=q4|f32|f16][,hidden=..,heads=..,kv=..,head=..,inter=..,qkv_bias=0|1]`:
 //! a whole decoder-only LLM laid out as onnxruntime-genai's model builder lays out
 //! `-p int4 -e cpu`, with seeded weights (no download):
 //!
@@ -8,7 +8,8 @@
 //!         past_key_values.{i}.key/value [batch, kv, past, head] f32
 //! seqlens_k = Cast<i32>(ReduceSum(attention_mask, axis 1) - 1)
 //! total_sequence_length = Cast<i32>(Gather(Shape(attention_mask), 1))
-//! embeds = Gather(embed_tokens, input_ids)            (f16 table + Cast when emb=f16)
+//! embeds = GatherBlockQuantized(Reshape(lm_head B), input_ids, lm_head scales)   (emb=q4)
+//!       or Gather(embed_tokens, input_ids)          (emb=f32; f16 table + Cast when emb=f16)
 //! layer 0: SimplifiedLayerNormalization(embeds); layer i > 0: SkipSimplifiedLayerNormalization
 //!          (previous down_proj, previous residual); then Decoder::layer (packed QKV MatMulNBits,
 //!          bias for Qwen, GQA do_rotary=1 with shared cos/sin caches of `ctx` positions,
@@ -17,8 +18,14 @@
 //! outputs: logits [batch, seq, vocab], present.{i}.key/value [batch, kv, total, head]
 //! ```
 //!
-//! Tied embeddings (`tied=1`, both presets' real setting): the Gather table is the lm_head's
-//! int4 weights dequantized (GatherBlockQuantized is another issue). Untied: a separate table.
+//! Tied embeddings (`tied=1`, both presets' real setting) default to `emb=q4`: the embedding is
+//! com.microsoft GatherBlockQuantized (bits 4, gather_axis 0, quantize_axis 1, implicit zero
+//! point 8) over the lm_head's own int4 weight, as onnxruntime-genai's builder ties them: the
+//! lm_head's B [vocab, k_blocks, block/2] goes through a constant Reshape to [vocab, hidden/2]
+//! (ORT folds it into an initializer before partitioning) and its scales, stored [vocab,
+//! k_blocks], are shared as they are. No f32 table is stored. `emb=f32|f16` with `tied=1`
+//! stores the lm_head's weights dequantized as a Gather table instead (the old layout; f16 adds a
+//! Cast). Untied: a separate seeded f32/f16 table (`emb=q4` needs `tied=1`).
 //! The rotary base is 10000 for both presets (random weights; the angle table's values do not
 //! change what is computed). `ctx` (default 4096) is the rotary caches' length and the
 //! genai_config's context_length.
@@ -29,7 +36,7 @@
 use crate::onnx::{dtype, Attr, Dim, GraphBuilder};
 
 use super::gen::{nbits_layer, nbits_weights, Generated};
-use super::gen_decoder::{rotary_caches, vec_init, Decoder, LayerIo};
+use super::gen_decoder::{rotary_caches, spec_int, spec_items, vec_init, Decoder, LayerIo};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Llm {
@@ -40,10 +47,44 @@ pub struct Llm {
     pub vocab: usize,
     pub tied: bool,
     pub ctx: usize,
-    /// Embedding table as f16 (Gather then Cast) instead of f32.
-    pub emb_f16: bool,
+    /// How the embedding is stored (see the module doc).
+    pub emb: Emb,
     pub seed: u64,
 }
+
+/// The embedding's layout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Emb {
+    /// GatherBlockQuantized over the lm_head's int4 weight (tied only).
+    Q4,
+    F32,
+    /// An f16 table, Gather then Cast.
+    F16,
+}
+
+impl Emb {
+    pub fn name(self) -> &'static str {
+        match self {
+            Emb::Q4 => "q4",
+            Emb::F32 => "f32",
+            Emb::F16 => "f16",
+        }
+    }
+
+    /// Bytes per element of a stored table (none for Q4).
+    fn table_elem_bytes(self) -> usize {
+        match self {
+            Emb::Q4 => 0,
+            Emb::F32 => 4,
+            Emb::F16 => 2,
+        }
+    }
+}
+
+/// Bumped whenever the generator's output for a given spec changes (part of the cache key, so a
+/// model cached by an older generator is not reused). 2: tied embeddings through
+/// GatherBlockQuantized, lm_head scales [vocab, k_blocks].
+const GENERATOR_VERSION: u32 = 2;
 
 /// A preset's model: Qwen2-0.5B or Llama-3.2-1B shapes, accuracy_level 4, block 32.
 fn preset(name: &str) -> Option<Llm> {
@@ -71,7 +112,7 @@ fn preset(name: &str) -> Option<Llm> {
         vocab,
         tied: true,
         ctx: 4096,
-        emb_f16: false,
+        emb: Emb::Q4,
         seed: 1,
     })
 }
@@ -80,15 +121,7 @@ impl Llm {
     /// Parses the items after `llm:`.
     pub fn parse(spec: &str, rest: &str) -> Result<Llm, String> {
         let bad = |why: String| format!("spec '{spec}': {why}");
-        let items: Vec<(&str, &str)> = rest
-            .split(',')
-            .map(str::trim)
-            .filter(|x| !x.is_empty())
-            .map(|item| {
-                item.split_once('=')
-                    .ok_or_else(|| format!("bad spec item '{item}' in '{spec}'"))
-            })
-            .collect::<Result<_, _>>()?;
+        let items = spec_items(spec, rest)?;
         let pname = items
             .iter()
             .find(|(k, _)| *k == "preset")
@@ -99,60 +132,57 @@ impl Llm {
                 "unknown preset '{pname}' (qwen2-0.5b|llama-3.2-1b)"
             ))
         })?;
+        // Unless given, the embedding follows `tied`: q4 when tied, an f32 table when not.
+        let mut emb = None;
         for (key, val) in items {
             if key == "preset" {
                 continue;
             }
             if key == "emb" {
-                l.emb_f16 = match val {
-                    "f16" => true,
-                    "f32" => false,
-                    _ => return Err(bad(format!("emb='{val}' must be f32 or f16"))),
-                };
+                emb = Some(match val {
+                    "q4" => Emb::Q4,
+                    "f16" => Emb::F16,
+                    "f32" => Emb::F32,
+                    _ => return Err(bad(format!("emb='{val}' must be q4, f32 or f16"))),
+                });
                 continue;
             }
-            let v = val
-                .parse::<usize>()
-                .map_err(|_| bad(format!("{key}='{val}' is not an integer")))?;
-            let d = &mut l.layer;
+            let v = spec_int(spec, key, val)?;
+            if l.layer.set_layer_key(key, v) {
+                continue;
+            }
             match key {
                 "layers" => l.layers = v,
                 "vocab" => l.vocab = v,
                 "tied" => l.tied = v != 0,
                 "ctx" => l.ctx = v,
                 "seed" => l.seed = v as u64,
-                "hidden" => d.hidden = v,
-                "heads" => d.heads = v,
-                "kv" => d.kv = v,
-                "head" => d.head = v,
-                "inter" => d.inter = v,
-                "block" => d.block = v,
-                "acc" => d.acc = v as i64,
-                "qkv_bias" => d.qkv_bias = v != 0,
                 _ => return Err(bad(format!("unknown key '{key}' for llm"))),
             }
         }
+        l.emb = emb.unwrap_or(if l.tied { Emb::Q4 } else { Emb::F32 });
         let d = &l.layer;
-        if [
-            d.hidden, d.heads, d.kv, d.head, d.inter, l.layers, l.vocab, l.ctx,
-        ]
-        .contains(&0)
-        {
+        d.validate_layer().map_err(bad)?;
+        if [l.layers, l.vocab, l.ctx].contains(&0) {
+            return Err(bad("layers, vocab and ctx must be positive".into()));
+        }
+        if l.emb == Emb::Q4 && !l.tied {
             return Err(bad(
-                "hidden, heads, kv, head, inter, layers, vocab and ctx must be positive".into(),
+                "emb=q4 shares the lm_head's int4 weight: it needs tied=1".into(),
             ));
         }
-        if !d.heads.is_multiple_of(d.kv) || !d.head.is_multiple_of(2) {
-            return Err(bad("heads must be a multiple of kv, head even".into()));
-        }
-        if d.block < 16 || !d.block.is_power_of_two() || ![0, 1, 2, 3, 4].contains(&d.acc) {
-            return Err(bad("block must be a power of two >= 16, acc 0..4".into()));
+        if l.emb == Emb::Q4 && !d.hidden.is_multiple_of(d.block) {
+            return Err(bad(format!(
+                "emb=q4 needs hidden ({}) to be a multiple of block ({}): GatherBlockQuantized \
+                 unpacks whole blocks",
+                d.hidden, d.block
+            )));
         }
         // Every initializer must fit one protobuf (2 GiB); the table dominates.
         let table = l
             .vocab
             .checked_mul(d.hidden)
-            .and_then(|n| n.checked_mul(if l.emb_f16 { 2 } else { 4 }))
+            .and_then(|n| n.checked_mul(l.emb.table_elem_bytes()))
             .ok_or_else(|| bad("vocab * hidden overflows".into()))?;
         if table + l.nbits_bytes()? > (2usize << 30) - (64 << 20) {
             return Err(bad(format!(
@@ -190,8 +220,8 @@ impl Llm {
     pub fn canonical(&self) -> String {
         let d = &self.layer;
         format!(
-            "llm:preset={},layers={},vocab={},tied={},acc={},block={},seed={},ctx={},emb={},\
-             hidden={},heads={},kv={},head={},inter={},qkv_bias={}",
+            "llm:gen={GENERATOR_VERSION},preset={},layers={},vocab={},tied={},acc={},block={},\
+             seed={},ctx={},emb={},hidden={},heads={},kv={},head={},inter={},qkv_bias={}",
             self.preset,
             self.layers,
             self.vocab,
@@ -200,7 +230,7 @@ impl Llm {
             d.block,
             self.seed,
             self.ctx,
-            if self.emb_f16 { "f16" } else { "f32" },
+            self.emb.name(),
             d.hidden,
             d.heads,
             d.kv,
@@ -213,7 +243,7 @@ impl Llm {
     pub fn label(&self) -> String {
         let d = &self.layer;
         format!(
-            "llm {} layers={} hidden={} heads={}/{} inter={} vocab={} {} b{} acc{}",
+            "llm {} layers={} hidden={} heads={}/{} inter={} vocab={} {} emb={} b{} acc{}",
             self.preset,
             self.layers,
             d.hidden,
@@ -222,6 +252,7 @@ impl Llm {
             d.inter,
             self.vocab,
             if self.tied { "tied" } else { "untied" },
+            self.emb.name(),
             d.block,
             d.acc
         )
@@ -324,6 +355,7 @@ impl Llm {
             d.acc,
             false,
             None,
+            true,
             self.lm_head_seed(),
         );
         g.output_shaped(
@@ -351,9 +383,11 @@ impl Llm {
         self.seed.wrapping_mul(31337).wrapping_add(0x1e4d)
     }
 
-    /// `embeds` = Gather(embed_tokens, input_ids) (+ Cast from f16); returns the bytes a token
-    /// reads (one row).
+    /// `embeds` from `input_ids` (module doc); returns the bytes a token reads (one row).
     fn embedding(&self, g: &mut GraphBuilder) -> u64 {
+        if self.emb == Emb::Q4 {
+            return self.tied_q4_embedding(g);
+        }
         let (h, v) = (self.layer.hidden, self.vocab);
         let table: Vec<f32> = if self.tied {
             dequantize(h, v, self.layer.block, self.lm_head_seed())
@@ -361,8 +395,9 @@ impl Llm {
             crate::rand_f32(v * h, self.seed ^ 0xe4b)
         };
         let dims = [v as i64, h as i64];
-        let gathered = if self.emb_f16 { "embeds_f16" } else { "embeds" };
-        if self.emb_f16 {
+        let f16 = self.emb == Emb::F16;
+        let gathered = if f16 { "embeds_f16" } else { "embeds" };
+        if f16 {
             let raw = table
                 .iter()
                 .flat_map(|x| f16_bits(*x).to_le_bytes())
@@ -380,7 +415,7 @@ impl Llm {
             &[gathered],
             &[],
         );
-        if self.emb_f16 {
+        if f16 {
             g.node(
                 "Cast",
                 "",
@@ -390,7 +425,42 @@ impl Llm {
                 &[("to", Attr::Int(dtype::FLOAT as i64))],
             );
         }
-        (h * if self.emb_f16 { 2 } else { 4 }) as u64
+        (h * self.emb.table_elem_bytes()) as u64
+    }
+
+    /// GatherBlockQuantized over the lm_head's B (`B_lm_head`, reshaped to [vocab, hidden/2]) and
+    /// scales (`scales_lm_head`, [vocab, k_blocks]); the lm_head itself is made later in
+    /// `generate`, under those names. Returns one row's bytes (codes and scales).
+    fn tied_q4_embedding(&self, g: &mut GraphBuilder) -> u64 {
+        let (h, block) = (self.layer.hidden, self.layer.block);
+        let row_bytes = h / 2;
+        let shape: Vec<u8> = [self.vocab as i64, row_bytes as i64]
+            .iter()
+            .flat_map(|x| x.to_le_bytes())
+            .collect();
+        g.initializer_raw("embed_q_shape", dtype::INT64, &[2], shape);
+        g.node(
+            "Reshape",
+            "",
+            "embed_reshape",
+            &["B_lm_head", "embed_q_shape"],
+            &["embed_q"],
+            &[],
+        )
+        .node(
+            "GatherBlockQuantized",
+            "com.microsoft",
+            "embed_gather_block_quantized",
+            &["embed_q", "input_ids", "scales_lm_head"],
+            &["embeds"],
+            &[
+                ("bits", Attr::Int(4)),
+                ("block_size", Attr::Int(block as i64)),
+                ("gather_axis", Attr::Int(0)),
+                ("quantize_axis", Attr::Int(1)),
+            ],
+        );
+        (row_bytes + h / block * 4) as u64
     }
 
     /// The `genai_config.json` onnxruntime-genai reads beside the model (`file`).
@@ -555,9 +625,14 @@ mod tests {
         assert_eq!((l.layer.hidden, l.layer.heads, l.layer.kv), (2048, 32, 8));
         assert_eq!((l.layers, l.vocab, l.layer.acc, l.tied), (2, 1000, 0, true));
         assert!(!l.layer.qkv_bias && l.layer.packed_qkv);
-        // The full Llama-3.2-1B preset fits protobuf's 2 GiB with its f32 table (1.05 GB).
+        // Full Llama-3.2-1B: tied, so the embedding is q4 (no table).
         let full = Llm::parse("s", "preset=llama-3.2-1b").unwrap();
-        assert_eq!((full.layers, full.vocab, full.emb_f16), (16, 128256, false));
+        assert_eq!((full.layers, full.vocab, full.emb), (16, 128256, Emb::Q4));
+        // The f32 table still fits protobuf's 2 GiB (1.05 GB); untied defaults to a table.
+        assert!(Llm::parse("s", "preset=llama-3.2-1b,emb=f32").is_ok());
+        let untied = Llm::parse("s", "tied=0").unwrap();
+        assert_eq!(untied.emb, Emb::F32);
+        assert!(q_canon_differs());
         let q = Llm::parse("s", "").unwrap();
         assert_eq!((q.layer.hidden, q.layers, q.vocab), (896, 24, 151936));
         assert!(q.layer.qkv_bias);
@@ -568,10 +643,24 @@ mod tests {
             "heads=3",
             "block=24",
             "foo=1",
-            "preset=llama-3.2-1b,vocab=400000",
+            "preset=llama-3.2-1b,vocab=400000,emb=f32",
+            "tied=0,emb=q4",
+            "acc=7",
+            "kv=0",
+            "ctx=0",
+            "hidden=880",
         ] {
             assert!(Llm::parse("s", bad).is_err(), "{bad} must be rejected");
         }
+    }
+
+    /// The cache key names the generator version and the embedding layout.
+    fn q_canon_differs() -> bool {
+        let q4 = Llm::parse("s", "").unwrap().canonical();
+        let f32 = Llm::parse("s", "emb=f32").unwrap().canonical();
+        q4 != f32
+            && q4.starts_with(&format!("llm:gen={GENERATOR_VERSION},"))
+            && q4.contains("emb=q4")
     }
 
     #[test]

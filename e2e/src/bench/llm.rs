@@ -17,11 +17,12 @@ use serde_json::{json, Value};
 
 use super::args::Opts;
 use super::arm::{ArmKind, Worker, WorkerCfg};
-use super::conditions::{cpu_ticks, foreign_share, pct, CpuTicks};
+use super::conditions::{foreign_share, pct, CpuTicks};
+use super::gen_llm::Llm;
 use super::llm_report::{summarize, Timed};
 use super::quant::{median, quantile};
 use super::target::{placement, progress, Target};
-use super::{membw, os, profile};
+use super::{membw, profile, rounds};
 
 /// One thing to time.
 #[derive(Debug, Clone, PartialEq)]
@@ -75,7 +76,7 @@ fn cases(o: &Opts) -> Vec<Case> {
 }
 
 /// The spec with `--layers` / `--vocab` appended (later items win).
-fn spec_of(o: &Opts) -> String {
+pub(super) fn spec_of(o: &Opts) -> String {
     let mut s = o.gen.clone().unwrap_or_default();
     for (k, v) in [("layers", o.layers), ("vocab", o.vocab)] {
         if let Some(v) = v {
@@ -85,23 +86,37 @@ fn spec_of(o: &Opts) -> String {
     s
 }
 
-pub fn run(o: &Opts) -> Result<i32, String> {
-    let spec = spec_of(o);
-    let parsed = super::gen::Spec::parse(&spec)?;
-    let super::gen::Kind::Llm(l) = &parsed.kind else {
+/// What `llm` and `demo` share before timing: the model (generated or cached), the placement and
+/// the three arms with their sessions.
+pub(super) struct Setup {
+    pub llm: Llm,
+    pub t: Target,
+    pub cpus: Vec<usize>,
+    pub threads: usize,
+    pub arms: Vec<Worker>,
+    /// Seconds spent generating the model (None: it came from the cache).
+    pub gen_s: Option<f64>,
+    /// Each arm's session-creation seconds.
+    pub session_s: [f64; 3],
+}
+
+/// Parses `spec` (an `llm:` spec), refuses cases needing more positions than the rotary caches
+/// hold (`needs`: case name and positions), generates or finds the model, spawns and loads the
+/// arms (ort, rcpu, null), each in its own process.
+pub(super) fn setup(
+    o: &Opts,
+    spec: &str,
+    needs: &[(String, Option<usize>)],
+) -> Result<Setup, String> {
+    let parsed = super::gen::Spec::parse(spec)?;
+    let super::gen::Kind::Llm(l) = parsed.kind else {
         return Err("llm: --gen must be an llm: spec".into());
     };
-    let (vocab, acc) = (l.vocab, l.layer.acc);
-    for c in cases(o) {
-        let need = match c {
-            Case::Step { seq, past } => seq.checked_add(past),
-            Case::Generate { prompt, tokens } => prompt.checked_add(tokens),
-        };
+    for (name, need) in needs {
         if need.is_none_or(|n| n > l.ctx) {
             return Err(format!(
-                "llm: {} needs more positions than the model's rotary caches hold (ctx={}); \
+                "llm: {name} needs more positions than the model's rotary caches hold (ctx={}); \
                  add ctx=N to the spec",
-                c.name(),
                 l.ctx
             ));
         }
@@ -111,10 +126,14 @@ pub fn run(o: &Opts) -> Result<i32, String> {
         l.label(),
         super::llm_model::models_dir().display()
     ));
+    let t0 = std::time::Instant::now();
+    let cached = super::llm_model::is_cached(&l);
     let t = Target::resolve(&Opts {
-        gen: Some(spec.clone()),
+        gen: Some(spec.into()),
+        model: None,
         ..o.clone()
     })?;
+    let gen_s = (!cached).then(|| t0.elapsed().as_secs_f64());
     let (cpus, threads) = placement(o)?;
     let null_kind = if o.null_arm == "ort" {
         ArmKind::Ort
@@ -128,6 +147,50 @@ pub fn run(o: &Opts) -> Result<i32, String> {
         m: 1,
         seed: o.seed,
     };
+    progress("starting workers (ort, rcpu, null) and creating sessions");
+    let mut arms = vec![
+        Worker::spawn("ort", ArmKind::Ort, &cfg)?,
+        Worker::spawn("rcpu", ArmKind::Rcpu, &cfg)?,
+        Worker::spawn(&format!("null({})", o.null_arm), null_kind, &cfg)?,
+    ];
+    let mut session_s = [0.0; 3];
+    for (i, a) in arms.iter_mut().enumerate() {
+        let l = a.cmd("load")?;
+        session_s[i] = l["session_s"].as_f64().unwrap_or(0.0);
+        progress(&format!("{}: session in {:.1} s", a.label, session_s[i]));
+    }
+    Ok(Setup {
+        llm: *l,
+        t,
+        cpus,
+        threads,
+        arms,
+        gen_s,
+        session_s,
+    })
+}
+
+pub fn run(o: &Opts) -> Result<i32, String> {
+    let spec = spec_of(o);
+    let needs: Vec<(String, Option<usize>)> = cases(o)
+        .iter()
+        .map(|c| {
+            let need = match c {
+                Case::Step { seq, past } => seq.checked_add(*past),
+                Case::Generate { prompt, tokens } => prompt.checked_add(*tokens),
+            };
+            (c.name(), need)
+        })
+        .collect();
+    let Setup {
+        llm: l,
+        t,
+        cpus,
+        threads,
+        mut arms,
+        ..
+    } = setup(o, &spec, &needs)?;
+    let (vocab, acc) = (l.vocab, l.layer.acc);
     println!(
         "rcpu-bench llm: {} | {} | threads={threads} cpus={cpus:?} rounds={} iters={} warmup={} null={}",
         t.label, t.path, o.rounds, o.iters, o.warmup, o.null_arm
@@ -138,20 +201,6 @@ pub fn run(o: &Opts) -> Result<i32, String> {
         t.weight_bytes,
         t.weight_bytes as f64 / 1e6
     );
-    progress("starting workers (ort, rcpu, null) and creating sessions");
-    let mut arms = vec![
-        Worker::spawn("ort", ArmKind::Ort, &cfg)?,
-        Worker::spawn("rcpu", ArmKind::Rcpu, &cfg)?,
-        Worker::spawn(&format!("null({})", o.null_arm), null_kind, &cfg)?,
-    ];
-    for a in arms.iter_mut() {
-        let l = a.cmd("load")?;
-        progress(&format!(
-            "{}: session in {:.1} s",
-            a.label,
-            l["session_s"].as_f64().unwrap_or(0.0)
-        ));
-    }
     progress(&format!(
         "read bandwidth for a {:.1} MB buffer on {threads} threads",
         t.weight_bytes as f64 / 1e6
@@ -180,26 +229,26 @@ pub fn run(o: &Opts) -> Result<i32, String> {
     Ok(code)
 }
 
-fn floats(v: &Value, key: &str) -> Vec<f64> {
-    v[key]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_f64)
-        .collect()
-}
-
 /// Runs per round of a step of `seq` tokens: `iters` for decode, fewer for long prefills
 /// (64 tokens: iters/4, 512: one), so a 2-core run of the full Qwen preset stays in minutes.
 fn step_iters(iters: usize, seq: usize) -> usize {
     (iters * 16 / seq.max(1)).clamp(1, iters)
 }
 
-/// Relative L2 of the rcpu and null arms' logits (the first output, current feeds) against ORT's.
-fn logits_parity(arms: &mut [Worker], tol: f64) -> Result<bool, String> {
+/// Relative L2 of the rcpu and null arms' logits (the first output, current feeds) against ORT's;
+/// `tail`: only the last that many (the last position's row), for large vocabularies.
+pub(super) fn logits_parity(
+    arms: &mut [Worker],
+    tol: f64,
+    tail: Option<usize>,
+) -> Result<bool, String> {
     let mut outs = vec![];
     for a in arms.iter_mut() {
-        let v = a.call(json!({"cmd": "output", "first": true}))?;
+        let mut req = json!({"cmd": "output", "first": true});
+        if let Some(n) = tail {
+            req["tail"] = json!(n);
+        }
+        let v = a.call(req)?;
         let data = v["data"].as_array().cloned().unwrap_or_default();
         outs.push(
             data.iter()
@@ -213,7 +262,12 @@ fn logits_parity(arms: &mut [Worker], tol: f64) -> Result<bool, String> {
     );
     let ok = e1 <= tol && e2 <= tol;
     println!(
-        "parity: logits rel L2 rcpu vs ORT {e1:.3e}, null vs ORT {e2:.3e} (tol {tol:.0e}{}) {}",
+        "parity: {}logits rel L2 rcpu vs ORT {e1:.3e}, null vs ORT {e2:.3e} (tol {tol:.0e}{}) {}",
+        if tail.is_some() {
+            "last position's "
+        } else {
+            ""
+        },
         if tol > 1e-4 {
             ", accuracy_level 4: activations quantized to int8"
         } else {
@@ -249,13 +303,13 @@ fn run_case(
     };
     // Parity (rule 7) before timing.
     let parity_ok = match case {
-        Case::Step { .. } => logits_parity(arms, tol)?,
+        Case::Step { .. } => logits_parity(arms, tol, None)?,
         Case::Generate { prompt, .. } => {
             // The prompt's logits are gated as a prefill's; the greedy ids are reported.
             for a in arms.iter_mut() {
                 a.call(json!({"cmd": "llm_feed", "seq": prompt, "past": 0, "vocab": vocab}))?;
             }
-            let ok = logits_parity(arms, tol)?;
+            let ok = logits_parity(arms, tol, None)?;
             let mut ids = vec![];
             for a in arms.iter_mut() {
                 ids.push(a.call(req.clone())?["ids"].clone());
@@ -301,20 +355,12 @@ fn run_case(
         "round", "order", "ort ms/tok", "rcpu ms/tok", "null ms/tok", "ORT/rcpu", "null_b_over_a"
     );
     for r in 0..o.rounds {
-        let order = if r % 2 == 0 { [0, 1, 2] } else { [2, 1, 0] };
-        for &i in &order {
-            let all0: Vec<f64> = arms.iter().map(|a| a.cpu_s()).collect();
-            let (t0, self0) = (cpu_ticks(cpus), os::usage().cpu_s());
-            let res = arms[i].call(req.clone())?;
-            let (t1, self1) = (cpu_ticks(cpus), os::usage().cpu_s());
-            let all1: Vec<f64> = arms.iter().map(|a| a.cpu_s()).collect();
+        let round = rounds::run(arms, cpus, r, &req, false)?;
+        rounds::accumulate(&mut ticks, &mut ours, &round);
+        for (i, c) in round.calls.iter().enumerate() {
             // Generate: the worker's own CPU over the steps (its prompt prefill left out).
-            cpu[i] += res["steps_cpu_s"].as_f64().unwrap_or(all1[i] - all0[i]);
-            ticks.busy += t1.busy.saturating_sub(t0.busy);
-            ticks.total += t1.total.saturating_sub(t0.total);
-            ours += all1.iter().zip(&all0).map(|(a, b)| a - b).sum::<f64>() + self1 - self0;
-            arms[i].settle(500);
-            let ms: Vec<f64> = floats(&res, "ns")
+            cpu[i] += c.res["steps_cpu_s"].as_f64().unwrap_or(c.cpu_s);
+            let ms: Vec<f64> = rounds::floats(&c.res, "ns")
                 .iter()
                 .map(|ns| ns / 1e6 / per_token)
                 .collect();
@@ -327,11 +373,7 @@ fn run_case(
         println!(
             "{:>5}  {:<14} {a:>10.3} {b:>10.3} {n:>10.3} {:>9.3} {:>13.3}",
             r + 1,
-            if r % 2 == 0 {
-                "ort,rcpu,null"
-            } else {
-                "null,rcpu,ort"
-            },
+            rounds::order_name(r),
             a / b,
             n / twin
         );

@@ -40,28 +40,42 @@ fn fnv(s: &str) -> u64 {
     })
 }
 
+fn cache_dir(l: &Llm) -> PathBuf {
+    models_dir().join(format!("{}-{:016x}", l.preset, fnv(&l.canonical())))
+}
+
+/// The cached model for `l`, if a complete one is there.
+fn lookup(l: &Llm) -> Option<LlmModel> {
+    let dir = cache_dir(l);
+    let text = std::fs::read_to_string(dir.join("rcpu_bench.json")).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+    let path = dir.join("model.onnx");
+    let file_bytes = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+    if v["spec"] != l.canonical().as_str() || file_bytes == 0 || file_bytes != v["file_bytes"] {
+        return None;
+    }
+    Some(LlmModel {
+        path: path.display().to_string(),
+        dir,
+        label: l.label(),
+        weight_bytes: v["weight_bytes_per_token"].as_u64().unwrap_or(0),
+        file_bytes,
+        llm: l.clone(),
+        generated: false,
+    })
+}
+
+/// Whether `cached(l)` would find the model without generating it.
+pub fn is_cached(l: &Llm) -> bool {
+    lookup(l).is_some()
+}
+
 /// The model for `l`, generated into `models_dir()` unless already there.
 pub fn cached(l: &Llm) -> Result<LlmModel, String> {
-    let canon = l.canonical();
-    let dir = models_dir().join(format!("{}-{:016x}", l.preset, fnv(&canon)));
-    let meta = dir.join("rcpu_bench.json");
-    if let Ok(text) = std::fs::read_to_string(&meta) {
-        let v: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
-        let path = dir.join("model.onnx");
-        let file_bytes = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
-        if v["spec"] == canon.as_str() && file_bytes > 0 && file_bytes == v["file_bytes"] {
-            return Ok(LlmModel {
-                path: path.display().to_string(),
-                dir,
-                label: l.label(),
-                weight_bytes: v["weight_bytes_per_token"].as_u64().unwrap_or(0),
-                file_bytes,
-                llm: l.clone(),
-                generated: false,
-            });
-        }
+    match lookup(l) {
+        Some(m) => Ok(m),
+        None => write(l, &cache_dir(l), "model.onnx"),
     }
-    write(l, &dir, "model.onnx")
 }
 
 /// Generates `l` into `dir` (the model as `file`, genai_config.json, then rcpu_bench.json last,

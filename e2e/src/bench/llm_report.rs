@@ -24,6 +24,56 @@ pub struct Timed {
     pub foreign: Option<f64>,
 }
 
+/// The headline of per-round figures (per arm: ort, rcpu, null; lower is better): ORT/rcpu per
+/// round, its median; the null band from the A/A ratio (null over its twin) and the verdict; the
+/// steady-state verdict, which goes beside the ratio, never instead of it.
+pub struct Headline {
+    pub ratio: f64,
+    pub band: Option<NullBand>,
+    /// "[lo, hi]" of the symmetric band, or "unavailable".
+    pub band_txt: String,
+    /// "real", "noise" or "no verdict".
+    pub word: &'static str,
+    pub steady_word: String,
+}
+
+impl Headline {
+    pub fn of(o: &Opts, per_round: &[Vec<f64>]) -> Headline {
+        let n = per_round.iter().map(Vec::len).min().unwrap_or(0);
+        let ratios: Vec<f64> = (0..n).map(|r| per_round[0][r] / per_round[1][r]).collect();
+        let twin = if o.null_arm == "ort" { 0 } else { 1 };
+        let nulls: Vec<f64> = (0..n)
+            .map(|r| per_round[2][r] / per_round[twin][r])
+            .collect();
+        let ratio = median(&ratios);
+        let band = NullBand::from_ratios(&nulls);
+        let sc = SteadyCfg {
+            k: o.steady_k,
+            tol: o.steady_tol,
+            min_len: SteadyCfg::default().min_len.min(n),
+        };
+        let steady: Vec<Option<usize>> = per_round.iter().map(|s| steady_start(s, &sc)).collect();
+        let steady_word = match steady.iter().try_fold(0usize, |m, s| s.map(|s| m.max(s))) {
+            Some(s) => format!("steady state reached from round {}", s + 1),
+            None => "steady state NOT REACHED (ratio over all rounds)".into(),
+        };
+        let (band_txt, word) = match &band {
+            Some(b) => {
+                let (lo, hi) = b.symmetric();
+                (format!("[{lo:.3}, {hi:.3}]"), verdict(ratio, b).word())
+            }
+            None => ("unavailable".into(), "no verdict"),
+        };
+        Headline {
+            ratio,
+            band,
+            band_txt,
+            word,
+            steady_word,
+        }
+    }
+}
+
 /// Prints the case's summary; returns its JSON (without the profile).
 pub fn summarize(
     o: &Opts,
@@ -62,36 +112,18 @@ pub fn summarize(
         );
         arm_json.push(json!({"arm": names[i], "p50_ms_per_token": p50, "p90_ms_per_token": p90, "cpu_ms_per_token": cpu_ms, "gbps": gbps, "fraction_of_read_bw": gbps / bw}));
     }
-    // Headline: ORT/rcpu per round, median; the null band from the A/A ratio; steady beside it.
-    let ratios: Vec<f64> = (0..o.rounds).map(|r| p50s[0][r] / p50s[1][r]).collect();
-    let twin = if o.null_arm == "ort" { 0 } else { 1 };
-    let nulls: Vec<f64> = (0..o.rounds).map(|r| p50s[2][r] / p50s[twin][r]).collect();
-    let ratio = median(&ratios);
-    let band = NullBand::from_ratios(&nulls);
-    let sc = SteadyCfg {
-        k: o.steady_k,
-        tol: o.steady_tol,
-        min_len: SteadyCfg::default().min_len.min(o.rounds),
-    };
-    let steady: Vec<Option<usize>> = (0..3).map(|a| steady_start(&p50s[a], &sc)).collect();
-    let steady_word = match steady.iter().try_fold(0usize, |m, s| s.map(|s| m.max(s))) {
-        Some(s) => format!("steady state reached from round {}", s + 1),
-        None => "steady state NOT REACHED (ratio over all rounds)".into(),
-    };
-    let (band_txt, word) = match &band {
-        Some(b) => {
-            let (lo, hi) = b.symmetric();
-            (format!("[{lo:.3}, {hi:.3}]"), verdict(ratio, b).word())
-        }
-        None => ("unavailable".into(), "no verdict"),
-    };
+    let h = Headline::of(o, p50s);
     println!(
-        "HEADLINE {}: ORT/rcpu = {ratio:.3} per token (median over {} rounds; rcpu {:.3} ms vs ORT {:.3} ms), \
-         null band {band_txt} -> {word}; {steady_word}",
+        "HEADLINE {}: ORT/rcpu = {:.3} per token (median over {} rounds; rcpu {:.3} ms vs ORT {:.3} ms), \
+         null band {} -> {}; {}",
         case,
+        h.ratio,
         o.rounds,
         median(&p50s[1]),
-        median(&p50s[0])
+        median(&p50s[0]),
+        h.band_txt,
+        h.word,
+        h.steady_word
     );
     let tokens_timed = (samples[1] as f64 * per_token) as u64;
     let (lines, route_json) = counters::route_report(&t.info.ops, stats, tokens_timed);
@@ -106,7 +138,7 @@ pub fn summarize(
     for l in lines {
         println!("  {l}");
     }
-    json!({"case": case, "parity_ok": true, "arms": arm_json, "ort_over_rcpu": ratio,
-        "null_band": band, "verdict": word, "foreign_share": foreign, "steady": steady_word,
+    json!({"case": case, "parity_ok": true, "arms": arm_json, "ort_over_rcpu": h.ratio,
+        "null_band": h.band, "verdict": h.word, "foreign_share": foreign, "steady": h.steady_word,
         "rounds_p50_ms": p50s, "rcpu_counters": route_json})
 }

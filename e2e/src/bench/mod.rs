@@ -2,8 +2,10 @@
 //! args (command line), gen (decode-shaped models), model (what a model holds), target (model and
 //! placement), os (the few unsafe OS calls), conditions (/proc, /sys), quant (quantiles), steady
 //! (steady-state window), verdict (null band), membw (bandwidth floor), gen_llm / llm_model /
-//! llm (whole LLMs: generator, cache and feeds, the llm subcommand), profile (ORT's profiler), report (the compare report and JSON), counters (ledger and pool
-//! report), arm/worker (one process per arm), svg (plots), and one file per subcommand.
+//! llm (whole LLMs: generator, cache and feeds, the llm subcommand), demo (the generation demo),
+//! profile (ORT's profiler), report (the compare report and JSON), counters (ledger and pool
+//! report), arm/worker (one process per arm), rounds (one interleaved round of the arms, shared
+//! by compare, llm and demo), svg (plots), and one file per subcommand.
 
 pub mod args;
 pub mod arm;
@@ -12,6 +14,7 @@ pub mod cold;
 pub mod compare;
 pub mod conditions;
 pub mod counters;
+pub mod demo;
 pub mod gap;
 pub mod gen;
 pub mod gen_decoder;
@@ -26,6 +29,7 @@ pub mod os;
 pub mod profile;
 pub mod quant;
 pub mod report;
+pub mod rounds;
 pub mod steady;
 pub mod svg;
 pub mod target;
@@ -33,9 +37,6 @@ pub mod verdict;
 pub mod worker;
 
 use args::{Cmd, Opts};
-
-/// The demo: compare on a 4-layer 4096x4096 int4 decode chain, sized to finish in about a minute.
-pub const DEMO_SPEC: &str = "nbits:k=4096,n=4096,layers=4,block=32,acc=4,m=1";
 
 /// Runs the command line; returns the process exit code.
 pub fn main(argv: &[String]) -> i32 {
@@ -46,7 +47,7 @@ pub fn main(argv: &[String]) -> i32 {
             return 2;
         }
     };
-    if let Cmd::Compare(o) | Cmd::Gap(o) | Cmd::Cold(o) | Cmd::Census(o) | Cmd::Demo(o) = &cmd {
+    if let Cmd::Compare(o) | Cmd::Gap(o) | Cmd::Cold(o) | Cmd::Census(o) = &cmd {
         if o.gen.as_deref().is_some_and(|g| g.starts_with("llm:")) {
             eprintln!(
                 "rcpu-bench: llm: models are benchmarked with `rcpu-bench llm --gen llm:...`"
@@ -61,8 +62,7 @@ pub fn main(argv: &[String]) -> i32 {
         }
         Cmd::Worker(w) => worker::run(w).map(|_| 0),
         Cmd::Compare(o) => compare::run(&o),
-        // The demo is a show: "no headline" (3) is a result it prints, not a failure of the script.
-        Cmd::Demo(o) => compare::run(&demo_opts(o, argv)).map(|c| if c == 3 { 0 } else { c }),
+        Cmd::Demo(o) => demo::run(&o),
         Cmd::Gap(o) => gap::run(&o),
         Cmd::Cold(o) => cold::run(&o),
         Cmd::Census(o) => census::run(&o),
@@ -73,29 +73,6 @@ pub fn main(argv: &[String]) -> i32 {
         eprintln!("rcpu-bench: {e}");
         1
     })
-}
-
-fn demo_opts(mut o: Opts, argv: &[String]) -> Opts {
-    let given = |f: &str| {
-        argv.iter()
-            .any(|a| a == f || a.starts_with(&format!("{f}=")))
-    };
-    if o.gen.is_none() && o.model.is_none() {
-        o.gen = Some(DEMO_SPEC.into());
-    }
-    if !given("--threads") {
-        o.threads = Some(2);
-    }
-    if !given("--rounds") {
-        o.rounds = 10;
-    }
-    if !given("--iters") {
-        o.iters = 20;
-    }
-    if !given("--warmup") {
-        o.warmup = 5;
-    }
-    o
 }
 
 fn gen_file(o: &Opts) -> Result<i32, String> {

@@ -127,7 +127,12 @@ fn handle(st: &mut State, req: &Value) -> Result<Value, String> {
             if req["first"].as_bool().unwrap_or(false) {
                 ys.truncate(1);
             }
-            let parts = super::model::OutputParts::of(&ys);
+            let mut parts = super::model::OutputParts::of(&ys);
+            // `tail`: only the last N floats (an LLM's last position's logits).
+            if let Some(n) = req["tail"].as_u64() {
+                let keep = parts.floats.len().min(n as usize);
+                parts.floats.drain(..parts.floats.len() - keep);
+            }
             Ok(json!({
                 "shapes": ys.iter().map(|y| y.shape.clone()).collect::<Vec<_>>(),
                 "data": parts.floats,
@@ -179,7 +184,8 @@ fn handle(st: &mut State, req: &Value) -> Result<Value, String> {
                 st.args.seed,
             )?;
             Ok(
-                json!({"prefill_ns": g.prefill_ns, "ns": g.step_ns, "ids": g.ids, "where": where_we_ran()}),
+                json!({"prefill_ns": g.prefill_ns, "ns": g.step_ns, "steps_cpu_s": g.steps_cpu_s,
+                    "ids": g.ids, "where": where_we_ran()}),
             )
         }
         "profile" => {
