@@ -7,7 +7,8 @@ pub const USAGE: &str = "\
 rcpu-bench: side-by-side ORT CPU EP vs rcpu, under the rules of docs/BENCHMARKING.md
 
   rcpu-bench compare MODEL|--gen SPEC [--threads N] [--cpus LIST] [--rounds R] [--iters I] [--warmup W]
-                     [--null rcpu|ort] [--tol X] [--steady-k K] [--steady-tol X] [--m M] [--json FILE]
+                     [--null rcpu|ort] [--null-plugin SO] [--tol X] [--steady-k K] [--steady-tol X] [--m M]
+                     [--json FILE]
   rcpu-bench gap     MODEL|--gen SPEC --gap-us G [--busy] [--tokens T] [--sweep G1,G2,..] [--svg FILE]
                      [--threads N] [--cpus LIST] [--json FILE]
   rcpu-bench cold    MODEL|--gen SPEC [--samples S] [--threads N] [--cpus LIST] [--json FILE]
@@ -15,10 +16,13 @@ rcpu-bench: side-by-side ORT CPU EP vs rcpu, under the rules of docs/BENCHMARKIN
   rcpu-bench llm     --gen llm:preset=qwen2-0.5b|llama-3.2-1b[,...] [--mode decode,generate,prefill]
                      [--past P] [--tokens T] [--prompt 64,512] [--layers N] [--vocab V] [--profile-iters I]
                      [--threads N] [--cpus LIST] [--rounds R] [--iters I] [--warmup W] [--null rcpu|ort]
-                     [--tol X] [--json FILE]   (whole-model decode / generation / prefill, per token)
+                     [--null-plugin SO] [--tol X] [--json FILE]   (whole-model decode / generation /
+                     prefill, per token)
   rcpu-bench gen     SPEC --out FILE.onnx   (llm specs also write genai_config.json beside FILE)
   rcpu-bench demo    [compare flags]   (compare --gen nbits:k=4096,n=4096,layers=4,block=32,acc=4,m=1 --threads 2)
 
+--null-plugin SO: the null arm is rcpu loading the plugin SO (e.g. an older build copied aside), so
+                  null_b_over_a is old/new; the A/A band then needs a run without it.
 Exit codes: 0 ok (compare: a headline), 1 error, 2 bad arguments or parity mismatch (nothing timed),
             3 compare ran but steady state was NOT REACHED (no headline).
 SPEC: nbits:k=4096,n=4096,layers=1,block=32,acc=4,m=1[,zp=0|1][,sym]   or   matmul:k=2048,n=2048,m=1[,layers=L]
@@ -35,6 +39,8 @@ pub struct Opts {
     pub iters: usize,
     pub warmup: usize,
     pub null_arm: String,
+    /// `--null-plugin PATH`: the null arm is rcpu loading this plugin build (old vs new A/B).
+    pub null_plugin: Option<String>,
     pub tol: Option<f64>,
     pub steady_k: usize,
     pub steady_tol: f64,
@@ -68,6 +74,7 @@ impl Default for Opts {
             iters: 20,
             warmup: 5,
             null_arm: "rcpu".into(),
+            null_plugin: None,
             tol: None,
             steady_k: 3,
             steady_tol: 0.05,
@@ -110,6 +117,7 @@ const COMPARE: &[&str] = &[
     "--iters",
     "--warmup",
     "--null",
+    "--null-plugin",
     "--tol",
     "--steady-k",
     "--steady-tol",
@@ -241,6 +249,7 @@ pub fn parse(argv: &[String]) -> Result<Cmd, String> {
             "--warmup" => o.warmup = num(&flag, &v, "an integer")?,
             "--null" if v == "rcpu" || v == "ort" => o.null_arm = v,
             "--null" => return Err(format!("--null: '{v}' must be rcpu or ort")),
+            "--null-plugin" => o.null_plugin = Some(v),
             "--tol" => o.tol = Some(num(&flag, &v, "a number")?),
             "--steady-k" => o.steady_k = positive(&flag, &v)?,
             "--steady-tol" => o.steady_tol = num(&flag, &v, "a number")?,
@@ -369,6 +378,13 @@ mod tests {
             Cmd::Gen(_)
         ));
         assert!(matches!(p("demo").unwrap(), Cmd::Demo(_)));
+        let Cmd::Llm(o) =
+            p("llm --gen llm:preset=qwen2-0.5b --null-plugin /tmp/old.so --mode decode").unwrap()
+        else {
+            panic!("not llm")
+        };
+        assert_eq!(o.null_plugin.as_deref(), Some("/tmp/old.so"));
+        assert!(p("gap m.onnx --gap-us 5 --null-plugin x.so").is_err());
         let Cmd::Llm(o) =
             p("llm --gen llm:preset=qwen2-0.5b --mode decode,prefill --prompt 8,16 --layers 2")
                 .unwrap()

@@ -16,7 +16,7 @@
 use serde_json::{json, Value};
 
 use super::args::Opts;
-use super::arm::{ArmKind, Worker, WorkerCfg};
+use super::arm::{null_worker, ArmKind, Worker, WorkerCfg};
 use super::conditions::{cpu_ticks, foreign_share, pct, CpuTicks};
 use super::llm_report::{summarize, Timed};
 use super::quant::{median, quantile};
@@ -142,7 +142,7 @@ pub fn run(o: &Opts) -> Result<i32, String> {
     let mut arms = vec![
         Worker::spawn("ort", ArmKind::Ort, &cfg)?,
         Worker::spawn("rcpu", ArmKind::Rcpu, &cfg)?,
-        Worker::spawn(&format!("null({})", o.null_arm), null_kind, &cfg)?,
+        null_worker(o, null_kind, &cfg)?,
     ];
     for a in arms.iter_mut() {
         let l = a.cmd("load")?;
