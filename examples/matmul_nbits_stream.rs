@@ -6,7 +6,7 @@
 //! `cargo run --release -p rcpu --example matmul_nbits_stream [K N threads passes]`
 //! (default 4096 86016 2 3: 226 MB packed, well past L3). Prints per pass: the kernel (acc 4,
 //! block 32, zero points) and a plain read of the packed weight bytes split as the kernel splits
-//! them (`par::stream_units_per_chunk` over column groups) and in two contiguous halves; best of
+//! them (`par::StreamSplit` over column groups) and in two contiguous halves; best of
 //! 10 each.
 //!
 //! `... --example matmul_nbits_stream -- --layers [L hidden inter threads passes]` (default
@@ -27,7 +27,7 @@ use rcpu::kernels::matmul_nbits::prefetch::{set_prefetch_bytes, DEFAULT_PREFETCH
 use rcpu::kernels::matmul_nbits::{matmul_packed, pack, NBitsParams, PackedNBits, NR};
 use rcpu::memory::AlignedBuf;
 use rcpu::runtime::lanes::{Lanes, PoolConfig};
-use rcpu::runtime::par::{stream_units_per_chunk, Par};
+use rcpu::runtime::par::{Par, StreamSplit};
 use rcpu::runtime::registry::pool_for;
 use std::time::Instant;
 
@@ -127,8 +127,7 @@ fn single(k: usize, n: usize, threads: usize, passes: usize) {
     });
     let (all, w) = (packed.bytes() as f64, packed.weight_bytes());
     let groups = n.div_ceil(NR);
-    let group_bytes = w.len() / groups;
-    let chunk = stream_units_per_chunk(groups, group_bytes, lanes.lanes()) * group_bytes;
+    let parts = StreamSplit::new(groups, w.len() / groups, lanes.lanes()).chunks();
     println!(
         "K={k} N={n}: {:.0} MB packed ({:.0} MB weight codes), {} lanes",
         all / 1e6,
@@ -139,7 +138,7 @@ fn single(k: usize, n: usize, threads: usize, passes: usize) {
         let t = best(10, || {
             matmul_packed(&a, 1, &packed, None, &mut out, &*lanes);
         });
-        let tc = best(10, || read(&lanes, w, w.len().div_ceil(chunk)));
+        let tc = best(10, || read(&lanes, w, parts));
         let th = best(10, || read(&lanes, w, 2));
         println!(
             "pass {pass}: kernel {:.1} GB/s | plain read: kernel's split {:.1} GB/s, \
