@@ -18,8 +18,8 @@
 //! of the same total size. Per matrix shape: p10 / p50 of per-call times over layers and passes
 //! (a preempted call falls out of p10 on a loaded machine), kernel and plain read.
 //!
-//! `... -- --sweep [K N threads rounds copies acc] [--pf=0,512,1024,2048]` (default 896 4864 2
-//! 20 24 4): the kernel at each software prefetch distance (`matmul_nbits::prefetch`), interleaved
+//! `... -- --sweep [K N threads rounds copies acc M] [--pf=0,512,1024,2048]` (default 896 4864
+//! 2 20 24 4 1): the kernel at each software prefetch distance (`matmul_nbits::prefetch`), interleaved
 //! call by call in one process over `copies` copies of the weight (so each call streams bytes
 //! the previous calls did not touch); p10 / p50 per distance.
 
@@ -106,7 +106,16 @@ fn main() {
             .filter_map(|d| d.parse().ok())
             .collect();
         let (k, n, th) = (arg(0, 896), arg(1, 4864), arg(2, 2));
-        sweep(k, n, th, arg(3, 20), arg(4, 24), arg(5, 4), &dists);
+        sweep(
+            k,
+            n,
+            arg(6, 1),
+            th,
+            arg(3, 20),
+            arg(4, 24),
+            arg(5, 4),
+            &dists,
+        );
         return;
     }
     if layers {
@@ -249,9 +258,11 @@ fn decoder(layers: usize, h: usize, inter: usize, threads: usize, passes: usize)
 
 /// The kernel at each software prefetch distance in `dists`, interleaved call by call in one
 /// process (order rotated every round) over `copies` copies of the weight.
+#[allow(clippy::too_many_arguments)]
 fn sweep(
     k: usize,
     n: usize,
+    rows: usize,
     threads: usize,
     reps: usize,
     layers: usize,
@@ -264,8 +275,8 @@ fn sweep(
         .map(|_| packed(k, n, acc, false, &mut rnd))
         .collect();
     let bytes = mats[0].bytes();
-    let a: Vec<f32> = (0..k).map(|i| (i % 13) as f32 * 0.1 - 0.6).collect();
-    let mut out = vec![0f32; n];
+    let a: Vec<f32> = (0..k * rows).map(|i| (i % 13) as f32 * 0.1 - 0.6).collect();
+    let mut out = vec![0f32; n * rows];
     let lanes = pool_for(&PoolConfig {
         threads,
         ..Default::default()
@@ -280,7 +291,7 @@ fn sweep(
                 let m = &mats[j % layers];
                 j += 1;
                 let s = Instant::now();
-                matmul_packed(&a, 1, m, None, &mut out, &*lanes);
+                matmul_packed(&a, rows, m, None, &mut out, &*lanes);
                 t[di].push(s.elapsed().as_secs_f64());
             }
         }
@@ -292,7 +303,7 @@ fn sweep(
         let q = |x: f64| v[((v.len() - 1) as f64 * x) as usize];
 
         println!(
-            "K={k} N={n} acc={acc} lanes={threads} pf={d:>5}: p10 {:.1} us ({:.1} GB/s) p50 {:.1} us ({:.1} GB/s)",
+            "K={k} N={n} M={rows} acc={acc} lanes={threads} pf={d:>5}: p10 {:.1} us ({:.1} GB/s) p50 {:.1} us ({:.1} GB/s)",
             q(0.1) * 1e6,
             bytes as f64 / q(0.1) / 1e9,
             q(0.5) * 1e6,
