@@ -74,6 +74,34 @@ fn prefetch(g: &GroupView, k0: usize, dist: usize) {
     }
 }
 
+/// Prefetches the scales of block `kb + ahead` (one line of f16 scales, two of f32; nothing
+/// when `ahead` is 0), like [`prefetch`] never dereferencing the address.
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn prefetch_scales<const F16: bool>(s32: &[f32], s16: &[u16], kb: usize, ahead: usize) {
+    if ahead != 0 {
+        let at = (kb + ahead) * NR;
+        if F16 {
+            _mm_prefetch::<_MM_HINT_T0>(s16.as_ptr().wrapping_add(at) as *const i8);
+        } else {
+            let p = s32.as_ptr().wrapping_add(at);
+            _mm_prefetch::<_MM_HINT_T0>(p as *const i8);
+            _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(16) as *const i8);
+        }
+    }
+}
+
+/// Blocks ahead for the scale prefetch: the weight prefetch's distance in blocks (of
+/// `bs * NR / 2` weight bytes), at least one; 0 when prefetch is off.
+#[inline]
+fn scale_blocks_ahead(pf: usize, bs: usize) -> usize {
+    if pf == 0 {
+        0
+    } else {
+        pf.div_ceil(bs * NR / 2)
+    }
+}
+
 /// The 64 weight bytes of chunk `k0`.
 ///
 /// # Safety
@@ -179,6 +207,7 @@ unsafe fn f32_rows<const R: usize, const F16: bool>(
     let (s32, s16) = g.scales.split();
     let bs = g.block_size;
     let pf = prefetch_bytes();
+    let sa = scale_blocks_ahead(pf, bs);
     assert!(g.w.len() >= g.k_blocks * bs * NR / 2 && g.scales.len() >= g.k_blocks * NR);
     assert!(
         a.f.len() >= (r0 + R) * a.kp && a.kp == g.k_blocks * bs && a.fsum.len() >= (r0 + R) * a.kb
@@ -188,6 +217,7 @@ unsafe fn f32_rows<const R: usize, const F16: bool>(
     );
     let mut total = [[_mm512_setzero_ps(); 2]; R];
     for kb in 0..g.k_blocks {
+        prefetch_scales::<F16>(s32, s16, kb, sa);
         // [row][half][k parity]
         let mut acc = [[[_mm512_setzero_ps(); 2]; 2]; R];
         for c in 0..bs / CHUNK_K {
@@ -289,9 +319,11 @@ unsafe fn i8_vnni_rows<const R: usize, const F16: bool>(
     check_i8_sizes!(g, a, r0, R);
     let bs = g.block_size;
     let pf = prefetch_bytes();
+    let sa = scale_blocks_ahead(pf, bs);
     let mask = _mm512_set1_epi8(0x0F);
     let mut total = [[_mm512_setzero_ps(); 2]; R];
     for kb in 0..g.k_blocks {
+        prefetch_scales::<F16>(s32, s16, kb, sa);
         // Seeds: `lo` starts at -zp_lo * qsum; `full` (= lo + 16 hi) at -(zp_lo + 16 zp_hi) * qsum,
         // which is the zero-point byte itself times -qsum.
         let z = zero_point_bytes(g, kb);
@@ -343,10 +375,12 @@ unsafe fn i8_maddubs_rows<const R: usize, const F16: bool>(
     check_i8_sizes!(g, a, r0, R);
     let bs = g.block_size;
     let pf = prefetch_bytes();
+    let sa = scale_blocks_ahead(pf, bs);
     let mask = _mm512_set1_epi8(0x0F);
     let ones = _mm512_set1_epi16(1);
     let mut total = [[_mm512_setzero_ps(); 2]; R];
     for kb in 0..g.k_blocks {
+        prefetch_scales::<F16>(s32, s16, kb, sa);
         let zh = zero_point_halves(g, kb);
         let qsum = |r: usize| a.qsum[(r0 + r) * a.kb + kb];
         let mut acc: [[__m512i; 2]; R] =
