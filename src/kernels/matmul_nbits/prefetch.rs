@@ -15,6 +15,11 @@
 //! 114.8 -> 109.3 us, K=4864 N=896 114.4 -> 111.5 and 113.0 -> 109.5 us (K=896 N=1152 within
 //! noise). Both together at acc 0, K=896 N=4864: 196 -> 132 us.
 //!
+//! With both streams prefetched, 2048 bytes beat 1024 (p10, 40 rounds): K=896 N=4864 109.1 ->
+//! 103.4 us, K=4864 N=896 111.8 -> 107.4, K=896 N=1152 21.9 -> 19.9; acc 0 K=896 N=4864 132.5
+//! -> 126.0; K=896 N=151936 2885 -> 2814 us. 3072 was no better than 2048; prefill (M=64) is
+//! indifferent (no prefetch 1214 us, 1024: 1076, 2048: 1127, p10 of 20 rounds).
+//!
 //! The distance is a process-wide setting so that diagnostics can compare distances
 //! interleaved in one process (the only comparison that survives a noisy shared machine);
 //! nothing in the library changes it.
@@ -22,7 +27,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Default distance, in bytes ahead of the 64-byte chunk being loaded.
-pub const DEFAULT_PREFETCH_BYTES: usize = 1024;
+pub const DEFAULT_PREFETCH_BYTES: usize = 2048;
 
 static DISTANCE: AtomicUsize = AtomicUsize::new(DEFAULT_PREFETCH_BYTES);
 
