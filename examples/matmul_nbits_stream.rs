@@ -14,14 +14,16 @@
 //! (qkv hidden x (hidden + 256), o_proj hidden x hidden, gate and up hidden x inter, down
 //! inter x hidden; acc 4, block 32, no zero points, f16 scales, as the generated models) run
 //! back to back as decode runs them, against a plain read of the same bytes: one dispatch per
-//! matrix (two contiguous halves each, the same dispatch count) and one dispatch over one buffer
-//! of the same total size. Per matrix shape: p10 / p50 of per-call times over layers and passes
-//! (a preempted call falls out of p10 on a loaded machine), kernel and plain read.
+//! matrix (two contiguous halves each, the same dispatch count), from a buffer on 4 KiB pages
+//! and from one advised for huge pages (the packed weights of these shapes are below
+//! `HUGE_PAGE_MIN_BYTES`, so they sit on 4 KiB pages). Per matrix shape: p10 / p50 of per-call
+//! times over layers and passes (a preempted call falls out of p10 on a loaded machine).
 //!
-//! `... -- --sweep [K N threads rounds copies acc M] [--pf=0,512,1024,2048]` (default 896 4864
-//! 2 20 24 4 1): the kernel at each software prefetch distance (`matmul_nbits::prefetch`), interleaved
-//! call by call in one process over `copies` copies of the weight (so each call streams bytes
-//! the previous calls did not touch); p10 / p50 per distance.
+//! `... -- --sweep [K N threads rounds copies acc M] [--pf=0,512,1024,2048]` (default 896
+//! 4864 2 20 24 4 1): the kernel at each software prefetch distance
+//! (`matmul_nbits::prefetch`), interleaved call by call in one process over `copies` copies of
+//! the weight (so each call streams bytes the previous calls did not touch); p10 / p50 per
+//! distance.
 
 use rcpu::kernels::matmul_nbits::prefetch::{set_prefetch_bytes, DEFAULT_PREFETCH_BYTES};
 use rcpu::kernels::matmul_nbits::{matmul_packed, pack, NBitsParams, PackedNBits, NR};
@@ -198,11 +200,13 @@ fn decoder(layers: usize, h: usize, inter: usize, threads: usize, passes: usize)
         sizes.iter().map(|s| *s as f64 / 1e6).collect::<Vec<_>>()
     );
     // Every call is timed on its own; per shape the 10th and 50th percentile over all layers and
-    // passes, so calls a foreign process preempted (a shared, loaded machine) fall out.
+    // passes, so calls a foreign process preempted (a shared, loaded machine) fall out. Plain
+    // reads per matrix from the 4 KiB-page buffer and from the huge-page one alternate order
+    // every pass.
     let mut kern: Vec<Vec<f64>> = vec![vec![]; 5];
-    let mut plain_t: Vec<Vec<f64>> = vec![vec![]; 5];
-    let mut whole = (vec![], vec![], vec![]);
-    for _ in 0..passes {
+    let mut plain_t: [Vec<Vec<f64>>; 2] = [vec![vec![]; 5], vec![vec![]; 5]];
+    let mut whole = [vec![], vec![], vec![]];
+    for pass in 0..passes {
         let s0 = Instant::now();
         for layer in &mats {
             for (i, m) in layer.iter().enumerate() {
@@ -211,21 +215,25 @@ fn decoder(layers: usize, h: usize, inter: usize, threads: usize, passes: usize)
                 kern[i].push(s.elapsed().as_secs_f64());
             }
         }
-        whole.0.push(s0.elapsed().as_secs_f64());
-        let s0 = Instant::now();
-        let mut off = 0;
-        for _ in 0..layers {
-            for (i, sz) in sizes.iter().enumerate() {
-                let s = Instant::now();
-                read(&lanes, &plain[off..off + sz], 2);
-                plain_t[i].push(s.elapsed().as_secs_f64());
-                off += sz;
+        whole[0].push(s0.elapsed().as_secs_f64());
+        for which in [pass % 2, 1 - pass % 2] {
+            let buf = if which == 0 {
+                &plain[..]
+            } else {
+                huge.as_slice()
+            };
+            let s0 = Instant::now();
+            let mut off = 0;
+            for _ in 0..layers {
+                for (i, sz) in sizes.iter().enumerate() {
+                    let s = Instant::now();
+                    read(&lanes, &buf[off..off + sz], 2);
+                    plain_t[which][i].push(s.elapsed().as_secs_f64());
+                    off += sz;
+                }
             }
+            whole[1 + which].push(s0.elapsed().as_secs_f64());
         }
-        whole.1.push(s0.elapsed().as_secs_f64());
-        let s0 = Instant::now();
-        read(&lanes, huge.as_slice(), 2);
-        whole.2.push(s0.elapsed().as_secs_f64());
     }
     let pct = |v: &mut Vec<f64>, q: f64| {
         v.sort_by(f64::total_cmp);
@@ -233,24 +241,29 @@ fn decoder(layers: usize, h: usize, inter: usize, threads: usize, passes: usize)
     };
     let gb = |bytes: usize, t: f64| bytes as f64 / t / 1e9;
     println!(
-        "whole pass p50: kernels {:.1} GB/s, plain read per matrix {:.1} GB/s, one huge-page \
-         buffer {:.1} GB/s",
-        gb(total, pct(&mut whole.0, 0.5)),
-        gb(total, pct(&mut whole.1, 0.5)),
-        gb(total, pct(&mut whole.2, 0.5))
+        "whole pass p50: kernels {:.1} GB/s, plain read per matrix {:.1} GB/s (4 KiB pages), \
+         {:.1} GB/s (huge pages)",
+        gb(total, pct(&mut whole[0], 0.5)),
+        gb(total, pct(&mut whole[1], 0.5)),
+        gb(total, pct(&mut whole[2], 0.5))
     );
     for (i, (name, _, _)) in shapes.iter().enumerate() {
         let (k10, k50) = (pct(&mut kern[i], 0.1), pct(&mut kern[i], 0.5));
-        let (r10, r50) = (pct(&mut plain_t[i], 0.1), pct(&mut plain_t[i], 0.5));
+        let (r10, r50) = (pct(&mut plain_t[0][i], 0.1), pct(&mut plain_t[0][i], 0.5));
+        let (h10, h50) = (pct(&mut plain_t[1][i], 0.1), pct(&mut plain_t[1][i], 0.5));
         println!(
-            "{name:>6}: kernel p10 {:.1} us ({:.1} GB/s) p50 {:.1} us | plain read p10 {:.1} us \
-             ({:.1} GB/s) p50 {:.1} us | kernel/read p10 {:.2}",
+            "{name:>6}: kernel p10 {:.1} us ({:.1} GB/s) p50 {:.1} | plain read 4K pages p10 \
+             {:.1} us ({:.1} GB/s) p50 {:.1} | huge pages p10 {:.1} us ({:.1} GB/s) p50 {:.1} | \
+             kernel/read(4K) p10 {:.2}",
             k10 * 1e6,
             gb(sizes[i], k10),
             k50 * 1e6,
             r10 * 1e6,
             gb(sizes[i], r10),
             r50 * 1e6,
+            h10 * 1e6,
+            gb(sizes[i], h10),
+            h50 * 1e6,
             r10 / k10
         );
     }
