@@ -1,21 +1,41 @@
 //! How close the MatMulNBits M=1 kernel comes to a plain read of its own packed weights, on the
 //! same lanes, in the same minute (DRAM bandwidth on a shared VM drifts). Not a benchmark under
-//! docs/benchmarking.md rules (no ORT arm): a diagnostic for the streaming efficiency of the kernel
+//! BENCHMARKING.md rules (no ORT arm): a diagnostic for the streaming efficiency of the kernel
 //! and of the chunk split.
 //!
 //! `cargo run --release -p rcpu --example matmul_nbits_stream [K N threads passes]`
 //! (default 4096 86016 2 3: 226 MB packed, well past L3). Prints per pass: the kernel (acc 4,
 //! block 32, zero points) and a plain read of the packed weight bytes split as the kernel splits
-//! them (`par::stream_units_per_chunk` over column groups) and in two contiguous halves; best of
+//! them (`par::StreamSplit` over column groups) and in two contiguous halves; best of
 //! 10 each.
+//!
+//! `... --example matmul_nbits_stream -- --layers [L hidden inter threads passes]` (default
+//! 24 896 4864 2 5: Qwen2-0.5B's decoder, 206 MB): the five GEMVs of each of L decoder layers
+//! (qkv hidden x (hidden + 256), o_proj hidden x hidden, gate and up hidden x inter, down
+//! inter x hidden; acc 4, block 32, no zero points, f16 scales, as the generated models) run
+//! back to back as decode runs them, against a plain read of the same bytes: one dispatch per
+//! matrix (two contiguous halves each, the same dispatch count), from a buffer on 4 KiB pages
+//! and from one advised for huge pages (the packed weights of these shapes are below
+//! `HUGE_PAGE_MIN_BYTES`, so they sit on 4 KiB pages). Per matrix shape: p10 / p50 of per-call
+//! times over layers and passes (a preempted call falls out of p10 on a loaded machine).
+//!
+//! `... -- --sweep [K N threads rounds copies acc M] [--pf=0,512,1024,2048]` (default 896
+//! 4864 2 20 24 4 1): the kernel at each software prefetch distance
+//! (`matmul_nbits::prefetch`), interleaved call by call in one process over `copies` copies of
+//! the weight (so each call streams bytes the previous calls did not touch); p10 / p50 per
+//! distance.
 
 #[path = "common/timing.rs"]
 mod timing;
 
-use rcpu::kernels::matmul_nbits::{matmul_packed, pack, NBitsParams, NR};
-use rcpu::runtime::lanes::PoolConfig;
-use rcpu::runtime::par::{stream_units_per_chunk, Par};
+use rcpu::kernels::matmul_nbits::prefetch::{set_prefetch_bytes, DEFAULT_PREFETCH_BYTES};
+use rcpu::kernels::matmul_nbits::{matmul_packed, pack, NBitsParams, PackedNBits, NR};
+use rcpu::memory::AlignedBuf;
+use rcpu::runtime::lanes::{Lanes, PoolConfig};
+use rcpu::runtime::par::{Par, StreamSplit};
 use rcpu::runtime::registry::pool_for;
+use std::time::Instant;
+
 use timing::best_secs as best;
 
 /// Sum of u64 words with eight independent accumulators (load-bound).
@@ -29,28 +49,81 @@ fn sum(c: &[u8]) -> u64 {
     acc.iter().fold(0, |x, y| x.wrapping_add(*y))
 }
 
+/// xorshift64 from a fixed seed.
+fn rng() -> impl FnMut() -> u64 {
+    let mut seed = 7u64;
+    move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    }
+}
+
+/// A random block-32 weight at accuracy level `acc` of K x N, packed.
+fn packed(
+    k: usize,
+    n: usize,
+    acc: usize,
+    zero_points: bool,
+    rnd: &mut impl FnMut() -> u64,
+) -> PackedNBits {
+    let p = NBitsParams::new(k, n, 32, acc, zero_points);
+    let b: Vec<u8> = (0..n * p.k_blocks() * p.blob_bytes())
+        .map(|_| rnd() as u8)
+        .collect();
+    let scales: Vec<f32> = (0..n * p.k_blocks())
+        .map(|_| 0.01 + (rnd() % 64) as f32 * 1e-4)
+        .collect();
+    let zp: Vec<u8> = (0..n * p.zp_row_bytes()).map(|_| rnd() as u8).collect();
+    pack(&b, &scales, zero_points.then_some(&zp[..]), &p)
+}
+
+/// Reads `parts` contiguous slices of `buf` in one dispatch.
+fn read(lanes: &Lanes, buf: &[u8], parts: usize) {
+    let size = buf.len().div_ceil(parts);
+    lanes.decode_chunks(parts, &|i| {
+        std::hint::black_box(sum(&buf[i * size..((i + 1) * size).min(buf.len())]));
+    });
+}
+
 fn main() {
+    let layers = std::env::args().any(|a| a == "--layers");
     let args: Vec<usize> = std::env::args()
         .skip(1)
         .filter_map(|s| s.parse().ok())
         .collect();
     let arg = |i: usize, d: usize| *args.get(i).unwrap_or(&d);
-    let (k, n, threads, passes) = (arg(0, 4096), arg(1, 86016), arg(2, 2), arg(3, 3));
-    let p = NBitsParams::new(k, n, 32, 4, true);
-    let mut seed = 7u64;
-    let mut rnd = move || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed
-    };
-    let b: Vec<u8> = (0..n * p.k_blocks() * p.blob_bytes())
-        .map(|_| rnd() as u8)
-        .collect();
-    let scales = vec![0.01f32; n * p.k_blocks()];
-    let zp: Vec<u8> = (0..n * p.zp_row_bytes()).map(|_| rnd() as u8).collect();
-    let packed = pack(&b, &scales, Some(&zp), &p);
-    drop(b);
+    if std::env::args().any(|a| a == "--sweep") {
+        let dists: Vec<usize> = std::env::args()
+            .find_map(|a| a.strip_prefix("--pf=").map(String::from))
+            .unwrap_or("0,512,1024,2048".into())
+            .split(',')
+            .filter_map(|d| d.parse().ok())
+            .collect();
+        let (k, n, th) = (arg(0, 896), arg(1, 4864), arg(2, 2));
+        sweep(
+            k,
+            n,
+            arg(6, 1),
+            th,
+            arg(3, 20),
+            arg(4, 24),
+            arg(5, 4),
+            &dists,
+        );
+        return;
+    }
+    if layers {
+        let (l, h, inter) = (arg(0, 24), arg(1, 896), arg(2, 4864));
+        decoder(l, h, inter, arg(3, 2), arg(4, 5));
+    } else {
+        single(arg(0, 4096), arg(1, 86016), arg(2, 2), arg(3, 3));
+    }
+}
+
+fn single(k: usize, n: usize, threads: usize, passes: usize) {
+    let packed = packed(k, n, 4, true, &mut rng());
     let a: Vec<f32> = (0..k).map(|i| (i % 13) as f32 * 0.1 - 0.6).collect();
     let mut out = vec![0f32; n];
     let lanes = pool_for(&PoolConfig {
@@ -59,9 +132,7 @@ fn main() {
     });
     let (all, w) = (packed.bytes() as f64, packed.weight_bytes());
     let groups = n.div_ceil(NR);
-    let group_bytes = w.len() / groups;
-    let chunk = stream_units_per_chunk(groups, group_bytes, lanes.lanes()) * group_bytes;
-    let half = w.len().div_ceil(2);
+    let parts = StreamSplit::new(groups, w.len() / groups, lanes.lanes()).chunks();
     println!(
         "K={k} N={n}: {:.0} MB packed ({:.0} MB weight codes), {} lanes",
         all / 1e6,
@@ -72,20 +143,178 @@ fn main() {
         let t = best(10, || {
             matmul_packed(&a, 1, &packed, None, &mut out, &*lanes);
         });
-        let read = |parts: usize, size: usize| {
-            best(10, || {
-                lanes.decode_chunks(parts, &|i| {
-                    std::hint::black_box(sum(&w[i * size..((i + 1) * size).min(w.len())]));
-                })
-            })
-        };
-        let (tc, th) = (read(w.len().div_ceil(chunk), chunk), read(2, half));
+        let tc = best(10, || read(&lanes, w, parts));
+        let th = best(10, || read(&lanes, w, 2));
         println!(
             "pass {pass}: kernel {:.1} GB/s | plain read: kernel's split {:.1} GB/s, \
              halves {:.1} GB/s",
             all / t / 1e9,
             w.len() as f64 / tc / 1e9,
             w.len() as f64 / th / 1e9
+        );
+    }
+}
+
+fn decoder(layers: usize, h: usize, inter: usize, threads: usize, passes: usize) {
+    let shapes = [
+        ("qkv", h, h + 256),
+        ("o_proj", h, h),
+        ("gate", h, inter),
+        ("up", h, inter),
+        ("down", inter, h),
+    ];
+    let mut rnd = rng();
+    let mats: Vec<Vec<PackedNBits>> = (0..layers)
+        .map(|_| {
+            shapes
+                .iter()
+                .map(|&(_, k, n)| packed(k, n, 4, false, &mut rnd))
+                .collect()
+        })
+        .collect();
+    let sizes: Vec<usize> = mats[0].iter().map(|m| m.bytes()).collect();
+    let total: usize = sizes.iter().sum::<usize>() * layers;
+    let plain: Vec<u8> = (0..total).map(|i| i as u8).collect();
+    // The same bytes in a buffer advised for transparent huge pages (4 KiB vs 2 MiB pages).
+    let mut huge = AlignedBuf::<u8>::try_zeroed(total).expect("plain buffer");
+    huge.as_mut_slice().copy_from_slice(&plain);
+    let a: Vec<f32> = (0..inter.max(h))
+        .map(|i| (i % 13) as f32 * 0.1 - 0.6)
+        .collect();
+    let mut out = vec![0f32; inter.max(h + 256)];
+    let lanes = pool_for(&PoolConfig {
+        threads,
+        ..Default::default()
+    });
+    println!(
+        "{layers} layers, hidden {h}, inter {inter}: {:.1} MB packed per pass, {} lanes, \
+         per-layer MB {:?}",
+        total as f64 / 1e6,
+        lanes.lanes(),
+        sizes.iter().map(|s| *s as f64 / 1e6).collect::<Vec<_>>()
+    );
+    // Every call is timed on its own; per shape the 10th and 50th percentile over all layers and
+    // passes, so calls a foreign process preempted (a shared, loaded machine) fall out. Plain
+    // reads per matrix from the 4 KiB-page buffer and from the huge-page one alternate order
+    // every pass.
+    let mut kern: Vec<Vec<f64>> = vec![vec![]; 5];
+    let mut plain_t: [Vec<Vec<f64>>; 2] = [vec![vec![]; 5], vec![vec![]; 5]];
+    let mut whole = [vec![], vec![], vec![]];
+    for pass in 0..passes {
+        let s0 = Instant::now();
+        for layer in &mats {
+            for (i, m) in layer.iter().enumerate() {
+                let s = Instant::now();
+                matmul_packed(&a[..m.params().k], 1, m, None, &mut out, &*lanes);
+                kern[i].push(s.elapsed().as_secs_f64());
+            }
+        }
+        whole[0].push(s0.elapsed().as_secs_f64());
+        for which in [pass % 2, 1 - pass % 2] {
+            let buf = if which == 0 {
+                &plain[..]
+            } else {
+                huge.as_slice()
+            };
+            let s0 = Instant::now();
+            let mut off = 0;
+            for _ in 0..layers {
+                for (i, sz) in sizes.iter().enumerate() {
+                    let s = Instant::now();
+                    read(&lanes, &buf[off..off + sz], 2);
+                    plain_t[which][i].push(s.elapsed().as_secs_f64());
+                    off += sz;
+                }
+            }
+            whole[1 + which].push(s0.elapsed().as_secs_f64());
+        }
+    }
+    let pct = |v: &mut Vec<f64>, q: f64| {
+        v.sort_by(f64::total_cmp);
+        v[((v.len() - 1) as f64 * q) as usize]
+    };
+    let gb = |bytes: usize, t: f64| bytes as f64 / t / 1e9;
+    println!(
+        "whole pass p50: kernels {:.1} GB/s, plain read per matrix {:.1} GB/s (4 KiB pages), \
+         {:.1} GB/s (huge pages)",
+        gb(total, pct(&mut whole[0], 0.5)),
+        gb(total, pct(&mut whole[1], 0.5)),
+        gb(total, pct(&mut whole[2], 0.5))
+    );
+    for (i, (name, _, _)) in shapes.iter().enumerate() {
+        let (k10, k50) = (pct(&mut kern[i], 0.1), pct(&mut kern[i], 0.5));
+        let (r10, r50) = (pct(&mut plain_t[0][i], 0.1), pct(&mut plain_t[0][i], 0.5));
+        let (h10, h50) = (pct(&mut plain_t[1][i], 0.1), pct(&mut plain_t[1][i], 0.5));
+        println!(
+            "{name:>6}: kernel p10 {:.1} us ({:.1} GB/s) p50 {:.1} | plain read 4K pages p10 \
+             {:.1} us ({:.1} GB/s) p50 {:.1} | huge pages p10 {:.1} us ({:.1} GB/s) p50 {:.1} | \
+             kernel/read(4K) p10 {:.2}",
+            k10 * 1e6,
+            gb(sizes[i], k10),
+            k50 * 1e6,
+            r10 * 1e6,
+            gb(sizes[i], r10),
+            r50 * 1e6,
+            h10 * 1e6,
+            gb(sizes[i], h10),
+            h50 * 1e6,
+            r10 / k10
+        );
+    }
+}
+
+/// The kernel at each software prefetch distance in `dists`, interleaved call by call in one
+/// process (order rotated every round) over `copies` copies of the weight.
+#[allow(clippy::too_many_arguments)]
+fn sweep(
+    k: usize,
+    n: usize,
+    rows: usize,
+    threads: usize,
+    reps: usize,
+    layers: usize,
+    acc: usize,
+    dists: &[usize],
+) {
+    let mut rnd = rng();
+    // `layers` copies so that each call streams weights no other call just touched.
+    let mats: Vec<PackedNBits> = (0..layers)
+        .map(|_| packed(k, n, acc, false, &mut rnd))
+        .collect();
+    let bytes = mats[0].bytes();
+    let a: Vec<f32> = (0..k * rows).map(|i| (i % 13) as f32 * 0.1 - 0.6).collect();
+    let mut out = vec![0f32; n * rows];
+    let lanes = pool_for(&PoolConfig {
+        threads,
+        ..Default::default()
+    });
+    let mut t: Vec<Vec<f64>> = vec![vec![]; dists.len()];
+    let mut j = 0;
+    for r in 0..reps {
+        for i in 0..dists.len() {
+            let di = (i + r) % dists.len();
+            set_prefetch_bytes(dists[di]);
+            for _ in 0..layers.min(8) {
+                let m = &mats[j % layers];
+                j += 1;
+                let s = Instant::now();
+                matmul_packed(&a, rows, m, None, &mut out, &*lanes);
+                t[di].push(s.elapsed().as_secs_f64());
+            }
+        }
+    }
+    set_prefetch_bytes(DEFAULT_PREFETCH_BYTES);
+    for (di, d) in dists.iter().enumerate() {
+        let v = &mut t[di];
+        v.sort_by(f64::total_cmp);
+        let q = |x: f64| v[((v.len() - 1) as f64 * x) as usize];
+
+        println!(
+            "K={k} N={n} M={rows} acc={acc} lanes={threads} pf={d:>5}: p10 {:.1} us ({:.1} GB/s) p50 {:.1} us ({:.1} GB/s)",
+            q(0.1) * 1e6,
+            bytes as f64 / q(0.1) / 1e9,
+            q(0.5) * 1e6,
+            bytes as f64 / q(0.5) / 1e9
         );
     }
 }

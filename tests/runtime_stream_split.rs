@@ -1,8 +1,9 @@
 //! The M=1 streaming split (`par::stream_units_per_chunk`): long chunks, but never fewer than a
-//! few per lane when there are enough units, and never an empty chunk.
+//! few per lane when there are enough units, and never an empty chunk; `StreamSplit`: the
+//! same runs spread evenly over a chunk count that is a multiple of the lanes.
 
 use rcpu::runtime::par::{
-    stream_units_per_chunk, STREAM_CHUNK_MAX_BYTES, STREAM_MIN_CHUNKS_PER_LANE,
+    stream_units_per_chunk, StreamSplit, STREAM_CHUNK_MAX_BYTES, STREAM_MIN_CHUNKS_PER_LANE,
 };
 
 #[test]
@@ -39,4 +40,54 @@ fn decode_shapes() {
     assert_eq!(stream_units_per_chunk(64, 2048 * 32 * 4, 2), 8);
     // MatMulNBits K=4096 N=57344: 1792 groups of 64 KiB: 4 MiB chunks.
     assert_eq!(stream_units_per_chunk(1792, 65_536, 2), 64);
+}
+
+#[test]
+fn stream_split_is_even_and_a_multiple_of_the_lanes() {
+    for lanes in [1usize, 2, 3, 8] {
+        for units in [0usize, 1, 2, 7, 28, 36, 152, 448, 2688, 4748, 100_000] {
+            for unit_bytes in [1usize, 4096, 16_576, 65_536, 262_144, 1 << 22] {
+                let s = StreamSplit::new(units, unit_bytes, lanes);
+                let ctx = format!("lanes={lanes} units={units} unit_bytes={unit_bytes}: {s:?}");
+                let per = stream_units_per_chunk(units, unit_bytes, lanes);
+                // Every unit exactly once, in order, no empty chunk.
+                let mut next = 0;
+                let (mut shortest, mut longest) = (usize::MAX, 0);
+                for i in 0..s.chunks() {
+                    let r = s.range(i);
+                    assert_eq!(r.start, next, "{ctx}: chunk {i}");
+                    assert!(!r.is_empty(), "{ctx}: chunk {i} empty");
+                    (shortest, longest) = (shortest.min(r.len()), longest.max(r.len()));
+                    next = r.end;
+                }
+                assert_eq!(next, units, "{ctx}: units not covered");
+                if units == 0 {
+                    assert_eq!(s.chunks(), 0, "{ctx}");
+                    continue;
+                }
+                // Even, and never longer than stream_units_per_chunk's runs.
+                assert!(longest - shortest <= 1 && longest <= per, "{ctx}");
+                // Several chunks: as many per lane (a multiple of the lanes, units allowing).
+                if s.chunks() > 1 {
+                    assert!(
+                        s.chunks().is_multiple_of(lanes) || s.chunks() == units,
+                        "{ctx}: chunk count not a multiple of the lanes"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn stream_split_decode_shapes() {
+    // Qwen2-0.5B at acc 4, two lanes, K=896: 14336 weight bytes per group. qkv: 36 groups in
+    // 10 chunks, not 9 of 4.
+    let qkv = StreamSplit::new(36, 14_336, 2);
+    assert_eq!(qkv.chunks(), 10);
+    assert_eq!((qkv.range(0), qkv.range(9)), (0..3, 32..36));
+    // lm_head: 4748 groups in 18 chunks of 263 or 264, not 16 of 292 plus one of 76.
+    let lm = StreamSplit::new(4748, 14_336, 2);
+    assert_eq!(lm.chunks(), 18);
+    assert!((0..18).all(|i| (263..=264).contains(&lm.range(i).len())));
 }

@@ -44,6 +44,50 @@ pub fn stream_units_per_chunk(units: usize, unit_bytes: usize, lanes: usize) -> 
     by_bytes.min(by_balance).max(1)
 }
 
+/// An M=1 streaming split: `units` consecutive units in `chunks` contiguous runs whose lengths
+/// differ by at most one, with `chunks` a multiple of the lane count (when there are that many
+/// units).
+///
+/// [`stream_units_per_chunk`] alone cut a run of that many units per chunk and left the rest to
+/// a short last one, so the chunk count was often odd for two lanes (Qwen2-0.5B's qkv: 36
+/// groups in 9 chunks of 4, o_proj and down_proj: 28 groups in 9 of 3 plus 1, lm_head: 4748 in
+/// 16 of 292 plus 1 of 76): with lanes of equal speed one lane streams up to one chunk more
+/// while the other waits at the barrier. Here the count is rounded up to a multiple of the lanes and the
+/// units are spread evenly, so chunk lengths never exceed `stream_units_per_chunk`'s.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamSplit {
+    units: usize,
+    chunks: usize,
+}
+
+impl StreamSplit {
+    /// The split of `units` units of `unit_bytes` bytes each over `lanes` lanes.
+    pub fn new(units: usize, unit_bytes: usize, lanes: usize) -> StreamSplit {
+        let per = stream_units_per_chunk(units, unit_bytes, lanes);
+        let mut chunks = units.div_ceil(per);
+        if chunks > 1 {
+            // `chunks <= units`, so the rounding cannot overflow where `units` fits.
+            chunks = chunks
+                .checked_next_multiple_of(lanes.max(1))
+                .unwrap_or(chunks)
+                .min(units);
+        }
+        StreamSplit { units, chunks }
+    }
+
+    /// Number of chunks (0 when there are no units).
+    pub fn chunks(&self) -> usize {
+        self.chunks
+    }
+
+    /// The units of chunk `i` (`i < chunks()`): `[i * units / chunks, (i + 1) * units / chunks)`.
+    pub fn range(&self, i: usize) -> std::ops::Range<usize> {
+        // In u128: `i * units` may exceed usize for absurd unit counts, never in u128.
+        let at = |j: usize| (j as u128 * self.units as u128 / self.chunks.max(1) as u128) as usize;
+        at(i)..at(i + 1)
+    }
+}
+
 /// Runs every chunk on the calling thread, in order.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Serial;

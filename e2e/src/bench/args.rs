@@ -7,7 +7,8 @@ pub const USAGE: &str = "\
 rcpu-bench: side-by-side ORT CPU EP vs rcpu, under the rules of docs/benchmarking.md
 
   rcpu-bench compare MODEL|--gen SPEC [--threads N] [--cpus LIST] [--rounds R] [--iters I] [--warmup W]
-                     [--null rcpu|ort] [--tol X] [--steady-k K] [--steady-tol X] [--m M] [--json FILE]
+                     [--null rcpu|ort] [--null-plugin SO] [--tol X] [--steady-k K] [--steady-tol X] [--m M]
+                     [--json FILE]
   rcpu-bench gap     MODEL|--gen SPEC --gap-us G [--busy] [--tokens T] [--sweep G1,G2,..] [--svg FILE]
                      [--threads N] [--cpus LIST] [--json FILE]
   rcpu-bench cold    MODEL|--gen SPEC [--samples S] [--threads N] [--cpus LIST] [--json FILE]
@@ -15,13 +16,16 @@ rcpu-bench: side-by-side ORT CPU EP vs rcpu, under the rules of docs/benchmarkin
   rcpu-bench llm     --gen llm:preset=qwen2-0.5b|llama-3.2-1b[,...] [--mode decode,generate,prefill]
                      [--past P] [--tokens T] [--prompt 64,512] [--layers N] [--vocab V] [--profile-iters I]
                      [--threads N] [--cpus LIST] [--rounds R] [--iters I] [--warmup W] [--null rcpu|ort]
-                     [--tol X] [--json FILE]   (whole-model decode / generation / prefill, per token)
+                     [--null-plugin SO] [--tol X] [--json FILE]   (whole-model decode / generation /
+                     prefill, per token)
   rcpu-bench gen     SPEC --out FILE.onnx   (llm specs also write genai_config.json beside FILE)
   rcpu-bench demo    [--gen llm:...] [--prompt P] [--tokens T] [--rounds R] [--layers N] [--vocab V]
                      [--svg FILE] [--threads N] [--cpus LIST] [--null rcpu|ort] [--tol X] [--json FILE]
                      (greedy generation on ORT vs rcpu vs a null arm; default --gen llm:preset=qwen2-0.5b,acc=4
                      --prompt 64 --tokens 24 --rounds 5 --svg target/demo/latency.svg)
 
+--null-plugin SO: the null arm is rcpu loading the plugin SO (e.g. an older build copied aside), so
+                  null_b_over_a is old/new; the A/A band then needs a run without it.
 Exit codes: 0 ok (compare, demo: a headline), 1 error, 2 bad arguments or parity mismatch (nothing
             timed), 3 compare ran but steady state was NOT REACHED (no headline).
 SPEC: nbits:k=4096,n=4096,layers=1,block=32,acc=4,m=1[,zp=0|1][,sym]   or   matmul:k=2048,n=2048,m=1[,layers=L]
@@ -38,6 +42,8 @@ pub struct Opts {
     pub iters: usize,
     pub warmup: usize,
     pub null_arm: String,
+    /// `--null-plugin PATH`: the null arm is rcpu loading this plugin build (old vs new A/B).
+    pub null_plugin: Option<String>,
     pub tol: Option<f64>,
     pub steady_k: usize,
     pub steady_tol: f64,
@@ -71,6 +77,7 @@ impl Default for Opts {
             iters: 20,
             warmup: 5,
             null_arm: "rcpu".into(),
+            null_plugin: None,
             tol: None,
             steady_k: 3,
             steady_tol: 0.05,
@@ -113,6 +120,7 @@ const COMPARE: &[&str] = &[
     "--iters",
     "--warmup",
     "--null",
+    "--null-plugin",
     "--tol",
     "--steady-k",
     "--steady-tol",
@@ -260,6 +268,7 @@ pub fn parse(argv: &[String]) -> Result<Cmd, String> {
             "--warmup" => o.warmup = num(&flag, &v, "an integer")?,
             "--null" if v == "rcpu" || v == "ort" => o.null_arm = v,
             "--null" => return Err(format!("--null: '{v}' must be rcpu or ort")),
+            "--null-plugin" => o.null_plugin = Some(v),
             "--tol" => o.tol = Some(num(&flag, &v, "a number")?),
             "--steady-k" => o.steady_k = positive(&flag, &v)?,
             "--steady-tol" => o.steady_tol = num(&flag, &v, "a number")?,
@@ -413,6 +422,13 @@ mod tests {
             (d.prompts.clone(), d.tokens, d.rounds, d.vocab),
             (vec![64], 8, 5, Some(1000))
         );
+        let Cmd::Llm(o) =
+            p("llm --gen llm:preset=qwen2-0.5b --null-plugin /tmp/old.so --mode decode").unwrap()
+        else {
+            panic!("not llm")
+        };
+        assert_eq!(o.null_plugin.as_deref(), Some("/tmp/old.so"));
+        assert!(p("gap m.onnx --gap-us 5 --null-plugin x.so").is_err());
         let Cmd::Llm(o) =
             p("llm --gen llm:preset=qwen2-0.5b --mode decode,prefill --prompt 8,16 --layers 2")
                 .unwrap()

@@ -42,9 +42,26 @@ pub struct Worker {
 
 impl Worker {
     pub fn spawn(label: &str, kind: ArmKind, cfg: &WorkerCfg) -> Result<Worker, String> {
+        Self::spawn_with(label, kind, cfg, None)
+    }
+
+    /// [`Worker::spawn`], the rcpu arm loading `plugin` (`RCPU_PLUGIN` of the worker) when given.
+    pub fn spawn_with(
+        label: &str,
+        kind: ArmKind,
+        cfg: &WorkerCfg,
+        plugin: Option<&str>,
+    ) -> Result<Worker, String> {
         let exe = std::env::current_exe().map_err(|e| e.to_string())?;
         let cpus: Vec<String> = cfg.cpus.iter().map(|c| c.to_string()).collect();
-        let mut child = Command::new(exe)
+        let mut cmd = Command::new(exe);
+        if let Some(p) = plugin {
+            if !std::path::Path::new(p).exists() {
+                return Err(format!("--null-plugin {p}: no such file"));
+            }
+            cmd.env("RCPU_PLUGIN", p);
+        }
+        let mut child = cmd
             .args([
                 "__worker",
                 "--arm",
@@ -132,5 +149,27 @@ impl Drop for Worker {
         let _ = writeln!(self.stdin, "{}", json!({"cmd": "quit"}));
         let _ = self.stdin.flush();
         let _ = self.child.wait();
+    }
+}
+
+/// The null arm of `compare` / `llm`: a twin of `kind`, or (`--null-plugin SO`) rcpu loading
+/// another plugin build, which turns `null_b_over_a` into an old/new ratio.
+pub fn null_worker(
+    o: &super::args::Opts,
+    kind: ArmKind,
+    cfg: &WorkerCfg,
+) -> Result<Worker, String> {
+    match &o.null_plugin {
+        None => Worker::spawn(&format!("null({})", o.null_arm), kind, cfg),
+        Some(_) if kind == ArmKind::Ort => {
+            Err("--null-plugin needs the null arm to be rcpu (not --null ort)".into())
+        }
+        Some(p) => {
+            println!(
+                "null arm: rcpu loading {p}; null_b_over_a = that build / this build (per round), \
+                 not an A/A band"
+            );
+            Worker::spawn_with(&format!("null(rcpu {p})"), kind, cfg, Some(p))
+        }
     }
 }

@@ -5,7 +5,7 @@
 use serde_json::{json, Value};
 
 use super::args::Opts;
-use super::arm::{ArmKind, Worker, WorkerCfg};
+use super::arm::{null_worker, ArmKind, Worker, WorkerCfg};
 use super::conditions::{self, CpuTicks};
 use super::model::OutputParts;
 use super::quant::{median, quantile};
@@ -82,7 +82,7 @@ pub fn run(o: &Opts) -> Result<i32, String> {
     let mut arms = vec![
         Worker::spawn("ort", ArmKind::Ort, &cfg)?,
         Worker::spawn("rcpu", ArmKind::Rcpu, &cfg)?,
-        Worker::spawn(&format!("null({})", o.null_arm), null_kind, &cfg)?,
+        null_worker(o, null_kind, &cfg)?,
     ];
     let mut ort_version = String::new();
     for a in arms.iter_mut() {

@@ -16,7 +16,7 @@
 use serde_json::{json, Value};
 
 use super::args::Opts;
-use super::arm::{ArmKind, Worker, WorkerCfg};
+use super::arm::{null_worker, ArmKind, Worker, WorkerCfg};
 use super::conditions::{foreign_share, pct, CpuTicks};
 use super::gen_llm::Llm;
 use super::llm_report::{summarize, Timed};
@@ -151,7 +151,7 @@ pub(super) fn setup(
     let mut arms = vec![
         Worker::spawn("ort", ArmKind::Ort, &cfg)?,
         Worker::spawn("rcpu", ArmKind::Rcpu, &cfg)?,
-        Worker::spawn(&format!("null({})", o.null_arm), null_kind, &cfg)?,
+        null_worker(o, null_kind, &cfg)?,
     ];
     let mut session_s = [0.0; 3];
     for (i, a) in arms.iter_mut().enumerate() {

@@ -1,7 +1,7 @@
 //! Splitting a MatMulNBits call into chunks over `Par`, for packed and unpacked weights.
 //!
-//! Column groups are taken in ranges (`par::stream_units_per_chunk`: long runs, a few per
-//! lane). M = 1: `decode_chunks` over the ranges. M > 1 (packed): `task_chunks` over (row tile
+//! Column groups are taken in ranges (`par::StreamSplit`: long runs, a few per lane, a
+//! chunk count that is a multiple of the lanes, lengths within one group of each other). M = 1: `decode_chunks` over the ranges. M > 1 (packed): `task_chunks` over (row tile
 //! of [`ROW_TILE`] rows) x (range). Unpacked: chunks are ranges over all rows, each packing one
 //! group at a time into chunk-local scratch.
 //! Rows are always blocked `MR` at a time from row 0, so every output element sees the same
@@ -17,7 +17,7 @@ use super::prepare_a::{with_prepared, PreparedA};
 use super::MR;
 use crate::kernels::disjoint::DisjointOut;
 use crate::memory::scratch::{with_scratch_f32, with_scratch_u16, with_scratch_u8};
-use crate::runtime::par::{stream_units_per_chunk, Par};
+use crate::runtime::par::{Par, StreamSplit};
 
 /// Rows per M > 1 task tile.
 pub(crate) const ROW_TILE: usize = 16;
@@ -122,8 +122,8 @@ fn run_fast(
             kernels.f32_tile
         };
         let g_count = groups(&p);
-        let gpc = stream_units_per_chunk(g_count, group_weight_bytes(&p), par.lanes());
-        let col_chunks = g_count.div_ceil(gpc);
+        let split = StreamSplit::new(g_count, group_weight_bytes(&p), par.lanes());
+        let col_chunks = split.chunks();
         let dst = DisjointOut::new(out);
         let ctx = Ctx {
             tile,
@@ -139,7 +139,7 @@ fn run_fast(
                 let body = |ci: usize| {
                     let (rt, cc) = (ci / col_chunks, ci % col_chunks);
                     let rows = rt * ROW_TILE..((rt + 1) * ROW_TILE).min(m);
-                    for g in cc * gpc..((cc + 1) * gpc).min(g_count) {
+                    for g in split.range(cc) {
                         ctx.group(&pk.group(g), g, rows.clone());
                     }
                 };
@@ -171,7 +171,7 @@ fn run_fast(
                             with_scratch_u16(h_len, |h| {
                                 let (w, z) = bytes.split_at_mut(wb);
                                 let mut z = zero_points.map(|_| z);
-                                for g in cc * gpc..((cc + 1) * gpc).min(g_count) {
+                                for g in split.range(cc) {
                                     let zm = z.as_deref_mut();
                                     let half =
                                         pack_group(b, scales, zero_points, p, g, w, s, h, zm);

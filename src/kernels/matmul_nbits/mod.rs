@@ -7,6 +7,7 @@
 //!   quantiser is per ISA, `quant_avx512` for AVX-512, bit-identical to the scalar one).
 //! * `tile_*`: one tile kernel per ISA and accuracy; the same kernel serves M = 1 (GEMV, one
 //!   row per call) and M > 1 (GEMM, up to [`MR`] rows per call, sharing each unpacked weight).
+//! * [`prefetch`]: the software prefetch distance of the AVX-512 kernels' weight stream.
 //! * [`dispatch`]: the per-process kernel table and ledger names.
 //! * `driver`: chunking over `Par` and the unpacked fallback.
 //! * `nonfinite`: rows of A with NaN / infinities, answered as ORT answers them.
@@ -20,6 +21,7 @@ mod driver;
 mod nonfinite;
 pub mod pack;
 pub mod params;
+pub mod prefetch;
 pub mod prepare_a;
 #[cfg(target_arch = "x86_64")]
 mod quant_avx512;

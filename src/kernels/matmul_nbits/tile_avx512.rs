@@ -23,6 +23,7 @@
 use std::arch::x86_64::*;
 
 use super::pack::{GroupView, Scales, CHUNK_K, LANES, NR};
+use super::prefetch::prefetch_bytes;
 use super::prepare_a::PreparedA;
 use super::MR;
 use crate::kernels::x86_asm::fma_bcast;
@@ -55,11 +56,51 @@ fn nib<const SH: u32>(v: __m512i, lut: __m512) -> __m512 {
     _mm512_permutexvar_ps(_mm512_srli_epi32::<SH>(v), lut)
 }
 
-// No software prefetch: with the 32-column layout and chunks of up to 256 KiB per lane, a
-// 4 KiB-ahead `prefetcht0` per 64-byte chunk measured slower (`nbits_ab`, quiet machine,
-// threads 2, acc 4, M=1, 10 / 8 rounds): K=N=4096 (L3) 91.9 us with it, 79.0 us without;
-// K=4096, N=57344 (117 MB, DRAM) 4407 us with, 4322 us without. (With the earlier 16-column
-// layout and 32 KiB chunks it had helped the DRAM case.)
+// Software prefetch of the weight stream, `prefetch::prefetch_bytes()` ahead (see `prefetch`
+// for the measurements). An earlier measurement on a Zen 4 VM had found a 4 KiB-ahead
+// `prefetcht0` per chunk slower (K=N=4096 L3 91.9 vs 79.0 us; K=4096 N=57344 4407 vs 4322 us);
+// the distance is a runtime setting so that a machine can be re-checked with
+// `examples/matmul_nbits_stream --sweep`.
+
+/// Prefetches the cache line `dist` bytes past chunk `k0` (nothing when `dist` is 0). The
+/// address may lie past the group or the whole buffer: a prefetch never faults, and the pointer
+/// is only computed (wrapping), never dereferenced.
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn prefetch(g: &GroupView, k0: usize, dist: usize) {
+    if dist != 0 {
+        let p = g.w.as_ptr().wrapping_add(k0 * NR / 2 + dist);
+        _mm_prefetch::<_MM_HINT_T0>(p as *const i8);
+    }
+}
+
+/// Prefetches the scales of block `kb + ahead` (one line of f16 scales, two of f32; nothing
+/// when `ahead` is 0), like [`prefetch`] never dereferencing the address.
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn prefetch_scales<const F16: bool>(s32: &[f32], s16: &[u16], kb: usize, ahead: usize) {
+    if ahead != 0 {
+        let at = (kb + ahead) * NR;
+        if F16 {
+            _mm_prefetch::<_MM_HINT_T0>(s16.as_ptr().wrapping_add(at) as *const i8);
+        } else {
+            let p = s32.as_ptr().wrapping_add(at);
+            _mm_prefetch::<_MM_HINT_T0>(p as *const i8);
+            _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(16) as *const i8);
+        }
+    }
+}
+
+/// Blocks ahead for the scale prefetch: the weight prefetch's distance in blocks (of
+/// `bs * NR / 2` weight bytes), at least one; 0 when prefetch is off.
+#[inline]
+fn scale_blocks_ahead(pf: usize, bs: usize) -> usize {
+    if pf == 0 {
+        0
+    } else {
+        pf.div_ceil(bs * NR / 2)
+    }
+}
 
 /// The 64 weight bytes of chunk `k0`.
 ///
@@ -165,6 +206,8 @@ unsafe fn f32_rows<const R: usize, const F16: bool>(
 ) {
     let (s32, s16) = g.scales.split();
     let bs = g.block_size;
+    let pf = prefetch_bytes();
+    let sa = scale_blocks_ahead(pf, bs);
     assert!(g.w.len() >= g.k_blocks * bs * NR / 2 && g.scales.len() >= g.k_blocks * NR);
     assert!(
         a.f.len() >= (r0 + R) * a.kp && a.kp == g.k_blocks * bs && a.fsum.len() >= (r0 + R) * a.kb
@@ -174,10 +217,12 @@ unsafe fn f32_rows<const R: usize, const F16: bool>(
     );
     let mut total = [[_mm512_setzero_ps(); 2]; R];
     for kb in 0..g.k_blocks {
+        prefetch_scales::<F16>(s32, s16, kb, sa);
         // [row][half][k parity]
         let mut acc = [[[_mm512_setzero_ps(); 2]; 2]; R];
         for c in 0..bs / CHUNK_K {
             let k0 = kb * bs + c * CHUNK_K;
+            prefetch(g, k0, pf);
             // SAFETY: k0 + 4 <= k_blocks * bs (asserted length above).
             let v = unsafe { chunk(g, k0) };
             // w[2j] = low columns at k0 + j, w[2j + 1] = high columns.
@@ -273,9 +318,12 @@ unsafe fn i8_vnni_rows<const R: usize, const F16: bool>(
     let (s32, s16) = g.scales.split();
     check_i8_sizes!(g, a, r0, R);
     let bs = g.block_size;
+    let pf = prefetch_bytes();
+    let sa = scale_blocks_ahead(pf, bs);
     let mask = _mm512_set1_epi8(0x0F);
     let mut total = [[_mm512_setzero_ps(); 2]; R];
     for kb in 0..g.k_blocks {
+        prefetch_scales::<F16>(s32, s16, kb, sa);
         // Seeds: `lo` starts at -zp_lo * qsum; `full` (= lo + 16 hi) at -(zp_lo + 16 zp_hi) * qsum,
         // which is the zero-point byte itself times -qsum.
         let z = zero_point_bytes(g, kb);
@@ -291,6 +339,7 @@ unsafe fn i8_vnni_rows<const R: usize, const F16: bool>(
         for c in (0..bs / CHUNK_K).step_by(2) {
             for ch in 0..2 {
                 let k0 = kb * bs + (c + ch) * CHUNK_K;
+                prefetch(g, k0, pf);
                 // SAFETY: k0 + 4 <= k_blocks * bs (asserted length).
                 let v = unsafe { chunk(g, k0) };
                 let v_lo = _mm512_and_si512(v, mask);
@@ -325,16 +374,20 @@ unsafe fn i8_maddubs_rows<const R: usize, const F16: bool>(
     let (s32, s16) = g.scales.split();
     check_i8_sizes!(g, a, r0, R);
     let bs = g.block_size;
+    let pf = prefetch_bytes();
+    let sa = scale_blocks_ahead(pf, bs);
     let mask = _mm512_set1_epi8(0x0F);
     let ones = _mm512_set1_epi16(1);
     let mut total = [[_mm512_setzero_ps(); 2]; R];
     for kb in 0..g.k_blocks {
+        prefetch_scales::<F16>(s32, s16, kb, sa);
         let zh = zero_point_halves(g, kb);
         let qsum = |r: usize| a.qsum[(r0 + r) * a.kb + kb];
         let mut acc: [[__m512i; 2]; R] =
             std::array::from_fn(|r| [zp_seed(zh[0], qsum(r)), zp_seed(zh[1], qsum(r))]);
         for c in 0..bs / CHUNK_K {
             let k0 = kb * bs + c * CHUNK_K;
+            prefetch(g, k0, pf);
             // SAFETY: k0 + 4 <= k_blocks * bs (asserted length).
             let v = unsafe { chunk(g, k0) };
             let halves = [

@@ -1,0 +1,43 @@
+//! Software prefetch distance of the AVX-512 tile kernels' weight stream.
+//!
+//! At M = 1 a tile kernel streams its group's weight codes once; the hardware prefetcher alone
+//! left both lanes short of a plain read of the same bytes (Intel Xeon with AVX-512 VNNI, 2
+//! lanes, acc 4, `examples/matmul_nbits_stream --sweep`, p10 of per-call times, distances
+//! interleaved in one process on a loaded machine): K=896 N=4864 137 us without, 114 us at
+//! 1024 bytes; K=4864 N=896 126 / 111 us; K=896 N=1152 24.3 / 20.3 us; K=896 N=151936 3368 /
+//! 2809 us. One lane: K=896 N=4864 240 / 207 us. 512..1536 bytes were within a few percent of
+//! each other; 256 gained about half as much. The kernel's own rate on L2-resident weights is
+//! about twice a lane's DRAM rate, so without prefetch its loads come too late to keep enough
+//! misses in flight.
+//!
+//! The scales stream (64 bytes of f16 per block of 512 weight bytes at block 32) is prefetched
+//! as far ahead in blocks: on top of the weight prefetch, p10 K=896 N=4864 110.2 -> 106.9 and
+//! 114.8 -> 109.3 us, K=4864 N=896 114.4 -> 111.5 and 113.0 -> 109.5 us (K=896 N=1152 within
+//! noise). Both together at acc 0, K=896 N=4864: 196 -> 132 us.
+//!
+//! With both streams prefetched, 2048 bytes beat 1024 (p10, 40 rounds): K=896 N=4864 109.1 ->
+//! 103.4 us, K=4864 N=896 111.8 -> 107.4, K=896 N=1152 21.9 -> 19.9; acc 0 K=896 N=4864 132.5
+//! -> 126.0; K=896 N=151936 2885 -> 2814 us. 3072 was no better than 2048; prefill (M=64) is
+//! indifferent (no prefetch 1214 us, 1024: 1076, 2048: 1127, p10 of 20 rounds).
+//!
+//! The distance is a process-wide setting so that diagnostics can compare distances
+//! interleaved in one process (the only comparison that survives a noisy shared machine);
+//! nothing in the library changes it.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// Default distance, in bytes ahead of the 64-byte chunk being loaded.
+pub const DEFAULT_PREFETCH_BYTES: usize = 2048;
+
+static DISTANCE: AtomicUsize = AtomicUsize::new(DEFAULT_PREFETCH_BYTES);
+
+/// Sets the prefetch distance in bytes (0 turns software prefetch off). Diagnostics only.
+#[doc(hidden)]
+pub fn set_prefetch_bytes(bytes: usize) {
+    DISTANCE.store(bytes, Ordering::Relaxed);
+}
+
+/// The current prefetch distance in bytes (0: off).
+pub fn prefetch_bytes() -> usize {
+    DISTANCE.load(Ordering::Relaxed)
+}
