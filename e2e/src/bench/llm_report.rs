@@ -47,16 +47,7 @@ impl Headline {
             .collect();
         let ratio = median(&ratios);
         let band = NullBand::from_ratios(&nulls);
-        let sc = SteadyCfg {
-            k: o.steady_k,
-            tol: o.steady_tol,
-            min_len: SteadyCfg::default().min_len.min(n),
-        };
-        let steady: Vec<Option<usize>> = per_round.iter().map(|s| steady_start(s, &sc)).collect();
-        let steady_word = match steady.iter().try_fold(0usize, |m, s| s.map(|s| m.max(s))) {
-            Some(s) => format!("steady state reached from round {}", s + 1),
-            None => "steady state NOT REACHED (ratio over all rounds)".into(),
-        };
+        let steady_word = steady_word(o, per_round, n);
         let (band_txt, word) = match &band {
             Some(b) => {
                 let (lo, hi) = b.symmetric();
@@ -71,6 +62,26 @@ impl Headline {
             word,
             steady_word,
         }
+    }
+}
+
+/// The steady-state verdict over `n` rounds per arm. Fewer rounds than the method's minimum
+/// window (`SteadyCfg::default().min_len`) cannot show a steady suffix, so the verdict says the
+/// run was too short instead of judging a window of two or three rounds steady.
+fn steady_word(o: &Opts, per_round: &[Vec<f64>], n: usize) -> String {
+    let min_len = SteadyCfg::default().min_len;
+    if n < min_len {
+        return format!("steady state not judged ({n} rounds < {min_len}; ratio over all rounds)");
+    }
+    let sc = SteadyCfg {
+        k: o.steady_k,
+        tol: o.steady_tol,
+        min_len,
+    };
+    let steady: Vec<Option<usize>> = per_round.iter().map(|s| steady_start(s, &sc)).collect();
+    match steady.iter().try_fold(0usize, |m, s| s.map(|s| m.max(s))) {
+        Some(s) => format!("steady state reached from round {}", s + 1),
+        None => "steady state NOT REACHED (ratio over all rounds)".into(),
     }
 }
 
@@ -141,4 +152,20 @@ pub fn summarize(
     json!({"case": case, "parity_ok": true, "arms": arm_json, "ort_over_rcpu": h.ratio,
         "null_band": h.band, "verdict": h.word, "foreign_share": foreign, "steady": h.steady_word,
         "rounds_p50_ms": p50s, "rcpu_counters": route_json})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn too_few_rounds_are_not_judged_steady() {
+        let o = Opts::default();
+        let flat = vec![vec![10.0; 3], vec![8.0; 3], vec![8.0; 3]];
+        let w = Headline::of(&o, &flat).steady_word;
+        assert!(w.contains("not judged"), "{w}");
+        let flat = vec![vec![10.0; 6], vec![8.0; 6], vec![8.0; 6]];
+        let w = Headline::of(&o, &flat).steady_word;
+        assert!(w.contains("reached from round 1"), "{w}");
+    }
 }
