@@ -18,7 +18,7 @@
 use super::params::NBitsParams;
 
 /// The fast path on finite rows: `(rows, m, with_bias, out)`.
-pub(crate) type FastGemm<'a> = dyn Fn(&[f32], usize, bool, &mut [f32]) + 'a;
+pub(crate) type FastGemm<'a> = dyn Fn(&[f32], usize, bool, &mut [f32]) -> Result<(), String> + 'a;
 
 /// One-hot rows per weight-row product.
 const ONEHOT_BATCH: usize = 16;
@@ -96,7 +96,7 @@ pub(crate) fn infinite_row(
         .try_reserve_exact(row.len())
         .map_err(|_| oom("a row"))?;
     finite.extend(row.iter().map(|&x| if x.is_finite() { x } else { 0.0 }));
-    gemm(&finite, 1, true, y);
+    gemm(&finite, 1, true, y)?;
     // Weight rows of the infinite positions: one-hot rows through the same kernels, a few
     // at a time (bounded scratch: ONEHOT_BATCH rows of K and of N).
     let (k, n) = (p.k, p.n);
@@ -118,7 +118,7 @@ pub(crate) fn infinite_row(
         }
         w.clear();
         w.resize(s * n, 0.0);
-        gemm(&onehot, s, false, &mut w);
+        gemm(&onehot, s, false, &mut w)?;
         for (i, &kk) in part.iter().enumerate() {
             for (yv, &wv) in y.iter_mut().zip(&w[i * n..(i + 1) * n]) {
                 *yv += row[kk] * wv;

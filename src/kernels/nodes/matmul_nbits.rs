@@ -294,7 +294,7 @@ impl OpKernel for MatMulNBits {
         };
         let par = &*self.env.par;
         let variant = match &self.packed {
-            Some(w) => matmul_packed(a, m, w, bias, out, par),
+            Some(w) => matmul_packed(a, m, w, bias, out, par).map_err(Error::fail)?,
             None => {
                 let b_t = ctx.required_input(IN_B)?;
                 let s_t = ctx.input(IN_SCALES)?;
@@ -325,7 +325,7 @@ impl OpKernel for MatMulNBits {
                 };
                 p.check_sizes(b.len(), scales.len(), zp.map(|z| z.len()), None)
                     .map_err(Error::invalid_argument)?;
-                matmul_unpacked(a, m, b, scales, zp, p, bias, out, par)
+                matmul_unpacked(a, m, b, scales, zp, p, bias, out, par).map_err(Error::fail)?
             }
         };
         ledger::record(OP, variant, par.lanes());
