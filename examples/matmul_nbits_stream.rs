@@ -78,7 +78,7 @@ fn main() {
     );
     for pass in 0..passes {
         let t = best(10, || {
-            matmul_packed(&a, 1, &packed, None, &mut out, &*lanes);
+            matmul_packed(&a, 1, &packed, None, &mut out, &*lanes).unwrap();
         });
         let read = |parts: usize, size: usize| {
             best(10, || {

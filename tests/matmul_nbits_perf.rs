@@ -21,7 +21,7 @@ fn time(n: usize, m: usize, acc: usize, iters: usize) {
     for _ in 0..15 {
         let t0 = Instant::now();
         for _ in 0..iters {
-            matmul_packed(&pr.a, m, &packed, None, &mut y, &Serial);
+            matmul_packed(&pr.a, m, &packed, None, &mut y, &Serial).unwrap();
         }
         t.push(t0.elapsed().as_secs_f64() / iters as f64);
     }

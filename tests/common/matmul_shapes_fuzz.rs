@@ -281,4 +281,3 @@ fn check_plan(a: &[usize], b: &[usize], probe: &dyn AllocProbe) -> Option<Ref> {
         (Err(e), true) => panic!("{a:?} x {b:?} rejected ({e}), numpy accepts"),
     }
 }
-

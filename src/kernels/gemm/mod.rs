@@ -381,9 +381,12 @@ pub fn matmul_f32(
     if work < driver::PAR_MIN_WORK && work.saturating_mul(p.batch) >= driver::PAR_MIN_WORK {
         // Many small products: one per chunk, each serial.
         let mut parts: Vec<Mutex<&mut [f32]>> = Vec::new();
-        parts
-            .try_reserve_exact(p.batch)
-            .map_err(|_| scratch_error(p.batch.saturating_mul(std::mem::size_of::<Mutex<&mut [f32]>>())))?;
+        parts.try_reserve_exact(p.batch).map_err(|_| {
+            scratch_error(
+                p.batch
+                    .saturating_mul(std::mem::size_of::<Mutex<&mut [f32]>>()),
+            )
+        })?;
         parts.extend(out.chunks_mut(o_mat).map(Mutex::new));
         let name = Mutex::new(Ok(kern.names[0]));
         par.task_chunks(p.batch, &|i| {

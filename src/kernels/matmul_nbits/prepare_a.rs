@@ -63,7 +63,13 @@ impl PreparedA {
 
     /// Re-prepares in place, reusing the buffers' capacity (no allocation when they are big
     /// enough). Padding is zeroed again on every call. `Err(bytes)` when a buffer cannot grow.
-    fn refill(&mut self, quant: &QuantRow, a: &[f32], m: usize, p: &NBitsParams) -> Result<(), usize> {
+    fn refill(
+        &mut self,
+        quant: &QuantRow,
+        a: &[f32],
+        m: usize,
+        p: &NBitsParams,
+    ) -> Result<(), usize> {
         fn reset<T: Copy + Default>(v: &mut Vec<T>, n: usize) -> Result<(), usize> {
             v.clear();
             v.try_reserve_exact(n)
