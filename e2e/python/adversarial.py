@@ -61,6 +61,8 @@ class Case:
     options: dict = field(default_factory=dict)
     tol: tuple = ()
     expect: list | None = None  # numpy reference replacing ORT's answer (ORT misbehaves)
+    skip_ort: bool = False  # ORT's CPU EP crashes the process on this case (`expect` holds the answer)
+    refuse: str = ""  # rcpu must refuse with this in its message (ORT returns garbage or the input is invalid)
     why: str = ""
 
 
@@ -228,8 +230,10 @@ def gen_nbits(rng):
     out.append(nbits_case(rng, "k-missing", 64, 8, 32, attrs=dict(K=None)))
     out.append(nbits_case(rng, "n0", 64, 8, 32, attrs=dict(N=0), b=np.zeros((0, 2, 16), np.uint8),
                           scales=np.zeros(0, np.float32)))
-    out.append(nbits_case(rng, "k0", 64, 8, 32, attrs=dict(K=0), a=rn(rng, 3, 0), b=np.zeros((8, 0, 16), np.uint8),
-                          scales=np.zeros(0, np.float32)))
+    c = nbits_case(rng, "k0", 64, 8, 32, attrs=dict(K=0), a=rn(rng, 3, 0), b=np.zeros((8, 0, 16), np.uint8),
+                   scales=np.zeros(0, np.float32))
+    c.expect = [np.zeros((3, 8), np.float32)]  # ORT 1.31.1 leaves the output uninitialised (NaN at times)
+    out.append(c)
     out.append(nbits_case(rng, "a-k-wrong", 64, 8, 32, a=rn(rng, 3, 63)))
     out.append(nbits_case(rng, "a-1d", 64, 8, 32, a=rn(rng, 64)))
     out.append(nbits_case(rng, "a-4d", 64, 8, 32, a=rn(rng, 2, 1, 3, 64)))
@@ -297,8 +301,14 @@ def gen_qlinear(rng):
                     feeds = {"a": rng.integers(lo, hi + 1, size=sa).astype(dt)}
                     if not b_const:
                         feeds["b"] = b
-                    out.append(Case(f"qlinear/{sa}x{sb}/p{ps}/a{int(a_s)}b{int(b_s)}/c{int(b_const)}/op{opset}",
-                                    "QLinearMatMul", mdl.SerializeToString(), feeds))
+                    c = Case(f"qlinear/{sa}x{sb}/p{ps}/a{int(a_s)}b{int(b_s)}/c{int(b_const)}/op{opset}",
+                             "QLinearMatMul", mdl.SerializeToString(), feeds)
+                    if sa == [3, 0]:
+                        # K = 0: ORT 1.31.1 returns zeros, not y_zero_point (every sum is empty, so
+                        # y = saturate(round(0 * scale) + y_zero_point) = y_zero_point): numpy's answer.
+                        yz = next(numpy_helper.to_array(t) for t in mdl.graph.initializer if t.name == "y_zero_point")
+                        c.expect = [np.full((3, 5), yz, dt)]
+                    out.append(c)
     # Odd scales / zero points as initializers.
     for what, val in (("a_scale", 0.0), ("a_scale", np.nan), ("a_scale", -0.01), ("y_scale", 0.0),
                       ("y_scale", np.inf), ("b_scale", np.nan), ("y_scale", 1e-45), ("a_scale", 1e38)):
@@ -355,9 +365,16 @@ def gen_gqa(rng):
     for hd in (1, 2, 6, 16, 256):
         out.append(gqa_case(rng, f"hd{hd}", hd=hd))
         out.append(gqa_case(rng, f"hd{hd}/rotary", hd=hd, rotary=True))
-    for b, s, p in ((1, 1, 0), (1, 1, 5), (2, 4, 0), (3, 1, 7), (1, 5, 2), (1, 0, 4), (0, 1, 4), (2, 1, 0)):
-        out.append(gqa_case(rng, f"bsp{b},{s},{p}", b=b, s=s, p=p))
-        out.append(gqa_case(rng, f"bsp{b},{s},{p}/rotary-inter", b=b, s=s, p=p, rotary=True, inter=1))
+    for b, s, p in ((1, 1, 0), (1, 1, 5), (2, 4, 0), (3, 1, 7), (1, 5, 2), (1, 0, 4), (0, 1, 4), (2, 1, 0), (0, 3, 0)):
+        for rot in (False, True):
+            hd = 16 if rot else 8  # ORT's rotary needs a head size multiple of 16
+            c = gqa_case(rng, f"bsp{b},{s},{p}" + ("/rotary-inter" if rot else ""), b=b, s=s, p=p, rotary=rot, inter=1,
+                         hd=hd)
+            if b == 0:
+                # ORT 1.31.1 dies of SIGFPE on an empty batch; numpy's answer is three empty outputs.
+                c.skip_ort = True
+                c.expect = [np.zeros((0, s, 4 * hd), np.float32)] + [np.zeros((0, 2, p + s, hd), np.float32)] * 2
+            out.append(c)
     out.append(gqa_case(rng, "packed", packed=True))
     out.append(gqa_case(rng, "packed/rotary", packed=True, rotary=True))
     out.append(gqa_case(rng, "no-past", past=False, p=0))
@@ -411,8 +428,12 @@ def gen_rope(rng):
         for p in (-1, 16, 2 ** 62, -(2 ** 63)):
             out.append(rope_case(rng, f"pos{p}/{inter}", rn(rng, 1, 2, 16), np.array([[0, p]]), inter=inter, nh=2))
         for rd in (2, 4, 6, 3, 0, 10, -2):
-            out.append(rope_case(rng, f"rdim{rd}/{inter}", rn(rng, 1, 2, 16), np.array([[0, 1]]), inter=inter, nh=2,
-                                 rdim=rd, half=max(rd, 2) // 2))
+            c = rope_case(rng, f"rdim{rd}/{inter}", rn(rng, 1, 2, 16), np.array([[0, 1]]), inter=inter, nh=2,
+                          rdim=rd, half=max(rd, 2) // 2)
+            if rd == 3:
+                # An odd rotary dimension: ORT 1.31.1 writes 0 into element 2 of every head (garbage).
+                c.refuse = "RotaryEmbedding node 'n0'"
+            out.append(c)
         out.append(rope_case(rng, f"nh-not-dividing/{inter}", rn(rng, 1, 2, 16), np.array([[0, 1]]), inter=inter, nh=3))
         out.append(rope_case(rng, f"nh0/{inter}", rn(rng, 1, 2, 16), np.array([[0, 1]]), inter=inter, nh=0))
         out.append(rope_case(rng, f"3d-no-nh/{inter}", rn(rng, 1, 2, 16), np.array([[0, 1]]), inter=inter))
@@ -428,8 +449,10 @@ def gen_rope(rng):
                              inter=inter, nh=2))
         out.append(rope_case(rng, f"pos-shape-wrong/{inter}", rn(rng, 2, 3, 16), rng.integers(0, 16, (3, 2)),
                              inter=inter, nh=2))
-        out.append(rope_case(rng, f"odd-hidden/{inter}", rn(rng, 1, 2, 14), np.array([[0, 1]]), inter=inter, nh=2,
-                             half=3))
+        c = rope_case(rng, f"odd-hidden/{inter}", rn(rng, 1, 2, 14), np.array([[0, 1]]), inter=inter, nh=2, half=3)
+        # Head size 6 from the cache does not divide hidden 14: ORT 1.31.1 writes 0 into element 6.
+        c.refuse = "RotaryEmbedding node 'n0'"
+        out.append(c)
         out.append(rope_case(rng, f"2d-x/{inter}", rn(rng, 2, 16), np.array([0, 1]), inter=inter, nh=2))
     return out
 
@@ -656,8 +679,17 @@ def gen_options(rng):
              for v in ("0", "-1", "1e9", "18446744073709551616", "1073741824", "1073741825", "x", "")]
     opts += [{"unknown_option": "1"}, {"threads": "1", "affinity": "0,1"}, {"threads": "3", "affinity": "0"},
              {"THREADS": "1"}, {"threads ": "1"}]
+    valid = [{"threads": v} for v in ("0", "1", "2", " 2", "2\x00", "64")] + [{"affinity": v} for v in ("0", "0-1", "0-1023")]
+    valid += [{k: v} for k in ("blocktime_us", "weight_cache_mb", "accumulator_cache_mb") for v in ("0",)]
+    valid += [{"weight_cache_mb": "1073741824"}, {"accumulator_cache_mb": "1073741824"}, {"threads": "1", "affinity": "0,1"}]
     for o in opts:
-        out.append(Case(f"options/{json.dumps(o, ensure_ascii=True)}", "options", mdl, f, options=o))
+        c = Case(f"options/{json.dumps(o, ensure_ascii=True)}", "options", mdl, f, options=o)
+        if o not in valid:
+            # An invalid option value: a clear refusal naming the option (ORT's CPU EP has no such option).
+            c.refuse = "rcpu: unknown provider option" if "unknown" in c.name or o.keys() - {
+                "threads", "affinity", "blocktime_us", "weight_cache_mb", "accumulator_cache_mb"} else \
+                f"rcpu: provider option '{sorted(o)[-1] if len(o) == 1 else 'affinity'}'"
+        out.append(c)
     return out
 
 
@@ -735,6 +767,9 @@ def run_case(c: Case, devices) -> dict:
     outs = {}
     on_rcpu = False
     for which in ("cpu", "rcpu"):
+        if which == "cpu" and c.skip_ort:
+            outs["cpu"] = ("ok", c.expect)
+            continue
         stage = "session"
         try:
             if which == "cpu":
@@ -758,6 +793,13 @@ def run_case(c: Case, devices) -> dict:
         cpu = ("ok", c.expect)
     res["cpu"] = cpu[0] if cpu[0] == "ok" else cpu[1][:300]
     res["rcpu"] = rc[0] if rc[0] == "ok" else rc[1][:400]
+    if c.refuse:
+        # ORT's answer is garbage here (or the option is invalid): a clear refusal is the answer.
+        res["class"] = "refuse-ok" if rc[0] == "err" and c.refuse in rc[1] else "accepts"
+        return res
+    if cpu[0] == "err" and rc[0] == "err" and cpu[1] == rc[1]:
+        res["class"] = "both-refuse"  # ORT's own validation (feed vs declared shape), before any kernel
+        return res
     if cpu[0] == "ok" and rc[0] == "ok":
         d = _compare(cpu[1], rc[1], c.tol)
         res["class"] = "wrong" if d else "agree"
@@ -845,7 +887,7 @@ def run_all(cases: list[Case], plugin: str, batch: int = 60, per_case_s: float =
     return [results[j] for j in range(len(cases))]
 
 
-FINDINGS = ("crash", "hang", "wrong", "refusal", "accepts", "unnamed")
+FINDINGS = ("crash", "hang", "wrong", "refusal", "accepts", "unnamed", "accepts-invalid-model")
 
 
 def summary(results: list[dict]) -> dict:
