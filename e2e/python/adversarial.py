@@ -29,6 +29,7 @@ import tempfile
 from dataclasses import dataclass, field
 
 import numpy as np
+import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 import models
@@ -63,6 +64,7 @@ class Case:
     expect: list | None = None  # numpy reference replacing ORT's answer (ORT misbehaves)
     skip_ort: bool = False  # ORT's CPU EP crashes the process on this case (`expect` holds the answer)
     refuse: str = ""  # rcpu must refuse with this in its message (ORT returns garbage or the input is invalid)
+    declined: str = ""  # why rcpu leaves this node to ORT (then ORT's answer is not rcpu's to judge)
     why: str = ""
 
 
@@ -209,6 +211,19 @@ def nbits_case(rng, name, k, n, bs, m=3, bits=4, acc=0, zp=False, bias=False, at
     return Case(f"nbits/{name}", "MatMulNBits4" if acc == 4 else "MatMulNBits", mdl, f)
 
 
+def _nbits_ref64(c: Case) -> np.ndarray:
+    """A @ dequant(B) in float64 (no zero points, no bias), rounded to f32 once."""
+    m = onnx.load_from_string(c.model)
+    init = {t.name: numpy_helper.to_array(t) for t in m.graph.initializer}
+    at = {a.name: helper.get_attribute_value(a) for a in m.graph.node[0].attribute}
+    b, sc, k = init["B"], init["scales"].astype(np.float64), at["K"]
+    n, kb, _ = b.shape
+    q = np.stack([b & 15, b >> 4], -1).reshape(n, kb, -1).astype(np.float64)
+    w = ((q - 8) * sc.reshape(n, kb, 1)).reshape(n, -1)[:, :k].T
+    with np.errstate(over="ignore"):
+        return (c.feeds["A"].astype(np.float64) @ w).astype(np.float32)
+
+
 def gen_nbits(rng):
     out = []
     for bs in (16, 32, 64, 128, 256):
@@ -233,6 +248,7 @@ def gen_nbits(rng):
     c = nbits_case(rng, "k0", 64, 8, 32, attrs=dict(K=0), a=rn(rng, 3, 0), b=np.zeros((8, 0, 16), np.uint8),
                    scales=np.zeros(0, np.float32))
     c.expect = [np.zeros((3, 8), np.float32)]  # ORT 1.31.1 leaves the output uninitialised (NaN at times)
+    c.declined = "rcpu does not claim K = 0 (ORT's kernel runs it, with ORT's garbage)"
     out.append(c)
     out.append(nbits_case(rng, "a-k-wrong", 64, 8, 32, a=rn(rng, 3, 63)))
     out.append(nbits_case(rng, "a-1d", 64, 8, 32, a=rn(rng, 64)))
@@ -272,7 +288,12 @@ def gen_nbits(rng):
         a[2, 5] = -np.inf
         a[3, :] = np.nan
         out.append(nbits_case(rng, f"a-inf-rows/acc{acc}", 64, 8, 32, acc=acc, a=a, zp=True, bias=True))
-        out.append(nbits_case(rng, f"a-huge/acc{acc}", 64, 8, 32, acc=acc, a=np.full((2, 64), 3e38, np.float32)))
+        c = nbits_case(rng, f"a-huge/acc{acc}", 64, 8, 32, acc=acc, a=np.full((2, 64), 3e38, np.float32))
+        # |A| at f32::MAX: the sums overflow. ORT 1.31.1's answer depends on its summation order
+        # (acc 0: -inf where the exact sum is +inf; acc 4: NaN everywhere); numpy in f64 is exact.
+        c.expect = [_nbits_ref64(c)]
+        c.tol = ("l2", 1e-3) if acc == 0 else ()  # f32 sums of terms near f32::MAX that cancel
+        out.append(c)
         out.append(nbits_case(rng, f"a-denormal/acc{acc}", 64, 8, 32, acc=acc, a=np.full((2, 64), 1e-42, np.float32)))
         out.append(nbits_case(rng, f"a-zero/acc{acc}", 64, 8, 32, acc=acc, a=np.zeros((2, 64), np.float32)))
     out.append(nbits_case(rng, "a-f16", 64, 8, 32, a=rn(rng, 3, 64).astype(np.float16),
@@ -793,6 +814,9 @@ def run_case(c: Case, devices) -> dict:
         cpu = ("ok", c.expect)
     res["cpu"] = cpu[0] if cpu[0] == "ok" else cpu[1][:300]
     res["rcpu"] = rc[0] if rc[0] == "ok" else rc[1][:400]
+    if c.declined and not on_rcpu:
+        res["class"] = "declined"
+        return res
     if c.refuse:
         # ORT's answer is garbage here (or the option is invalid): a clear refusal is the answer.
         res["class"] = "refuse-ok" if rc[0] == "err" and c.refuse in rc[1] else "accepts"

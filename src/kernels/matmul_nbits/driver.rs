@@ -73,6 +73,10 @@ pub(crate) fn run(
             y.fill(f32::NAN);
         }
     }
+    let gemm = |rows: &[f32], mm: usize, with_bias: bool, o: &mut [f32]| {
+        run_fast(kernels, rows, mm, src, bias.filter(|_| with_bias), o, par).map(|_| ())
+    };
+    nonfinite::rescale_overflowed_rows(a, m, &p, bias, out, &gemm)?;
     Ok(name)
 }
 

@@ -12,6 +12,7 @@ use crate::abi::tensor::{ElemType, Tensor};
 use crate::kernels::matmul_nbits::{
     matmul_packed, matmul_unpacked, try_pack, NBitsInput, NBitsParams, PackedNBits,
 };
+use crate::kernels::matmul_nbits::reference::{hostile_scales, matmul_dequant_f32};
 use crate::kernels::op::{types, Decline, KernelEnv, OpDef, OpKernel};
 use crate::kernels::shape::{checked_numel, numel};
 use crate::memory::{params_hash, weight_cache, CachedWeight, KeyDigest, WeightKey};
@@ -222,6 +223,9 @@ impl OpKernel for MatMulNBits {
         let Some(scales) = self.scales.as_deref() else {
             return Ok(false);
         };
+        if hostile_scales(scales) {
+            return Ok(false); // computed by the literal definition (see `compute`)
+        }
         if self.p.has_zero_points && self.zero_points.is_none() {
             return Ok(false);
         }
@@ -325,7 +329,14 @@ impl OpKernel for MatMulNBits {
                 };
                 p.check_sizes(b.len(), scales.len(), zp.map(|z| z.len()), None)
                     .map_err(Error::invalid_argument)?;
-                matmul_unpacked(a, m, b, scales, zp, p, bias, out, par).map_err(Error::fail)?
+                if hostile_scales(scales) {
+                    // Infinite, NaN or overflowing scales: the op's definition taken literally
+                    // (the fast paths would hide the infinities the dequantisation makes).
+                    matmul_dequant_f32(a, m, b, scales, zp, p, bias, out).map_err(Error::fail)?;
+                    "dequant-f32-literal"
+                } else {
+                    matmul_unpacked(a, m, b, scales, zp, p, bias, out, par).map_err(Error::fail)?
+                }
             }
         };
         ledger::record(OP, variant, par.lanes());
