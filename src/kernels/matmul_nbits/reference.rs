@@ -116,7 +116,9 @@ pub fn matmul_reference_int8(
 /// infinity (|scale| > f32::MAX / 16). The fast paths multiply scales into integer or block sums,
 /// which hides those infinities; such weights take [`matmul_dequant_f32`] instead.
 pub fn hostile_scales(scales: &[f32]) -> bool {
-    scales.iter().any(|s| !(s.abs() <= f32::MAX / 16.0))
+    scales
+        .iter()
+        .any(|s| s.is_nan() || s.abs() > f32::MAX / 16.0)
 }
 
 /// The contrib op's definition taken literally, for hostile scales: W[k][n] = (q - zp) * scale

@@ -9,10 +9,10 @@ use crate::abi::kernel_context::KernelContext;
 use crate::abi::kernel_info::KernelInfo;
 use crate::abi::status::{Error, Result};
 use crate::abi::tensor::{ElemType, Tensor};
+use crate::kernels::matmul_nbits::reference::{hostile_scales, matmul_dequant_f32};
 use crate::kernels::matmul_nbits::{
     matmul_packed, matmul_unpacked, try_pack, NBitsInput, NBitsParams, PackedNBits,
 };
-use crate::kernels::matmul_nbits::reference::{hostile_scales, matmul_dequant_f32};
 use crate::kernels::op::{types, Decline, KernelEnv, OpDef, OpKernel};
 use crate::kernels::shape::{checked_numel, numel};
 use crate::memory::{params_hash, weight_cache, CachedWeight, KeyDigest, WeightKey};
@@ -137,7 +137,19 @@ fn copy_const<T: crate::abi::tensor::Element>(
     i: usize,
 ) -> Result<Option<Vec<T>>> {
     Ok(match info.constant_input(i)? {
-        Some(t) => Some(t.data::<T>()?.to_vec()),
+        Some(t) => {
+            // Sized by the model (scales are N * k_blocks floats): fallible, a clean error.
+            let src = t.data::<T>()?;
+            let mut v = Vec::new();
+            v.try_reserve_exact(src.len()).map_err(|_| {
+                Error::fail(format!(
+                    "cannot allocate a copy of constant input {i} ({} elements)",
+                    src.len()
+                ))
+            })?;
+            v.extend_from_slice(src);
+            Some(v)
+        }
         None => None,
     })
 }

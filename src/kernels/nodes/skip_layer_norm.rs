@@ -106,7 +106,7 @@ impl OpKernel for SkipNorm {
 
 fn claim(node: &Node<'_>) -> std::result::Result<(), Decline> {
     only_attrs(node, &["epsilon"])?;
-    if let Some(e) = node.attr_f32("epsilon").filter(|e| !(*e >= 0.0)) {
+    if let Some(e) = node.attr_f32("epsilon").filter(|e| e.is_nan() || *e < 0.0) {
         // ORT's kernel refuses these when the session is created; left to it, so the model fails
         // as it does without rcpu.
         return Err(format!("epsilon {e} is negative or NaN"));
