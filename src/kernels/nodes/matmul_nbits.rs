@@ -126,6 +126,8 @@ struct MatMulNBits {
     p: NBitsParams,
     /// Constant scales / zero points / bias copied at creation (None: read per call).
     scales: Option<Vec<f32>>,
+    /// Whether the constant scales are hostile (see `hostile_scales`), decided once.
+    const_hostile: bool,
     zero_points: Option<Vec<u8>>,
     bias: Option<Vec<f32>>,
     packed: Option<Arc<CachedWeight<PackedNBits>>>,
@@ -197,6 +199,7 @@ fn create(info: &KernelInfo<'_>, env: &Arc<KernelEnv>) -> Result<Box<dyn OpKerne
     }
     Ok(Box::new(MatMulNBits {
         p,
+        const_hostile: scales.as_deref().is_some_and(hostile_scales),
         scales,
         zero_points,
         bias,
@@ -235,7 +238,7 @@ impl OpKernel for MatMulNBits {
         let Some(scales) = self.scales.as_deref() else {
             return Ok(false);
         };
-        if hostile_scales(scales) {
+        if self.const_hostile {
             return Ok(false); // computed by the literal definition (see `compute`)
         }
         if self.p.has_zero_points && self.zero_points.is_none() {
@@ -341,7 +344,11 @@ impl OpKernel for MatMulNBits {
                 };
                 p.check_sizes(b.len(), scales.len(), zp.map(|z| z.len()), None)
                     .map_err(Error::invalid_argument)?;
-                if hostile_scales(scales) {
+                let hostile = match &self.scales {
+                    Some(_) => self.const_hostile,
+                    None => hostile_scales(scales), // scales fed at run time: checked per call
+                };
+                if hostile {
                     // Infinite, NaN or overflowing scales: the op's definition taken literally
                     // (the fast paths would hide the infinities the dequantisation makes).
                     matmul_dequant_f32(a, m, b, scales, zp, p, bias, out).map_err(Error::fail)?;
