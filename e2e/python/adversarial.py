@@ -718,8 +718,58 @@ def gen_options(rng):
     return out
 
 
+def gen_parallel(rng):
+    """Sizes past the parallel thresholds, with rcpu on 2 and 3 lanes (every other case runs on one)."""
+    out = []
+    for lanes in ("2", "3"):
+        o = {"threads": lanes}
+        for sa, sb in (([130, 257], [257, 520]), ([1, 4096], [4096, 300]), ([300, 4096], [4096, 1]),
+                       ([3, 67, 129], [129, 260])):
+            for kind in ("feed", "init"):
+                a = specials(rng, *sa) if kind == "feed" else rn(rng, *sa)
+                mdl, f = node_model("MatMul", [("A", a, "feed"), ("B", rn(rng, *sb), kind)])
+                out.append(Case(f"par{lanes}/matmul/{sa}x{sb}/{kind}", "MatMul", mdl, f, options=o))
+        for ta, tb in ((0, 0), (1, 1)):
+            a = rn(rng, *((300, 200) if ta else (200, 300)))
+            b = rn(rng, *((500, 300) if tb else (300, 500)))
+            mdl, f = node_model("Gemm", [("A", a, "feed"), ("B", b, "init"), ("C", rn(rng, 500), "init")],
+                                dict(transA=ta, transB=tb, beta=0.5))
+            out.append(Case(f"par{lanes}/gemm/ta{ta}tb{tb}", "Gemm", mdl, f, options=o))
+        for acc in (0, 4):
+            for m in (1, 64):
+                c = nbits_case(rng, f"par{lanes}/m{m}/acc{acc}", 1024, 520, 32, m=m, acc=acc, zp=True, bias=True)
+                c.options = o
+                out.append(c)
+            a = rn(rng, 8, 1024)
+            a[2, :] = 3e38
+            a[6, ::2] = -3e38
+            c = nbits_case(rng, f"par{lanes}/overflow-rows/acc{acc}", 1024, 520, 32, m=8, acc=acc, a=a)
+            # numpy in f64 (ORT's f32 sums overflow in an order-dependent way); the finite values
+            # of an overflowing row are f32 sums of 1024 terms near f32::MAX that cancel:
+            # K * eps * sum|t| / |y| ~ 2e-3 is inherent.
+            c.options, c.expect, c.tol = o, [_nbits_ref64(c)], ("l2", 5e-3 if acc == 0 else 2e-2)
+            out.append(c)
+        mdl, b = models.qlinear_matmul(rng, [64, 256], [256, 260], name=NODE)
+        out.append(Case(f"par{lanes}/qlinear", "QLinearMatMul", mdl.SerializeToString(),
+                        {"a": rng.integers(0, 256, size=(64, 256)).astype(np.uint8)}, options=o))
+        c = gqa_case(rng, f"par{lanes}/prefill", nh=8, kvh=2, hd=64, b=2, s=40, p=0, past=False)
+        c.options = o
+        out.append(c)
+        c = gqa_case(rng, f"par{lanes}/decode", nh=8, kvh=2, hd=64, b=3, s=1, p=100, seqlens=[100, 50, 7])
+        c.options = o
+        out.append(c)
+        for op in ("LayerNormalization", "SimplifiedLayerNormalization"):
+            mdl, f = node_model(op, [("X", specials(rng, 64, 4096), "feed"), ("scale", rn(rng, 4096), "init")])
+            out.append(Case(f"par{lanes}/{op}", op, mdl, f, options=o))
+        mdl, f = node_model("Softmax", [("X", specials(rng, 256, 1000), "feed")], dict(axis=-1))
+        out.append(Case(f"par{lanes}/softmax", "Softmax", mdl, f, options=o))
+        mdl, f = node_model("Add", [("A", rn(rng, 64, 1, 4096), "feed"), ("B", rn(rng, 32, 4096), "feed")])
+        out.append(Case(f"par{lanes}/add-broadcast", "Add", mdl, f, options=o))
+    return out
+
+
 GENERATORS = [gen_matmul, gen_gemm, gen_nbits, gen_qlinear, gen_gqa, gen_rope, gen_norms, gen_softmax,
-              gen_elementwise, gen_activation, gen_cast, gen_gbq, gen_options]
+              gen_elementwise, gen_activation, gen_cast, gen_gbq, gen_options, gen_parallel]
 
 
 def all_cases(seed: int = 13) -> list[Case]:
@@ -802,7 +852,7 @@ def run_case(c: Case, devices) -> dict:
             else:
                 s = so()
                 opts = {"threads": "1"}
-                opts.update(c.options)
+                opts.update(c.options)  # cases past the parallel thresholds set 2 or 3 lanes
                 s.add_provider_for_devices(devices, opts)
                 sess = ort.InferenceSession(c.model, s, enable_fallback=0)
                 for sg in sess.get_provider_graph_assignment_info():
