@@ -90,6 +90,7 @@ fuzz_target!(|data: &[u8]| {
         None,
         &mut y2,
         &Serial,
-    ).unwrap();
+    )
+    .unwrap();
     assert!(y1.iter().zip(&y2).all(|(x, y)| x.to_bits() == y.to_bits()));
 });
