@@ -141,7 +141,7 @@ fn single(k: usize, n: usize, threads: usize, passes: usize) {
     );
     for pass in 0..passes {
         let t = best(10, || {
-            matmul_packed(&a, 1, &packed, None, &mut out, &*lanes);
+            matmul_packed(&a, 1, &packed, None, &mut out, &*lanes).unwrap();
         });
         let tc = best(10, || read(&lanes, w, parts));
         let th = best(10, || read(&lanes, w, 2));
@@ -205,7 +205,7 @@ fn decoder(layers: usize, h: usize, inter: usize, threads: usize, passes: usize)
         for layer in &mats {
             for (i, m) in layer.iter().enumerate() {
                 let s = Instant::now();
-                matmul_packed(&a[..m.params().k], 1, m, None, &mut out, &*lanes);
+                matmul_packed(&a[..m.params().k], 1, m, None, &mut out, &*lanes).unwrap();
                 kern[i].push(s.elapsed().as_secs_f64());
             }
         }
@@ -298,7 +298,7 @@ fn sweep(
                 let m = &mats[j % layers];
                 j += 1;
                 let s = Instant::now();
-                matmul_packed(&a, rows, m, None, &mut out, &*lanes);
+                matmul_packed(&a, rows, m, None, &mut out, &*lanes).unwrap();
                 t[di].push(s.elapsed().as_secs_f64());
             }
         }

@@ -80,7 +80,8 @@ fn main() {
         for kern in Kernels::supported() {
             let name = kern.variant_name(acc, 1);
             let t1 = best_secs(iters, || {
-                matmul_packed_with(kern, &a[..k], 1, &packed, None, &mut out[..n], &Serial);
+                matmul_packed_with(kern, &a[..k], 1, &packed, None, &mut out[..n], &Serial)
+                    .unwrap();
             });
             let tu = best_secs(iters.div_ceil(4), || {
                 matmul_unpacked_with(
@@ -94,12 +95,13 @@ fn main() {
                     None,
                     &mut out[..n],
                     &Serial,
-                );
+                )
+                .unwrap();
             });
             let m = 128;
             let tm = if gemm {
                 best_secs(iters.div_ceil(10).max(3), || {
-                    matmul_packed_with(kern, a, m, &packed, None, &mut out, &Serial);
+                    matmul_packed_with(kern, a, m, &packed, None, &mut out, &Serial).unwrap();
                 })
             } else {
                 f64::NAN

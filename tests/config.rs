@@ -76,6 +76,18 @@ fn bad_input_names_the_key() {
     }
 }
 
+/// A value of digits only past u64 is out of range, not "not an integer" (the adversarial pass
+/// found the misleading message; seen failing before the parse_u64 fix).
+#[test]
+fn digits_past_u64_are_out_of_range() {
+    for key in ["threads", "blocktime_us", "weight_cache_mb"] {
+        let err = parse(&[(key, "99999999999999999999")]).expect_err("must be rejected");
+        assert!(err.contains("out of range"), "{key}: {err}");
+    }
+    let err = parse(&[("threads", "1e3")]).expect_err("must be rejected");
+    assert!(err.contains("non-negative integer"), "{err}");
+}
+
 /// A CPU list far larger than the machine: parsed in linear time with every id bounded, and
 /// lanes bounded by the CPUs the process may use (not one lane per listed id).
 #[test]

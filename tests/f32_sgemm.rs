@@ -274,7 +274,8 @@ fn dispatched_matches_process_isa() {
         &mut c,
         n,
         &Serial,
-    );
+    )
+    .unwrap();
     let isa = match Isa::get() {
         Isa::Avx512Vnni => Isa::Avx512,
         i => i,

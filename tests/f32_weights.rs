@@ -243,13 +243,14 @@ fn process_kernels_use_the_packed_table() {
         &mut c1,
         n,
         &Serial,
-    );
+    )
+    .unwrap();
     let w = Weight::Unpacked {
         b: &b,
         ldb: n,
         trans: false,
     };
-    let v2 = sgemm_weight(false, m, n, k, 1.0, &a, k, w, 0.0, &mut c2, n, &Serial);
+    let v2 = sgemm_weight(false, m, n, k, 1.0, &a, k, w, 0.0, &mut c2, n, &Serial).unwrap();
     assert!(
         v1.ends_with("prepacked") && v2.ends_with("unpacked"),
         "{v1} {v2}"

@@ -139,7 +139,7 @@ fn property(inp: &Input) -> bool {
     let packed = pack(&b, &scales, zp.as_deref(), &p);
     let mut y1 = vec![f32::NAN; inp.m * p.n];
     let mut y2 = vec![f32::NAN; inp.m * p.n];
-    matmul_packed(&a, inp.m, &packed, bias.as_deref(), &mut y1, &Serial);
+    matmul_packed(&a, inp.m, &packed, bias.as_deref(), &mut y1, &Serial).unwrap();
     matmul_unpacked(
         &a,
         inp.m,
@@ -150,7 +150,8 @@ fn property(inp: &Input) -> bool {
         bias.as_deref(),
         &mut y2,
         &Serial,
-    );
+    )
+    .unwrap();
     let same = y1.iter().zip(&y2).all(|(x, y)| x.to_bits() == y.to_bits());
     assert!(same, "packed and unpacked differ for {p:?}, m={}", inp.m);
     assert!(

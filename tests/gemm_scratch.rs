@@ -14,12 +14,14 @@ fn warm_gemm_allocates_no_packing_buffers() {
     let mut first = vec![0f32; m * n];
     sgemm(
         false, false, m, n, k, 1.0, &a, k, &b, n, 0.0, &mut first, n, &Serial,
-    );
+    )
+    .unwrap();
     let warm = scratch_stats();
     for _ in 0..10 {
         sgemm(
             false, false, m, n, k, 1.0, &a, k, &b, n, 0.0, &mut c, n, &Serial,
-        );
+        )
+        .unwrap();
     }
     let now = scratch_stats();
     assert_eq!(
@@ -44,13 +46,15 @@ fn warm_gemm_allocates_no_packing_buffers() {
         let mut y1 = vec![0f32; mm * nn];
         sgemm(
             ta, tb, mm, nn, k, 0.5, &a, lda, &b, ldb, 0.0, &mut y1, nn, &Serial,
-        );
+        )
+        .unwrap();
         let warm = scratch_stats();
         let mut y = vec![0f32; mm * nn];
         for _ in 0..10 {
             sgemm(
                 ta, tb, mm, nn, k, 0.5, &a, lda, &b, ldb, 0.0, &mut y, nn, &Serial,
-            );
+            )
+            .unwrap();
         }
         let now = scratch_stats();
         let shape = format!("m={mm} n={nn} transA={ta} transB={tb}");
@@ -79,11 +83,11 @@ fn warm_gemm_allocates_no_packing_buffers() {
             },
         ] {
             let mut y1 = vec![0f32; mm * n];
-            sgemm_weight(false, mm, n, k, 1.0, &a, k, w, 0.0, &mut y1, n, &Serial);
+            sgemm_weight(false, mm, n, k, 1.0, &a, k, w, 0.0, &mut y1, n, &Serial).unwrap();
             let warm = scratch_stats();
             let mut y = vec![0f32; mm * n];
             for _ in 0..10 {
-                sgemm_weight(false, mm, n, k, 1.0, &a, k, w, 0.0, &mut y, n, &Serial);
+                sgemm_weight(false, mm, n, k, 1.0, &a, k, w, 0.0, &mut y, n, &Serial).unwrap();
             }
             let now = scratch_stats();
             let shape = format!(

@@ -65,9 +65,10 @@ fn check_bound(pr: &Problem, label: &str) -> f64 {
             let ctx = format!("{label} {} {pname}", kern.isa.name());
             let (zp, bias) = (pr.zp.as_deref(), pr.bias.as_deref());
             let mut got = vec![f32::NAN; m * p.n];
-            matmul_packed_with(kern, &pr.a, m, &packed, bias, &mut got, par);
+            matmul_packed_with(kern, &pr.a, m, &packed, bias, &mut got, par).unwrap();
             let mut un = vec![f32::NAN; m * p.n];
-            matmul_unpacked_with(kern, &pr.a, m, &pr.b, &pr.scales, zp, p, bias, &mut un, par);
+            matmul_unpacked_with(kern, &pr.a, m, &pr.b, &pr.scales, zp, p, bias, &mut un, par)
+                .unwrap();
             let same = un.iter().zip(&got).all(|(x, y)| x.to_bits() == y.to_bits());
             assert!(same, "{ctx}: unpacked differs from packed");
             for (i, (&g, &(y, s))) in got.iter().zip(&want).enumerate() {
@@ -176,7 +177,7 @@ fn groups_beyond_f16_normals_keep_f32() {
     let exact = terms(&pr);
     for kern in Kernels::supported() {
         let mut got = vec![0f32; m * n];
-        matmul_packed_with(kern, &pr.a, m, &packed, b, &mut got, &THREE);
+        matmul_packed_with(kern, &pr.a, m, &packed, b, &mut got, &THREE).unwrap();
         for r in 0..m {
             for col in 32..n {
                 let i = r * n + col;

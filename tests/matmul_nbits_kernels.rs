@@ -44,7 +44,7 @@ fn check(pr: &Problem, label: &str) {
                 kern.variant_name(p.accuracy_level, m)
             );
             let mut got = vec![f32::NAN; m * p.n];
-            let name = matmul_packed_with(kern, &pr.a, m, &packed, bias, &mut got, par);
+            let name = matmul_packed_with(kern, &pr.a, m, &packed, bias, &mut got, par).unwrap();
             assert_eq!(name, kern.variant_name(p.accuracy_level, m));
             assert!(
                 got.iter().all(|x| x.is_finite()),
@@ -59,7 +59,8 @@ fn check(pr: &Problem, label: &str) {
                 assert!(e <= 1e-5, "{ctx}: vs fp32 reference rel L2 {e:e}");
             }
             let mut un = vec![f32::NAN; m * p.n];
-            matmul_unpacked_with(kern, &pr.a, m, &pr.b, &pr.scales, zp, p, bias, &mut un, par);
+            matmul_unpacked_with(kern, &pr.a, m, &pr.b, &pr.scales, zp, p, bias, &mut un, par)
+                .unwrap();
             let same = un.iter().zip(&got).all(|(x, y)| x.to_bits() == y.to_bits());
             assert!(same, "{ctx}: unpacked differs from packed");
         }
@@ -137,14 +138,15 @@ fn dispatched_entry_points() {
     let packed = pack(&pr.b, &pr.scales, zp, &pr.p);
     assert!(packed.bytes() >= 2 * 64 * 16 / 2);
     let mut empty: Vec<f32> = vec![];
-    let name = matmul_packed(&[], 0, &packed, bias, &mut empty, &Serial);
+    let name = matmul_packed(&[], 0, &packed, bias, &mut empty, &Serial).unwrap();
     assert_eq!(name, Kernels::active().variant_name(4, 0));
     let mut y1 = vec![0f32; 3 * 17];
     let mut y2 = vec![0f32; 3 * 17];
-    let n1 = matmul_packed(&pr.a, 3, &packed, bias, &mut y1, &Serial);
+    let n1 = matmul_packed(&pr.a, 3, &packed, bias, &mut y1, &Serial).unwrap();
     let n2 = matmul_unpacked(
         &pr.a, 3, &pr.b, &pr.scales, zp, &pr.p, bias, &mut y2, &THREE,
-    );
+    )
+    .unwrap();
     assert_eq!(n1, n2);
     assert!(n1.ends_with("-acc4-gemm"), "{n1}");
     assert_eq!(y1, y2);
@@ -250,8 +252,8 @@ fn gemv_row_equals_gemm_row() {
             for kern in Kernels::supported() {
                 let mut y1 = vec![0f32; 33];
                 let mut y2 = vec![0f32; 66];
-                matmul_packed_with(kern, &pr.a[..k], 1, &packed, bias, &mut y1, &Serial);
-                matmul_packed_with(kern, &pr.a, 2, &packed, bias, &mut y2, &THREE);
+                matmul_packed_with(kern, &pr.a[..k], 1, &packed, bias, &mut y1, &Serial).unwrap();
+                matmul_packed_with(kern, &pr.a, 2, &packed, bias, &mut y2, &THREE).unwrap();
                 let same = y1.iter().zip(&y2).all(|(x, y)| x.to_bits() == y.to_bits());
                 assert!(same, "bs={bs} K={k} acc={acc} {}", kern.isa.name());
             }
@@ -275,14 +277,14 @@ fn threaded_pack_matches_serial_pack() {
         let z = pr.zp.as_deref();
         let one = pack_threads(&pr.b, &pr.scales, z, &pr.p, 1);
         let mut y1 = vec![0f32; 2 * n];
-        matmul_packed(&pr.a, 2, &one, None, &mut y1, &Serial);
+        matmul_packed(&pr.a, 2, &one, None, &mut y1, &Serial).unwrap();
         for threads in [2, 3, 8] {
             let many = pack_threads(&pr.b, &pr.scales, z, &pr.p, threads);
             let ctx = format!("K={k} N={n} zp={zp} threads={threads}");
             assert_eq!(one.weight_bytes(), many.weight_bytes(), "{ctx}");
             assert_eq!(one.bytes(), many.bytes(), "{ctx}");
             let mut y = vec![0f32; 2 * n];
-            matmul_packed(&pr.a, 2, &many, None, &mut y, &Serial);
+            matmul_packed(&pr.a, 2, &many, None, &mut y, &Serial).unwrap();
             assert_eq!(y1, y, "{ctx}");
         }
     }

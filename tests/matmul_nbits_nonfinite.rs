@@ -75,15 +75,16 @@ fn nonfinite_rows_as_ort() {
             for kern in Kernels::supported() {
                 for (pname, par) in [("serial", &Serial as &dyn Par), ("3threads", &THREE)] {
                     let mut all = vec![0f32; ROWS * n];
-                    matmul_packed_with(kern, &pr.a, ROWS, &packed, bias, &mut all, par);
+                    matmul_packed_with(kern, &pr.a, ROWS, &packed, bias, &mut all, par).unwrap();
                     let mut un = vec![0f32; ROWS * n];
                     matmul_unpacked_with(
                         kern, &pr.a, ROWS, &pr.b, &pr.scales, zpv, p, bias, &mut un, par,
-                    );
+                    )
+                    .unwrap();
                     for r in 0..ROWS {
                         let row = &pr.a[r * k..(r + 1) * k];
                         let mut one = vec![0f32; n];
-                        matmul_packed_with(kern, row, 1, &packed, bias, &mut one, par);
+                        matmul_packed_with(kern, row, 1, &packed, bias, &mut one, par).unwrap();
                         let ctx = format!("acc={acc} zp={zp} {} {pname} row {r}", kern.isa.name());
                         let got_m = &all[r * n..(r + 1) * n];
                         let got_u = &un[r * n..(r + 1) * n];

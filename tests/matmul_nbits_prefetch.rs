@@ -30,7 +30,7 @@ fn prefetch_distance_changes_no_result() {
                     set_prefetch_bytes(dist);
                     let mut out = vec![f32::NAN; m * n];
                     let bias = pr.bias.as_deref();
-                    matmul_packed_with(kern, &pr.a, m, &packed, bias, &mut out, &THREE);
+                    matmul_packed_with(kern, &pr.a, m, &packed, bias, &mut out, &THREE).unwrap();
                     out
                 };
                 let base = run(0);

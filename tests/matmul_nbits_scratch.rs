@@ -15,10 +15,10 @@ fn growths_over(pr: &Problem, packed: &PackedNBits, calls: usize) -> (u64, Vec<f
     std::thread::scope(|s| {
         s.spawn(|| {
             let mut y = vec![0f32; pr.p.n];
-            matmul_packed(&pr.a, 1, packed, None, &mut y, &Serial);
+            matmul_packed(&pr.a, 1, packed, None, &mut y, &Serial).unwrap();
             let warm = prepared_a_growths();
             for _ in 0..calls {
-                matmul_packed(&pr.a, 1, packed, None, &mut y, &Serial);
+                matmul_packed(&pr.a, 1, packed, None, &mut y, &Serial).unwrap();
             }
             (prepared_a_growths() - warm, y)
         })

@@ -2,8 +2,7 @@
 //! budget, so they live in their own binary and run one at a time (SERIAL).
 
 use rcpu::memory::{
-    accumulators, configure, scratch_stats, try_with_scratch_f32, with_scratch_f32,
-    with_scratch_i32,
+    accumulators, configure, scratch_stats, try_with_scratch_f32, try_with_scratch_i32,
 };
 use std::sync::{Arc, Barrier, Mutex};
 
@@ -24,10 +23,11 @@ fn parked_bytes_summed_over_threads_stay_within_process_cap() {
             let (parked, checked) = (parked.clone(), checked.clone());
             std::thread::spawn(move || {
                 let n = (MIB / 4) as usize; // 1 MiB of f32
-                let sum = with_scratch_f32(n, |s| {
+                let sum = try_with_scratch_f32(n, |s| {
                     s.fill(t as f32);
                     s.iter().sum::<f32>()
-                });
+                })
+                .unwrap();
                 assert_eq!(sum, t as f32 * n as f32);
                 parked.wait(); // every thread has tried to park
                 checked.wait(); // main has measured; keep buffers parked until then
@@ -66,12 +66,13 @@ fn budget_zero_scratch_still_works_nothing_parked() {
     let before = scratch_stats();
     std::thread::spawn(|| {
         for round in 0..3 {
-            let v = with_scratch_i32(1000, |s| {
+            let v = try_with_scratch_i32(1000, |s| {
                 for (i, x) in s.iter_mut().enumerate() {
                     *x = i as i32 + round;
                 }
                 s.iter().map(|&x| x as i64).sum::<i64>()
-            });
+            })
+            .unwrap();
             assert_eq!(v, 499_500 + 1000 * round as i64);
         }
     })
@@ -96,18 +97,20 @@ fn parked_buffer_is_reused_and_grown_within_budget() {
     let before = scratch_stats();
     let base = before.parked_bytes;
     std::thread::spawn(move || {
-        with_scratch_f32(1024, |s| s.fill(1.0));
-        with_scratch_f32(512, |s| assert_eq!(s.len(), 512)); // reuse (smaller)
-        with_scratch_f32(1024, |s| assert_eq!(s.len(), 1024)); // reuse (same)
-        with_scratch_f32(4096, |s| assert_eq!(s.len(), 4096)); // grow: fresh, replaces the parked one
-        with_scratch_f32(4096, |_| ()); // reuse
-                                        // Nested use while the parked buffer is lent out gets its own buffer.
-        with_scratch_f32(16, |outer| {
-            with_scratch_f32(16, |inner| {
+        try_with_scratch_f32(1024, |s| s.fill(1.0)).unwrap();
+        try_with_scratch_f32(512, |s| assert_eq!(s.len(), 512)).unwrap(); // reuse (smaller)
+        try_with_scratch_f32(1024, |s| assert_eq!(s.len(), 1024)).unwrap(); // reuse (same)
+        try_with_scratch_f32(4096, |s| assert_eq!(s.len(), 4096)).unwrap(); // grow: fresh, replaces the parked one
+        try_with_scratch_f32(4096, |_| ()).unwrap(); // reuse
+                                                     // Nested use while the parked buffer is lent out gets its own buffer.
+        try_with_scratch_f32(16, |outer| {
+            try_with_scratch_f32(16, |inner| {
                 inner.fill(2.0);
                 outer.fill(3.0);
             })
-        });
+            .unwrap()
+        })
+        .unwrap();
         let s = scratch_stats();
         assert_eq!(
             s.parked_bytes,
@@ -131,7 +134,7 @@ fn fallible_scratch_declines_an_impossible_size_and_keeps_the_parked_buffer() {
     let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     configure(None, Some(4 * MIB));
     // Park a buffer, then ask for more than the address space holds: no call, no abort.
-    with_scratch_f32(1024, |b| b.fill(1.0));
+    try_with_scratch_f32(1024, |b| b.fill(1.0)).unwrap();
     let mut called = false;
     let r = try_with_scratch_f32(usize::MAX / 8, |_| called = true);
     assert!(r.is_none() && !called);

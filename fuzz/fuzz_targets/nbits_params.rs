@@ -79,7 +79,7 @@ fuzz_target!(|data: &[u8]| {
     let packed = pack(&b, &scales, zp.as_deref(), &p);
     let mut y1 = vec![f32::NAN; m * p.n];
     let mut y2 = vec![f32::NAN; m * p.n];
-    matmul_packed(&a, m, &packed, None, &mut y1, &Serial);
+    matmul_packed(&a, m, &packed, None, &mut y1, &Serial).unwrap();
     matmul_unpacked(
         &a,
         m,
@@ -90,6 +90,7 @@ fuzz_target!(|data: &[u8]| {
         None,
         &mut y2,
         &Serial,
-    );
+    )
+    .unwrap();
     assert!(y1.iter().zip(&y2).all(|(x, y)| x.to_bits() == y.to_bits()));
 });

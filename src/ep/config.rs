@@ -52,8 +52,14 @@ impl Default for Config {
 pub const MAX_THREADS: u64 = 1024;
 
 fn parse_u64(key: &str, value: &str, max: u64) -> Result<u64, String> {
-    let v: u64 = value.trim().parse().map_err(|_| {
-        format!("rcpu: provider option '{key}' must be a non-negative integer, got '{value}'")
+    let t = value.trim();
+    let v: u64 = t.parse().map_err(|_| {
+        if !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()) {
+            // All digits but past u64: say so rather than "not an integer".
+            format!("rcpu: provider option '{key}' = {t} is out of range (at most {max})")
+        } else {
+            format!("rcpu: provider option '{key}' must be a non-negative integer, got '{value}'")
+        }
     })?;
     if v > max {
         return Err(format!(

@@ -1,9 +1,12 @@
-//! A fast, non-cryptographic 64-bit content hash for weight-cache keys.
+//! Fast, unkeyed 64-bit hashes (four multiply-xorshift lanes, splitmix64 finaliser).
 //!
-//! Four independent multiply-xorshift lanes over little-endian u64 words (32 bytes per step, so the
-//! multiplies overlap), the tail folded in as a zero-padded word, the length mixed in at the end, then a
-//! final avalanche. It only has to tell weights apart within one process; collisions are further guarded
-//! by the key also holding the length, the op and its parameters.
+//! - [`params_hash`] mixes an op's layout parameters (shapes, block size, flags) into
+//!   `WeightKey::params_hash`. The cache key's source identity is NOT this hash: it is the keyed
+//!   BLAKE3 digest of `key_digest.rs`, which a crafted model cannot collide with.
+//! - [`content_hash`] is no longer part of any cache key. It stays as the weak hash that
+//!   `tests/memory_weight_cache.rs` collides on purpose (its steps are invertible) to show a forged
+//!   weight is still not served another weight's packed copy. Do not use it for anything an
+//!   attacker controls.
 
 const K0: u64 = 0x9E37_79B9_7F4A_7C15;
 const K1: u64 = 0xC2B2_AE3D_27D4_EB4F;

@@ -29,7 +29,8 @@ pub use content_hash::{content_hash, params_hash};
 pub use governor::{Governor, GovernorRef, Grant, OverBudget, Reservation};
 pub use key_digest::KeyDigest;
 pub use scratch::{
-    scratch_stats, try_with_scratch_f32, with_scratch_f32, with_scratch_i32, ScratchStats,
+    scratch_error, scratch_stats, try_with_scratch_f32, try_with_scratch_i32, try_with_scratch_u16,
+    try_with_scratch_u8, ScratchStats, Shortfall,
 };
 pub use try_alloc::{try_vec, AllocError};
 pub use weight_cache::{CachedWeight, GovernedWeightCache, WeightKey};

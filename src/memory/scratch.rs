@@ -1,9 +1,13 @@
 //! Per-thread scratch buffers kernels park between calls, bounded process-wide by
 //! [`super::accumulators`] (the sum over all threads, never per thread).
 //!
-//! `with_scratch_f32(len, f)` lends `f` a `&mut [f32]` of exactly `len` elements:
+//! `try_with_scratch_f32(len, f)` lends `f` a `&mut [f32]` of exactly `len` elements (likewise for
+//! i32, u8 and u16), or returns `None` without calling `f` when a fresh buffer cannot be allocated:
+//! every scratch length derives from a model or a feed, so an allocation failure is the caller's
+//! clean error (naming its node), never an abort. [`Shortfall`] carries such a failure out of a
+//! parallel region.
 //! - if this thread's parked buffer is at least `len` long it is reused (no allocation on the hot path);
-//! - otherwise a fresh buffer is allocated; after `f` returns the thread tries to park it: by growing the
+//! - otherwise a fresh buffer is allocated (fallibly); after `f` returns the thread tries to park it: by growing the
 //!   grant of its current parked buffer (which it then replaces) or, with none parked, by a new reservation.
 //!   If the governor declines, the fresh buffer is freed ("oversize buffers are released") and the old
 //!   parked one, if any, stays parked.
@@ -16,7 +20,7 @@
 
 use super::Grant;
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 
 // Relaxed throughout: statistics only; the budget itself is enforced by the governor's CAS.
 static REUSES: AtomicU64 = AtomicU64::new(0);
@@ -54,18 +58,6 @@ struct ThreadScratch {
 
 thread_local! {
     static SCRATCH: RefCell<ThreadScratch> = RefCell::new(ThreadScratch::default());
-}
-
-fn with_scratch<T: Copy + Default, R>(
-    len: usize,
-    slot: fn(&mut ThreadScratch) -> &mut Option<Parked<T>>,
-    f: impl FnOnce(&mut [T]) -> R,
-) -> R {
-    match lend(len, slot, |len| Some(vec![T::default(); len]), f) {
-        Some(r) => r,
-        // `vec!` aborts on its own when the allocation fails; this arm is never taken.
-        None => std::alloc::handle_alloc_error(std::alloc::Layout::new::<T>()),
-    }
 }
 
 /// A zeroed `Vec` of `len` elements, or `None` when the allocation fails.
@@ -148,30 +140,53 @@ fn put_back<T>(slot: fn(&mut ThreadScratch) -> &mut Option<Parked<T>>, p: Option
     });
 }
 
-/// Lend `f` a per-thread f32 scratch slice of `len` elements. Contents on entry are unspecified.
-pub fn with_scratch_f32<R>(len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
-    with_scratch(len, |s| &mut s.f32s, f)
-}
-
-/// [`with_scratch_f32`] that returns `None` (without calling `f`) when a fresh buffer cannot be
-/// allocated, instead of aborting the process.
+/// Lend `f` a per-thread f32 scratch slice of `len` elements, or `None` (without calling `f`)
+/// when a fresh buffer cannot be allocated. Contents on entry are unspecified.
 pub fn try_with_scratch_f32<R>(len: usize, f: impl FnOnce(&mut [f32]) -> R) -> Option<R> {
     lend(len, |s| &mut s.f32s, try_fresh, f)
 }
 
-/// Lend `f` a per-thread i32 scratch slice of `len` elements. Contents on entry are unspecified.
-pub fn with_scratch_i32<R>(len: usize, f: impl FnOnce(&mut [i32]) -> R) -> R {
-    with_scratch(len, |s| &mut s.i32s, f)
+/// [`try_with_scratch_f32`] for i32.
+pub fn try_with_scratch_i32<R>(len: usize, f: impl FnOnce(&mut [i32]) -> R) -> Option<R> {
+    lend(len, |s| &mut s.i32s, try_fresh, f)
 }
 
-/// Lend `f` a per-thread byte scratch slice of `len` bytes. Contents on entry are unspecified.
-pub fn with_scratch_u8<R>(len: usize, f: impl FnOnce(&mut [u8]) -> R) -> R {
-    with_scratch(len, |s| &mut s.u8s, f)
+/// [`try_with_scratch_f32`] for bytes.
+pub fn try_with_scratch_u8<R>(len: usize, f: impl FnOnce(&mut [u8]) -> R) -> Option<R> {
+    lend(len, |s| &mut s.u8s, try_fresh, f)
 }
 
-/// Lend `f` a per-thread u16 scratch slice of `len` elements. Contents on entry are unspecified.
-pub fn with_scratch_u16<R>(len: usize, f: impl FnOnce(&mut [u16]) -> R) -> R {
-    with_scratch(len, |s| &mut s.u16s, f)
+/// [`try_with_scratch_f32`] for u16.
+pub fn try_with_scratch_u16<R>(len: usize, f: impl FnOnce(&mut [u16]) -> R) -> Option<R> {
+    lend(len, |s| &mut s.u16s, try_fresh, f)
+}
+
+/// The message of a scratch allocation that failed (`bytes` requested).
+pub fn scratch_error(bytes: usize) -> String {
+    format!("cannot allocate {bytes} bytes of scratch memory")
+}
+
+/// Records scratch allocations that failed inside a parallel region (largest request wins), so
+/// the region's caller can return [`scratch_error`] once every task is done.
+#[derive(Default)]
+pub struct Shortfall(AtomicUsize);
+
+impl Shortfall {
+    /// Passes `r` through; a `None` records a failed request of `bytes`.
+    pub fn note<R>(&self, r: Option<R>, bytes: usize) -> Option<R> {
+        if r.is_none() {
+            self.0.fetch_max(bytes.max(1), Relaxed);
+        }
+        r
+    }
+
+    /// `Err(scratch_error(..))` when any request failed.
+    pub fn check(&self) -> Result<(), String> {
+        match self.0.load(Relaxed) {
+            0 => Ok(()),
+            b => Err(scratch_error(b)),
+        }
+    }
 }
 
 /// Release this thread's parked buffers now (their grants return to the budget).

@@ -9,7 +9,7 @@
 //! runs in `driver_packed.rs`, which skips B packing and packs A once per call instead of once
 //! per task, with the same per-element operations (bit-identical results).
 
-use crate::memory::scratch::with_scratch_f32;
+use crate::memory::scratch::{try_with_scratch_f32, Shortfall};
 
 use super::packed::PackedB;
 use super::tiles::{Tile, TileGrid};
@@ -38,7 +38,8 @@ pub(super) enum BSrc<'a> {
     Packed(&'a PackedB),
 }
 
-/// Full blocked `C = alpha * op(A) op(B) + beta * C` for m, n > 0 (k may be 0).
+/// Full blocked `C = alpha * op(A) op(B) + beta * C` for m, n > 0 (k may be 0). `Err` when a
+/// packing scratch buffer cannot be allocated (C is then partly written).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn gemm(
     kern: &GemmKernels,
@@ -50,12 +51,10 @@ pub(super) fn gemm(
     c: &mut [f32],
     ldc: usize,
     par: &dyn Par,
-) {
+) -> Result<(), String> {
     match b {
         BSrc::Strided(b) => gemm_strided(kern, a, b, g, alpha, beta, c, ldc, par),
-        BSrc::Packed(b) => {
-            super::driver_packed::gemm(kern, a, b, g, alpha, beta, c, ldc, par);
-        }
+        BSrc::Packed(b) => super::driver_packed::gemm(kern, a, b, g, alpha, beta, c, ldc, par),
     }
 }
 
@@ -92,10 +91,11 @@ fn gemm_strided(
     c: &mut [f32],
     ldc: usize,
     par: &dyn Par,
-) {
+) -> Result<(), String> {
     let Geometry { m, n, k } = g;
     let (mr, nr) = (kern.mr, kern.nr);
     let (rb, cb) = tile_sizes(g, mr, nr, par.lanes());
+    let short = Shortfall::default();
     let grid = TileGrid::new(c, m, n, ldc, rb, cb);
     let run = |t: usize| {
         let mut tile = grid.claim(t);
@@ -111,7 +111,8 @@ fn gemm_strided(
             KC * round_up(NC.min(cols), nr),
             KC * round_up(MC.min(rows), mr),
         );
-        with_scratch_f32(bl + al + mr * nr, |buf| {
+        let len = bl + al + mr * nr;
+        let done = try_with_scratch_f32(len, |buf| {
             let (bpack, rest) = buf.split_at_mut(bl);
             let (apack, acc) = rest.split_at_mut(al);
             for jc in (0..cols).step_by(NC) {
@@ -138,12 +139,14 @@ fn gemm_strided(
                 }
             }
         });
+        short.note(done, len * 4);
     };
     if grid.count() == 1 {
         run(0);
     } else {
         par.task_chunks(grid.count(), &run);
     }
+    short.check()
 }
 
 #[derive(Clone, Copy, Debug)]

@@ -12,7 +12,7 @@ use super::driver::{add_tile, pack_a, scale_c, tile_sizes, Geometry, KC, MC, NC}
 use super::packed::PackedB;
 use super::tiles::TileGrid;
 use super::{GemmKernels, Op};
-use crate::memory::scratch::with_scratch_f32;
+use crate::memory::scratch::{scratch_error, try_with_scratch_f32};
 use crate::runtime::par::Par;
 
 /// Rows whose packed A is held at once (a multiple of every `MR`, 8 and 6): bounds the A
@@ -33,7 +33,7 @@ pub(super) fn gemm(
     c: &mut [f32],
     ldc: usize,
     par: &dyn Par,
-) {
+) -> Result<(), String> {
     let Geometry { m, n, k } = g;
     let (mr, nr) = (kern.mr, kern.nr);
     assert!(mr * nr <= MAX_TILE && ROW_BLOCK.is_multiple_of(mr));
@@ -45,7 +45,8 @@ pub(super) fn gemm(
         let (m_pad, slices) = (rows.next_multiple_of(mr), k.div_ceil(KC));
         // Slice s (rows pc = s*KC ..) holds the block's panels back to back from s * KC * m_pad;
         // pack_a writes every value of every panel (padding rows too), so stale scratch is fine.
-        with_scratch_f32(slices * KC * m_pad, |abuf| {
+        let len = slices * KC * m_pad;
+        let done = try_with_scratch_f32(len, |abuf| {
             {
                 let slots = TileGrid::new(abuf, slices, KC * m_pad, KC * m_pad, 1, KC * m_pad);
                 let pack = |s: usize| {
@@ -95,5 +96,7 @@ pub(super) fn gemm(
                 par.task_chunks(grid.count(), &run);
             }
         });
+        done.ok_or_else(|| scratch_error(len * 4))?;
     }
+    Ok(())
 }

@@ -38,7 +38,7 @@ use driver::{BSrc, Geometry};
 use gemv::Form;
 use std::sync::LazyLock;
 
-use crate::memory::scratch::with_scratch_f32;
+use crate::memory::scratch::{scratch_error, try_with_scratch_f32};
 use parking_lot::Mutex;
 
 type UkernelFn = fn(usize, &[f32], &[f32], &mut [f32]);
@@ -147,7 +147,8 @@ pub(crate) struct Op<'a> {
 /// `C = alpha * op(A) * op(B) + beta * C`, row-major; `op(A)` is `m x k`, `op(B)` is `k x n`,
 /// C is `m x n` with row stride `ldc`. `beta == 0` ignores C's old contents (NaN included).
 /// Panics when a buffer is too small for its shape and leading dimension. Returns the variant
-/// that ran (e.g. `"avx512-gemm-8x32"`, `"avx512-gemv-m1"`).
+/// that ran (e.g. `"avx512-gemm-8x32"`, `"avx512-gemv-m1"`), or `Err` when a scratch buffer
+/// cannot be allocated.
 #[allow(clippy::too_many_arguments)]
 pub fn sgemm(
     trans_a: bool,
@@ -164,7 +165,7 @@ pub fn sgemm(
     c: &mut [f32],
     ldc: usize,
     par: &dyn Par,
-) -> &'static str {
+) -> Result<&'static str, String> {
     run(
         *DISPATCH, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, par,
     )
@@ -190,9 +191,9 @@ pub fn sgemm_with(
     par: &dyn Par,
 ) -> Result<&'static str, String> {
     let kern = TABLES.for_isa(isa)?;
-    Ok(run(
+    run(
         kern, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, par,
-    ))
+    )
 }
 
 /// Panics unless `data` holds a `rows x cols` row-major matrix with leading dimension `ld`.
@@ -226,7 +227,7 @@ fn run(
     c: &mut [f32],
     ldc: usize,
     par: &dyn Par,
-) -> &'static str {
+) -> Result<&'static str, String> {
     // Stored shapes: A is m x k (k x m when transposed), B is k x n (n x k when transposed).
     let (ar, ac) = if trans_a { (k, m) } else { (m, k) };
     let (br, bc) = if trans_b { (n, k) } else { (k, n) };
@@ -234,7 +235,7 @@ fn run(
     check("B", b, br, bc, ldb);
     check("C", c, m, n, ldc);
     if m == 0 || n == 0 {
-        return kern.names[3];
+        return Ok(kern.names[3]);
     }
     let (ao, bo) = (
         Op {
@@ -259,12 +260,12 @@ fn run(
             c,
             ldc,
             par,
-        );
-        return kern.names[4];
+        )?;
+        return Ok(kern.names[4]);
     }
     // GEMV: x and y live in the lane's parked scratch (no allocation per call once warm).
     if m == 1 {
-        return with_scratch_f32(k + n, |buf| {
+        return try_with_scratch_f32(k + n, |buf| {
             let (x, y) = buf.split_at_mut(k);
             if trans_a {
                 gemv::gather_into(ao, 0, lda, x);
@@ -279,10 +280,11 @@ fn run(
             gemv::gemv(kern, form, x, y, par);
             write_vec(y, c, 1, alpha, beta);
             kern.names[1]
-        });
+        })
+        .ok_or_else(|| scratch_error((k + n) * 4));
     }
     if n == 1 {
-        return with_scratch_f32(k + m, |buf| {
+        return try_with_scratch_f32(k + m, |buf| {
             let (x, y) = buf.split_at_mut(k);
             if trans_b {
                 x.copy_from_slice(&b[..k]);
@@ -297,7 +299,8 @@ fn run(
             gemv::gemv(kern, form, x, y, par);
             write_vec(y, c, ldc, alpha, beta);
             kern.names[2]
-        });
+        })
+        .ok_or_else(|| scratch_error((k + m) * 4));
     }
     driver::gemm(
         kern,
@@ -309,8 +312,8 @@ fn run(
         c,
         ldc,
         par,
-    );
-    kern.names[0]
+    )?;
+    Ok(kern.names[0])
 }
 
 /// `c[j * stride] = alpha * y[j] + beta * c[j * stride]` (beta == 0: old value ignored).
@@ -356,7 +359,7 @@ pub fn matmul_f32(
     if p.batch == 1 || (p.b_shared() && p.a_dense()) {
         let bo = p.offsets(0).1;
         let rows = p.batch * m;
-        return Ok(run(
+        return run(
             kern,
             false,
             false,
@@ -372,13 +375,20 @@ pub fn matmul_f32(
             out,
             n,
             par,
-        ));
+        );
     }
     let work = m.saturating_mul(n).saturating_mul(k.max(1));
     if work < driver::PAR_MIN_WORK && work.saturating_mul(p.batch) >= driver::PAR_MIN_WORK {
         // Many small products: one per chunk, each serial.
-        let parts: Vec<Mutex<&mut [f32]>> = out.chunks_mut(o_mat).map(Mutex::new).collect();
-        let name = Mutex::new(kern.names[0]);
+        let mut parts: Vec<Mutex<&mut [f32]>> = Vec::new();
+        parts.try_reserve_exact(p.batch).map_err(|_| {
+            scratch_error(
+                p.batch
+                    .saturating_mul(std::mem::size_of::<Mutex<&mut [f32]>>()),
+            )
+        })?;
+        parts.extend(out.chunks_mut(o_mat).map(Mutex::new));
+        let name = Mutex::new(Ok(kern.names[0]));
         par.task_chunks(p.batch, &|i| {
             let mut o = parts[i].lock();
             let (ao, bo) = p.offsets(i);
@@ -399,9 +409,12 @@ pub fn matmul_f32(
                 n,
                 &Serial,
             );
-            *name.lock() = v;
+            let mut slot = name.lock();
+            if slot.is_ok() {
+                *slot = v;
+            }
         });
-        return Ok(name.into_inner());
+        return name.into_inner();
     }
     let mut name = kern.names[0];
     for (i, o) in out.chunks_mut(o_mat).enumerate() {
@@ -422,7 +435,7 @@ pub fn matmul_f32(
             o,
             n,
             par,
-        );
+        )?;
     }
     Ok(name)
 }

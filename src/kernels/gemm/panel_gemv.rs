@@ -13,7 +13,7 @@ use super::gemv::PAR_MIN_WORK;
 use super::packed::{pack_panel, PackedB};
 use super::tiles::TileGrid;
 use super::{write_vec, GemmKernels, Op};
-use crate::memory::scratch::with_scratch_f32;
+use crate::memory::scratch::{try_with_scratch_f32, Shortfall};
 use crate::runtime::par::{stream_units_per_chunk, Par};
 
 /// Widest panel of any table (AVX-512: 32).
@@ -40,13 +40,14 @@ pub(super) fn gemv(
     beta: f32,
     c: &mut [f32],
     par: &dyn Par,
-) {
+) -> Result<(), String> {
     let nr = kern.nr;
     debug_assert!(nr <= MAX_NR);
     let panels = n.div_ceil(nr);
     let per_chunk = stream_units_per_chunk(panels, k * nr * 4, par.lanes());
     let width = per_chunk * nr;
     let grid = TileGrid::new(c, 1, n, n, 1, width);
+    let short = Shortfall::default();
     let run = |ci: usize| {
         let mut tile = grid.claim(ci);
         let out = tile.row(0);
@@ -61,10 +62,15 @@ pub(super) fn gemv(
                 }
                 // Columns of op(B) are rows of B: gather the panel first (contents on entry do
                 // not matter, pack_panel writes all k * nr values).
-                PanelSrc::Strided(b) => with_scratch_f32(k * nr, |buf| {
-                    pack_panel(b, k, j0, w, nr, buf);
-                    (kern.panel_gemv)(k, x, incx, buf, nr, w, y)
-                }),
+                PanelSrc::Strided(b) => {
+                    let done = try_with_scratch_f32(k * nr, |buf| {
+                        pack_panel(b, k, j0, w, nr, buf);
+                        (kern.panel_gemv)(k, x, incx, buf, nr, w, y)
+                    });
+                    if short.note(done, k * nr * 4).is_none() {
+                        return;
+                    }
+                }
             }
             write_vec(y, o, 1, alpha, beta);
         }
@@ -74,4 +80,5 @@ pub(super) fn gemv(
     } else {
         par.decode_chunks(grid.count(), &run);
     }
+    short.check()
 }

@@ -79,7 +79,8 @@ fn pack(
 /// weight runs on the table it was packed for). `op(A)` is `m x k`, C `m x n` with row stride
 /// `ldc`; `beta == 0` ignores C's old contents. Panics when a buffer is too small or a packed
 /// weight's shape is not `k x n`. Returns the variant that ran (e.g.
-/// `"avx512-gemv-m1-prepacked"`, `"avx512-gemm-8x32-unpacked"`).
+/// `"avx512-gemv-m1-prepacked"`, `"avx512-gemm-8x32-unpacked"`), or `Err` when a scratch buffer
+/// cannot be allocated.
 #[allow(clippy::too_many_arguments)]
 pub fn sgemm_weight(
     trans_a: bool,
@@ -94,7 +95,7 @@ pub fn sgemm_weight(
     c: &mut [f32],
     ldc: usize,
     par: &dyn Par,
-) -> &'static str {
+) -> Result<&'static str, String> {
     let kern = match w {
         Weight::Packed(p) => p.kern,
         Weight::Unpacked { .. } => *DISPATCH,
@@ -129,9 +130,7 @@ pub fn sgemm_weight_with(
             ));
         }
     }
-    Ok(run(
-        kern, trans_a, m, n, k, alpha, a, lda, w, beta, c, ldc, par,
-    ))
+    run(kern, trans_a, m, n, k, alpha, a, lda, w, beta, c, ldc, par)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -149,7 +148,7 @@ fn run(
     c: &mut [f32],
     ldc: usize,
     par: &dyn Par,
-) -> &'static str {
+) -> Result<&'static str, String> {
     let (ar, ac) = if trans_a { (k, m) } else { (m, k) };
     check("A", a, ar, ac, lda);
     check("C", c, m, n, ldc);
@@ -176,7 +175,7 @@ fn run(
     };
     let name = |i: usize| kern.wnames[i + if packed { 0 } else { 2 }];
     if m == 0 || n == 0 {
-        return kern.names[3];
+        return Ok(kern.names[3]);
     }
     let ao = Op {
         data: a,
@@ -194,14 +193,14 @@ fn run(
             c,
             ldc,
             par,
-        );
-        return kern.names[4];
+        )?;
+        return Ok(kern.names[4]);
     }
     if m == 1 {
         // x = op(A)'s only row: contiguous, or one column of a transposed A (stride lda).
         let incx = if trans_a { lda } else { 1 };
-        panel_gemv::gemv(kern, k, n, a, incx, psrc, alpha, beta, &mut c[..n], par);
-        return name(1);
+        panel_gemv::gemv(kern, k, n, a, incx, psrc, alpha, beta, &mut c[..n], par)?;
+        return Ok(name(1));
     }
     driver::gemm(
         kern,
@@ -213,6 +212,6 @@ fn run(
         c,
         ldc,
         par,
-    );
-    name(0)
+    )?;
+    Ok(name(0))
 }

@@ -16,7 +16,9 @@ use super::params::NBitsParams;
 use super::prepare_a::{with_prepared, PreparedA};
 use super::MR;
 use crate::kernels::disjoint::DisjointOut;
-use crate::memory::scratch::{with_scratch_f32, with_scratch_u16, with_scratch_u8};
+use crate::memory::scratch::{
+    try_with_scratch_f32, try_with_scratch_u16, try_with_scratch_u8, Shortfall,
+};
 use crate::runtime::par::{Par, StreamSplit};
 
 /// Rows per M > 1 task tile.
@@ -41,8 +43,8 @@ pub(crate) fn run(
     bias: Option<&[f32]>,
     out: &mut [f32],
     par: &dyn Par,
-) -> &'static str {
-    let name = run_fast(kernels, a, m, src, bias, out, par);
+) -> Result<&'static str, String> {
+    let name = run_fast(kernels, a, m, src, bias, out, par)?;
     let p = match &src {
         Source::Packed(pk) => pk.params,
         Source::Unpacked { p, .. } => **p,
@@ -62,7 +64,7 @@ pub(crate) fn run(
             RowFix::AllNan => true,
             RowFix::Infinities => {
                 let gemm = |rows: &[f32], mm: usize, with_bias: bool, o: &mut [f32]| {
-                    run_fast(kernels, rows, mm, src, bias.filter(|_| with_bias), o, par);
+                    run_fast(kernels, rows, mm, src, bias.filter(|_| with_bias), o, par).map(|_| ())
                 };
                 nonfinite::infinite_row(&a[r * p.k..(r + 1) * p.k], &p, y, &gemm).is_err()
             }
@@ -71,7 +73,11 @@ pub(crate) fn run(
             y.fill(f32::NAN);
         }
     }
-    name
+    let gemm = |rows: &[f32], mm: usize, with_bias: bool, o: &mut [f32]| {
+        run_fast(kernels, rows, mm, src, bias.filter(|_| with_bias), o, par).map(|_| ())
+    };
+    nonfinite::rescale_overflowed_rows(a, m, &p, bias, out, &gemm)?;
+    Ok(name)
 }
 
 /// The fast path over every row (non-finite rows included, fixed up by [`run`]).
@@ -83,14 +89,14 @@ fn run_fast(
     bias: Option<&[f32]>,
     out: &mut [f32],
     par: &dyn Par,
-) -> &'static str {
+) -> Result<&'static str, String> {
     let p = match &src {
         Source::Packed(pk) => pk.params,
         Source::Unpacked { p, .. } => **p,
     };
     let name = kernels.variant_name(p.accuracy_level, m);
     if m == 0 {
-        return name;
+        return Ok(name);
     }
     assert!(
         a.len() >= m * p.k,
@@ -165,10 +171,11 @@ fn run_fast(
                 // allocation once the lane's buffers are parked. `pack_group` writes every byte the
                 // group reads, so stale contents are fine.
                 let h_len = if p.int8_compute() { kbs * NR } else { 0 };
+                let short = Shortfall::default();
                 let body = |cc: usize| {
-                    with_scratch_u8(wb + zb, |bytes| {
-                        with_scratch_f32(kbs * NR, |s| {
-                            with_scratch_u16(h_len, |h| {
+                    let done = try_with_scratch_u8(wb + zb, |bytes| {
+                        try_with_scratch_f32(kbs * NR, |s| {
+                            try_with_scratch_u16(h_len, |h| {
                                 let (w, z) = bytes.split_at_mut(wb);
                                 let mut z = zero_points.map(|_| z);
                                 for g in split.range(cc) {
@@ -186,17 +193,20 @@ fn run_fast(
                                 }
                             })
                         })
-                    })
+                    });
+                    let bytes = (wb + zb) + kbs * NR * 4 + h_len * 2;
+                    short.note(done.flatten().flatten(), bytes);
                 };
                 if m == 1 {
                     par.decode_chunks(col_chunks, &body);
                 } else {
                     par.task_chunks(col_chunks, &body);
                 }
+                short.check()?;
             }
         }
-    });
-    name
+        Ok(name)
+    })?
 }
 
 struct Ctx<'a, 'o> {

@@ -41,7 +41,8 @@ use crate::runtime::par::Par;
 /// Rows per tile-kernel call (register blocking along M).
 pub const MR: usize = 4;
 
-/// Y = A W (+ bias) from a prepacked weight with the process's kernels; returns the variant name.
+/// Y = A W (+ bias) from a prepacked weight with the process's kernels; returns the variant name,
+/// or `Err` when a scratch buffer cannot be allocated.
 /// `a` holds `m` rows of `K`, `out` `m` rows of `N`. `m == 0` is a no-op.
 pub fn matmul_packed(
     a: &[f32],
@@ -50,7 +51,7 @@ pub fn matmul_packed(
     bias: Option<&[f32]>,
     out: &mut [f32],
     par: &dyn Par,
-) -> &'static str {
+) -> Result<&'static str, String> {
     matmul_packed_with(Kernels::active(), a, m, packed, bias, out, par)
 }
 
@@ -63,7 +64,7 @@ pub fn matmul_packed_with(
     bias: Option<&[f32]>,
     out: &mut [f32],
     par: &dyn Par,
-) -> &'static str {
+) -> Result<&'static str, String> {
     driver::run(
         kernels,
         a,
@@ -88,7 +89,7 @@ pub fn matmul_unpacked(
     bias: Option<&[f32]>,
     out: &mut [f32],
     par: &dyn Par,
-) -> &'static str {
+) -> Result<&'static str, String> {
     matmul_unpacked_with(
         Kernels::active(),
         a,
@@ -116,7 +117,7 @@ pub fn matmul_unpacked_with(
     bias: Option<&[f32]>,
     out: &mut [f32],
     par: &dyn Par,
-) -> &'static str {
+) -> Result<&'static str, String> {
     p.check_sizes(b.len(), scales.len(), zero_points.map(|z| z.len()), None)
         .unwrap_or_else(|e| panic!("{e}"));
     let src = driver::Source::Unpacked {

@@ -18,7 +18,7 @@
 use super::params::NBitsParams;
 
 /// The fast path on finite rows: `(rows, m, with_bias, out)`.
-pub(crate) type FastGemm<'a> = dyn Fn(&[f32], usize, bool, &mut [f32]) + 'a;
+pub(crate) type FastGemm<'a> = dyn Fn(&[f32], usize, bool, &mut [f32]) -> Result<(), String> + 'a;
 
 /// One-hot rows per weight-row product.
 const ONEHOT_BATCH: usize = 16;
@@ -96,7 +96,7 @@ pub(crate) fn infinite_row(
         .try_reserve_exact(row.len())
         .map_err(|_| oom("a row"))?;
     finite.extend(row.iter().map(|&x| if x.is_finite() { x } else { 0.0 }));
-    gemm(&finite, 1, true, y);
+    gemm(&finite, 1, true, y)?;
     // Weight rows of the infinite positions: one-hot rows through the same kernels, a few
     // at a time (bounded scratch: ONEHOT_BATCH rows of K and of N).
     let (k, n) = (p.k, p.n);
@@ -118,11 +118,59 @@ pub(crate) fn infinite_row(
         }
         w.clear();
         w.resize(s * n, 0.0);
-        gemm(&onehot, s, false, &mut w);
+        gemm(&onehot, s, false, &mut w)?;
         for (i, &kk) in part.iter().enumerate() {
             for (yv, &wv) in y.iter_mut().zip(&w[i * n..(i + 1) * n]) {
                 *yv += row[kk] * wv;
             }
+        }
+    }
+    Ok(())
+}
+
+/// Finite rows of A whose output holds a NaN or an infinity (|A| near `f32::MAX`): the fast path
+/// sums codes and subtracts `zp * sum(a)` per block, so an overflow can end in `inf - inf` = NaN
+/// where ORT's straight sum gives an infinity. Such rows are recomputed on A scaled by a power of
+/// two (exact) to the unit range, the result scaled back, then the bias added:
+/// `y = 2^e * fast(a * 2^-e) + bias`. A row whose non-finite outputs come from the weights or the
+/// bias (NaN scales, a NaN bias) gets the same answer again. Allocates two rows (fallibly).
+pub(crate) fn rescale_overflowed_rows(
+    a: &[f32],
+    m: usize,
+    p: &NBitsParams,
+    bias: Option<&[f32]>,
+    out: &mut [f32],
+    gemm: &FastGemm<'_>,
+) -> Result<(), String> {
+    let (k, n) = (p.k, p.n);
+    let mut scaled: Vec<f32> = Vec::new();
+    let mut y: Vec<f32> = Vec::new();
+    for r in 0..m {
+        let row = &a[r * k..(r + 1) * k];
+        let o = &mut out[r * n..(r + 1) * n];
+        if o.iter().all(|v| v.is_finite()) || !row.iter().all(|v| v.is_finite()) {
+            continue;
+        }
+        let amax = row.iter().fold(0f32, |acc, v| acc.max(v.abs()));
+        if amax == 0.0 {
+            continue;
+        }
+        if scaled.capacity() < k || y.capacity() < n {
+            let oom = |_| "cannot allocate two rows to recompute an overflowed row".to_string();
+            scaled.try_reserve_exact(k).map_err(oom)?;
+            y.try_reserve_exact(n).map_err(oom)?;
+        }
+        // amax in [2^e, 2^(e+1)): the scaled row's largest value is in [1, 2).
+        let e = (amax.log2().floor() as i32).clamp(-126, 127);
+        let down = 2f32.powi(-e);
+        scaled.clear();
+        scaled.extend(row.iter().map(|&v| v * down));
+        y.clear();
+        y.resize(n, 0.0);
+        gemm(&scaled, 1, false, &mut y)?;
+        let up = 2f32.powi(e);
+        for (j, (dst, &v)) in o.iter_mut().zip(&y).enumerate() {
+            *dst = v * up + bias.map_or(0.0, |b| b[j]);
         }
     }
     Ok(())

@@ -242,7 +242,10 @@ pub fn try_pack_threads(
     let g_count = groups(p);
     let (wb, sb, zb) = (group_weight_bytes(p), p.k_blocks() * NR, group_zp_bytes(p));
     // Which groups get f16 scales (the choice `pack_group` makes again for each group).
-    let f16_groups: Vec<bool> = (0..g_count).map(|g| group_f16(scales, p, g)).collect();
+    // g_count = ceil(N / 32): tiny next to the weights, but still derived from the model.
+    let mut f16_groups: Vec<bool> = Vec::new();
+    f16_groups.try_reserve_exact(g_count).ok()?;
+    f16_groups.extend((0..g_count).map(|g| group_f16(scales, p, g)));
     let any_f32 = f16_groups.iter().any(|&h| !h);
     let any_f16 = f16_groups.iter().any(|&h| h);
     let half_len = if any_f16 { g_count * sb } else { 0 };

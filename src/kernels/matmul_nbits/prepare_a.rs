@@ -53,27 +53,40 @@ impl PreparedA {
     /// [`PreparedA::new`] with a given row quantiser (with [`QuantRowFn`]'s contract; it must be
     /// bit-identical to [`quantize_row_scalar`]).
     fn new_with(quant: &QuantRow, a: &[f32], m: usize, p: &NBitsParams) -> PreparedA {
+        // Tests and diagnostics only (kernels go through `with_prepared`, which is fallible).
         let mut out = PreparedA::default();
-        out.refill(quant, a, m, p);
+        if let Err(bytes) = out.refill(quant, a, m, p) {
+            panic!("PreparedA: cannot allocate {bytes} bytes");
+        }
         out
     }
 
     /// Re-prepares in place, reusing the buffers' capacity (no allocation when they are big
-    /// enough). Padding is zeroed again on every call.
-    fn refill(&mut self, quant: &QuantRow, a: &[f32], m: usize, p: &NBitsParams) {
-        fn reset<T: Copy + Default>(v: &mut Vec<T>, n: usize) {
+    /// enough). Padding is zeroed again on every call. `Err(bytes)` when a buffer cannot grow.
+    fn refill(
+        &mut self,
+        quant: &QuantRow,
+        a: &[f32],
+        m: usize,
+        p: &NBitsParams,
+    ) -> Result<(), usize> {
+        fn reset<T: Copy + Default>(v: &mut Vec<T>, n: usize) -> Result<(), usize> {
             v.clear();
+            v.try_reserve_exact(n)
+                .map_err(|_| n.saturating_mul(std::mem::size_of::<T>()))?;
             v.resize(n, T::default());
+            Ok(())
         }
         let (kb, bs) = (p.k_blocks(), p.block_size);
         let kp = kb * bs;
         (self.kp, self.kb) = (kp, kb);
         let (int8, f32_rows) = if p.int8_compute() { (m, 0) } else { (0, m) };
-        reset(&mut self.q, int8 * kp);
-        reset(&mut self.qscale, int8 * kb);
-        reset(&mut self.qsum, int8 * kb);
-        reset(&mut self.f, f32_rows * kp);
-        reset(&mut self.fsum, f32_rows * kb);
+        // m * kp <= m * (k + block_size): bounded by A, which exists.
+        reset(&mut self.q, int8 * kp)?;
+        reset(&mut self.qscale, int8 * kb)?;
+        reset(&mut self.qsum, int8 * kb)?;
+        reset(&mut self.f, f32_rows * kp)?;
+        reset(&mut self.fsum, f32_rows * kb)?;
         if p.int8_compute() {
             for r in 0..m {
                 quant(
@@ -94,6 +107,7 @@ impl PreparedA {
                 }
             }
         }
+        Ok(())
     }
 
     /// Heap bytes the buffers hold (capacity, not length).
@@ -131,7 +145,7 @@ pub fn with_prepared<R>(
     m: usize,
     p: &NBitsParams,
     f: impl FnOnce(&PreparedA) -> R,
-) -> R {
+) -> Result<R, String> {
     let quant = |row: &[f32], bs: usize, q: &mut [i8], qs: &mut [f32], qsum: &mut [i32]| {
         // SAFETY: a `Kernels` table only holds variants whose CPU features the hardware has;
         // the quantiser checks its slice lengths itself.
@@ -143,7 +157,10 @@ pub fn with_prepared<R>(
         None => (PreparedA::default(), None),
     };
     let before = prep.held_bytes();
-    prep.refill(&quant, a, m, p);
+    if let Err(bytes) = prep.refill(&quant, a, m, p) {
+        // The grant (if any) and the partly grown buffers are released here.
+        return Err(crate::memory::scratch_error(bytes));
+    }
     let bytes = prep.held_bytes();
     if bytes > before {
         // Relaxed: a statistic; nothing is published through it.
@@ -158,7 +175,7 @@ pub fn with_prepared<R>(
         // During thread teardown the slot is gone and the buffers are simply freed.
         let _ = PARKED.try_with(|c| *c.borrow_mut() = Some(Parked { prep, grant }));
     }
-    r
+    Ok(r)
 }
 
 /// Quantises one row (`row.len()` = K) in blocks of `bs` into `q` (`>= k_blocks * bs`; bytes

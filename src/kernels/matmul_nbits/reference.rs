@@ -111,3 +111,51 @@ pub fn matmul_reference_int8(
         }
     }
 }
+
+/// Scales that make the f32 dequantisation `(q - zp) * scale` overflow or carry a NaN / an
+/// infinity (|scale| > f32::MAX / 16). The fast paths multiply scales into integer or block sums,
+/// which hides those infinities; such weights take [`matmul_dequant_f32`] instead.
+pub fn hostile_scales(scales: &[f32]) -> bool {
+    scales
+        .iter()
+        .any(|s| s.is_nan() || s.abs() > f32::MAX / 16.0)
+}
+
+/// The contrib op's definition taken literally, for hostile scales: W[k][n] = (q - zp) * scale
+/// dequantised in f32 (an overflow is an infinity, `0 * inf` a NaN), then Y = A W (+ bias) with
+/// f64 sums (so infinities and NaN land where they must whatever the order). Scalar and slow;
+/// only for weights no real model has. `Err` when the per-column buffer cannot be allocated.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_dequant_f32(
+    a: &[f32],
+    m: usize,
+    b: &[u8],
+    scales: &[f32],
+    zero_points: Option<&[u8]>,
+    p: &NBitsParams,
+    bias: Option<&[f32]>,
+    out: &mut [f32],
+) -> Result<(), String> {
+    let (k_len, n_len, kbs) = (p.k, p.n, p.k_blocks());
+    let mut w: Vec<f32> = Vec::new();
+    w.try_reserve_exact(k_len)
+        .map_err(|_| format!("cannot allocate {k_len} dequantised weights"))?;
+    for n in 0..n_len {
+        w.clear();
+        w.extend((0..k_len).map(|k| {
+            let kb = k / p.block_size;
+            let q = weight_code(b, p, k, n) as f32;
+            let zp = zero_point(zero_points, p, n, kb) as f32;
+            (q - zp) * scales[n * kbs + kb]
+        }));
+        for r in 0..m {
+            let row = &a[r * k_len..(r + 1) * k_len];
+            let mut s: f64 = row.iter().zip(&w).map(|(&x, &y)| x as f64 * y as f64).sum();
+            if let Some(bias) = bias {
+                s += bias[n] as f64;
+            }
+            out[r * n_len + n] = s as f32;
+        }
+    }
+    Ok(())
+}

@@ -32,6 +32,12 @@ impl OpKernel for Act {
             None
         };
         let shape = x.shape().to_vec();
+        if self.has_bias_input && shape.is_empty() {
+            // As ORT 1.31.1's FastGelu (a scalar has no hidden dimension).
+            return Err(Error::invalid_argument(
+                "input 0 is expected to have 1 or more dimensions, got 0",
+            ));
+        }
         let out = ctx.output(0, &shape)?.into_data::<f32>()?;
         let b = match &bias {
             Some(b) => {

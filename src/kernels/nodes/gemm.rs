@@ -97,7 +97,7 @@ impl OpKernel for Gemm {
         let (a, par) = (a.data()?, &*self.env.par);
         let variant = match &b {
             BInput::Const(w) => w.with(ctx, 1, |wb| {
-                Ok(sgemm_weight(
+                sgemm_weight(
                     self.trans_a,
                     m,
                     n,
@@ -110,7 +110,8 @@ impl OpKernel for Gemm {
                     out,
                     n,
                     par,
-                ))
+                )
+                .map_err(Error::fail)
             })?,
             BInput::Tensor(b) => sgemm(
                 self.trans_a,
@@ -127,7 +128,8 @@ impl OpKernel for Gemm {
                 out,
                 n,
                 par,
-            ),
+            )
+            .map_err(Error::fail)?,
         };
         ledger::record("Gemm", variant, par.lanes());
         Ok(())

@@ -10,6 +10,7 @@ use crate::abi::kernel_info::KernelInfo;
 use crate::abi::status::{Error, Result};
 use crate::kernels::norm::{norm_f32, NormInputs, NormOutputs, NormParams};
 use crate::kernels::op::{types, Decline, KernelEnv, OpDef, OpKernel};
+use crate::kernels::shape::checked_numel;
 use crate::telemetry::ledger;
 
 use super::claim::{input_type, only_attrs, require_elem, require_output_elem, F32};
@@ -34,7 +35,8 @@ impl OpKernel for LayerNorm {
         let bias = if self.simplified { None } else { ctx.input(2)? };
         let shape = x.shape().to_vec();
         let axis = norm_axis(self.axis, shape.len()).map_err(Error::invalid_argument)?;
-        let n: usize = shape[axis..].iter().product();
+        // Checked: an empty X may carry dims whose product does not fit (e.g. [0, 2^40, 2^40]).
+        let n = checked_numel("X.shape[axis:]", &shape[axis..]).map_err(Error::invalid_argument)?;
         let stat_shape: Vec<usize> = shape
             .iter()
             .enumerate()
@@ -67,12 +69,15 @@ impl OpKernel for LayerNorm {
             Some(d) => Some(bcast(d)?),
             None => None,
         };
+        if n == 0 {
+            // As ORT 1.31.1 (X [2, 0] and [0, 0] alike): rows of zero elements have no statistics.
+            return Err(Error::invalid_argument(format!(
+                "Size of X.shape[axis:] must be at least 1, got 0 (X {xd:?}, axis {axis})"
+            )));
+        }
         let xs = x.data::<f32>()?;
         if xs.is_empty() {
-            // Rows of zero elements: ORT's statistics are 0/0 (NaN); no rows: nothing to write.
-            for s in [mean, inv_std].into_iter().flatten() {
-                s.fill(f32::NAN);
-            }
+            // No rows: nothing to write.
             ledger::record(self.op, "empty", self.env.par.lanes());
             return Ok(());
         }

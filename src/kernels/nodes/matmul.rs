@@ -47,9 +47,7 @@ impl MatMul {
         let a = a.data::<f32>()?;
         let par = &*self.env.par;
         let variant = w.with(ctx, 1, |b| {
-            Ok(sgemm_weight(
-                false, rows, n, k, 1.0, a, k, b, 0.0, out, n, par,
-            ))
+            sgemm_weight(false, rows, n, k, 1.0, a, k, b, 0.0, out, n, par).map_err(Error::fail)
         })?;
         ledger::record("MatMul", variant, par.lanes());
         Ok(())

@@ -9,6 +9,7 @@ use crate::abi::kernel_context::KernelContext;
 use crate::abi::kernel_info::KernelInfo;
 use crate::abi::status::{Error, Result};
 use crate::abi::tensor::{ElemType, Tensor};
+use crate::kernels::matmul_nbits::reference::{hostile_scales, matmul_dequant_f32};
 use crate::kernels::matmul_nbits::{
     matmul_packed, matmul_unpacked, try_pack, NBitsInput, NBitsParams, PackedNBits,
 };
@@ -125,6 +126,8 @@ struct MatMulNBits {
     p: NBitsParams,
     /// Constant scales / zero points / bias copied at creation (None: read per call).
     scales: Option<Vec<f32>>,
+    /// Whether the constant scales are hostile (see `hostile_scales`), decided once.
+    const_hostile: bool,
     zero_points: Option<Vec<u8>>,
     bias: Option<Vec<f32>>,
     packed: Option<Arc<CachedWeight<PackedNBits>>>,
@@ -136,7 +139,19 @@ fn copy_const<T: crate::abi::tensor::Element>(
     i: usize,
 ) -> Result<Option<Vec<T>>> {
     Ok(match info.constant_input(i)? {
-        Some(t) => Some(t.data::<T>()?.to_vec()),
+        Some(t) => {
+            // Sized by the model (scales are N * k_blocks floats): fallible, a clean error.
+            let src = t.data::<T>()?;
+            let mut v = Vec::new();
+            v.try_reserve_exact(src.len()).map_err(|_| {
+                Error::fail(format!(
+                    "cannot allocate a copy of constant input {i} ({} elements)",
+                    src.len()
+                ))
+            })?;
+            v.extend_from_slice(src);
+            Some(v)
+        }
         None => None,
     })
 }
@@ -184,6 +199,7 @@ fn create(info: &KernelInfo<'_>, env: &Arc<KernelEnv>) -> Result<Box<dyn OpKerne
     }
     Ok(Box::new(MatMulNBits {
         p,
+        const_hostile: scales.as_deref().is_some_and(hostile_scales),
         scales,
         zero_points,
         bias,
@@ -222,6 +238,9 @@ impl OpKernel for MatMulNBits {
         let Some(scales) = self.scales.as_deref() else {
             return Ok(false);
         };
+        if self.const_hostile {
+            return Ok(false); // computed by the literal definition (see `compute`)
+        }
         if self.p.has_zero_points && self.zero_points.is_none() {
             return Ok(false);
         }
@@ -294,7 +313,7 @@ impl OpKernel for MatMulNBits {
         };
         let par = &*self.env.par;
         let variant = match &self.packed {
-            Some(w) => matmul_packed(a, m, w, bias, out, par),
+            Some(w) => matmul_packed(a, m, w, bias, out, par).map_err(Error::fail)?,
             None => {
                 let b_t = ctx.required_input(IN_B)?;
                 let s_t = ctx.input(IN_SCALES)?;
@@ -325,7 +344,18 @@ impl OpKernel for MatMulNBits {
                 };
                 p.check_sizes(b.len(), scales.len(), zp.map(|z| z.len()), None)
                     .map_err(Error::invalid_argument)?;
-                matmul_unpacked(a, m, b, scales, zp, p, bias, out, par)
+                let hostile = match &self.scales {
+                    Some(_) => self.const_hostile,
+                    None => hostile_scales(scales), // scales fed at run time: checked per call
+                };
+                if hostile {
+                    // Infinite, NaN or overflowing scales: the op's definition taken literally
+                    // (the fast paths would hide the infinities the dequantisation makes).
+                    matmul_dequant_f32(a, m, b, scales, zp, p, bias, out).map_err(Error::fail)?;
+                    "dequant-f32-literal"
+                } else {
+                    matmul_unpacked(a, m, b, scales, zp, p, bias, out, par).map_err(Error::fail)?
+                }
             }
         };
         ledger::record(OP, variant, par.lanes());

@@ -50,6 +50,12 @@ impl OpKernel for SkipNorm {
         let shape = x.shape().to_vec();
         check_shapes(&shape, skip.shape()).map_err(Error::invalid_argument)?;
         let n = *shape.last().unwrap_or(&0);
+        if n == 0 {
+            // As ORT 1.31.1, which refuses an empty hidden dimension whatever the batch.
+            return Err(Error::invalid_argument(format!(
+                "hidden size must be positive, got 0 (input {shape:?})"
+            )));
+        }
         for (what, t) in [("gamma", Some(&gamma)), ("bias", bias.as_ref())] {
             if let Some(t) = t {
                 if t.shape().len() != 1 || t.shape()[0] != n {
@@ -100,6 +106,11 @@ impl OpKernel for SkipNorm {
 
 fn claim(node: &Node<'_>) -> std::result::Result<(), Decline> {
     only_attrs(node, &["epsilon"])?;
+    if let Some(e) = node.attr_f32("epsilon").filter(|e| e.is_nan() || *e < 0.0) {
+        // ORT's kernel refuses these when the session is created; left to it, so the model fails
+        // as it does without rcpu.
+        return Err(format!("epsilon {e} is negative or NaN"));
+    }
     for i in 0..3 {
         require_elem(node, i, F32)?;
     }

@@ -6,7 +6,9 @@ use super::driver::{qgemm_with, Products};
 use super::pack::{pack_into, packed_sizes, PackedView};
 use super::requant::{Cols, Requant};
 use super::{Kernels, Signs};
-use crate::memory::scratch::{with_scratch_f32, with_scratch_i32, with_scratch_u8};
+use crate::memory::scratch::{
+    scratch_error, try_with_scratch_f32, try_with_scratch_i32, try_with_scratch_u8,
+};
 use crate::runtime::par::Par;
 
 /// B as the call sees it.
@@ -103,9 +105,9 @@ pub fn run_with(
     let ilen = rows + if per_col_zero { cols } else { 0 } + if raw { cols } else { 0 };
     let flen = if per_col_scale { cols } else { 0 };
     let blen = if raw { packed_bytes } else { 0 };
-    let name = with_scratch_i32(ilen, |ib| {
-        with_scratch_f32(flen, |fb| {
-            with_scratch_u8(blen, |bb| {
+    let name = try_with_scratch_i32(ilen, |ib| {
+        try_with_scratch_f32(flen, |fb| {
+            try_with_scratch_u8(blen, |bb| {
                 let (rowsums, rest) = ib.split_at_mut(rows);
                 let (zw_buf, cs_buf) = rest.split_at_mut(if per_col_zero { cols } else { 0 });
                 let shift = call.signs.b_zero_shift();
@@ -159,6 +161,9 @@ pub fn run_with(
                 qgemm_with(kern, call.a, &call.prods, &view, &rq, rowsums, out, par)
             })
         })
-    });
-    Ok(name)
+    })
+    .flatten()
+    .flatten();
+    // ilen and flen are bounded by the output and B's scales; blen by B, which exists.
+    name.ok_or_else(|| scratch_error(ilen * 4 + flen * 4 + blen))
 }
