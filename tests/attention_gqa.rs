@@ -359,3 +359,44 @@ fn bad_inputs_are_errors() {
     assert!(try_(case(1, 1, 4, 2, 64, 4, 5), &[1, 2]).contains("seqlens_k has"));
     assert!(try_(case(1, 1, 6, 4, 64, 4, 5), &[1]).contains("multiple"));
 }
+
+/// A product that rounds into the subnormal range: 0 on a thread that flushes subnormals.
+fn subnormals_kept() -> bool {
+    std::hint::black_box(std::hint::black_box(1e-30f32) * std::hint::black_box(1e-10f32)) > 0.0
+}
+
+#[test]
+fn peaky_softmax_flushes_subnormals_only_inside_the_call() {
+    // Queries x60: scores ~100 apart, so most probabilities underflow (the case the FTZ/DAZ
+    // section exists for). The answer still meets the reference; the caller's FP environment is
+    // the same after the call (the kernel's flush must not leak out of it).
+    for (past, shared, seed) in [(64usize, false, 901u64), (300, false, 902), (40, true, 903)] {
+        let mut c = case(1, 1, 14, 2, 64, past, past + 1);
+        c.rotary = Some(false);
+        c.shared = shared;
+        let mut rng = Rng(seed);
+        let mut d = data(&c, &[past as i32], &mut rng);
+        d.q.iter_mut().for_each(|x| *x *= 60.0);
+        let (wo, _, _) = reference(&c, &d);
+        let default =
+            |sh: &GqaShape, i: &GqaInputs<'_>, o: GqaOutputs<'_>, p: &dyn Par| gqa_f32(sh, i, o, p);
+        for par in [&Serial as &dyn Par, &THREE] {
+            assert!(
+                subnormals_kept(),
+                "test thread starts in the default environment"
+            );
+            let (o, _, _) = call(&c, &d, &default, par).unwrap();
+            assert!(
+                subnormals_kept(),
+                "past {past}: FTZ/DAZ leaked out of gqa_f32"
+            );
+            assert_close(
+                &format!("peaky past {past} shared {shared} out"),
+                &o,
+                &wo,
+                1e-4,
+                1e-5,
+            );
+        }
+    }
+}

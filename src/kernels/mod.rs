@@ -6,6 +6,7 @@ pub mod attention;
 pub mod cast;
 pub(crate) mod disjoint;
 pub mod elementwise;
+pub mod fp_env;
 pub mod gather_quant;
 pub mod gemm;
 pub mod isa;

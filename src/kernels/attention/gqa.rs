@@ -12,6 +12,7 @@
 //! - with rotary, query and new key rows are rotated at position `s` (first prompt) or
 //!   `past + s` (cache rows of `cos`/`sin`), see [`super::rotary`].
 
+use crate::kernels::fp_env::FlushSubnormals;
 use crate::kernels::isa::Isa;
 use crate::kernels::softmax;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -286,6 +287,8 @@ fn run(
     let scratch = head + 2 * max_len + kt_len;
     let no_scratch = AtomicBool::new(false);
     let attend = |first: usize, dst: &mut [f32]| {
+        // A peaky softmax underflows into subnormals, each read costing an assist on Intel.
+        let _ftz = FlushSubnormals::new();
         let done = try_with_scratch_f32(scratch, |buf| {
             let (qr, rest) = buf.split_at_mut(head);
             let (scores, rest) = rest.split_at_mut(max_len);
