@@ -400,3 +400,46 @@ fn peaky_softmax_flushes_subnormals_only_inside_the_call() {
         }
     }
 }
+
+#[test]
+fn subnormal_probabilities_count_as_zero() {
+    // One head of 16, one past row and one new row: scores 0 (past) and 100 (new), so the past
+    // row's probability is exp(-100) ~ 3.7e-44, a subnormal. Its V row is 1e30 and the new one
+    // 0: with subnormals kept the output would be ~3.7e-14; the kernel flushes them (documented
+    // in kernels::fp_env: p < f32::MIN_POSITIVE counts as 0), so it is exactly 0.
+    let sh = GqaShape {
+        batch: 1,
+        seq: 1,
+        heads: 1,
+        kv_heads: 1,
+        head: 16,
+        past_len: 1,
+        present_len: 2,
+        first_prompt: false,
+        scale: 0.25,
+    };
+    let (q, k, v) = (vec![1.0f32; 16], vec![25.0f32; 16], vec![0.0f32; 16]);
+    let (past_k, past_v) = (vec![0.0f32; 16], vec![1e30f32; 16]);
+    for isa in ISAS {
+        let mut out = vec![f32::NAN; 16];
+        let (mut pk, mut pv) = (vec![0.0f32; 32], vec![0.0f32; 32]);
+        let inputs = GqaInputs {
+            q: &q,
+            kv: Some((&k, &v)),
+            past: Some((&past_k, &past_v)),
+            seqlens_k: &[1],
+            rotary: None,
+        };
+        let outs = GqaOutputs {
+            out: &mut out,
+            present_k: &mut pk,
+            present_v: &mut pv,
+            shared: false,
+        };
+        match gqa_f32_with(isa, &sh, &inputs, outs, &Serial) {
+            Ok(_) => assert_eq!(out, vec![0.0f32; 16], "{isa:?}"),
+            Err(e) if e.contains("not supported") => continue,
+            Err(e) => panic!("{isa:?}: {e}"),
+        }
+    }
+}
