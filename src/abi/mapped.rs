@@ -7,7 +7,8 @@
 //! offset that only grows: pieces never overlap and are never reused, so each piece is the sole
 //! owner of its bytes. A piece holds an `Arc` of its mapping; the mapping is unmapped when the
 //! last piece (and whoever else holds the `Arc`) drops. The kernel fills fresh anonymous pages
-//! with zeros, so a new piece reads as zeros.
+//! with zeros, so a new piece reads as zeros. No `MAP_NORESERVE`: under strict overcommit a
+//! mapping that cannot be backed is refused by `mmap` (a decline), not at a later page fault.
 
 use std::io;
 use std::marker::PhantomData;
@@ -84,7 +85,7 @@ impl Mapping {
                 std::ptr::null_mut(),
                 span,
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
                 -1,
                 0,
             )
@@ -155,13 +156,17 @@ impl Mapping {
         self.base.as_ptr() as usize
     }
 
-    /// Reserves `bytes` at the next multiple of `align` (a power of two); `None` when they do
-    /// not fit. Returns the offset and the bytes taken (`bytes` plus the alignment padding).
+    /// Reserves `bytes` at the next multiple of `align` (a power of two), padded to a multiple
+    /// of `align`; `None` when they do not fit. Returns the offset and the bytes taken (`bytes`
+    /// plus the padding before and after).
     fn bump(&self, bytes: usize, align: usize) -> Option<(usize, usize)> {
         let mut taken = 0;
         let r = self.used.fetch_update(Relaxed, Relaxed, |u| {
             let off = u.checked_next_multiple_of(align)?;
-            let end = off.checked_add(bytes)?;
+            // The piece's end is padded to `align` too: with one alignment throughout, every
+            // piece starts where the previous one ended and takes a size that depends only on
+            // its own length.
+            let end = off.checked_add(bytes.checked_next_multiple_of(align)?)?;
             taken = end - u;
             (end <= self.len).then_some(end)
         });
