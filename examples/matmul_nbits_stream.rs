@@ -15,8 +15,9 @@
 //! inter x hidden; acc 4, block 32, no zero points, f16 scales, as the generated models) run
 //! back to back as decode runs them, against a plain read of the same bytes: one dispatch per
 //! matrix (two contiguous halves each, the same dispatch count), from a buffer on 4 KiB pages
-//! and from one advised for huge pages (the packed weights of these shapes are below
-//! `HUGE_PAGE_MIN_BYTES`, so they sit on 4 KiB pages). Per matrix shape: p10 / p50 of per-call
+//! and from one advised for huge pages (the packed weights themselves live in the huge-page
+//! weight arena, `rcpu::memory::weight_arena`, back to back in pack order). Per matrix shape:
+//! p10 / p50 of per-call
 //! times over layers and passes (a preempted call falls out of p10 on a loaded machine).
 //!
 //! `... -- --sweep [K N threads rounds copies acc M] [--pf=0,512,1024,2048]` (default 896
@@ -248,7 +249,7 @@ fn decoder(layers: usize, h: usize, inter: usize, threads: usize, passes: usize)
         println!(
             "{name:>6}: kernel p10 {:.1} us ({:.1} GB/s) p50 {:.1} | plain read 4K pages p10 \
              {:.1} us ({:.1} GB/s) p50 {:.1} | huge pages p10 {:.1} us ({:.1} GB/s) p50 {:.1} | \
-             kernel/read(4K) p10 {:.2}",
+             kernel/read(4K) p10 {:.2}, kernel/read(huge) p10 {:.2}",
             k10 * 1e6,
             gb(sizes[i], k10),
             k50 * 1e6,
@@ -258,7 +259,8 @@ fn decoder(layers: usize, h: usize, inter: usize, threads: usize, passes: usize)
             h10 * 1e6,
             gb(sizes[i], h10),
             h50 * 1e6,
-            r10 / k10
+            r10 / k10,
+            h10 / k10
         );
     }
 }

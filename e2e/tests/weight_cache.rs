@@ -1,6 +1,7 @@
 //! The governed weight cache through real ORT: sessions of the same MatMulNBits model share one
 //! packed copy (content key), and a zero budget declines packing (is_packed=false) while the
-//! outputs stay byte-identical to the cached path.
+//! outputs stay byte-identical to the cached path. The packed copy lives in the huge-page weight
+//! arena, whose region goes with the last session holding a weight in it.
 
 use rcpu_e2e::onnx::{dtype, Attr, Dim, GraphBuilder};
 use rcpu_e2e::stats::PluginStats;
@@ -47,6 +48,16 @@ fn nbits_model(seed: u64) -> Vec<u8> {
     g.build()
 }
 
+/// (live regions, live bytes) of the plugin's huge-page weight arena.
+fn arena(stats: &PluginStats) -> (u64, u64) {
+    let j = stats.json().unwrap();
+    let a = &j["memory"]["weight_arena"];
+    (
+        a["regions"].as_u64().expect("weight_arena.regions"),
+        a["live_bytes"].as_u64().expect("weight_arena.live_bytes"),
+    )
+}
+
 fn entries(stats: &PluginStats) -> u64 {
     stats.json().unwrap()["memory"]["weight_cache"]["entries"]
         .as_u64()
@@ -64,6 +75,7 @@ fn sessions_share_packed_weights_and_a_zero_budget_is_identical() {
     let a = Tensor::f32(&[3, K as i64], rand_f32(3 * K, 5));
 
     let base = entries(&stats);
+    let arena_base = arena(&stats);
     let s1 = ort
         .session(&model, &SessionSpec::rcpu(&[("threads", "2")]))
         .unwrap();
@@ -74,6 +86,12 @@ fn sessions_share_packed_weights_and_a_zero_budget_is_identical() {
         entries(&stats),
         base + 1,
         "two sessions of one model hold one packed copy"
+    );
+    let (regions, live) = arena(&stats);
+    assert!(
+        regions >= 1 && live > arena_base.1,
+        "the packed copy lives in the huge-page arena: {:?}",
+        (regions, live)
     );
     let other = ort
         .session(&nbits_model(12), &SessionSpec::rcpu(&[]))
@@ -99,6 +117,11 @@ fn sessions_share_packed_weights_and_a_zero_budget_is_identical() {
         entries(&stats),
         base,
         "every packed copy released with its sessions"
+    );
+    assert_eq!(
+        arena(&stats),
+        arena_base,
+        "the arena region is unmapped with the last weight in it"
     );
 
     // Budget 0 (process-wide): with no packed copy left to share, this session's kernel is

@@ -13,6 +13,7 @@ pub mod kernel;
 pub mod kernel_context;
 pub mod kernel_info;
 pub mod log_bridge;
+pub mod mapped;
 pub mod os;
 pub mod session;
 pub mod status;

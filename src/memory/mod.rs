@@ -13,6 +13,10 @@
 //! configured value wins** for new reservations; existing grants are kept (a lower budget does not evict
 //! anything, it declines new reservations until enough is released).
 //!
+//! Packed weights live in the process-wide [`weight_arena`] (huge-page regions shared by many
+//! weights); each weight's grant is settled to the bytes it takes there, and the arena's slack
+//! (under 2 MiB per live region, plus dropped pieces whose region still lives) shows in its stats.
+//!
 //! Every decline has a correct slower path: the weight cache returns `None` (compute from the original
 //! weight), scratch frees an unparked buffer after use (allocate per call).
 
@@ -22,6 +26,7 @@ mod governor;
 mod key_digest;
 pub mod scratch;
 mod try_alloc;
+mod weight_arena;
 mod weight_cache;
 
 pub use aligned::{AlignedBuf, HUGE_PAGE_MIN_BYTES};
@@ -33,6 +38,10 @@ pub use scratch::{
     try_with_scratch_u8, ScratchStats, Shortfall,
 };
 pub use try_alloc::{try_vec, AllocError};
+pub use weight_arena::{
+    weight_arena, ArenaBuf, ArenaStats, WeightArena, ALIGN as ARENA_ALIGN, OWN_REGION_MIN_BYTES,
+    REGION_BYTES,
+};
 pub use weight_cache::{CachedWeight, GovernedWeightCache, WeightKey};
 
 use std::sync::LazyLock;
@@ -111,6 +120,7 @@ pub fn stats() -> serde_json::Value {
         "weights": weights().stats(),
         "accumulators": accumulators().stats(),
         "weight_cache": weight_cache().stats(),
+        "weight_arena": weight_arena().stats_json(),
         "scratch": scratch_stats(),
     })
 }

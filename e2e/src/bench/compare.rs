@@ -136,7 +136,9 @@ pub fn run(o: &Opts) -> Result<i32, String> {
         "read bandwidth for a {:.1} MB buffer on {threads} threads",
         t.weight_bytes as f64 / 1e6
     ));
-    let bw = membw::read_gbps(t.weight_bytes as usize, threads, 5);
+    let bw_ref = membw::Reference::measure(t.weight_bytes as usize, threads, 5);
+    println!("{}", bw_ref.describe());
+    let bw = bw_ref.best();
 
     let mut taken: Vec<Round> = vec![];
     // Foreign load is measured over the timed windows only (not the settle waits in between).

@@ -205,8 +205,9 @@ pub fn run(o: &Opts) -> Result<i32, String> {
         "read bandwidth for a {:.1} MB buffer on {threads} threads",
         t.weight_bytes as f64 / 1e6
     ));
-    let bw = membw::read_gbps(t.weight_bytes as usize, threads, 5);
-    println!("read bandwidth of a same-size buffer, this run: {bw:.1} GB/s (best of 5 passes)");
+    let bw_ref = membw::Reference::measure(t.weight_bytes as usize, threads, 5);
+    println!("{}", bw_ref.describe());
+    let bw = bw_ref.best();
     let tol = o.tol.unwrap_or(if acc == 4 { 2e-2 } else { 1e-4 });
     let mut results = vec![];
     let mut code = 0;
@@ -219,7 +220,9 @@ pub fn run(o: &Opts) -> Result<i32, String> {
     }
     if let Some(path) = &o.json {
         let doc = json!({"model": t.label, "path": t.path, "threads": threads, "cpus": cpus,
-            "weight_bytes_per_token": t.weight_bytes, "read_gbps": bw, "cases": results});
+            "weight_bytes_per_token": t.weight_bytes, "read_gbps": bw,
+            "read_gbps_4k_pages": bw_ref.small_pages, "read_gbps_huge_pages": bw_ref.huge_pages,
+            "cases": results});
         std::fs::write(
             path,
             serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?,

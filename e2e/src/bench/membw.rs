@@ -2,16 +2,76 @@
 //! measured here, now. `threads` threads (spawned once) each sum their share of the buffer; one
 //! pass reads the buffer `reps` times (at least ~256 MB in all, so a small, cache-resident buffer
 //! is timed over many reads, just as decode re-reads its weights every token); best of `passes`.
+//!
+//! Two buffers: one on ordinary 4 KiB pages ([`read_gbps`]) and one from a huge-page weight arena,
+//! the memory rcpu's packed weights live in ([`read_gbps_huge`]). [`Reference`] measures both;
+//! its denominator for "fraction of read bandwidth" is the higher of the two (the best this
+//! machine reached in this run), so weights on huge pages are not flattered by a 4 KiB reference.
 
 use std::sync::Barrier;
 use std::time::Instant;
 
-/// Best read bandwidth in GB/s over `passes` passes of a `bytes`-sized buffer.
+/// Read bandwidth of a same-size buffer on 4 KiB and on huge pages, this run.
+#[derive(Debug, Clone, Copy)]
+pub struct Reference {
+    /// GB/s reading a buffer on 4 KiB pages.
+    pub small_pages: f64,
+    /// GB/s reading a buffer from a huge-page weight arena (0 when none could be mapped).
+    pub huge_pages: f64,
+}
+
+impl Reference {
+    /// Both reads of a `bytes`-sized buffer, best of `passes` each.
+    pub fn measure(bytes: usize, threads: usize, passes: usize) -> Reference {
+        Reference {
+            small_pages: read_gbps(bytes, threads, passes),
+            huge_pages: read_gbps_huge(bytes, threads, passes).unwrap_or(0.0),
+        }
+    }
+
+    /// The denominator of "of read bw": the higher of the two.
+    pub fn best(&self) -> f64 {
+        self.small_pages.max(self.huge_pages)
+    }
+
+    /// One line for the report.
+    pub fn describe(&self) -> String {
+        format!(
+            "read bandwidth of a same-size buffer, this run: {:.1} GB/s on 4 KiB pages, {:.1} GB/s \
+             on huge pages (best of 5 passes each); \"of read bw\" below divides by the higher, \
+             {:.1} GB/s",
+            self.small_pages,
+            self.huge_pages,
+            self.best()
+        )
+    }
+}
+
+/// Best read bandwidth in GB/s over `passes` passes of a `bytes`-sized buffer on 4 KiB pages.
 pub fn read_gbps(bytes: usize, threads: usize, passes: usize) -> f64 {
     let words = (bytes / 8).max(1024);
     let buf: Vec<u64> = (0..words as u64)
         .map(|i| i.wrapping_mul(0x9E37_79B9))
         .collect();
+    read_buf_gbps(&buf, threads, passes)
+}
+
+/// [`read_gbps`] for a buffer claimed from a fresh huge-page weight arena (2 MiB-aligned,
+/// `MADV_HUGEPAGE` before the first write), as rcpu's packed weights are; `None` when the
+/// arena cannot map it.
+pub fn read_gbps_huge(bytes: usize, threads: usize, passes: usize) -> Option<f64> {
+    let words = (bytes / 8).max(1024);
+    let arena = rcpu::memory::WeightArena::new(rcpu::memory::REGION_BYTES);
+    let mut buf = arena.try_alloc::<u64>(words).ok()?;
+    for (i, w) in buf.as_mut_slice().iter_mut().enumerate() {
+        *w = (i as u64).wrapping_mul(0x9E37_79B9);
+    }
+    Some(read_buf_gbps(buf.as_slice(), threads, passes))
+}
+
+/// Best read bandwidth in GB/s over `passes` passes of `buf`.
+fn read_buf_gbps(buf: &[u64], threads: usize, passes: usize) -> f64 {
+    let words = buf.len();
     let threads = threads.max(1);
     let chunk = words.div_ceil(threads);
     let reps = ((256usize << 20) / (words * 8)).max(1);
@@ -77,5 +137,7 @@ mod tests {
     fn bandwidth_is_positive_and_finite() {
         let g = super::read_gbps(1 << 20, 2, 2);
         assert!(g.is_finite() && g > 0.0, "{g}");
+        let h = super::read_gbps_huge(1 << 20, 2, 2).expect("arena maps 1 MiB");
+        assert!(h.is_finite() && h > 0.0, "{h}");
     }
 }

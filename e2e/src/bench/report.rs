@@ -148,7 +148,7 @@ pub fn print(run: &Measured, t: &Target, o: &Opts) -> Result<i32, String> {
     if t.decode {
         println!(
             "physical limit: {:.1} MB of weights per token; read bandwidth measured in this run {bw:.2} GB/s \
-             ({threads} threads, same-size buffer, best of 5) -> floor {:.1} us/token",
+             ({threads} threads, same-size buffer, the higher of 4 KiB and huge pages, best of 5) -> floor {:.1} us/token",
             t.weight_bytes as f64 / 1e6,
             t.weight_bytes as f64 / bw / 1e3
         );

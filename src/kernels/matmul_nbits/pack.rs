@@ -40,7 +40,7 @@ use super::params::NBitsParams;
 use super::reference::weight_code;
 use crate::abi::tensor::F16Bits;
 use crate::kernels::cast::{f16_to_f32, f32_to_f16, NanRule};
-use crate::memory::AlignedBuf;
+use crate::memory::{weight_arena, ArenaBuf};
 
 /// Columns per group.
 pub const NR: usize = 32;
@@ -49,23 +49,25 @@ pub(crate) const LANES: usize = NR / 2;
 /// k per 64-byte chunk.
 pub(crate) const CHUNK_K: usize = 4;
 
-/// A MatMulNBits weight rearranged for the tile kernels.
-#[derive(Debug, Clone)]
+/// A MatMulNBits weight rearranged for the tile kernels. Its buffers are pieces of the
+/// process-wide huge-page weight arena ([`crate::memory::weight_arena`]), claimed in the order
+/// weights, scales, f16 scales, zero points, so consecutive packs lie back to back.
+#[derive(Debug)]
 pub struct PackedNBits {
     pub(crate) params: NBitsParams,
     /// 64-byte aligned (as is every group inside it: group sizes are multiples of 64 bytes),
     /// so no 64-byte weight or scale load of the kernels straddles two cache lines.
-    pub(crate) weights: AlignedBuf<u8>,
+    pub(crate) weights: ArenaBuf<u8>,
     /// f32 scales of every group that reads f32 (all of them below level 4; at level 4 only
     /// groups whose scales f16 cannot hold): `[group][block][32]` over all groups, or empty when
     /// no group reads f32.
-    pub(crate) scales: AlignedBuf<f32>,
+    pub(crate) scales: ArenaBuf<f32>,
     /// f16 scales (bits) of the groups that read f16, `[group][block][32]` over all groups, or
     /// empty when none does (always below level 4).
-    pub(crate) scales16: AlignedBuf<u16>,
+    pub(crate) scales16: ArenaBuf<u16>,
     /// Per group: whether it reads `scales16` (else `scales`).
     pub(crate) f16_groups: Vec<bool>,
-    pub(crate) zero_points: Option<AlignedBuf<u8>>,
+    pub(crate) zero_points: Option<ArenaBuf<u8>>,
 }
 
 /// One group's scales, `[block][32]`, in the format the group was packed with.
@@ -155,13 +157,20 @@ impl PackedNBits {
         &self.params
     }
 
-    /// Heap bytes really held.
+    /// Bytes really held: what the pieces took from the weight arena (alignment padding
+    /// included) plus the per-group flags on the heap.
     pub fn bytes(&self) -> usize {
-        self.weights.held_bytes()
-            + self.scales.held_bytes()
-            + self.scales16.held_bytes()
+        self.weights.taken_bytes()
+            + self.scales.taken_bytes()
+            + self.scales16.taken_bytes()
             + self.f16_groups.capacity()
-            + self.zero_points.as_ref().map_or(0, |z| z.held_bytes())
+            + self.zero_points.as_ref().map_or(0, |z| z.taken_bytes())
+    }
+
+    /// Start address of the arena region holding the packed codes (diagnostics and tests:
+    /// which region, e.g. to find it in `/proc/self/smaps`).
+    pub fn region_addr(&self) -> usize {
+        self.weights.mapping().addr()
     }
 
     /// The packed weight codes (all groups), e.g. for streaming diagnostics.
@@ -249,11 +258,14 @@ pub fn try_pack_threads(
     let any_f32 = f16_groups.iter().any(|&h| !h);
     let any_f16 = f16_groups.iter().any(|&h| h);
     let half_len = if any_f16 { g_count * sb } else { 0 };
-    let mut weights = AlignedBuf::<u8>::try_zeroed(g_count * wb).ok()?;
-    let mut sc = AlignedBuf::<f32>::try_zeroed(if any_f32 { g_count * sb } else { 0 }).ok()?;
-    let mut sc16 = AlignedBuf::<u16>::try_zeroed(half_len).ok()?;
+    let arena = weight_arena();
+    let mut weights = arena.try_alloc::<u8>(g_count.checked_mul(wb)?).ok()?;
+    let mut sc = arena
+        .try_alloc::<f32>(if any_f32 { g_count.checked_mul(sb)? } else { 0 })
+        .ok()?;
+    let mut sc16 = arena.try_alloc::<u16>(half_len).ok()?;
     let mut zps = match zero_points {
-        Some(_) => Some(AlignedBuf::<u8>::try_zeroed(g_count * zb).ok()?),
+        Some(_) => Some(arena.try_alloc::<u8>(g_count.checked_mul(zb)?).ok()?),
         None => None,
     };
     let per = g_count.div_ceil(threads.clamp(1, g_count.max(1)));

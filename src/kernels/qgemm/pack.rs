@@ -9,7 +9,7 @@
 //! sign the kernels read them (int8 when A is uint8, uint8 when A is int8).
 
 use super::{Signs, NR, PANEL};
-use crate::memory::AlignedBuf;
+use crate::memory::{weight_arena, ArenaBuf};
 
 /// K rounded up to a multiple of 4.
 pub fn k_padded(k: usize) -> usize {
@@ -41,14 +41,14 @@ pub fn checked_packed_sizes(k: usize, n: usize, batches: usize) -> Option<(usize
 
 /// An owned packed B (what the weight cache holds for a constant B). The bytes are 64-byte
 /// aligned, so every 64-byte load of the tile kernels reads exactly one cache line (a plain
-/// `Vec` of this size starts 16 bytes into its mapping: every load split two lines), and
-/// large ones are advised for huge pages ([`AlignedBuf`]).
+/// `Vec` of this size starts 16 bytes into its mapping: every load split two lines), and they
+/// live on huge pages, in the weight arena ([`crate::memory::weight_arena`]).
 pub struct PackedB {
     pub k: usize,
     pub n: usize,
     pub batches: usize,
     pub signs: Signs,
-    data: AlignedBuf<u8>,
+    data: ArenaBuf<u8>,
     colsum: Vec<i32>,
 }
 
@@ -64,9 +64,9 @@ impl PackedB {
         }
     }
 
-    /// Heap bytes held.
+    /// Bytes held: the arena piece (alignment padding included) and the column sums.
     pub fn bytes(&self) -> usize {
-        self.data.held_bytes() + self.colsum.capacity() * 4
+        self.data.taken_bytes() + self.colsum.capacity() * 4
     }
 }
 
@@ -181,7 +181,7 @@ pub fn pack(b: &[u8], k: usize, n: usize, batches: usize, signs: Signs) -> Packe
 /// [`pack`], or `None` when the packed buffers cannot be allocated (or their size overflows).
 pub fn try_pack(b: &[u8], k: usize, n: usize, batches: usize, signs: Signs) -> Option<PackedB> {
     let (dl, cl) = checked_packed_sizes(k, n, batches)?;
-    let mut data = AlignedBuf::<u8>::try_zeroed(dl).ok()?;
+    let mut data = weight_arena().try_alloc::<u8>(dl).ok()?;
     let mut colsum = crate::memory::try_vec(cl, 0i32).ok()?;
     pack_into(b, k, n, batches, signs, &mut data, &mut colsum);
     Some(PackedB {
