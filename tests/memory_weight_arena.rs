@@ -208,9 +208,9 @@ fn many_small_packs_share_one_advised_region_and_decline_cleanly() {
         let (p, m) = (&pr.p, pr.m);
         let zp = pr.zp.as_deref();
         let mut got = vec![0f32; m * p.n];
-        matmul_packed(&pr.a, m, w, None, &mut got, &Serial);
+        matmul_packed(&pr.a, m, w, None, &mut got, &Serial).unwrap();
         let mut unp = vec![0f32; m * p.n];
-        matmul_unpacked(&pr.a, m, &pr.b, &pr.scales, zp, p, None, &mut unp, &Serial);
+        matmul_unpacked(&pr.a, m, &pr.b, &pr.scales, zp, p, None, &mut unp, &Serial).unwrap();
         assert_eq!(got, unp, "pack {i}: packed vs unpacked");
         if !p.int8_compute() {
             let mut want = vec![0f32; m * p.n];
@@ -263,7 +263,8 @@ fn many_small_packs_share_one_advised_region_and_decline_cleanly() {
         None,
         &mut unp,
         &Serial,
-    );
+    )
+    .unwrap();
     assert!(rel_l2(&unp, &want) <= 1e-5);
 
     weight_arena().set_mapped_limit(None);
