@@ -535,6 +535,8 @@ macro_rules! isa_entry {
 /// directly on a CPU without the level; through its family's table that cannot happen.
 macro_rules! simd_entry {
     ($vis:vis fn $name:ident($($arg:ident : $ty:ty),* $(,)?) $(-> $ret:ty)? = $tok:ty => $kernel:path) => {
+        // The signature is the family's table type, however many arguments it has.
+        #[allow(clippy::too_many_arguments)]
         $vis fn $name($($arg: $ty),*) $(-> $ret)? {
             let _token: $tok = <$tok>::get().expect("ISA kernel called on a CPU without the ISA");
             // SAFETY: `_token` exists, so the CPU has every feature of its level, which includes
