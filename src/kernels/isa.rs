@@ -7,6 +7,8 @@
 
 use std::sync::LazyLock;
 
+use crate::kernels::simd;
+
 /// Ordered ISA levels: a higher level implies every lower one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Isa {
@@ -31,25 +33,9 @@ impl Isa {
         }
     }
 
-    /// What the CPU supports (ignores the environment cap).
+    /// What the CPU supports (ignores the environment cap): [`simd::detect`].
     pub fn detect_hardware() -> Isa {
-        #[cfg(target_arch = "x86_64")]
-        {
-            use std::arch::is_x86_feature_detected as has;
-            let avx2 = has!("avx2") && has!("fma") && has!("f16c");
-            let avx512 =
-                avx2 && has!("avx512f") && has!("avx512bw") && has!("avx512dq") && has!("avx512vl");
-            if avx512 && has!("avx512vnni") {
-                return Isa::Avx512Vnni;
-            }
-            if avx512 {
-                return Isa::Avx512;
-            }
-            if avx2 {
-                return Isa::Avx2;
-            }
-        }
-        Isa::Scalar
+        simd::detect()
     }
 
     /// The process's level: hardware, capped by `RCPU_ISA` when set. Computed once.
@@ -101,12 +87,13 @@ pub fn log_choice_once() {
 
 /// The hardware level, detected once (no environment cap): what variants may run at all.
 pub fn hardware() -> Isa {
-    static HW: LazyLock<Isa> = LazyLock::new(Isa::detect_hardware);
-    *HW
+    simd::hardware()
 }
 
 /// The kernel tables of one family, one per ISA level it implements. Every family builds one
-/// with [`isa_tables!`](crate::isa_tables) and picks from it once per process.
+/// with [`isa_tables!`](crate::isa_tables) and picks from it once per process. The SIMD tables
+/// hold entries that run only under their level's token ([`simd`]), and [`IsaTables::for_isa`]
+/// mints that token before it hands a table out.
 pub struct IsaTables<T: 'static> {
     pub scalar: &'static T,
     pub avx2: Option<&'static T>,
@@ -116,12 +103,11 @@ pub struct IsaTables<T: 'static> {
 }
 
 impl<T> IsaTables<T> {
-    /// The table for `isa`; `Err` when this CPU (or this build) cannot run it.
+    /// The table for `isa`, handed out only once `isa`'s token was minted; `Err` (every family's
+    /// one answer for "no table for this ISA") when this CPU (or this build) cannot run it.
     pub fn for_isa(&self, isa: Isa) -> Result<&'static T, String> {
-        let unsupported = || format!("ISA {} not supported by this CPU", isa.name());
-        if isa > hardware() {
-            return Err(unsupported());
-        }
+        let unsupported = || simd::unsupported(isa);
+        simd::check(isa)?;
         match isa {
             Isa::Scalar => Ok(self.scalar),
             Isa::Avx2 => self.avx2.ok_or_else(unsupported),

@@ -16,6 +16,7 @@ pub mod norm;
 pub mod op;
 pub mod qgemm;
 pub mod shape;
+pub mod simd;
 pub mod softmax;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86_asm;

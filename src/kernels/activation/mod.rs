@@ -12,8 +12,6 @@
 pub(crate) mod consts;
 mod scalar;
 #[cfg(target_arch = "x86_64")]
-pub(crate) mod simd;
-#[cfg(target_arch = "x86_64")]
 mod x86;
 
 use parking_lot::Mutex;

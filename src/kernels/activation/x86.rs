@@ -1,8 +1,8 @@
 //! AVX2 / AVX-512 activations, written once over [`Simd`] and instantiated per ISA.
 
 use super::consts::*;
-use super::simd::{isa_entry, Avx2, Avx512, Simd};
 use super::Activation;
+use crate::kernels::simd::{isa_entry, Avx2, Avx512, Simd};
 
 const SIGMOID: u8 = 0;
 const GELU_ERF: u8 = 1;

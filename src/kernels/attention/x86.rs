@@ -5,7 +5,7 @@
 
 #![cfg(target_arch = "x86_64")]
 
-use crate::kernels::activation::simd::{isa_entry, Avx2, Avx512, Simd};
+use crate::kernels::simd::{isa_entry, Avx2, Avx512, Simd};
 
 #[inline(always)]
 fn dot_generic<S: Simd>(s: S, a: &[f32], b: &[f32]) -> f32 {

@@ -3,9 +3,8 @@
 //! immediate (MXCSR not consulted) and `vcvtph2ps`, the instructions ORT's CPU EP uses for its
 //! blocks, so every bit matches. Leftovers below a vector use the scalar block rule.
 //!
-//! The wrappers are only reachable through the dispatch tables in `mod.rs`, built for an ISA
-//! only after `Isa::detect_hardware()` confirmed the CPU supports it (AVX2 level: AVX2 + FMA +
-//! F16C; AVX-512 level: F/BW/DQ/VL on top).
+//! The table entries are `simd_entry!`s: each runs its kernel only under its level's token
+//! (`kernels/simd.rs`; AVX2 level: AVX2 + FMA + F16C; AVX-512 level: F/BW/DQ/VL on top).
 
 #![cfg(target_arch = "x86_64")]
 #![allow(clippy::incompatible_msrv)]
@@ -14,6 +13,7 @@ use std::arch::x86_64::*;
 
 use super::scalar;
 use crate::abi::tensor::F16Bits;
+use crate::kernels::simd::{simd_entry, Avx2, Avx512};
 
 /// Immediate: round to nearest even, from the immediate (bit 2 clear: MXCSR not used).
 const RNE: i32 = _MM_FROUND_TO_NEAREST_INT;
@@ -80,20 +80,9 @@ fn to_f32_512(x: &[F16Bits], out: &mut [f32]) {
     to_f32_256(&x[i..n], &mut out[i..n]);
 }
 
-pub(super) fn to_f16_avx2(x: &[f32], out: &mut [F16Bits]) {
-    // SAFETY: only called from the AVX2 table, built after AVX2 + FMA + F16C were detected.
-    unsafe { to_f16_256(x, out) }
-}
-pub(super) fn to_f32_avx2(x: &[F16Bits], out: &mut [f32]) {
-    // SAFETY: as above.
-    unsafe { to_f32_256(x, out) }
-}
-pub(super) fn to_f16_avx512(x: &[f32], out: &mut [F16Bits]) {
-    // SAFETY: only called from the AVX-512 table, built after AVX-512 F/BW/DQ/VL (and the
-    // AVX2 level below it) were detected.
-    unsafe { to_f16_512(x, out) }
-}
-pub(super) fn to_f32_avx512(x: &[F16Bits], out: &mut [f32]) {
-    // SAFETY: as above.
-    unsafe { to_f32_512(x, out) }
-}
+// Table entries: each mints its level's token and runs the kernel under it. The AVX2 kernels
+// enable "avx2,fma,f16c" (the AVX2 level); the AVX-512 ones the AVX-512 level's features.
+simd_entry!(pub(super) fn to_f16_avx2(x: &[f32], out: &mut [F16Bits]) = Avx2 => to_f16_256);
+simd_entry!(pub(super) fn to_f32_avx2(x: &[F16Bits], out: &mut [f32]) = Avx2 => to_f32_256);
+simd_entry!(pub(super) fn to_f16_avx512(x: &[f32], out: &mut [F16Bits]) = Avx512 => to_f16_512);
+simd_entry!(pub(super) fn to_f32_avx512(x: &[F16Bits], out: &mut [f32]) = Avx512 => to_f32_512);

@@ -11,8 +11,8 @@
 //! follows; prefetching 16 rows ahead made the K=N=2048 GEMV about 2x slower (measured with a
 //! single-thread microbenchmark, alternating builds, on the shared 2-vCPU VM).
 //!
-//! The safe wrappers are only reachable through the dispatch tables in `mod.rs`, which are built
-//! for an ISA only after `Isa::detect_hardware()` confirmed the CPU supports it.
+//! The table entries are `simd_entry!`s: each runs its kernel only under its level's token
+//! (`kernels/simd.rs`).
 
 #![cfg(target_arch = "x86_64")]
 #![allow(clippy::incompatible_msrv)]
@@ -20,6 +20,7 @@
 use std::arch::x86_64::*;
 
 use super::x86::{NR256, NR512};
+use crate::kernels::simd::{simd_entry, Avx2, Avx512};
 use crate::kernels::x86_asm::fma_bcast;
 
 /// Panics unless the panel and vectors hold what a `k`-step, `w`-wide call reads and writes.
@@ -118,28 +119,11 @@ fn panel256(k: usize, x: &[f32], incx: usize, b: &[f32], ld: usize, w: usize, y:
     }
 }
 
-pub(super) fn panel_gemv_avx512(
-    k: usize,
-    x: &[f32],
-    incx: usize,
-    b: &[f32],
-    ld: usize,
-    w: usize,
-    y: &mut [f32],
-) {
-    // SAFETY: only called through the AVX-512 table, built after AVX-512F was detected.
-    unsafe { panel512(k, x, incx, b, ld, w, y) }
-}
-
-pub(super) fn panel_gemv_avx2(
-    k: usize,
-    x: &[f32],
-    incx: usize,
-    b: &[f32],
-    ld: usize,
-    w: usize,
-    y: &mut [f32],
-) {
-    // SAFETY: only called through the AVX2 table, built after AVX2+FMA were detected.
-    unsafe { panel256(k, x, incx, b, ld, w, y) }
-}
+// Table entries: each mints its level's token and runs the kernel under it ("avx512f" and
+// "avx2,fma" are features of the AVX-512 and AVX2 levels).
+simd_entry!(pub(super) fn panel_gemv_avx512(
+    k: usize, x: &[f32], incx: usize, b: &[f32], ld: usize, w: usize, y: &mut [f32],
+) = Avx512 => panel512);
+simd_entry!(pub(super) fn panel_gemv_avx2(
+    k: usize, x: &[f32], incx: usize, b: &[f32], ld: usize, w: usize, y: &mut [f32],
+) = Avx2 => panel256);

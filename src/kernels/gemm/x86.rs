@@ -1,7 +1,7 @@
-//! AVX2+FMA and AVX-512F GEMM micro-kernels and GEMV primitives.
+//! AVX2+FMA and AVX-512F GEMM micro-kernels (one, generic over `Simd`) and GEMV primitives.
 //!
-//! The safe wrappers here are only reachable through the dispatch tables in `mod.rs`, which are
-//! built for an ISA only after `Isa::detect_hardware()` confirmed the CPU supports it.
+//! The table entries are `simd_entry!`s: each runs its kernel only under its level's token
+//! (`kernels/simd.rs`; "avx512f" and "avx2,fma" are features of the AVX-512 and AVX2 levels).
 
 #![cfg(target_arch = "x86_64")]
 // AVX-512 intrinsics are stable from Rust 1.89 (safe `#[target_feature]` fns from 1.86); the
@@ -10,39 +10,36 @@
 
 use std::arch::x86_64::*;
 
+use crate::kernels::simd::{isa_entry, simd_entry, Avx2, Avx512, Simd};
+
+// ---------------------------------------------------------------- the micro-kernel
+
+/// The `MR x 2W` micro-kernel, written once over [`Simd`] (AVX-512: 8 x 32, AVX2: 6 x 16):
+/// `tile[r][c] = sum over kk < kc of a[kk * MR + r] * b[kk * 2W + c]`, one fused multiply-add
+/// per step in k order, the accumulators in registers.
+#[inline(always)]
+fn ukernel<S: Simd, const MR: usize>(s: S, kc: usize, a: &[f32], b: &[f32], tile: &mut [f32]) {
+    let (w, nr) = (S::W, 2 * S::W);
+    assert!(a.len() >= kc * MR && b.len() >= kc * nr && tile.len() >= MR * nr);
+    let mut acc = [[s.splat(0.0); 2]; MR];
+    for (ak, bk) in a.chunks_exact(MR).zip(b.chunks_exact(nr)).take(kc) {
+        let (b0, b1) = (s.load(bk, 0), s.load(bk, w));
+        for (row, &ar) in acc.iter_mut().zip(ak) {
+            let av = s.splat(ar);
+            row[0] = s.fma(av, b0, row[0]);
+            row[1] = s.fma(av, b1, row[1]);
+        }
+    }
+    for (row, t) in acc.iter().zip(tile.chunks_exact_mut(nr)) {
+        s.store(t, 0, row[0]);
+        s.store(t, w, row[1]);
+    }
+}
+
 // ---------------------------------------------------------------- AVX-512: 8 x 32 tile
 
 pub(super) const MR512: usize = 8;
 pub(super) const NR512: usize = 32;
-
-#[target_feature(enable = "avx512f")]
-fn ukernel512(kc: usize, a: &[f32], b: &[f32], tile: &mut [f32]) {
-    assert!(a.len() >= kc * MR512 && b.len() >= kc * NR512 && tile.len() >= MR512 * NR512);
-    let mut acc = [[_mm512_setzero_ps(); 2]; MR512];
-    let (mut pa, mut pb) = (a.as_ptr(), b.as_ptr());
-    for _ in 0..kc {
-        // SAFETY: iteration kk reads a[kk*8..kk*8+8] and b[kk*32..kk*32+32], in bounds by the
-        // assert above (kk < kc).
-        unsafe {
-            let b0 = _mm512_loadu_ps(pb);
-            let b1 = _mm512_loadu_ps(pb.add(16));
-            for (r, row) in acc.iter_mut().enumerate() {
-                let av = _mm512_set1_ps(*pa.add(r));
-                row[0] = _mm512_fmadd_ps(av, b0, row[0]);
-                row[1] = _mm512_fmadd_ps(av, b1, row[1]);
-            }
-            pa = pa.add(MR512);
-            pb = pb.add(NR512);
-        }
-    }
-    for (r, row) in acc.iter().enumerate() {
-        // SAFETY: r*32 + 32 <= 256 <= tile.len().
-        unsafe {
-            _mm512_storeu_ps(tile.as_mut_ptr().add(r * NR512), row[0]);
-            _mm512_storeu_ps(tile.as_mut_ptr().add(r * NR512 + 16), row[1]);
-        }
-    }
-}
 
 #[target_feature(enable = "avx512f")]
 fn dot512(x: &[f32], y: &[f32]) -> f32 {
@@ -93,52 +90,15 @@ fn axpy512(s: f32, x: &[f32], y: &mut [f32]) {
     }
 }
 
-pub(super) fn ukernel_avx512(kc: usize, a: &[f32], b: &[f32], tile: &mut [f32]) {
-    // SAFETY: only called through the AVX-512 table, built after AVX-512F was detected.
-    unsafe { ukernel512(kc, a, b, tile) }
-}
-pub(super) fn dot_avx512(x: &[f32], y: &[f32]) -> f32 {
-    // SAFETY: only called through the AVX-512 table, built after AVX-512F was detected.
-    unsafe { dot512(x, y) }
-}
-pub(super) fn axpy_avx512(s: f32, x: &[f32], y: &mut [f32]) {
-    // SAFETY: only called through the AVX-512 table, built after AVX-512F was detected.
-    unsafe { axpy512(s, x, y) }
-}
+isa_entry!(ukernel_avx512, Avx512, "avx512f,avx512dq,avx2,fma", ukernel::<Avx512, MR512>,
+    (kc: usize, a: &[f32], b: &[f32], tile: &mut [f32]));
+simd_entry!(pub(super) fn dot_avx512(x: &[f32], y: &[f32]) -> f32 = Avx512 => dot512);
+simd_entry!(pub(super) fn axpy_avx512(s: f32, x: &[f32], y: &mut [f32]) = Avx512 => axpy512);
 
 // ---------------------------------------------------------------- AVX2: 6 x 16 tile
 
 pub(super) const MR256: usize = 6;
 pub(super) const NR256: usize = 16;
-
-#[target_feature(enable = "avx2,fma")]
-fn ukernel256(kc: usize, a: &[f32], b: &[f32], tile: &mut [f32]) {
-    assert!(a.len() >= kc * MR256 && b.len() >= kc * NR256 && tile.len() >= MR256 * NR256);
-    let mut acc = [[_mm256_setzero_ps(); 2]; MR256];
-    let (mut pa, mut pb) = (a.as_ptr(), b.as_ptr());
-    for _ in 0..kc {
-        // SAFETY: iteration kk reads a[kk*6..kk*6+6] and b[kk*16..kk*16+16], in bounds by the
-        // assert above (kk < kc).
-        unsafe {
-            let b0 = _mm256_loadu_ps(pb);
-            let b1 = _mm256_loadu_ps(pb.add(8));
-            for (r, row) in acc.iter_mut().enumerate() {
-                let av = _mm256_set1_ps(*pa.add(r));
-                row[0] = _mm256_fmadd_ps(av, b0, row[0]);
-                row[1] = _mm256_fmadd_ps(av, b1, row[1]);
-            }
-            pa = pa.add(MR256);
-            pb = pb.add(NR256);
-        }
-    }
-    for (r, row) in acc.iter().enumerate() {
-        // SAFETY: r*16 + 16 <= 96 <= tile.len().
-        unsafe {
-            _mm256_storeu_ps(tile.as_mut_ptr().add(r * NR256), row[0]);
-            _mm256_storeu_ps(tile.as_mut_ptr().add(r * NR256 + 8), row[1]);
-        }
-    }
-}
 
 #[target_feature(enable = "avx2,fma")]
 fn dot256(x: &[f32], y: &[f32]) -> f32 {
@@ -186,15 +146,7 @@ fn axpy256(s: f32, x: &[f32], y: &mut [f32]) {
     }
 }
 
-pub(super) fn ukernel_avx2(kc: usize, a: &[f32], b: &[f32], tile: &mut [f32]) {
-    // SAFETY: only called through the AVX2 table, built after AVX2+FMA were detected.
-    unsafe { ukernel256(kc, a, b, tile) }
-}
-pub(super) fn dot_avx2(x: &[f32], y: &[f32]) -> f32 {
-    // SAFETY: only called through the AVX2 table, built after AVX2+FMA were detected.
-    unsafe { dot256(x, y) }
-}
-pub(super) fn axpy_avx2(s: f32, x: &[f32], y: &mut [f32]) {
-    // SAFETY: only called through the AVX2 table, built after AVX2+FMA were detected.
-    unsafe { axpy256(s, x, y) }
-}
+isa_entry!(ukernel_avx2, Avx2, "avx2,fma", ukernel::<Avx2, MR256>,
+    (kc: usize, a: &[f32], b: &[f32], tile: &mut [f32]));
+simd_entry!(pub(super) fn dot_avx2(x: &[f32], y: &[f32]) -> f32 = Avx2 => dot256);
+simd_entry!(pub(super) fn axpy_avx2(s: f32, x: &[f32], y: &mut [f32]) = Avx2 => axpy256);

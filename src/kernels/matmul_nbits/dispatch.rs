@@ -4,15 +4,13 @@ use std::sync::LazyLock;
 
 use super::pack::{GroupView, NR};
 use super::prepare_a::{quantize_row_scalar, PreparedA, QuantRowFn};
-use super::MR;
-use crate::kernels::isa::Isa;
+use super::{tile_scalar, MR};
+use crate::kernels::isa::{Isa, IsaTables};
 
 /// A tile kernel: rows `r0..r0 + nr` (`nr <= MR`) of prepared A against one column group,
-/// results (without bias) into `res[0..nr]`.
-///
-/// Unsafe because SIMD variants require their CPU features; a `Kernels` table only holds
-/// variants the hardware supports, which is what makes calling through it sound.
-pub(crate) type TileFn = unsafe fn(&GroupView, &PreparedA, usize, usize, &mut [[f32; NR]; MR]);
+/// results (without bias) into `res[0..nr]`. A SIMD entry runs its kernel only under its level's
+/// token (`kernels/simd.rs`), so calling one is safe on any CPU.
+pub(crate) type TileFn = fn(&GroupView, &PreparedA, usize, usize, &mut [[f32; NR]; MR]);
 
 /// The kernels of one ISA level.
 pub struct Kernels {
@@ -37,72 +35,86 @@ macro_rules! names {
     };
 }
 
-fn build(isa: Isa) -> Kernels {
-    use super::tile_scalar as s;
-    match isa {
-        Isa::Scalar => Kernels {
-            isa,
-            f32_tile: s::tile_f32,
-            i8_tile: s::tile_i8,
-            quant_row: quantize_row_scalar,
-            names: names!("scalar"),
-        },
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => {
-            use super::tile_avx2 as v;
-            Kernels {
-                isa,
-                f32_tile: v::tile_f32,
-                i8_tile: v::tile_i8,
-                quant_row: quantize_row_scalar,
-                names: names!("avx2"),
-            }
-        }
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => {
-            use super::tile_avx512 as v;
-            Kernels {
-                isa,
-                f32_tile: v::tile_f32,
-                i8_tile: v::tile_i8_maddubs,
-                quant_row: super::quant_avx512::quantize_row,
-                names: names!("avx512"),
-            }
-        }
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512Vnni => {
-            use super::tile_avx512 as v;
-            Kernels {
-                isa,
-                f32_tile: v::tile_f32,
-                i8_tile: v::tile_i8_vnni,
-                quant_row: super::quant_avx512::quantize_row,
-                names: names!("avx512vnni"),
-            }
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        _ => build(Isa::Scalar),
-    }
+/// The table entries: each mints its level's token and runs the kernel under it. Every feature a
+/// kernel enables is one of its token's level (AVX2 level: "avx2,fma,f16c"; AVX-512 level:
+/// F/BW/DQ/VL + FMA; VNNI level: those + VNNI), and the kernels check everything else they
+/// index (their `assert!`s on the view's and prepared A's lengths, slice indexing for zero
+/// points and scales of A, `nr` matched against 1..=MR), so features are their only unchecked
+/// contract.
+#[cfg(target_arch = "x86_64")]
+mod entries {
+    use super::super::pack::{GroupView, NR};
+    use super::super::prepare_a::PreparedA;
+    use super::super::{quant_avx512, tile_avx2, tile_avx512, MR};
+    use crate::kernels::simd::{simd_entry, Avx2, Avx512, Avx512Vnni};
+
+    simd_entry!(pub(super) fn f32_avx2(
+        g: &GroupView, a: &PreparedA, r0: usize, nr: usize, res: &mut [[f32; NR]; MR],
+    ) = Avx2 => tile_avx2::tile_f32);
+    simd_entry!(pub(super) fn i8_avx2(
+        g: &GroupView, a: &PreparedA, r0: usize, nr: usize, res: &mut [[f32; NR]; MR],
+    ) = Avx2 => tile_avx2::tile_i8);
+    simd_entry!(pub(super) fn f32_avx512(
+        g: &GroupView, a: &PreparedA, r0: usize, nr: usize, res: &mut [[f32; NR]; MR],
+    ) = Avx512 => tile_avx512::tile_f32);
+    simd_entry!(pub(super) fn i8_avx512(
+        g: &GroupView, a: &PreparedA, r0: usize, nr: usize, res: &mut [[f32; NR]; MR],
+    ) = Avx512 => tile_avx512::tile_i8_maddubs);
+    simd_entry!(pub(super) fn i8_avx512vnni(
+        g: &GroupView, a: &PreparedA, r0: usize, nr: usize, res: &mut [[f32; NR]; MR],
+    ) = Avx512Vnni => tile_avx512::tile_i8_vnni);
+    simd_entry!(pub(super) fn quant_avx512(
+        row: &[f32], bs: usize, q: &mut [i8], qscale: &mut [f32], qsum: &mut [i32],
+    ) = Avx512 => quant_avx512::quantize_row);
 }
 
-/// Every level the hardware supports, lowest first.
-static TABLES: LazyLock<Vec<Kernels>> = LazyLock::new(|| {
-    let hw = Isa::detect_hardware();
-    [Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Vnni]
-        .into_iter()
-        .filter(|&l| l <= hw)
-        .map(build)
-        .collect()
-});
+const SCALAR: Kernels = Kernels {
+    isa: Isa::Scalar,
+    f32_tile: tile_scalar::tile_f32,
+    i8_tile: tile_scalar::tile_i8,
+    quant_row: quantize_row_scalar,
+    names: names!("scalar"),
+};
+
+#[cfg(target_arch = "x86_64")]
+const AVX2: Kernels = Kernels {
+    isa: Isa::Avx2,
+    f32_tile: entries::f32_avx2,
+    i8_tile: entries::i8_avx2,
+    quant_row: quantize_row_scalar,
+    names: names!("avx2"),
+};
+
+#[cfg(target_arch = "x86_64")]
+const AVX512: Kernels = Kernels {
+    isa: Isa::Avx512,
+    f32_tile: entries::f32_avx512,
+    i8_tile: entries::i8_avx512,
+    quant_row: entries::quant_avx512,
+    names: names!("avx512"),
+};
+
+#[cfg(target_arch = "x86_64")]
+const AVX512VNNI: Kernels = Kernels {
+    isa: Isa::Avx512Vnni,
+    f32_tile: entries::f32_avx512,
+    i8_tile: entries::i8_avx512vnni,
+    quant_row: entries::quant_avx512,
+    names: names!("avx512vnni"),
+};
+
+/// This family's kernel tables, one per ISA level.
+static TABLES: IsaTables<Kernels> = crate::isa_tables!(SCALAR, AVX2, AVX512, AVX512VNNI);
 
 /// The process's choice (from `Isa::get()`), made once.
-static ACTIVE: LazyLock<&'static Kernels> = LazyLock::new(|| {
-    let want = Isa::get();
-    TABLES
-        .iter()
-        .rev()
-        .find(|k| k.isa <= want)
-        .expect("scalar kernels always exist")
+static ACTIVE: LazyLock<&'static Kernels> = LazyLock::new(|| TABLES.active());
+
+/// Every level the hardware supports, lowest first (each minted through [`IsaTables::for_isa`]).
+static SUPPORTED: LazyLock<Vec<&'static Kernels>> = LazyLock::new(|| {
+    [Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Vnni]
+        .into_iter()
+        .filter_map(|l| TABLES.for_isa(l).ok())
+        .collect()
 });
 
 impl Kernels {
@@ -111,14 +123,14 @@ impl Kernels {
         &ACTIVE
     }
 
-    /// The kernels of `isa`, or `None` when the CPU lacks it.
-    pub fn for_isa(isa: Isa) -> Option<&'static Kernels> {
-        TABLES.iter().find(|k| k.isa == isa)
+    /// The kernels of `isa`; `Err` when the CPU lacks it.
+    pub fn for_isa(isa: Isa) -> Result<&'static Kernels, String> {
+        TABLES.for_isa(isa)
     }
 
     /// All kernel sets the CPU supports, lowest first (for tests and benchmarks).
-    pub fn supported() -> &'static [Kernels] {
-        &TABLES
+    pub fn supported() -> &'static [&'static Kernels] {
+        &SUPPORTED
     }
 
     /// Ledger name of the route for `accuracy_level` and `m` rows, e.g. `avx512vnni-acc4-gemv`.

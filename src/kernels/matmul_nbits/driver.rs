@@ -228,10 +228,7 @@ impl Ctx<'_, '_> {
         let mut r0 = rows.start;
         while r0 < rows.end {
             let nr = (rows.end - r0).min(MR);
-            // SAFETY: `tile` comes from a `Kernels` table, which only holds variants whose CPU
-            // features the hardware has; the view and prepared A have the sizes the kernels
-            // index (k_blocks * block_size k per row, 16 columns), and r0 + nr <= m.
-            unsafe { (self.tile)(view, self.prep, r0, nr, &mut res) };
+            (self.tile)(view, self.prep, r0, nr, &mut res);
             for (ri, row) in res.iter().enumerate().take(nr) {
                 let v = &mut vals[..cols.len()];
                 for (i, c) in cols.clone().enumerate() {

@@ -43,9 +43,7 @@ impl PreparedA {
     /// [`PreparedA::new`] with the quantiser of `kernels` (bit-identical to the scalar one).
     pub fn for_kernels(kernels: &Kernels, a: &[f32], m: usize, p: &NBitsParams) -> PreparedA {
         let quant = |row: &[f32], bs: usize, q: &mut [i8], qs: &mut [f32], qsum: &mut [i32]| {
-            // SAFETY: a `Kernels` table only holds variants whose CPU features the hardware
-            // has; the quantiser checks its slice lengths itself.
-            unsafe { (kernels.quant_row)(row, bs, q, qs, qsum) }
+            (kernels.quant_row)(row, bs, q, qs, qsum)
         };
         Self::new_with(&quant, a, m, p)
     }
@@ -147,9 +145,7 @@ pub fn with_prepared<R>(
     f: impl FnOnce(&PreparedA) -> R,
 ) -> Result<R, String> {
     let quant = |row: &[f32], bs: usize, q: &mut [i8], qs: &mut [f32], qsum: &mut [i32]| {
-        // SAFETY: a `Kernels` table only holds variants whose CPU features the hardware has;
-        // the quantiser checks its slice lengths itself.
-        unsafe { (kernels.quant_row)(row, bs, q, qs, qsum) }
+        (kernels.quant_row)(row, bs, q, qs, qsum)
     };
     let parked = PARKED.try_with(|c| c.borrow_mut().take()).ok().flatten();
     let (mut prep, grant) = match parked {
@@ -180,10 +176,9 @@ pub fn with_prepared<R>(
 
 /// Quantises one row (`row.len()` = K) in blocks of `bs` into `q` (`>= k_blocks * bs`; bytes
 /// past K untouched), `qscale` and `qsum` (`k_blocks` each).
-/// Unsafe because SIMD variants require their CPU features (a `Kernels` table only holds
-/// supported ones).
+/// A SIMD entry runs its quantiser only under its level's token (`kernels/simd.rs`).
 pub(crate) type QuantRowFn =
-    unsafe fn(row: &[f32], bs: usize, q: &mut [i8], qscale: &mut [f32], qsum: &mut [i32]);
+    fn(row: &[f32], bs: usize, q: &mut [i8], qscale: &mut [f32], qsum: &mut [i32]);
 
 /// A safe row quantiser with [`QuantRowFn`]'s arguments.
 type QuantRow<'q> = dyn Fn(&[f32], usize, &mut [i8], &mut [f32], &mut [i32]) + 'q;

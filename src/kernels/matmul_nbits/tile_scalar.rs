@@ -30,10 +30,7 @@ fn zero_point(g: &GroupView, kb: usize, col: usize) -> u8 {
 }
 
 /// fp32 tile: rows `r0..r0 + nr` of A against one column group.
-///
-/// # Safety
-/// None beyond the signature shared with the SIMD variants (this function is safe to call).
-pub(crate) unsafe fn tile_f32(
+pub(crate) fn tile_f32(
     g: &GroupView,
     a: &PreparedA,
     r0: usize,
@@ -66,10 +63,7 @@ pub(crate) unsafe fn tile_f32(
 }
 
 /// int8 tile: rows `r0..r0 + nr` of quantised A against one column group.
-///
-/// # Safety
-/// None beyond the signature shared with the SIMD variants (this function is safe to call).
-pub(crate) unsafe fn tile_i8(
+pub(crate) fn tile_i8(
     g: &GroupView,
     a: &PreparedA,
     r0: usize,

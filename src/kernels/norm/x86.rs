@@ -3,7 +3,7 @@
 #![cfg(target_arch = "x86_64")]
 
 use super::{NormParams, Row};
-use crate::kernels::activation::simd::{isa_entry, Avx2, Avx512, Simd};
+use crate::kernels::simd::{isa_entry, Avx2, Avx512, Simd};
 
 /// `x (+ skip) (+ bias)` for lanes `[i, i + len)` (`len < W`: a zero-padded tail).
 #[inline(always)]

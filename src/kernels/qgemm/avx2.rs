@@ -9,6 +9,7 @@ use std::arch::x86_64::*;
 
 use super::pack::k_padded;
 use super::{MR, PANEL};
+use crate::kernels::simd::{simd_entry, Avx2};
 
 /// 16 bytes widened to int16: sign-extended when `signed`, else zero-extended.
 #[inline]
@@ -170,3 +171,11 @@ pub(super) unsafe fn row_sum(a: &[u8], a_signed: bool) -> i32 {
     let done = 32 * chunks;
     super::scalar::finish_row_sum(t.iter().sum(), done, &a[done..], a_signed)
 }
+
+// Table entries: each mints the AVX2 token and runs its kernel under it ("avx2" is a feature
+// of the AVX2 level; the kernels' only other contract is checked by their own asserts).
+simd_entry!(pub(super) fn tile_entry(
+    a: &[u8], lda: usize, rows_n: usize, k: usize, panel: &[u8], width: usize, a_signed: bool,
+    acc: &mut [[i32; PANEL]; MR],
+) = Avx2 => tile);
+simd_entry!(pub(super) fn row_sum_entry(a: &[u8], a_signed: bool) -> i32 = Avx2 => row_sum);

@@ -12,6 +12,7 @@ use std::arch::x86_64::*;
 use super::pack::k_padded;
 use super::requant::{Cols, Requant};
 use super::{MR, PANEL};
+use crate::kernels::simd::{simd_entry, Avx512Vnni};
 
 /// One vpdpbusd step; `AS`: A (in `av`) is int8.
 #[inline]
@@ -213,3 +214,14 @@ pub(super) unsafe fn row_sum(a: &[u8], a_signed: bool) -> i32 {
     let done = 64 * chunks;
     super::scalar::finish_row_sum(_mm512_reduce_add_epi64(acc), done, &a[done..], a_signed)
 }
+
+// Table entries: each mints the VNNI level's token and runs its kernel under it (every feature
+// the kernels enable is one of that level's; their only other contract is their own asserts).
+simd_entry!(pub(super) fn tile_entry(
+    a: &[u8], lda: usize, rows_n: usize, k: usize, panel: &[u8], width: usize, a_signed: bool,
+    acc: &mut [[i32; PANEL]; MR],
+) = Avx512Vnni => tile);
+simd_entry!(pub(super) fn requant_row_entry(
+    acc: &[i32], colsum: &[i32], rowsum: i32, q: &Requant<'_>, c0: usize, out: &mut [u8],
+) = Avx512Vnni => requant_row);
+simd_entry!(pub(super) fn row_sum_entry(a: &[u8], a_signed: bool) -> i32 = Avx512Vnni => row_sum);

@@ -69,8 +69,7 @@ pub fn qgemm_with(
     for (i, &off) in prods.a_offsets.iter().enumerate() {
         for r in 0..m {
             let row = &a[off + r * k..off + (r + 1) * k];
-            // SAFETY: the table only holds kernels the CPU supports.
-            rowsums[i * m + r] = unsafe { (kern.row_sum)(row, a_signed) };
+            rowsums[i * m + r] = (kern.row_sum)(row, a_signed);
         }
     }
     let rowsums = &*rowsums;
@@ -93,13 +92,11 @@ pub fn qgemm_with(
         while r0 < end {
             let nr = MR.min(end - r0);
             let arows = &a[a_off + r0 * k..a_off + (r0 + nr) * k];
-            // SAFETY: the table only holds kernels the CPU supports; the tile asserts its sizes.
-            unsafe { (kern.tile)(arows, k, nr, k, panel, width, a_signed, &mut acc) };
+            (kern.tile)(arows, k, nr, k, panel, width, a_signed, &mut acc);
             for (ri, acc_r) in acc.iter().enumerate().take(nr) {
                 let orow = pi * m + r0 + ri;
                 let o = &mut bytes[..cols];
-                // SAFETY: as above; the requant kernel asserts its sizes.
-                unsafe { (kern.requant)(&acc_r[..cols], colsum, rowsums[orow], q, cg, o) };
+                (kern.requant)(&acc_r[..cols], colsum, rowsums[orow], q, cg, o);
                 // SAFETY: (row orow, columns of panel p) belongs to exactly this unit: units
                 // partition products x row blocks x panels.
                 unsafe { dst.write(orow * n + p * PANEL, o) };

@@ -99,9 +99,9 @@ impl Signs {
 /// `width` columns (a multiple of `NR`, at most `PANEL`), over all `k`; raw int32 dot products
 /// (no zero-point terms) into `acc[r][..width]`. `a_signed` says how A's bytes are read.
 ///
-/// Unsafe because SIMD variants need their CPU features: a [`Kernels`] table only holds
-/// variants the hardware supports, which is what makes calling through it sound.
-pub(crate) type TileFn = unsafe fn(
+/// A SIMD entry runs its kernel only under its level's token (`kernels/simd.rs`), so calling
+/// one is safe on any CPU.
+pub(crate) type TileFn = fn(
     a: &[u8],
     lda: usize,
     rows: usize,
@@ -113,12 +113,12 @@ pub(crate) type TileFn = unsafe fn(
 );
 
 /// Requantizes one row segment: `acc[j]` with `colsum[j]`, the row's sum and the parameters of
-/// column `c0 + j`, into `out[j]` (bit patterns of uint8 or int8). Unsafe as [`TileFn`].
+/// column `c0 + j`, into `out[j]` (bit patterns of uint8 or int8).
 pub(crate) type RequantFn =
-    unsafe fn(acc: &[i32], colsum: &[i32], rowsum: i32, q: &Requant<'_>, c0: usize, out: &mut [u8]);
+    fn(acc: &[i32], colsum: &[i32], rowsum: i32, q: &Requant<'_>, c0: usize, out: &mut [u8]);
 
-/// The sum of one row of A read as uint8 or int8. Unsafe as [`TileFn`].
-pub(crate) type RowSumFn = unsafe fn(a: &[u8], a_signed: bool) -> i32;
+/// The sum of one row of A read as uint8 or int8.
+pub(crate) type RowSumFn = fn(a: &[u8], a_signed: bool) -> i32;
 
 /// The kernels of one ISA level.
 pub struct Kernels {
@@ -155,17 +155,17 @@ const SCALAR: Kernels = Kernels {
 
 #[cfg(target_arch = "x86_64")]
 const AVX2: Kernels = Kernels {
-    tile: avx2::tile,
+    tile: avx2::tile_entry,
     requant: requant::requant_row_scalar,
-    row_sum: avx2::row_sum,
+    row_sum: avx2::row_sum_entry,
     names: ["avx2-gemv", "avx2-gemm"],
 };
 
 #[cfg(target_arch = "x86_64")]
 const AVX512VNNI: Kernels = Kernels {
-    tile: avx512::tile,
-    requant: avx512::requant_row,
-    row_sum: avx512::row_sum,
+    tile: avx512::tile_entry,
+    requant: avx512::requant_row_entry,
+    row_sum: avx512::row_sum_entry,
     names: ["avx512vnni-gemv", "avx512vnni-gemm"],
 };
 

@@ -2,7 +2,7 @@
 
 #![cfg(target_arch = "x86_64")]
 
-use crate::kernels::activation::simd::{isa_entry, Avx2, Avx512, Simd};
+use crate::kernels::simd::{isa_entry, Avx2, Avx512, Simd};
 
 #[inline(always)]
 fn rows_generic<S: Simd>(s: S, x: &[f32], out: &mut [f32], n: usize) {
