@@ -32,7 +32,7 @@ use rcpu::kernels::matmul_nbits::prefetch::{set_prefetch_bytes, DEFAULT_PREFETCH
 use rcpu::kernels::matmul_nbits::{matmul_packed, pack, NBitsParams, PackedNBits, NR};
 use rcpu::memory::AlignedBuf;
 use rcpu::runtime::lanes::{Lanes, PoolConfig};
-use rcpu::runtime::par::{Par, StreamSplit};
+use rcpu::runtime::par::{Dispatch, Par, StreamSplit};
 use rcpu::runtime::registry::pool_for;
 use std::time::Instant;
 
@@ -82,7 +82,7 @@ fn packed(
 /// Reads `parts` contiguous slices of `buf` in one dispatch.
 fn read(lanes: &Lanes, buf: &[u8], parts: usize) {
     let size = buf.len().div_ceil(parts);
-    lanes.decode_chunks(parts, &|i| {
+    lanes.chunks(Dispatch::Decode, parts, &|i| {
         std::hint::black_box(sum(&buf[i * size..((i + 1) * size).min(buf.len())]));
     });
 }

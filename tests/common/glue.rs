@@ -2,7 +2,7 @@
 #![allow(dead_code)]
 
 use rcpu::kernels::isa::Isa;
-use rcpu::runtime::par::{Par, ScopedThreads};
+use rcpu::runtime::par::{Dispatch, Par, ScopedThreads};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Three scoped threads: real concurrency for the chunked paths.
@@ -14,12 +14,11 @@ impl Par for CountingPar {
     fn lanes(&self) -> usize {
         3
     }
-    fn decode_chunks(&self, n: usize, f: &(dyn Fn(usize) + Sync)) {
-        THREE.decode_chunks(n, f)
-    }
-    fn task_chunks(&self, n: usize, f: &(dyn Fn(usize) + Sync)) {
-        self.0.fetch_add(1, Ordering::Relaxed);
-        THREE.task_chunks(n, f)
+    fn chunks(&self, kind: Dispatch, n: usize, f: &(dyn Fn(usize) + Sync)) {
+        if kind == Dispatch::Task {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+        THREE.chunks(kind, n, f)
     }
 }
 
