@@ -49,15 +49,13 @@ fn sum(c: &[u8]) -> u64 {
     acc.iter().fold(0, |x, y| x.wrapping_add(*y))
 }
 
-/// xorshift64 from a fixed seed.
+#[path = "../tests/common/rng.rs"]
+mod rng_common;
+
+/// The shared xorshift64 from a fixed seed.
 fn rng() -> impl FnMut() -> u64 {
-    let mut seed = 7u64;
-    move || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed
-    }
+    let mut r = rng_common::Rng(7);
+    move || r.next_u64()
 }
 
 /// A random block-32 weight at accuracy level `acc` of K x N, packed.

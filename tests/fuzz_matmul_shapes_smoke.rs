@@ -52,19 +52,9 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static ALLOC: Counting = Counting;
 
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
+#[path = "common/rng.rs"]
+mod rng;
+use rng::Rng;
 
 /// A dim: `None` is symbolic (known only at run time).
 fn dim(r: &mut Rng) -> Option<usize> {
@@ -215,7 +205,10 @@ fn property(r: &mut Rng) -> bool {
         matmul_f32(&[], &a, &[], &b, &mut [], &Serial).unwrap_or_default();
         return false;
     }
-    let (av, bv) = (data(na as usize, r.next()), data(nb as usize, r.next()));
+    let (av, bv) = (
+        data(na as usize, r.next_u64()),
+        data(nb as usize, r.next_u64()),
+    );
     let mut y = vec![f32::NAN; no as usize];
     matmul_f32(&av, &a, &bv, &b, &mut y, &Serial).unwrap();
     let (_, batch, pa, pb, m, k, n) = want;
