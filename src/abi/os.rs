@@ -361,7 +361,7 @@ mod tests {
         let st = parse_task_stat(&line).unwrap();
         assert_eq!(
             (st.name.as_str(), st.state, st.cpu_ticks, st.last_cpu),
-            ("rcpu w) (x", 'S', 287, Some(7))
+            ("rcpu w) (x)", 'S', 287, Some(7))
         );
         let short = parse_task_stat("5 (a) Z 1 1 1 0 -1 0 0 0 0 0 3 4").unwrap();
         assert_eq!(

@@ -369,8 +369,7 @@ pub fn parse(argv: &[String]) -> Result<Cmd, String> {
     let mut o = Opts::default();
     let cmd = match sub {
         Sub::Compare { common, arms } => {
-            let name = "compare";
-            apply_common(&mut o, common, name, true)?;
+            apply_common(&mut o, common, "compare", true)?;
             apply_arms(&mut o, arms, (12, 20));
             Cmd::Compare(o)
         }
