@@ -33,7 +33,7 @@ use rcpu::kernels::matmul_nbits::prefetch::{set_prefetch_bytes, DEFAULT_PREFETCH
 use rcpu::kernels::matmul_nbits::{matmul_packed, pack, NBitsParams, PackedNBits, NR};
 use rcpu::memory::AlignedBuf;
 use rcpu::runtime::lanes::{Lanes, PoolConfig};
-use rcpu::runtime::par::{Par, StreamSplit};
+use rcpu::runtime::par::{Dispatch, Par, StreamSplit};
 use rcpu::runtime::registry::pool_for;
 use std::time::Instant;
 
@@ -50,15 +50,13 @@ fn sum(c: &[u8]) -> u64 {
     acc.iter().fold(0, |x, y| x.wrapping_add(*y))
 }
 
-/// xorshift64 from a fixed seed.
+#[path = "../tests/common/rng.rs"]
+mod rng_common;
+
+/// The shared xorshift64 from a fixed seed.
 fn rng() -> impl FnMut() -> u64 {
-    let mut seed = 7u64;
-    move || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed
-    }
+    let mut r = rng_common::Rng(7);
+    move || r.next_u64()
 }
 
 /// A random block-32 weight at accuracy level `acc` of K x N, packed.
@@ -83,7 +81,7 @@ fn packed(
 /// Reads `parts` contiguous slices of `buf` in one dispatch.
 fn read(lanes: &Lanes, buf: &[u8], parts: usize) {
     let size = buf.len().div_ceil(parts);
-    lanes.decode_chunks(parts, &|i| {
+    lanes.chunks(Dispatch::Decode, parts, &|i| {
         std::hint::black_box(sum(&buf[i * size..((i + 1) * size).min(buf.len())]));
     });
 }

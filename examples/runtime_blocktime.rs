@@ -14,7 +14,7 @@ mod timing;
 
 use rcpu::abi::os::thread_cpu_time;
 use rcpu::runtime::lanes::DEFAULT_BLOCKTIME_US;
-use rcpu::runtime::{pool_for, Affinity, Lanes, Par, PoolConfig};
+use rcpu::runtime::{pool_for, Affinity, Dispatch, Lanes, Par, PoolConfig};
 use std::time::{Duration, Instant};
 
 fn busy(d: Duration) {
@@ -67,7 +67,7 @@ fn main() {
                 for _ in 0..iters {
                     busy(Duration::from_micros(gap));
                     let t = Instant::now();
-                    p.decode_chunks(2, &|_| busy(Duration::from_micros(5)));
+                    p.chunks(Dispatch::Decode, 2, &|_| busy(Duration::from_micros(5)));
                     s.push(t.elapsed().as_secs_f64() * 1e6);
                 }
                 cpu[k] += workers_cpu(p).saturating_sub(c0);

@@ -51,13 +51,13 @@ fn data(c: &Case, seqlens: &[i32], rng: &mut Rng) -> Data {
         c.heads
     };
     let past = if c.shared { c.present_len } else { c.past_len };
-    let ang = rng.vec(MAX_POS * c.head / 2, -3.2, 3.2);
+    let ang = rng.vec_f32(MAX_POS * c.head / 2, -3.2, 3.2);
     Data {
-        q: rng.vec(t * qw * c.head, -1.5, 1.5),
-        k: rng.vec(t * c.kv * c.head, -1.5, 1.5),
-        v: rng.vec(t * c.kv * c.head, -1.5, 1.5),
-        past_k: rng.vec(c.batch * c.kv * past * c.head, -1.5, 1.5),
-        past_v: rng.vec(c.batch * c.kv * past * c.head, -1.5, 1.5),
+        q: rng.vec_f32(t * qw * c.head, -1.5, 1.5),
+        k: rng.vec_f32(t * c.kv * c.head, -1.5, 1.5),
+        v: rng.vec_f32(t * c.kv * c.head, -1.5, 1.5),
+        past_k: rng.vec_f32(c.batch * c.kv * past * c.head, -1.5, 1.5),
+        past_v: rng.vec_f32(c.batch * c.kv * past * c.head, -1.5, 1.5),
         cos: ang.iter().map(|a| a.cos()).collect(),
         sin: ang.iter().map(|a| a.sin()).collect(),
         seqlens: seqlens.to_vec(),

@@ -43,7 +43,7 @@ pub fn reference(sh: &RotaryShape, pos: &[usize], cos: &[f32], sin: &[f32], x: &
 }
 
 fn caches(rng: &mut Rng, max_pos: usize, half: usize) -> (Vec<f32>, Vec<f32>) {
-    let ang = rng.vec(max_pos * half, -3.2, 3.2);
+    let ang = rng.vec_f32(max_pos * half, -3.2, 3.2);
     (
         ang.iter().map(|a| a.cos()).collect(),
         ang.iter().map(|a| a.sin()).collect(),
@@ -55,7 +55,7 @@ fn check(sh: RotaryShape, offset: Option<i64>, seed: u64) {
     let max_pos = 70;
     let (cos, sin) = caches(&mut rng, max_pos, sh.rot / 2);
     let n = sh.batch * sh.seq * sh.heads * sh.head;
-    let x = rng.vec(n, -2.0, 2.0);
+    let x = rng.vec_f32(n, -2.0, 2.0);
     let ids: Vec<i64> = (0..sh.batch * sh.seq)
         .map(|_| (rng.next_u64() % max_pos as u64) as i64)
         .collect();

@@ -7,18 +7,9 @@ use rcpu::kernels::isa::Isa;
 use rcpu::kernels::shape::{broadcast_shapes, broadcast_strides, coalesce};
 use rcpu::runtime::par::{Par, ScopedThreads, Serial};
 
-struct Rng(u64);
-impl Rng {
-    fn f32(&mut self) -> f32 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        ((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 4.0 - 2.0
-    }
-    fn vec(&mut self, n: usize) -> Vec<f32> {
-        (0..n).map(|_| self.f32()).collect()
-    }
-}
+#[path = "common/rng.rs"]
+mod rng;
+use rng::Rng;
 
 const OPS: [BinaryOp; 4] = [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div];
 const ISAS: [Isa; 3] = [Isa::Scalar, Isa::Avx2, Isa::Avx512];
@@ -77,8 +68,8 @@ fn same_bits(x: f32, y: f32) -> bool {
 /// Runs one shape pair through every op, ISA and Par; returns the variant names seen.
 fn check(sa: &[usize], sb: &[usize], seed: u64) -> Vec<&'static str> {
     let mut rng = Rng(seed | 1);
-    let a = rng.vec(sa.iter().product());
-    let b = rng.vec(sb.iter().product());
+    let a = rng.vec_f32(sa.iter().product(), -2.0, 2.0);
+    let b = rng.vec_f32(sb.iter().product(), -2.0, 2.0);
     let mut names = vec![];
     let pars: [&dyn Par; 2] = [&Serial, &ScopedThreads(3)];
     for op in OPS {

@@ -9,21 +9,9 @@ use rcpu::kernels::gemm::{sgemm, sgemm_with};
 use rcpu::kernels::isa::Isa;
 use rcpu::runtime::par::{Par, ScopedThreads, Serial};
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn f32(&mut self) -> f32 {
-        ((self.next() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-    }
-    fn vec(&mut self, n: usize) -> Vec<f32> {
-        (0..n).map(|_| self.f32()).collect()
-    }
-}
+#[path = "common/rng.rs"]
+mod rng;
+use rng::Rng;
 
 const ISAS: [Isa; 3] = [Isa::Scalar, Isa::Avx2, Isa::Avx512];
 const PAD: f32 = 12345.5;
@@ -55,12 +43,12 @@ fn check(isa: Isa, c: &Case, par: &dyn Par, seed: u64) -> Option<&'static str> {
     let (ar, ac) = if ta { (k, m) } else { (m, k) };
     let (br, bc) = if tb { (n, k) } else { (k, n) };
     let (lda, ldb, ldc) = (ac + extra_ld, bc + extra_ld, n + extra_ld);
-    let a = rng.vec(ar * lda);
-    let b = rng.vec(br * ldb);
+    let a = rng.vec_f32(ar * lda, -1.0, 1.0);
+    let b = rng.vec_f32(br * ldb, -1.0, 1.0);
     let mut cm = if beta == 0.0 {
         vec![f32::NAN; m * ldc]
     } else {
-        rng.vec(m * ldc)
+        rng.vec_f32(m * ldc, -1.0, 1.0)
     };
     for i in 0..m {
         cm[i * ldc + n..(i + 1) * ldc].fill(PAD);
@@ -140,7 +128,7 @@ fn run_all(isa: Isa) {
         (3, 2, 33),
     ];
     for _ in 0..30 {
-        let pick = |r: &mut Rng| SIZES[(r.next() % SIZES.len() as u64) as usize];
+        let pick = |r: &mut Rng| SIZES[(r.next_u64() % SIZES.len() as u64) as usize];
         let (m, n, k) = (pick(&mut rng), pick(&mut rng), pick(&mut rng));
         if m * n * k <= 1 << 20 {
             shapes.push((m, n, k));

@@ -9,20 +9,9 @@ use rcpu::kernels::gemm::{pack_weight, pack_weight_with, sgemm_weight, sgemm_wei
 use rcpu::kernels::isa::Isa;
 use rcpu::runtime::par::{Par, ScopedThreads, Serial};
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn vec(&mut self, n: usize) -> Vec<f32> {
-        (0..n)
-            .map(|_| ((self.next() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0)
-            .collect()
-    }
-}
+#[path = "common/rng.rs"]
+mod rng;
+use rng::Rng;
 
 const ISAS: [Isa; 3] = [Isa::Scalar, Isa::Avx2, Isa::Avx512];
 const PAD: f32 = 12345.5;
@@ -57,12 +46,12 @@ fn check(isa: Isa, c: Case, seed: u64) -> Option<(&'static str, &'static str)> {
         if tb { k } else { n } + 2,
         n + 3,
     );
-    let a = rng.vec(if ta { k } else { m } * lda);
-    let b = rng.vec(if tb { n } else { k } * ldb);
+    let a = rng.vec_f32(if ta { k } else { m } * lda, -1.0, 1.0);
+    let b = rng.vec_f32(if tb { n } else { k } * ldb, -1.0, 1.0);
     let mut c0 = if beta == 0.0 {
         vec![f32::NAN; m * ldc]
     } else {
-        rng.vec(m * ldc)
+        rng.vec_f32(m * ldc, -1.0, 1.0)
     };
     for i in 0..m {
         c0[i * ldc + n..(i + 1) * ldc].fill(PAD);
@@ -172,7 +161,7 @@ fn every_isa_matches_reference_and_packed_equals_unpacked() {
     let mut rng = Rng(0x5eed);
     const DIMS: [usize; 8] = [1, 2, 7, 16, 17, 33, 64, 100];
     for _ in 0..12 {
-        let pick = |r: &mut Rng| DIMS[(r.next() % DIMS.len() as u64) as usize];
+        let pick = |r: &mut Rng| DIMS[(r.next_u64() % DIMS.len() as u64) as usize];
         shapes.push((pick(&mut rng), pick(&mut rng), pick(&mut rng)));
     }
     const AB: [(f32, f32); 4] = [(1.0, 0.0), (0.5, 0.0), (1.0, 1.0), (-1.5, 0.25)];
@@ -226,7 +215,7 @@ fn large_product_splits_into_tasks_and_stays_identical() {
 fn process_kernels_use_the_packed_table() {
     let (m, n, k) = (4, 40, 50);
     let mut rng = Rng(3);
-    let (a, b) = (rng.vec(m * k), rng.vec(k * n));
+    let (a, b) = (rng.vec_f32(m * k, -1.0, 1.0), rng.vec_f32(k * n, -1.0, 1.0));
     let p = pack_weight(false, k, n, &b, n);
     assert_eq!((p.k(), p.n()), (k, n));
     let (mut c1, mut c2) = (vec![0f32; m * n], vec![0f32; m * n]);

@@ -9,25 +9,23 @@ use attention_fuzz::{gqa_case, rotary_case, Draw};
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-struct Xorshift(u64);
+#[path = "common/rng.rs"]
+mod rng;
+use rng::Rng;
 
-impl Draw for Xorshift {
+impl Draw for Rng {
     fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
+        self.next_u64()
     }
 }
 
-fn run(seed: u64, cases: usize, case: fn(&mut Xorshift) -> bool) -> usize {
+fn run(seed: u64, cases: usize, case: fn(&mut Rng) -> bool) -> usize {
     let mut ran = 0;
     for i in 0..cases {
-        let mut d = Xorshift(
-            seed.wrapping_add(i as u64)
-                .wrapping_mul(0x9E37_79B9_7F4A_7C15)
-                | 1,
-        );
+        let mut d = Rng(seed
+            .wrapping_add(i as u64)
+            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            | 1);
         match catch_unwind(AssertUnwindSafe(|| case(&mut d))) {
             Ok(true) => ran += 1,
             Ok(false) => {}

@@ -9,22 +9,9 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use rcpu::kernels::matmul_nbits::{matmul_packed, matmul_unpacked, pack, NBitsParams};
 use rcpu::runtime::par::Serial;
 
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-    fn pick<T: Copy>(&mut self, v: &[T]) -> T {
-        v[self.below(v.len() as u64) as usize]
-    }
-}
+#[path = "common/rng.rs"]
+mod rng;
+use rng::Rng;
 
 /// One fuzz input, decoded: attributes, buffer lengths, and the bytes to fill them with.
 struct Input {
@@ -73,7 +60,7 @@ fn gen(r: &mut Rng, max_dim: u64) -> Input {
         has_zp: r.below(2) == 0,
         consistent: r.below(4) != 0,
         m: r.pick(&[0, 1, 1, 2, 3, 4, 5, 9]),
-        seed: r.next(),
+        seed: r.next_u64(),
         lens: if r.below(4) == 0 {
             [0, 0, 0]
         } else {
@@ -126,11 +113,11 @@ fn property(inp: &Input) -> bool {
         return false;
     }
     let mut r = Rng(inp.seed | 1);
-    let b: Vec<u8> = (0..lens[0]).map(|_| r.next() as u8).collect();
+    let b: Vec<u8> = (0..lens[0]).map(|_| r.next_u64() as u8).collect();
     let scales: Vec<f32> = (0..lens[1])
         .map(|_| (r.below(2000) as f32 - 1000.0) / 8000.0)
         .collect();
-    let zp: Option<Vec<u8>> = zp_len.map(|l| (0..l).map(|_| r.next() as u8).collect());
+    let zp: Option<Vec<u8>> = zp_len.map(|l| (0..l).map(|_| r.next_u64() as u8).collect());
     let a: Vec<f32> = (0..inp.m * p.k)
         .map(|_| (r.below(2001) as f32 - 1000.0) / 500.0)
         .collect();

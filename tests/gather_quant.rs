@@ -5,15 +5,9 @@
 
 use rcpu::kernels::gather_quant::{gather, U4Table};
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
+#[path = "common/rng.rs"]
+mod rng;
+use rng::Rng;
 
 /// Element `e` of the flattened (unpacked) data, dequantized the way ORT's CPU kernel indexes it.
 #[allow(clippy::too_many_arguments)]
@@ -44,12 +38,12 @@ fn case(entries: usize, group: usize, row_bytes: usize, block: usize, with_zp: b
     let rows = entries * group;
     let k = row_bytes * 2;
     let blocks = k.div_ceil(block);
-    let codes: Vec<u8> = (0..rows * row_bytes).map(|_| r.next() as u8).collect();
+    let codes: Vec<u8> = (0..rows * row_bytes).map(|_| r.next_u64() as u8).collect();
     let scales: Vec<f32> = (0..rows * blocks)
-        .map(|_| (r.next() % 2000) as f32 / 997.0 - 1.0)
+        .map(|_| (r.next_u64() % 2000) as f32 / 997.0 - 1.0)
         .collect();
     let zps: Vec<u8> = (0..rows * blocks.div_ceil(2))
-        .map(|_| r.next() as u8)
+        .map(|_| r.next_u64() as u8)
         .collect();
     let zp = with_zp.then_some(&zps[..]);
     let table = U4Table::new(&codes, row_bytes, &scales, zp, block).expect("valid table");

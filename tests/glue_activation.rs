@@ -86,7 +86,7 @@ fn odd_lengths_and_specials() {
     let mut rng = Rng(21);
     for act in ACTS {
         for &n in &[0usize, 1, 3, 15, 16, 17, 100, 4096] {
-            let mut x = rng.vec(n, -12.0, 12.0);
+            let mut x = rng.vec_f32(n, -12.0, 12.0);
             for (i, s) in SPECIALS.iter().enumerate() {
                 if i * 7 < n {
                     x[i * 7] = *s;
@@ -110,8 +110,8 @@ fn dense_sweep_of_the_range() {
 fn bias_is_added_per_column() {
     let mut rng = Rng(22);
     for &n in &[1usize, 3, 17, 100] {
-        let x = rng.vec(4 * n, -6.0, 6.0);
-        let b = rng.vec(n, -1.0, 1.0);
+        let x = rng.vec_f32(4 * n, -6.0, 6.0);
+        let b = rng.vec_f32(n, -1.0, 1.0);
         check(
             Activation::GeluTanh,
             &x,
@@ -136,8 +136,8 @@ fn bias_is_added_per_column() {
 #[test]
 fn large_buffers_take_the_parallel_path() {
     let mut rng = Rng(23);
-    let x = rng.vec(100_003, -10.0, 10.0);
-    let b = rng.vec(7, -1.0, 1.0);
+    let x = rng.vec_f32(100_003, -10.0, 10.0);
+    let b = rng.vec_f32(7, -1.0, 1.0);
     for act in ACTS {
         for bias in [None, Some(&b[..])] {
             let x = if bias.is_some() {

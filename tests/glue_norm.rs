@@ -127,11 +127,11 @@ fn case(rng: &mut Rng, simplified: bool, skip: bool, bias: bool, rows: usize, n:
         simplified,
         eps: 1e-5,
         n,
-        x: rng.vec(rows * n, -3.0, 3.0),
-        skip: skip.then(|| rng.vec(rows * n, -1.0, 1.0)),
-        bias: bias.then(|| rng.vec(n, -0.5, 0.5)),
-        scale: rng.vec(n, 0.5, 1.5),
-        beta: (!simplified).then(|| rng.vec(n, -0.5, 0.5)),
+        x: rng.vec_f32(rows * n, -3.0, 3.0),
+        skip: skip.then(|| rng.vec_f32(rows * n, -1.0, 1.0)),
+        bias: bias.then(|| rng.vec_f32(n, -0.5, 0.5)),
+        scale: rng.vec_f32(n, 0.5, 1.5),
+        beta: (!simplified).then(|| rng.vec_f32(n, -0.5, 0.5)),
     }
 }
 
@@ -188,7 +188,7 @@ fn skip_broadcast_over_batch() {
     let mut rng = Rng(9);
     let (rows, n) = (12, 17);
     let mut c = case(&mut rng, true, false, true, rows, n);
-    c.skip = Some(rng.vec(4 * n, -1.0, 1.0)); // 3 batches of [4, 17] share one skip
+    c.skip = Some(rng.vec_f32(4 * n, -1.0, 1.0)); // 3 batches of [4, 17] share one skip
     check(&c, "skip [4,17] over [3,4,17]");
 }
 

@@ -61,7 +61,7 @@ fn last_axis_all_sizes() {
     let mut rng = Rng(11);
     for &n in &COLS {
         for rows in [0usize, 1, 6] {
-            let x = rng.vec(rows * n, -8.0, 8.0);
+            let x = rng.vec_f32(rows * n, -8.0, 8.0);
             check(&x, rows, n, 1, &format!("rows={rows} n={n}"));
         }
     }
@@ -71,7 +71,7 @@ fn last_axis_all_sizes() {
 fn large_logits_do_not_overflow() {
     let mut rng = Rng(12);
     let x: Vec<f32> = rng
-        .vec(3 * 33, -1.0, 1.0)
+        .vec_f32(3 * 33, -1.0, 1.0)
         .iter()
         .map(|v| v * 80.0 + 1000.0)
         .collect();
@@ -82,7 +82,7 @@ fn large_logits_do_not_overflow() {
 fn strided_axes() {
     let mut rng = Rng(13);
     for (outer, dim, inner) in [(2, 5, 3), (1, 17, 16), (3, 1, 7), (4, 33, 2), (0, 3, 4)] {
-        let x = rng.vec(outer * dim * inner, -5.0, 5.0);
+        let x = rng.vec_f32(outer * dim * inner, -5.0, 5.0);
         check(&x, outer, dim, inner, &format!("[{outer},{dim},{inner}]"));
     }
 }
@@ -91,7 +91,7 @@ fn strided_axes() {
 fn special_rows() {
     let mut rng = Rng(14);
     for &n in &[1usize, 3, 17, 100] {
-        let mut x = rng.vec(5 * n, -4.0, 4.0);
+        let mut x = rng.vec_f32(5 * n, -4.0, 4.0);
         x[n] = f32::NAN; // row 1: NaN
         x[2 * n + n / 2] = f32::INFINITY; // row 2: +inf
         x[3 * n..4 * n].fill(f32::NEG_INFINITY); // row 3: all -inf
@@ -113,7 +113,7 @@ fn special_rows() {
 fn many_rows_take_the_parallel_path() {
     let mut rng = Rng(15);
     let (rows, n) = (24, 4096);
-    let x = rng.vec(rows * n, -6.0, 6.0);
+    let x = rng.vec_f32(rows * n, -6.0, 6.0);
     let par = CountingPar(AtomicUsize::new(0));
     let mut y = vec![0.0f32; x.len()];
     softmax_f32(&x, rows, n, 1, &mut y, &par).unwrap();

@@ -15,7 +15,7 @@ use std::path::Path;
 use std::process::Command;
 
 use rcpu::abi::status::{guard, guard_node, guard_value, Error};
-use rcpu::runtime::{pool_for, Par, PoolConfig};
+use rcpu::runtime::{pool_for, Dispatch, Par, PoolConfig};
 
 const CHILD_ENV: &str = "RCPU_PANIC_GUARD_CHILD";
 
@@ -45,7 +45,7 @@ fn child_guards_panics() {
     });
     let st = catch_unwind(AssertUnwindSafe(|| {
         guard_node("Compute", "Gemm node 'lanes'", || {
-            lanes.task_chunks(64, &|i| {
+            lanes.chunks(Dispatch::Task, 64, &|i| {
                 if i % 2 == 1 {
                     panic!("boom-lane-{}", i % 2);
                 }
@@ -55,7 +55,7 @@ fn child_guards_panics() {
     }));
     assert!(st.is_ok(), "a lane panic escaped the guard");
     let hits = std::sync::atomic::AtomicUsize::new(0);
-    lanes.task_chunks(64, &|_| {
+    lanes.chunks(Dispatch::Task, 64, &|_| {
         hits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     });
     assert_eq!(hits.into_inner(), 64, "pool broken after a panic");

@@ -14,7 +14,7 @@ use lanes_common::{on_worker, wait_until};
 
 use rcpu::abi::os;
 use rcpu::runtime::hooks::Point;
-use rcpu::runtime::{pool_for, Affinity, Lanes, Par, PoolConfig};
+use rcpu::runtime::{pool_for, Affinity, Dispatch, Lanes, Par, PoolConfig};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -47,7 +47,7 @@ fn dispatch(pool: &Lanes, caller_runs_one: bool) -> Vec<Option<usize>> {
     let caller_cpus = Mutex::new(Vec::new());
     let caller_claimed = AtomicBool::new(false);
     let ran = AtomicUsize::new(0);
-    pool.decode_chunks(8, &|_| {
+    pool.chunks(Dispatch::Decode, 8, &|_| {
         ran.fetch_add(1, Ordering::SeqCst);
         if on_worker() {
             if caller_runs_one {
@@ -170,7 +170,7 @@ fn caller_stalled_after_publishing_runs_no_chunk_and_gets_its_mask_back() {
         os::pin_current_thread(worker_cpu).expect("pin to the worker cpu");
         let before = pool.counters();
         let caller_ran = AtomicUsize::new(0);
-        pool.decode_chunks(8, &|_| {
+        pool.chunks(Dispatch::Decode, 8, &|_| {
             if !on_worker() {
                 caller_ran.fetch_add(1, Ordering::SeqCst);
             }

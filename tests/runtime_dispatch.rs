@@ -9,7 +9,7 @@
 mod lanes_common;
 use lanes_common::{on_worker, wait_all_parked, wait_until};
 
-use rcpu::runtime::{default_threads, pool_for, pool_stats, Affinity, Par, PoolConfig};
+use rcpu::runtime::{default_threads, pool_for, pool_stats, Affinity, Dispatch, Par, PoolConfig};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -43,12 +43,12 @@ fn every_chunk_runs_exactly_once() {
         for n in [0usize, 1, 2, 3, 17, 1000] {
             for rep in 0..3 {
                 let c = counts(n);
-                pool.decode_chunks(n, &|i| {
+                pool.chunks(Dispatch::Decode, n, &|i| {
                     c[i].fetch_add(1, Ordering::Relaxed);
                 });
                 assert_once(&c, &format!("decode threads={threads} n={n} rep={rep}"));
                 let c = counts(n);
-                pool.task_chunks(n, &|i| {
+                pool.chunks(Dispatch::Task, n, &|i| {
                     c[i].fetch_add(1, Ordering::Relaxed);
                 });
                 assert_once(&c, &format!("task threads={threads} n={n} rep={rep}"));
@@ -82,8 +82,8 @@ fn nested_body() {
     let pool = pool_for(&cfg(3, 102));
     let before = pool.counters().inline_fallbacks;
     let c = counts(8 * 5);
-    pool.task_chunks(8, &|i| {
-        pool.task_chunks(5, &|j| {
+    pool.chunks(Dispatch::Task, 8, &|i| {
+        pool.chunks(Dispatch::Task, 5, &|j| {
             c[i * 5 + j].fetch_add(1, Ordering::Relaxed);
         });
     });
@@ -92,15 +92,15 @@ fn nested_body() {
     assert_eq!(after - before, 8, "every nested dispatch runs inline");
     // Decode nested in task, and the pool is fine afterwards.
     let c = counts(4 * 3);
-    pool.task_chunks(4, &|i| {
-        pool.decode_chunks(3, &|j| {
+    pool.chunks(Dispatch::Task, 4, &|i| {
+        pool.chunks(Dispatch::Decode, 3, &|j| {
             c[i * 3 + j].fetch_add(1, Ordering::Relaxed);
         })
     });
     assert_once(&c, "decode nested in task");
     assert_eq!(pool.counters().inline_fallbacks - after, 4);
     let c = counts(100);
-    pool.decode_chunks(100, &|i| {
+    pool.chunks(Dispatch::Decode, 100, &|i| {
         c[i].fetch_add(1, Ordering::Relaxed);
     });
     assert_once(&c, "after nesting");
@@ -131,9 +131,9 @@ fn concurrent_dispatchers_share_one_pool() {
                         sum.fetch_add(i * (t + 1), Ordering::Relaxed);
                     };
                     if k % 2 == 0 {
-                        pool.decode_chunks(n, &f);
+                        pool.chunks(Dispatch::Decode, n, &f);
                     } else {
-                        pool.task_chunks(n, &f);
+                        pool.chunks(Dispatch::Task, n, &f);
                     }
                     assert_once(&c, &format!("thread {t} job {k}"));
                     assert_eq!(sum.load(Ordering::Relaxed), (t + 1) * n * (n - 1) / 2);
@@ -190,15 +190,15 @@ fn panic_in_chunk_reaches_caller_and_pool_survives() {
                 }
             };
             if kind == 0 {
-                pool.decode_chunks(20, &f)
+                pool.chunks(Dispatch::Decode, 20, &f)
             } else {
-                pool.task_chunks(20, &f)
+                pool.chunks(Dispatch::Task, 20, &f)
             }
         }));
         let msg = r.unwrap_err().downcast::<String>().unwrap();
         assert_eq!(*msg, format!("boom {bad}"));
         let c = counts(50);
-        pool.task_chunks(50, &|i| {
+        pool.chunks(Dispatch::Task, 50, &|i| {
             c[i].fetch_add(1, Ordering::Relaxed);
         });
         assert_once(&c, "after panic");
@@ -209,7 +209,7 @@ fn panic_in_chunk_reaches_caller_and_pool_survives() {
     let worker_took = AtomicUsize::new(0);
     let ran = AtomicUsize::new(0);
     let r = catch_unwind(AssertUnwindSafe(|| {
-        pool.decode_chunks(8, &|_| {
+        pool.chunks(Dispatch::Decode, 8, &|_| {
             ran.fetch_add(1, Ordering::Relaxed);
             if on_worker() {
                 if worker_took.fetch_add(1, Ordering::SeqCst) == 0 {
@@ -226,7 +226,7 @@ fn panic_in_chunk_reaches_caller_and_pool_survives() {
     assert_eq!(*p.downcast::<&str>().unwrap(), "worker boom");
     assert_eq!(ran.load(Ordering::Relaxed), 8, "the other chunks still ran");
     let c = counts(30);
-    pool.decode_chunks(30, &|i| {
+    pool.chunks(Dispatch::Decode, 30, &|i| {
         c[i].fetch_add(1, Ordering::Relaxed);
     });
     assert_once(&c, "after worker panic");
@@ -244,11 +244,11 @@ fn single_chunk_runs_on_caller_without_waking() {
     let me = std::thread::current().id();
     for _ in 0..20 {
         let ran_on = std::sync::Mutex::new(None);
-        pool.decode_chunks(1, &|_| {
+        pool.chunks(Dispatch::Decode, 1, &|_| {
             *ran_on.lock().unwrap() = Some(std::thread::current().id())
         });
         assert_eq!(ran_on.into_inner().unwrap(), Some(me));
-        pool.task_chunks(1, &|_| {});
+        pool.chunks(Dispatch::Task, 1, &|_| {});
     }
     std::thread::sleep(std::time::Duration::from_millis(30));
     let k = pool.counters();

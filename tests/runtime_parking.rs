@@ -11,7 +11,7 @@ use lanes_common::{all_lanes_join, wait_all_parked, wait_until, Stall};
 
 use rcpu::abi::os::thread_cpu_time;
 use rcpu::runtime::hooks::Point;
-use rcpu::runtime::{pool_for, Affinity, Lanes, Par, PoolConfig};
+use rcpu::runtime::{pool_for, Affinity, Dispatch, Lanes, Par, PoolConfig};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -38,8 +38,8 @@ fn workers_cpu(pool: &Lanes) -> Duration {
 /// busy wait between counting the park and sleeping (blocktime 0 pool: 50.9 ms of CPU; the
 /// bound catches such a worker only when it gets that much CPU of a loaded machine in the window).
 fn check_idle(pool: &Lanes) {
-    pool.decode_chunks(64, &|_| std::hint::black_box(()));
-    pool.task_chunks(64, &|_| std::hint::black_box(()));
+    pool.chunks(Dispatch::Decode, 64, &|_| std::hint::black_box(()));
+    pool.chunks(Dispatch::Task, 64, &|_| std::hint::black_box(()));
     wait_all_parked(pool);
     let k0 = pool.counters();
     let before = workers_cpu(pool);
@@ -119,10 +119,10 @@ fn publish_while_held(pool: &Lanes, at: Point) -> Vec<Point> {
     wait_all_parked(pool);
     stall.arm();
     // Wakes the worker; after the job it goes idle again and reaches `at`.
-    pool.decode_chunks(4, &|_| {});
+    pool.chunks(Dispatch::Decode, 4, &|_| {});
     stall.wait_reached();
     let ran_on_caller = std::sync::atomic::AtomicUsize::new(0);
-    pool.decode_chunks(4, &|_| {
+    pool.chunks(Dispatch::Decode, 4, &|_| {
         if !lanes_common::on_worker() {
             ran_on_caller.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         }

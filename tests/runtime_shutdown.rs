@@ -12,7 +12,7 @@ mod lanes_common;
 use lanes_common::wait_until;
 
 use rcpu::runtime::hooks::Point;
-use rcpu::runtime::{pool_for, pool_stats, Affinity, Lanes, Par, PoolConfig};
+use rcpu::runtime::{pool_for, pool_stats, Affinity, Dispatch, Lanes, Par, PoolConfig};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -55,7 +55,7 @@ fn last_handle_drop_joins_workers() {
     let a = pool_for(&cfg);
     let b = pool_for(&cfg);
     let hits = AtomicUsize::new(0);
-    a.decode_chunks(100, &|_| {
+    a.chunks(Dispatch::Decode, 100, &|_| {
         hits.fetch_add(1, Ordering::Relaxed);
     });
     assert_eq!(hits.load(Ordering::Relaxed), 100);
@@ -74,7 +74,7 @@ fn last_handle_drop_joins_workers() {
         blocktime_us: 0,
         ..cfg.clone()
     });
-    c.task_chunks(10, &|_| {});
+    c.chunks(Dispatch::Task, 10, &|_| {});
     assert_eq!(rcpu_threads(), 6);
     let exits_c = count_exits(&c);
     drop(b);

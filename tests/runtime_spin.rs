@@ -8,7 +8,7 @@ use lanes_common::{on_worker, parked, wait_all_parked, wait_until};
 
 use rcpu::runtime::hooks::Point;
 use rcpu::runtime::park::{CALLER_SPINS_BEFORE_YIELD, CALLER_YIELD_EVERY, WORKER_YIELD_EVERY};
-use rcpu::runtime::{pool_for, Affinity, Par, PoolConfig};
+use rcpu::runtime::{pool_for, Affinity, Dispatch, Par, PoolConfig};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -49,7 +49,7 @@ fn caller_waiting_for_straggler_yields_rarely() {
         let k0 = pool.counters();
         let y0 = caller_yields_seen.load(Ordering::SeqCst);
         let joined = AtomicBool::new(false);
-        pool.decode_chunks(2, &|_| {
+        pool.chunks(Dispatch::Decode, 2, &|_| {
             if on_worker() {
                 joined.store(true, Ordering::SeqCst);
                 wait_until("the caller yields while waiting for this chunk", || {
@@ -92,7 +92,7 @@ fn spinning_worker_yields_rarely() {
     wait_all_parked(&pool);
     let k0 = pool.counters();
     // Wakes the worker (a park ends, no spin phase); after the job it spins 20 ms, then parks.
-    pool.task_chunks(4, &|_| {});
+    pool.chunks(Dispatch::Task, 4, &|_| {});
     wait_until("the worker parks again", || {
         let k = pool.counters();
         k.parks > k0.parks && parked(&pool) == 1

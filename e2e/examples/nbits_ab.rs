@@ -18,6 +18,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use rcpu_e2e::bench::conditions::loadavg;
 use rcpu_e2e::onnx::{dtype::FLOAT, Attr, Dim, GraphBuilder};
 use rcpu_e2e::stats::PluginStats;
 use rcpu_e2e::{ort_with_rcpu, rand_f32, Ort, SessionSpec, Tensor};
@@ -45,15 +46,7 @@ fn arg<T: std::str::FromStr>(args: &[String], name: &str, default: T) -> T {
 }
 
 fn rand_u8(n: usize, seed: u64) -> Vec<u8> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s >> 32) as u8
-        })
-        .collect()
+    rcpu_e2e::rng::Rng::seeded(seed).bytes(n)
 }
 
 fn model(s: &Shape) -> Vec<u8> {
@@ -164,30 +157,15 @@ fn child(arm: &str, s: &Shape, out: &str) {
     }
 }
 
-/// CPU time this process's threads have run (from /proc/self/task/*/schedstat, ns
-/// resolution), in microseconds. Immune to time lost to preemption, unlike wall time.
+/// CPU time this process's live threads have run (the library's per-thread reader:
+/// schedstat, ns resolution), in microseconds. Immune to time lost to preemption, unlike wall time.
 fn cpu_time() -> f64 {
-    let mut ns = 0u64;
-    if let Ok(rd) = std::fs::read_dir("/proc/self/task") {
-        for e in rd.flatten() {
-            let s = std::fs::read_to_string(e.path().join("schedstat")).unwrap_or_default();
-            ns += s
-                .split_whitespace()
-                .next()
-                .and_then(|x| x.parse::<u64>().ok())
-                .unwrap_or(0);
-        }
-    }
-    ns as f64 / 1e3
-}
-
-fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .unwrap_or_default()
-        .split_whitespace()
-        .take(3)
-        .collect::<Vec<_>>()
-        .join(" ")
+    use rcpu::abi::os;
+    os::live_threads()
+        .into_iter()
+        .filter_map(|(tid, _)| os::thread_cpu_time(tid).ok())
+        .map(|d| d.as_secs_f64() * 1e6)
+        .sum()
 }
 
 fn read_f32(path: &str) -> Vec<f32> {

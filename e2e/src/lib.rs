@@ -6,6 +6,9 @@ pub mod compare;
 pub mod onnx;
 pub mod ort;
 pub mod paths;
+/// The one seeded PRNG of tests, examples and the bench (one source file, shared with `tests/`).
+#[path = "../../tests/common/rng.rs"]
+pub mod rng;
 pub mod stats;
 pub mod threads;
 
@@ -30,15 +33,7 @@ pub fn ort_with_rcpu() -> &'static Ort {
     ort
 }
 
-/// Deterministic pseudo-random f32 in [-1, 1) (xorshift; no dependency, same on every run).
+/// Deterministic pseudo-random f32 in [-1, 1) (the one PRNG, [`rng::Rng`]).
 pub fn rand_f32(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
+    rng::Rng::seeded(seed).vec_f32(n, -1.0, 1.0)
 }

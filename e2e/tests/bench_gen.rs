@@ -182,7 +182,7 @@ fn bench_binary_gap_sweep_writes_a_plot_and_bad_flags_exit_2() {
         .output()
         .unwrap();
     assert_eq!(bad.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown flag '--bogus'"));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("unexpected argument '--bogus'"));
 }
 
 #[test]

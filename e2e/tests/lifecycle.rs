@@ -7,6 +7,7 @@
 //! the counts are taken. `RCPU_LIFECYCLE_SESSIONS` / `RCPU_LIFECYCLE_CYCLES` shrink the loops
 //! (e.g. under valgrind).
 
+use rcpu_e2e::bench::conditions::status_kb;
 use rcpu_e2e::onnx::dtype::FLOAT;
 use rcpu_e2e::onnx::{Attr, Dim, GraphBuilder};
 use rcpu_e2e::threads::{rcpu_workers, settled_rcpu_workers};
@@ -72,11 +73,8 @@ fn settles_at(n: usize, what: &str) {
 }
 
 fn vm_rss_kib() -> i64 {
-    let s = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
-    s.lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS line")
+    let kb = status_kb("/proc/self/status", "VmRSS").expect("VmRSS line of /proc/self/status");
+    i64::try_from(kb).expect("VmRSS fits i64")
 }
 
 fn plugin_mapped() -> bool {

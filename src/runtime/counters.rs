@@ -34,9 +34,9 @@ macro_rules! counters {
 }
 
 counters! {
-    /// Decode dispatches (`decode_chunks` calls with n > 0), inline ones included.
+    /// Decode dispatches (`Par::chunks(Dispatch::Decode, n, _)` with n > 0), inline ones included.
     decode_dispatches,
-    /// Task dispatches (`task_chunks` calls with n > 0), inline ones included.
+    /// Task dispatches (`Par::chunks(Dispatch::Task, n, _)` with n > 0), inline ones included.
     task_dispatches,
     /// Times a worker went to sleep on the pool's condition variable.
     parks,

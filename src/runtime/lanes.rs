@@ -1,13 +1,13 @@
-//! The pinned worker lanes: the calling thread plus `threads - 1` pinned workers, and the two
-//! dispatches kernels use (`Par`).
+//! The pinned worker lanes: the calling thread plus `threads - 1` pinned workers, and the one
+//! dispatch kernels use (`Par::chunks`).
 //!
-//! # One engine, two dispatches
+//! # One engine
 //!
-//! Both `decode_chunks` and `task_chunks` publish one job to every worker and let all lanes
-//! (the caller included) claim chunk indices from one atomic counter until it is exhausted.
-//! The caller then waits until every worker that joined the job has left it (the barrier).
-//! They differ in what they are for (decode: tiny latency-critical GEMV chunks; task:
-//! prefill-sized chunks) and are counted separately.
+//! A dispatch publishes one job to every worker and lets all lanes (the caller included)
+//! claim chunk indices from one atomic counter until it is exhausted. The caller then waits
+//! until every worker that joined the job has left it (the barrier). The `Dispatch` kind
+//! (decode: small latency-critical chunks; task: prefill-sized chunks) only picks the counter
+//! the dispatch is counted under.
 //!
 //! The job (a closure borrowing the caller's stack, including the kernel's non-`'static`
 //! `f`) is lent to the workers through `abi::os::FnLender`, which does not return before no
@@ -51,9 +51,9 @@
 use super::affinity::{pin_current, Affinity};
 use super::counters::{Counters, PoolCounters};
 use super::hooks::{Hooks, Point};
+use super::par::{Dispatch, Par};
 use super::park::{Signal, StragglerWait, Wake};
 use super::topology::Topology;
-use super::Par;
 use crate::abi::os::{self, FnLender};
 use parking_lot::Mutex;
 use std::any::Any;
@@ -157,12 +157,6 @@ pub struct Lanes {
     dispatch: Mutex<()>,
 }
 
-#[derive(Clone, Copy)]
-enum Kind {
-    Decode,
-    Task,
-}
-
 impl Lanes {
     /// Starts `cfg.threads - 1` workers (`rcpu-w0`, ...) pinned per `cfg.affinity`. Pinning or
     /// spawn failures are logged (`log`: pinning at INFO, spawn at WARN); the pool then runs
@@ -257,15 +251,15 @@ impl Lanes {
         self.shared.hooks.set(hook)
     }
 
-    fn dispatch(&self, kind: Kind, n: usize, f: &(dyn Fn(usize) + Sync)) {
+    fn dispatch(&self, kind: Dispatch, n: usize, f: &(dyn Fn(usize) + Sync)) {
         if n == 0 {
             return;
         }
         let c = &self.shared.counters;
         Counters::add(
             match kind {
-                Kind::Decode => &c.decode_dispatches,
-                Kind::Task => &c.task_dispatches,
+                Dispatch::Decode => &c.decode_dispatches,
+                Dispatch::Task => &c.task_dispatches,
             },
             1,
         );
@@ -391,11 +385,8 @@ impl Par for Lanes {
     fn lanes(&self) -> usize {
         Lanes::lanes(self)
     }
-    fn decode_chunks(&self, n: usize, f: &(dyn Fn(usize) + Sync)) {
-        self.dispatch(Kind::Decode, n, f)
-    }
-    fn task_chunks(&self, n: usize, f: &(dyn Fn(usize) + Sync)) {
-        self.dispatch(Kind::Task, n, f)
+    fn chunks(&self, kind: Dispatch, n: usize, f: &(dyn Fn(usize) + Sync)) {
+        self.dispatch(kind, n, f)
     }
 }
 

@@ -1,4 +1,4 @@
-//! Topology, affinity and the pinned worker lanes (decode dispatch and task dispatch).
+//! Topology, affinity and the pinned worker lanes (one chunked dispatch, `Par::chunks`).
 //!
 //! - [`topology`]: physical cores and SMT siblings (from /sys) within the affinity mask;
 //! - [`affinity`]: the `affinity` setting and the per-lane CPU plan;
@@ -21,6 +21,6 @@ pub mod topology;
 pub use affinity::{Affinity, AffinityParseError, PinError};
 pub use counters::PoolCounters;
 pub use lanes::{default_threads, Lanes, PoolConfig, DEFAULT_BLOCKTIME_US};
-pub use par::{Par, ScopedThreads, Serial};
+pub use par::{Dispatch, Par, ScopedThreads, Serial};
 pub use registry::{pool_for, pool_stats, reset_counters};
 pub use topology::Topology;

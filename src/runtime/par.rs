@@ -1,25 +1,36 @@
 //! The parallel-execution interface kernels are written against.
 //!
 //! Kernels never see threads: they describe their work as `n` independent chunks and hand a
-//! closure to one of the two dispatches. `Serial` runs everything on the caller (tests, tiny
-//! work); the pinned worker lanes (`runtime::lanes`) implement the same trait.
+//! closure to [`Par::chunks`]. `Serial` runs everything on the caller (tests, tiny work); the
+//! pinned worker lanes (`runtime::lanes`) and `ScopedThreads` implement the same trait.
+//!
+//! There is one dispatch engine. How work is cut into chunks is the caller's policy (an M=1
+//! weight stream uses [`StreamSplit`]; prefill-sized work uses tiles or fixed element counts);
+//! the [`Dispatch`] a kernel passes only says which of the two it is, so the pool counts it as a
+//! decode or a task dispatch. No implementation runs the two differently.
+
+/// What kind of work a [`Par::chunks`] call carries. It labels the dispatch for the pool
+/// counters (`decode_dispatches`, `task_dispatches`); it does not change how chunks are run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dispatch {
+    /// Small latency-critical work (M=1 GEMV, one decode step's attention), usually chunked
+    /// with [`StreamSplit`].
+    Decode,
+    /// Larger work (prefill GEMM tiles, elementwise pieces).
+    Task,
+}
 
 /// A way to run `n` independent chunks of work, possibly in parallel.
-///
-/// Both methods call `f(i)` exactly once for every `i` in `0..n` (in any order, on any lane,
-/// possibly concurrently) and return only after every call has returned. A panic in `f` is
-/// propagated to the caller after all lanes are quiescent.
 pub trait Par: Sync {
     /// Number of lanes (the calling thread included) work may be spread over.
     fn lanes(&self) -> usize;
 
-    /// Decode dispatch: SPMD broadcast for small, latency-critical work (M=1 GEMV). Chunks are
-    /// handed out dynamically (atomic counter) so one slow lane cannot hold the barrier.
-    fn decode_chunks(&self, n: usize, f: &(dyn Fn(usize) + Sync));
-
-    /// Task dispatch: fork-join parallel-for for larger work (prefill GEMM, elementwise).
-    /// A dispatch issued from inside a running chunk runs inline on that lane.
-    fn task_chunks(&self, n: usize, f: &(dyn Fn(usize) + Sync));
+    /// Calls `f(i)` exactly once for every `i` in `0..n` (in any order, on any lane, possibly
+    /// concurrently) and returns only after every call has returned; lanes claim indices
+    /// dynamically so one slow lane cannot hold the others back. A panic in `f` is propagated
+    /// to the caller after all lanes are quiescent. A dispatch issued from inside a running
+    /// chunk runs inline on that lane. `kind` only labels the dispatch (see [`Dispatch`]).
+    fn chunks(&self, kind: Dispatch, n: usize, f: &(dyn Fn(usize) + Sync));
 }
 
 /// Bytes a streaming chunk (M=1 decode: a run of weight panels or column groups) reads at most.
@@ -96,10 +107,7 @@ impl Par for Serial {
     fn lanes(&self) -> usize {
         1
     }
-    fn decode_chunks(&self, n: usize, f: &(dyn Fn(usize) + Sync)) {
-        (0..n).for_each(f)
-    }
-    fn task_chunks(&self, n: usize, f: &(dyn Fn(usize) + Sync)) {
+    fn chunks(&self, _kind: Dispatch, n: usize, f: &(dyn Fn(usize) + Sync)) {
         (0..n).for_each(f)
     }
 }
@@ -135,10 +143,7 @@ impl Par for ScopedThreads {
     fn lanes(&self) -> usize {
         self.0.max(1)
     }
-    fn decode_chunks(&self, n: usize, f: &(dyn Fn(usize) + Sync)) {
-        self.run(n, f)
-    }
-    fn task_chunks(&self, n: usize, f: &(dyn Fn(usize) + Sync)) {
+    fn chunks(&self, _kind: Dispatch, n: usize, f: &(dyn Fn(usize) + Sync)) {
         self.run(n, f)
     }
 }

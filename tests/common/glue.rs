@@ -2,7 +2,7 @@
 #![allow(dead_code)]
 
 use rcpu::kernels::isa::Isa;
-use rcpu::runtime::par::{Par, ScopedThreads};
+use rcpu::runtime::par::{Dispatch, Par, ScopedThreads};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Three scoped threads: real concurrency for the chunked paths.
@@ -14,31 +14,19 @@ impl Par for CountingPar {
     fn lanes(&self) -> usize {
         3
     }
-    fn decode_chunks(&self, n: usize, f: &(dyn Fn(usize) + Sync)) {
-        THREE.decode_chunks(n, f)
-    }
-    fn task_chunks(&self, n: usize, f: &(dyn Fn(usize) + Sync)) {
-        self.0.fetch_add(1, Ordering::Relaxed);
-        THREE.task_chunks(n, f)
+    fn chunks(&self, kind: Dispatch, n: usize, f: &(dyn Fn(usize) + Sync)) {
+        if kind == Dispatch::Task {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+        THREE.chunks(kind, n, f)
     }
 }
 
-pub(crate) struct Rng(pub u64);
-impl Rng {
-    pub(crate) fn next_u64(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    /// Uniform in [lo, hi).
-    pub(crate) fn f32(&mut self, lo: f32, hi: f32) -> f32 {
-        lo + (hi - lo) * ((self.next_u64() >> 40) as f32 / (1u64 << 24) as f32)
-    }
-    pub(crate) fn vec(&mut self, n: usize, lo: f32, hi: f32) -> Vec<f32> {
-        (0..n).map(|_| self.f32(lo, hi)).collect()
-    }
-}
+#[path = "rng.rs"]
+mod rng;
+/// The one seeded PRNG (`tests/common/rng.rs`).
+#[allow(unused_imports)] // not every glue test draws data
+pub(crate) use rng::Rng;
 
 pub(crate) const ISAS: [Isa; 3] = [Isa::Scalar, Isa::Avx2, Isa::Avx512];
 pub(crate) const COLS: [usize; 7] = [1, 3, 15, 16, 17, 100, 4096];

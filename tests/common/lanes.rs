@@ -109,11 +109,11 @@ impl Stall {
 /// it completes only if every worker joins the job (a worker that missed the job shows up as
 /// the hang guard's panic). A lane inside a chunk claims no other, so each lane runs one.
 pub(crate) fn all_lanes_join(pool: &Lanes) {
-    use rcpu::runtime::Par;
+    use rcpu::runtime::{Dispatch, Par};
     use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
     let lanes = pool.lanes();
     let started = AtomicUsize::new(0);
-    pool.decode_chunks(lanes, &|_| {
+    pool.chunks(Dispatch::Decode, lanes, &|_| {
         started.fetch_add(1, SeqCst);
         wait_until("every worker joins the job", || {
             started.load(SeqCst) == lanes

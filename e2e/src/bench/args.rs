@@ -1,37 +1,173 @@
-//! The command line: `rcpu-bench SUBCOMMAND [MODEL] [--flag value ...]`, parsed by hand; every
-//! subcommand accepts only its own flags and every bad flag or value is a clear error.
+//! The command line: `rcpu-bench SUBCOMMAND [MODEL] [--flag value ...]`, parsed with clap (one
+//! struct per subcommand, `--help` generated). Every subcommand accepts only its own flags;
+//! every bad flag or value is a clear error (exit code 2). The parsed command is turned into
+//! [`Opts`], the one options record the subcommands read.
+
+use clap::{Args, Parser, Subcommand};
 
 use super::worker::WorkerArgs;
 
-pub const USAGE: &str = "\
-rcpu-bench: side-by-side ORT CPU EP vs rcpu, under the rules of docs/benchmarking.md
+/// Text after the generated `--help`: the SPEC grammar, exit codes and `--null-plugin`.
+const AFTER_HELP: &str = "\
+Rules: docs/benchmarking.md. MODEL is an .onnx file; --gen SPEC generates one instead.
 
-  rcpu-bench compare MODEL|--gen SPEC [--threads N] [--cpus LIST] [--rounds R] [--iters I] [--warmup W]
-                     [--null rcpu|ort] [--null-plugin SO] [--tol X] [--steady-k K] [--steady-tol X] [--m M]
-                     [--json FILE]
-  rcpu-bench gap     MODEL|--gen SPEC --gap-us G [--busy] [--tokens T] [--sweep G1,G2,..] [--svg FILE]
-                     [--threads N] [--cpus LIST] [--json FILE]
-  rcpu-bench cold    MODEL|--gen SPEC [--samples S] [--threads N] [--cpus LIST] [--json FILE]
-  rcpu-bench census  [MODEL|--gen SPEC] [--threads N] [--cpus LIST] [--json FILE]
-  rcpu-bench llm     --gen llm:preset=qwen2-0.5b|llama-3.2-1b[,...] [--mode decode,generate,prefill]
-                     [--past P] [--tokens T] [--prompt 64,512] [--layers N] [--vocab V] [--profile-iters I]
-                     [--threads N] [--cpus LIST] [--rounds R] [--iters I] [--warmup W] [--null rcpu|ort]
-                     [--null-plugin SO] [--tol X] [--json FILE]   (whole-model decode / generation /
-                     prefill, per token)
-  rcpu-bench gen     SPEC --out FILE.onnx   (llm specs also write genai_config.json beside FILE)
-  rcpu-bench demo    [--gen llm:...] [--prompt P] [--tokens T] [--rounds R] [--layers N] [--vocab V]
-                     [--svg FILE] [--threads N] [--cpus LIST] [--null rcpu|ort] [--tol X] [--json FILE]
-                     (greedy generation on ORT vs rcpu vs a null arm; default --gen llm:preset=qwen2-0.5b,acc=4
-                     --prompt 64 --tokens 24 --rounds 5 --svg target/demo/latency.svg)
+SPEC: nbits:k=4096,n=4096,layers=1,block=32,acc=4,m=1[,zp=0|1][,sym]
+      or matmul:k=2048,n=2048,m=1[,layers=L]
+      or llm:preset=qwen2-0.5b,layers=24,vocab=151936,tied=1,acc=4,block=32,seed=1[,ctx=4096][,emb=q4|f32|f16]
+      (llm specs are benchmarked with `llm` and `demo`; `gen` also writes genai_config.json)
 
 --null-plugin SO: the null arm is rcpu loading the plugin SO (e.g. an older build copied aside), so
                   null_b_over_a is old/new; the A/A band then needs a run without it.
-Exit codes: 0 ok (compare, demo: a headline), 1 error, 2 bad arguments or parity mismatch (nothing
-            timed), 3 compare ran but steady state was NOT REACHED (no headline).
-SPEC: nbits:k=4096,n=4096,layers=1,block=32,acc=4,m=1[,zp=0|1][,sym]   or   matmul:k=2048,n=2048,m=1[,layers=L]
-      or llm:preset=qwen2-0.5b,layers=24,vocab=151936,tied=1,acc=4,block=32,seed=1[,ctx=4096][,emb=q4|f32|f16]
-";
 
+Exit codes: 0 ok (compare, demo: a headline), 1 error, 2 bad arguments or parity mismatch (nothing
+            timed), 3 compare ran but steady state was NOT REACHED (no headline).";
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "rcpu-bench",
+    about = "rcpu-bench: side-by-side ORT CPU EP vs rcpu, under the rules of docs/benchmarking.md",
+    after_help = AFTER_HELP
+)]
+struct Cli {
+    #[command(subcommand)]
+    sub: Option<Sub>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Sub {
+    /// Steady-state latency of one model: ORT CPU EP vs rcpu vs a null arm, interleaved rounds.
+    #[command(after_help = AFTER_HELP)]
+    Compare {
+        #[command(flatten)]
+        common: Common,
+        #[command(flatten)]
+        arms: ArmFlags,
+    },
+    /// Latency after an idle gap between calls (workers parked or spinning).
+    #[command(after_help = AFTER_HELP)]
+    Gap {
+        #[command(flatten)]
+        common: Common,
+        /// Idle gap between calls, microseconds.
+        #[arg(long, value_name = "G")]
+        gap_us: Option<u64>,
+        /// Keep the calling thread busy during the gap instead of sleeping.
+        #[arg(long)]
+        busy: bool,
+        /// Calls per gap setting.
+        #[arg(long, value_name = "T", default_value_t = 100, value_parser = positive)]
+        tokens: usize,
+        /// Several gaps, microseconds.
+        #[arg(long, value_name = "G1,G2,..", value_delimiter = ',')]
+        sweep: Vec<u64>,
+        /// Plot of the sweep.
+        #[arg(long, value_name = "FILE")]
+        svg: Option<String>,
+    },
+    /// First-call latency in fresh processes.
+    #[command(after_help = AFTER_HELP)]
+    Cold {
+        #[command(flatten)]
+        common: Common,
+        /// Fresh processes per arm.
+        #[arg(long, value_name = "S", default_value_t = 5, value_parser = positive)]
+        samples: usize,
+    },
+    /// Which nodes each runtime claims (MODEL optional).
+    #[command(after_help = AFTER_HELP)]
+    Census {
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Whole-model decode / generation / prefill of a generated LLM, per token.
+    #[command(after_help = AFTER_HELP)]
+    Llm {
+        #[command(flatten)]
+        common: Common,
+        #[command(flatten)]
+        arms: ArmFlags,
+        /// What to run.
+        #[arg(
+            long = "mode",
+            value_name = "MODES",
+            value_delimiter = ',',
+            value_parser = ["decode", "generate", "prefill"],
+            default_value = "decode,generate,prefill"
+        )]
+        modes: Vec<String>,
+        /// Past (KV cache) length of a decode step.
+        #[arg(long, value_name = "P", default_value_t = 64)]
+        past: usize,
+        /// Generated tokens per generate run.
+        #[arg(long, value_name = "T", default_value_t = 32, value_parser = positive)]
+        tokens: usize,
+        /// Prefill (prompt) lengths.
+        #[arg(
+            long = "prompt",
+            value_name = "P1,P2,..",
+            value_delimiter = ',',
+            value_parser = positive,
+            default_value = "64,512"
+        )]
+        prompts: Vec<usize>,
+        #[command(flatten)]
+        shape: LlmShape,
+        /// ORT profiler runs (per-op time) after the timed rounds.
+        #[arg(long, value_name = "I", default_value_t = 3)]
+        profile_iters: usize,
+    },
+    /// Write a generated model: `gen SPEC --out FILE.onnx`.
+    #[command(after_help = AFTER_HELP)]
+    Gen {
+        /// The model to generate.
+        #[arg(value_name = "SPEC")]
+        spec: String,
+        /// Output file (llm specs also write genai_config.json beside it).
+        #[arg(long, value_name = "FILE.onnx")]
+        out: String,
+    },
+    /// Greedy generation on ORT vs rcpu vs a null arm, with a latency plot
+    /// [default: --gen llm:preset=qwen2-0.5b,acc=4].
+    #[command(after_help = AFTER_HELP)]
+    Demo {
+        #[command(flatten)]
+        common: Common,
+        /// Timed rounds.
+        #[arg(long, value_name = "R", default_value_t = 5, value_parser = positive)]
+        rounds: usize,
+        #[command(flatten)]
+        null: NullFlags,
+        /// Prompt length.
+        #[arg(long = "prompt", value_name = "P", default_value = "64", value_delimiter = ',', value_parser = positive)]
+        prompts: Vec<usize>,
+        /// Generated tokens per run.
+        #[arg(long, value_name = "T", default_value_t = 24, value_parser = positive)]
+        tokens: usize,
+        #[command(flatten)]
+        shape: LlmShape,
+        /// Latency plot [default: target/demo/latency.svg].
+        #[arg(long, value_name = "FILE")]
+        svg: Option<String>,
+    },
+    /// One arm's process (spawned by the bench itself).
+    #[command(name = "__worker", hide = true)]
+    Worker {
+        #[arg(long, default_value = "")]
+        arm: String,
+        #[arg(long, default_value_t = 1, value_parser = positive)]
+        threads: usize,
+        #[arg(long, value_parser = cpu_list)]
+        cpus: Option<CpuList>,
+        #[arg(long, default_value = "")]
+        model: String,
+        #[arg(long, default_value_t = 1, value_parser = positive)]
+        m: usize,
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+    },
+}
+
+/// Every option of every subcommand, with the defaults the subcommands start from.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Opts {
     pub model: Option<String>,
@@ -101,6 +237,83 @@ impl Default for Opts {
     }
 }
 
+/// Flags every measuring subcommand takes, and its optional MODEL.
+#[derive(Debug, Args)]
+struct Common {
+    /// The model (.onnx); or --gen SPEC.
+    #[arg(value_name = "MODEL")]
+    model: Option<String>,
+    /// Generate the model from SPEC (see below) instead of reading MODEL.
+    #[arg(long, value_name = "SPEC")]
+    gen: Option<String>,
+    /// Lanes per arm [default: what the plugin would pick].
+    #[arg(long, value_name = "N", value_parser = positive)]
+    threads: Option<usize>,
+    /// CPUs the arms may use, e.g. 0-3,8 [default: the affinity mask].
+    #[arg(long, value_name = "LIST", value_parser = cpu_list)]
+    cpus: Option<CpuList>,
+    /// Write the report as JSON.
+    #[arg(long, value_name = "FILE")]
+    json: Option<String>,
+    /// Rows of the activation (M) for generated matmul models.
+    #[arg(long, value_name = "M", value_parser = positive)]
+    m: Option<usize>,
+    /// Seed of the generated weights and feeds.
+    #[arg(long, value_name = "S", default_value_t = 42)]
+    seed: u64,
+}
+
+/// The null arm and the steady-state rule (compare, llm, demo).
+#[derive(Debug, Args)]
+struct NullFlags {
+    /// What the null arm runs (a second copy of one runtime: the A/A band).
+    #[arg(long = "null", value_name = "ARM", default_value = "rcpu", value_parser = ["rcpu", "ort"])]
+    null_arm: String,
+    /// Parity tolerance [default: per op, docs/benchmarking.md].
+    #[arg(long, value_name = "X")]
+    tol: Option<f64>,
+    /// Rounds the steady-state window spans.
+    #[arg(long, value_name = "K", default_value_t = 3, value_parser = positive)]
+    steady_k: usize,
+    /// Relative spread the steady-state window may have.
+    #[arg(long, value_name = "X", default_value_t = 0.05)]
+    steady_tol: f64,
+}
+
+/// The timed rounds of compare and llm.
+#[derive(Debug, Args)]
+struct ArmFlags {
+    /// Interleaved rounds [default: 12; llm: 6].
+    #[arg(long, value_name = "R", value_parser = positive)]
+    rounds: Option<usize>,
+    /// Timed calls per arm and round [default: 20; llm: 10].
+    #[arg(long, value_name = "I", value_parser = positive)]
+    iters: Option<usize>,
+    /// Untimed calls per arm before the rounds.
+    #[arg(long, value_name = "W", default_value_t = 5)]
+    warmup: usize,
+    #[command(flatten)]
+    null: NullFlags,
+    /// The null arm is rcpu loading this plugin build (old vs new A/B; see below).
+    #[arg(long, value_name = "SO")]
+    null_plugin: Option<String>,
+}
+
+/// Overrides of a generated LLM's shape (llm, demo).
+#[derive(Debug, Args)]
+struct LlmShape {
+    /// Decoder layers [default: the preset's].
+    #[arg(long, value_name = "N", value_parser = positive)]
+    layers: Option<usize>,
+    /// Vocabulary size [default: the preset's].
+    #[arg(long, value_name = "V", value_parser = positive)]
+    vocab: Option<usize>,
+}
+
+/// A parsed `--cpus` list (a newtype: clap would read a bare `Vec` as repeated values).
+#[derive(Debug, Clone)]
+struct CpuList(Vec<usize>);
+
 #[derive(Debug)]
 pub enum Cmd {
     Compare(Opts),
@@ -111,281 +324,164 @@ pub enum Cmd {
     Llm(Opts),
     Demo(Opts),
     Worker(WorkerArgs),
-    Help,
+    /// `--help`, `SUB --help`, `help [SUB]` or no arguments: the text to print (exit 0).
+    Help(String),
 }
 
-const COMMON: &[&str] = &["--gen", "--threads", "--cpus", "--json", "--m", "--seed"];
-const COMPARE: &[&str] = &[
-    "--rounds",
-    "--iters",
-    "--warmup",
-    "--null",
-    "--null-plugin",
-    "--tol",
-    "--steady-k",
-    "--steady-tol",
-];
-const GAP: &[&str] = &["--gap-us", "--busy", "--tokens", "--sweep", "--svg"];
-const DEMO: &[&str] = &[
-    "--rounds",
-    "--null",
-    "--tol",
-    "--steady-k",
-    "--steady-tol",
-    "--prompt",
-    "--tokens",
-    "--layers",
-    "--vocab",
-    "--svg",
-];
-const LLM: &[&str] = &[
-    "--mode",
-    "--past",
-    "--tokens",
-    "--prompt",
-    "--layers",
-    "--vocab",
-    "--profile-iters",
-];
-
-fn allowed(sub: &str) -> Vec<&'static str> {
-    let mut v: Vec<&str> = COMMON.to_vec();
-    match sub {
-        "compare" => v.extend(COMPARE),
-        "demo" => v.extend(DEMO),
-        "gap" => v.extend(GAP),
-        "llm" => {
-            v.extend(COMPARE);
-            v.extend(LLM);
-        }
-        "cold" => v.push("--samples"),
-        "gen" => v = vec!["--out"],
-        _ => {}
-    }
-    v
-}
-
-const LLM_MODES: [&str; 3] = ["decode", "generate", "prefill"];
-
-fn num<T: std::str::FromStr>(flag: &str, v: &str, what: &str) -> Result<T, String> {
-    v.parse()
-        .map_err(|_| format!("{flag}: '{v}' is not {what}"))
-}
-
-fn positive(flag: &str, v: &str) -> Result<usize, String> {
-    match num::<usize>(flag, v, "a positive integer")? {
-        0 => Err(format!("{flag}: must be positive, got 0")),
-        n => Ok(n),
+fn positive(v: &str) -> Result<usize, String> {
+    match v.parse::<usize>() {
+        Ok(0) => Err("must be positive, got 0".into()),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("'{v}' is not a positive integer")),
     }
 }
 
-pub fn parse_cpus(flag: &str, v: &str) -> Result<Vec<usize>, String> {
-    let mut out = vec![];
-    for part in v.split(',').filter(|p| !p.is_empty()) {
-        match part.split_once('-') {
-            Some((a, b)) => {
-                let (a, b): (usize, usize) =
-                    (num(flag, a, "a CPU number")?, num(flag, b, "a CPU number")?);
-                if b < a {
-                    return Err(format!("{flag}: bad range '{part}'"));
-                }
-                out.extend(a..=b);
-            }
-            None => out.push(num(flag, part, "a CPU number")?),
-        }
+/// `--cpus`: a kernel CPU list (the library's parser), never empty.
+fn cpu_list(v: &str) -> Result<CpuList, String> {
+    let cpus = rcpu::runtime::topology::parse_cpu_list(v)?;
+    if cpus.is_empty() {
+        return Err("empty CPU list".into());
     }
-    if out.is_empty() {
-        return Err(format!("{flag}: empty CPU list"));
-    }
-    Ok(out)
+    Ok(CpuList(cpus))
 }
 
+/// Parses `argv` (without the program name). `Err` is a bad command line (exit code 2).
 pub fn parse(argv: &[String]) -> Result<Cmd, String> {
-    let Some(sub) = argv.first() else {
-        return Ok(Cmd::Help);
-    };
-    let rest = &argv[1..];
-    match sub.as_str() {
-        "-h" | "--help" | "help" => return Ok(Cmd::Help),
-        "__worker" => return parse_worker(rest),
-        "compare" | "gap" | "cold" | "census" | "gen" | "demo" | "llm" => {}
-        other => {
-            return Err(format!(
-                "unknown subcommand '{other}' (compare|gap|cold|census|gen|demo|llm)\n\n{USAGE}"
-            ))
-        }
-    }
-    if rest.iter().any(|a| a == "--help" || a == "-h") {
-        return Ok(Cmd::Help);
-    }
-    let ok = allowed(sub);
-    let mut o = Opts::default();
-    let mut i = 0;
-    while i < rest.len() {
-        let a = &rest[i];
-        i += 1;
-        if !a.starts_with("--") {
-            if o.model.is_some() {
-                return Err(format!("{sub}: unexpected extra argument '{a}'"));
-            }
-            o.model = Some(a.clone());
-            continue;
-        }
-        let (flag, inline) = match a.split_once('=') {
-            Some((f, v)) => (f.to_string(), Some(v.to_string())),
-            None => (a.clone(), None),
-        };
-        if !ok.contains(&flag.as_str()) {
-            return Err(format!(
-                "{sub}: unknown flag '{flag}' (accepted: {})",
-                ok.join(" ")
-            ));
-        }
-        if flag == "--busy" {
-            o.busy = true;
-            continue;
-        }
-        let v = match inline {
-            Some(v) => v,
-            None => {
-                let v = rest
-                    .get(i)
-                    .filter(|v| !v.starts_with("--"))
-                    .ok_or(format!("{flag} needs a value"))?;
-                i += 1;
-                v.clone()
-            }
-        };
-        match flag.as_str() {
-            "--gen" => o.gen = Some(v),
-            "--threads" => o.threads = Some(positive(&flag, &v)?),
-            "--cpus" => o.cpus = Some(parse_cpus(&flag, &v)?),
-            "--json" => o.json = Some(v),
-            "--m" => o.m = Some(positive(&flag, &v)?),
-            "--seed" => o.seed = num(&flag, &v, "an integer")?,
-            "--rounds" => o.rounds = positive(&flag, &v)?,
-            "--iters" => o.iters = positive(&flag, &v)?,
-            "--warmup" => o.warmup = num(&flag, &v, "an integer")?,
-            "--null" if v == "rcpu" || v == "ort" => o.null_arm = v,
-            "--null" => return Err(format!("--null: '{v}' must be rcpu or ort")),
-            "--null-plugin" => o.null_plugin = Some(v),
-            "--tol" => o.tol = Some(num(&flag, &v, "a number")?),
-            "--steady-k" => o.steady_k = positive(&flag, &v)?,
-            "--steady-tol" => o.steady_tol = num(&flag, &v, "a number")?,
-            "--gap-us" => o.gap_us = Some(num(&flag, &v, "a number of microseconds")?),
-            "--tokens" => o.tokens = positive(&flag, &v)?,
-            "--sweep" => {
-                o.sweep = v
-                    .split(',')
-                    .map(|g| num(&flag, g, "a list of microseconds"))
-                    .collect::<Result<_, _>>()?
-            }
-            "--svg" => o.svg = Some(v),
-            "--samples" => o.samples = positive(&flag, &v)?,
-            "--out" => o.out = Some(v),
-            "--mode" => {
-                o.modes = v.split(',').map(String::from).collect();
-                if let Some(m) = o.modes.iter().find(|m| !LLM_MODES.contains(&m.as_str())) {
-                    return Err(format!("--mode: '{m}' is not decode, generate or prefill"));
+    let args = std::iter::once("rcpu-bench".to_string()).chain(argv.iter().cloned());
+    let cli = match Cli::try_parse_from(args) {
+        Ok(c) => c,
+        Err(e) => {
+            use clap::error::ErrorKind::{DisplayHelp, DisplayVersion};
+            return match e.kind() {
+                DisplayHelp | DisplayVersion => Ok(Cmd::Help(e.render().to_string())),
+                // clap's own "error: " prefix goes: `main` prefixes "rcpu-bench: ".
+                _ => {
+                    let text = e.render().to_string();
+                    Err(text.trim_start_matches("error: ").trim_end().to_string())
                 }
-            }
-            "--past" => o.past = num(&flag, &v, "an integer")?,
-            "--prompt" => {
-                o.prompts = v
-                    .split(',')
-                    .map(|p| positive(&flag, p))
-                    .collect::<Result<_, _>>()?
-            }
-            "--layers" => o.layers = Some(positive(&flag, &v)?),
-            "--vocab" => o.vocab = Some(positive(&flag, &v)?),
-            "--profile-iters" => o.profile_iters = num(&flag, &v, "an integer")?,
-            _ => unreachable!("flag listed in allowed() but not handled: {flag}"),
+            };
         }
-    }
-    if sub == "gen" {
-        // `gen SPEC --out FILE`: the positional is the spec.
-        o.gen = o.model.take();
-        if o.gen.is_none() || o.out.is_none() {
-            return Err("gen: usage `rcpu-bench gen SPEC --out FILE.onnx`".into());
+    };
+    let Some(sub) = cli.sub else {
+        use clap::CommandFactory;
+        return Ok(Cmd::Help(Cli::command().render_help().to_string()));
+    };
+    let mut o = Opts::default();
+    let cmd = match sub {
+        Sub::Compare { common, arms } => {
+            apply_common(&mut o, common, "compare", true)?;
+            apply_arms(&mut o, arms, (12, 20));
+            Cmd::Compare(o)
         }
-        return Ok(Cmd::Gen(o));
-    }
-    if o.model.is_some() && o.gen.is_some() {
+        Sub::Gap {
+            common,
+            gap_us,
+            busy,
+            tokens,
+            sweep,
+            svg,
+        } => {
+            apply_common(&mut o, common, "gap", true)?;
+            if gap_us.is_none() && sweep.is_empty() {
+                return Err("gap: needs --gap-us G or --sweep G1,G2,...".into());
+            }
+            (o.gap_us, o.busy, o.tokens, o.sweep, o.svg) = (gap_us, busy, tokens, sweep, svg);
+            Cmd::Gap(o)
+        }
+        Sub::Cold { common, samples } => {
+            apply_common(&mut o, common, "cold", true)?;
+            o.samples = samples;
+            Cmd::Cold(o)
+        }
+        Sub::Census { common } => {
+            apply_common(&mut o, common, "census", false)?;
+            Cmd::Census(o)
+        }
+        Sub::Llm {
+            common,
+            arms,
+            modes,
+            past,
+            tokens,
+            prompts,
+            shape,
+            profile_iters,
+        } => {
+            apply_common(&mut o, common, "llm", true)?;
+            if !o.gen.as_deref().is_some_and(|g| g.starts_with("llm:")) {
+                return Err("llm: needs --gen llm:preset=...".into());
+            }
+            apply_arms(&mut o, arms, (6, 10));
+            (o.modes, o.past, o.tokens, o.prompts) = (modes, past, tokens, prompts);
+            (o.layers, o.vocab, o.profile_iters) = (shape.layers, shape.vocab, profile_iters);
+            Cmd::Llm(o)
+        }
+        Sub::Gen { spec, out } => {
+            (o.gen, o.out) = (Some(spec), Some(out));
+            Cmd::Gen(o)
+        }
+        Sub::Demo {
+            common,
+            rounds,
+            null,
+            prompts,
+            tokens,
+            shape,
+            svg,
+        } => {
+            apply_common(&mut o, common, "demo", false)?;
+            if prompts.len() != 1 {
+                return Err("demo: --prompt takes one length".into());
+            }
+            apply_null(&mut o, null);
+            (o.rounds, o.prompts, o.tokens, o.svg) = (rounds, prompts, tokens, svg);
+            (o.layers, o.vocab) = (shape.layers, shape.vocab);
+            Cmd::Demo(o)
+        }
+        Sub::Worker {
+            arm,
+            threads,
+            cpus,
+            model,
+            m,
+            seed,
+        } => Cmd::Worker(WorkerArgs {
+            arm,
+            threads,
+            cpus: cpus.map(|c| c.0).unwrap_or_default(),
+            model,
+            m,
+            seed,
+        }),
+    };
+    Ok(cmd)
+}
+
+/// The common flags into `o`; `needs_model`: MODEL or --gen is required (never both).
+fn apply_common(o: &mut Opts, c: Common, sub: &str, needs_model: bool) -> Result<(), String> {
+    if c.model.is_some() && c.gen.is_some() {
         return Err(format!("{sub}: give MODEL or --gen SPEC, not both"));
     }
-    let needs_model = !matches!(sub.as_str(), "census" | "demo");
-    if needs_model && o.model.is_none() && o.gen.is_none() {
+    if needs_model && c.model.is_none() && c.gen.is_none() {
         return Err(format!("{sub}: needs MODEL or --gen SPEC"));
     }
-    if sub == "llm" {
-        if !o.gen.as_deref().is_some_and(|g| g.starts_with("llm:")) {
-            return Err("llm: needs --gen llm:preset=...".into());
-        }
-        if !rest.iter().any(|a| a.starts_with("--tokens")) {
-            o.tokens = 32;
-        }
-        if !rest.iter().any(|a| a.starts_with("--rounds")) {
-            o.rounds = 6;
-        }
-        if !rest.iter().any(|a| a.starts_with("--iters")) {
-            o.iters = 10;
-        }
-        return Ok(Cmd::Llm(o));
-    }
-    if sub == "demo" {
-        let given = |f: &str| {
-            rest.iter()
-                .any(|a| a == f || a.starts_with(&format!("{f}=")))
-        };
-        if !given("--prompt") {
-            o.prompts = vec![64];
-        }
-        if o.prompts.len() != 1 {
-            return Err("demo: --prompt takes one length".into());
-        }
-        if !given("--tokens") {
-            o.tokens = 24;
-        }
-        if !given("--rounds") {
-            o.rounds = 5;
-        }
-        return Ok(Cmd::Demo(o));
-    }
-    if sub == "gap" && o.gap_us.is_none() && o.sweep.is_empty() {
-        return Err("gap: needs --gap-us G or --sweep G1,G2,...".into());
-    }
-    Ok(match sub.as_str() {
-        "compare" => Cmd::Compare(o),
-        "gap" => Cmd::Gap(o),
-        "cold" => Cmd::Cold(o),
-        _ => Cmd::Census(o),
-    })
+    (o.model, o.gen, o.threads, o.json, o.m, o.seed) =
+        (c.model, c.gen, c.threads, c.json, c.m, c.seed);
+    o.cpus = c.cpus.map(|l| l.0);
+    Ok(())
 }
 
-fn parse_worker(rest: &[String]) -> Result<Cmd, String> {
-    let mut w = WorkerArgs {
-        arm: String::new(),
-        threads: 1,
-        cpus: vec![],
-        model: String::new(),
-        m: 1,
-        seed: 0,
-    };
-    for pair in rest.chunks(2) {
-        let [flag, v] = pair else {
-            return Err("__worker: odd arguments".into());
-        };
-        match flag.as_str() {
-            "--arm" => w.arm = v.clone(),
-            "--threads" => w.threads = positive(flag, v)?,
-            "--cpus" => w.cpus = parse_cpus(flag, v)?,
-            "--model" => w.model = v.clone(),
-            "--m" => w.m = positive(flag, v)?,
-            "--seed" => w.seed = num(flag, v, "an integer")?,
-            _ => return Err(format!("__worker: unknown flag '{flag}'")),
-        }
-    }
-    Ok(Cmd::Worker(w))
+fn apply_null(o: &mut Opts, n: NullFlags) {
+    (o.null_arm, o.tol, o.steady_k, o.steady_tol) = (n.null_arm, n.tol, n.steady_k, n.steady_tol);
+}
+
+/// The round flags into `o`; `(rounds, iters)`: this subcommand's defaults.
+fn apply_arms(o: &mut Opts, a: ArmFlags, (rounds, iters): (usize, usize)) {
+    o.rounds = a.rounds.unwrap_or(rounds);
+    o.iters = a.iters.unwrap_or(iters);
+    o.warmup = a.warmup;
+    o.null_plugin = a.null_plugin;
+    apply_null(o, a.null);
 }
 
 #[cfg(test)]
@@ -414,7 +510,7 @@ mod tests {
             p("gen nbits:k=64,n=64 --out x.onnx").unwrap(),
             Cmd::Gen(_)
         ));
-        assert!(matches!(p("demo --help").unwrap(), Cmd::Help));
+        assert!(matches!(p("demo --help").unwrap(), Cmd::Help(_)));
         let Cmd::Demo(d) = p("demo --tokens 8 --vocab 1000").unwrap() else {
             panic!("not demo")
         };
@@ -445,29 +541,43 @@ mod tests {
     #[test]
     fn rejects_bad_flags_with_clear_messages() {
         let cases = [
-            ("compare m.onnx --thread 2", "unknown flag '--thread'"),
-            ("compare m.onnx --threads", "--threads needs a value"),
+            (
+                "compare m.onnx --thread 2",
+                "unexpected argument '--thread'",
+            ),
+            (
+                "compare m.onnx --threads",
+                "a value is required for '--threads",
+            ),
             (
                 "compare m.onnx --threads abc",
-                "--threads: 'abc' is not a positive integer",
+                "'--threads <N>': 'abc' is not a positive integer",
             ),
-            ("compare m.onnx --threads 0", "--threads: must be positive"),
-            ("compare m.onnx --gap-us 5", "unknown flag '--gap-us'"),
+            ("compare m.onnx --threads 0", "must be positive, got 0"),
+            (
+                "compare m.onnx --gap-us 5",
+                "unexpected argument '--gap-us'",
+            ),
             ("compare", "needs MODEL or --gen SPEC"),
             ("compare a.onnx --gen nbits:k=1,n=1", "not both"),
             ("gap m.onnx", "needs --gap-us"),
-            ("compare m.onnx --cpus 3-1", "bad range"),
-            ("compare m.onnx --null xyz", "must be rcpu or ort"),
-            ("frobnicate", "unknown subcommand 'frobnicate'"),
-            ("gen nbits:k=1,n=1", "usage"),
+            ("compare m.onnx --cpus 3-1", "descending CPU range"),
+            ("compare m.onnx --null xyz", "possible values: rcpu, ort"),
+            ("frobnicate", "unrecognized subcommand 'frobnicate'"),
+            ("gen nbits:k=1,n=1", "--out <FILE.onnx>"),
             ("llm --gen nbits:k=1,n=1", "needs --gen llm:"),
             (
                 "llm --gen llm:preset=qwen2-0.5b --mode fly",
-                "is not decode",
+                "invalid value 'fly' for '--mode",
             ),
             ("llm --gen llm: --prompt 64,0", "must be positive"),
             ("demo --prompt 8,16", "one length"),
-            ("demo --iters 3", "unknown flag '--iters'"),
+            ("compare m.onnx --cpus=", "empty CPU list"),
+            (
+                "gen nbits:k=1,n=1 --out x.onnx --threads 2",
+                "unexpected argument '--threads'",
+            ),
+            ("demo --iters 3", "unexpected argument '--iters'"),
         ];
         for (line, want) in cases {
             match p(line) {
@@ -475,5 +585,72 @@ mod tests {
                 Err(e) => assert!(e.contains(want), "`{line}`: error '{e}' lacks '{want}'"),
             }
         }
+    }
+
+    #[test]
+    fn help_is_generated_and_bad_arguments_exit_2() {
+        let Cmd::Help(top) = p("").unwrap() else {
+            panic!("no arguments is not help")
+        };
+        for want in [
+            "compare",
+            "census",
+            "llm",
+            "demo",
+            "SPEC: nbits:",
+            "Exit codes: 0 ok",
+        ] {
+            assert!(top.contains(want), "top-level help lacks '{want}':\n{top}");
+        }
+        assert!(!top.contains("__worker"), "the worker subcommand is hidden");
+        for line in ["--help", "help", "help llm"] {
+            assert!(
+                matches!(p(line).unwrap(), Cmd::Help(_)),
+                "`{line}` is not help"
+            );
+        }
+        let Cmd::Help(llm) = p("llm --help").unwrap() else {
+            panic!("llm --help is not help")
+        };
+        for want in ["--null-plugin <SO>", "--profile-iters", "Exit codes"] {
+            assert!(llm.contains(want), "llm help lacks '{want}':\n{llm}");
+        }
+        let run = |line: &str| {
+            super::super::main(
+                &line
+                    .split_whitespace()
+                    .map(String::from)
+                    .collect::<Vec<_>>(),
+            )
+        };
+        assert_eq!(run("compare m.onnx --threads 0"), 2);
+        assert_eq!(run("frobnicate"), 2);
+        assert_eq!(
+            run("compare --gen llm:preset=qwen2-0.5b"),
+            2,
+            "llm specs need `llm`"
+        );
+        assert_eq!(run("--help"), 0);
+    }
+
+    #[test]
+    fn worker_arguments_round_trip() {
+        let Cmd::Worker(w) =
+            p("__worker --arm rcpu --threads 2 --cpus 0,1 --model m.onnx --m 3 --seed 7").unwrap()
+        else {
+            panic!("not a worker")
+        };
+        assert_eq!(
+            (
+                w.arm.as_str(),
+                w.threads,
+                w.cpus,
+                w.model.as_str(),
+                w.m,
+                w.seed
+            ),
+            ("rcpu", 2, vec![0, 1], "m.onnx", 3, 7)
+        );
+        assert!(p("__worker --arm rcpu --bogus 1").is_err());
     }
 }

@@ -75,12 +75,9 @@ pub fn stat_cpu_s(path: &str) -> Option<f64> {
     Some(stat_ticks(&fs::read_to_string(path).ok()?)? as f64 / super::os::clk_tck())
 }
 
-/// utime + stime ticks from the text of a stat file. The comm may hold spaces and parentheses,
-/// so fields are counted after the last ')': state is field 3, utime/stime are fields 14/15.
+/// utime + stime ticks from the text of a stat file (the library's parser).
 pub fn stat_ticks(s: &str) -> Option<u64> {
-    let rest = s.get(s.rfind(')')? + 1..)?;
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+    rcpu::abi::os::parse_task_stat(s).map(|t| t.cpu_ticks)
 }
 
 pub fn process_cpu_s(pid: u32) -> f64 {
@@ -89,51 +86,40 @@ pub fn process_cpu_s(pid: u32) -> f64 {
 
 /// The CPU a task last ran on (field 39 of its stat).
 pub fn last_cpu(pid: u32) -> Option<usize> {
-    let s = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    s.get(s.rfind(')')? + 1..)?
-        .split_whitespace()
-        .nth(36)?
-        .parse()
-        .ok()
+    rcpu::abi::os::parse_task_stat(&fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)?.last_cpu
 }
 
-/// Threads of this process: (tid, name, cpu seconds).
+/// Live threads of this process: (tid, name, cpu seconds), by tid.
 pub fn threads() -> Vec<(u32, String, f64)> {
-    let mut v: Vec<(u32, String, f64)> = fs::read_dir("/proc/self/task")
-        .map(|d| {
-            d.filter_map(|e| e.ok())
-                .filter_map(|e| {
-                    let tid: u32 = e.file_name().to_str()?.parse().ok()?;
-                    let comm = fs::read_to_string(format!("/proc/self/task/{tid}/comm"))
-                        .ok()?
-                        .trim()
-                        .to_string();
-                    let cpu = stat_cpu_s(&format!("/proc/self/task/{tid}/stat")).unwrap_or(0.0);
-                    Some((tid, comm, cpu))
-                })
-                .collect()
+    use rcpu::abi::os;
+    let mut v: Vec<(u32, String, f64)> = os::live_threads()
+        .into_iter()
+        .filter_map(|(tid, name)| {
+            let cpu = os::thread_cpu_time(tid).map_or(0.0, |d| d.as_secs_f64());
+            Some((u32::try_from(tid).ok()?, name, cpu))
         })
-        .unwrap_or_default();
+        .collect();
     v.sort_by_key(|t| t.0);
     v
 }
 
 /// VmHWM (peak resident set) in KiB.
 pub fn vm_hwm_kb() -> Option<u64> {
-    hwm_kb_at("/proc/self/status")
+    status_kb("/proc/self/status", "VmHWM")
 }
 
 /// VmHWM of process `pid` (a worker), KiB.
 pub fn vm_hwm_kb_of(pid: u32) -> Option<u64> {
-    hwm_kb_at(&format!("/proc/{pid}/status"))
+    status_kb(&format!("/proc/{pid}/status"), "VmHWM")
 }
 
-fn hwm_kb_at(path: &str) -> Option<u64> {
+/// The KiB value of line `key` (`VmHWM`, `VmRSS`, ...) of a /proc status file.
+pub fn status_kb(path: &str, key: &str) -> Option<u64> {
     let s = fs::read_to_string(path).ok()?;
     s.lines()
-        .find(|l| l.starts_with("VmHWM:"))?
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))?
         .split_whitespace()
-        .nth(1)?
+        .next()?
         .parse()
         .ok()
 }
@@ -168,6 +154,11 @@ mod tests {
         assert_eq!(stat_ticks(line), Some(287));
         assert_eq!(stat_ticks("garbage"), None);
         assert!(stat_cpu_s("/proc/self/stat").is_some());
+        assert!(status_kb("/proc/self/status", "VmRSS").is_some_and(|kb| kb > 0));
+        assert_eq!(status_kb("/proc/self/status", "VmNoSuchKey"), None);
+        assert!(threads()
+            .iter()
+            .any(|(tid, _, _)| *tid == std::process::id()));
     }
 
     #[test]

@@ -274,17 +274,9 @@ impl Spec {
     }
 }
 
-/// Deterministic bytes (xorshift), for the packed nibbles and 8-bit weights.
+/// Deterministic bytes (the one PRNG), for the packed nibbles and 8-bit weights.
 pub(super) fn rand_bytes(n: usize, seed: u64) -> Vec<u8> {
-    let mut s = seed.wrapping_mul(0xD1B5_4A32_D192_ED03) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s >> 32) as u8
-        })
-        .collect()
+    crate::rng::Rng::mixed(seed, 0xD1B5_4A32_D192_ED03).bytes(n)
 }
 
 /// The seeded packed weights and scales of an int4 [N, K] weight: B is (N, k_blocks, block/2),

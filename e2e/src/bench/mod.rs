@@ -56,8 +56,8 @@ pub fn main(argv: &[String]) -> i32 {
         }
     }
     let r = match cmd {
-        Cmd::Help => {
-            print!("{}", args::USAGE);
+        Cmd::Help(text) => {
+            print!("{text}");
             Ok(0)
         }
         Cmd::Worker(w) => worker::run(w).map(|_| 0),

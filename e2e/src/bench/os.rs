@@ -1,23 +1,11 @@
-//! The only OS calls of the bench that need `unsafe`: CPU affinity, the current CPU, getrusage,
-//! and the clock-tick rate. Everything else about the machine is read from /proc and /sys.
+//! The OS calls of the bench. Those the library has (the affinity mask, the current CPU, the
+//! clock-tick rate) come from `rcpu::abi::os`; the ones only the bench needs and that need
+//! `unsafe` (pinning to a set of CPUs, getrusage) are here. Everything else about the machine is
+//! read from /proc and /sys (`conditions`).
 
-/// CPUs in this process's affinity mask.
+/// CPUs in this process's affinity mask (the library's reader).
 pub fn affinity() -> Result<Vec<usize>, String> {
-    // SAFETY: cpu_set_t is plain data; zeroed is a valid empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: pid 0 = calling thread; the size matches the set we pass.
-    let rc =
-        unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
-    if rc != 0 {
-        return Err(format!(
-            "sched_getaffinity: {}",
-            std::io::Error::last_os_error()
-        ));
-    }
-    // SAFETY: CPU_ISSET only reads the set; i is below CPU_SETSIZE.
-    Ok((0..libc::CPU_SETSIZE as usize)
-        .filter(|&i| unsafe { libc::CPU_ISSET(i, &set) })
-        .collect())
+    rcpu::abi::os::allowed_cpus().map_err(|e| format!("sched_getaffinity: {e}"))
 }
 
 /// Pins the calling thread (and the threads it creates later) to `cpus`.
@@ -42,12 +30,7 @@ pub fn pin(cpus: &[usize]) -> Result<(), String> {
     Ok(())
 }
 
-/// The CPU the calling thread is running on now, if the kernel says.
-pub fn current_cpu() -> Option<usize> {
-    // SAFETY: no arguments; returns -1 on failure.
-    let c = unsafe { libc::sched_getcpu() };
-    (c >= 0).then_some(c as usize)
-}
+pub use rcpu::abi::os::current_cpu;
 
 /// Resource usage of this process (all threads).
 #[derive(Debug, Clone, Copy, Default, serde::Serialize, serde::Deserialize)]
@@ -91,13 +74,7 @@ pub fn usage() -> Usage {
     }
 }
 
-/// Clock ticks per second for /proc times.
+/// Clock ticks per second for /proc times (the library's `sysconf` reader).
 pub fn clk_tck() -> f64 {
-    // SAFETY: sysconf has no preconditions.
-    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    if t > 0 {
-        t as f64
-    } else {
-        100.0
-    }
+    rcpu::abi::os::clock_ticks_per_second() as f64
 }

@@ -7,7 +7,7 @@
 //! `0.5 * x * (1 + tanh(u))` with `u = x * (alpha + alpha * gamma * x^2)` and is accurate on both
 //! tails. The scalar reference uses `f32::exp`; the SIMD variants rcpu's exp polynomial (~2 ulp).
 //!
-//! Outputs of at least [`PAR_MIN_ELEMS`] elements are split into chunks for `Par::task_chunks`.
+//! Outputs of at least [`PAR_MIN_ELEMS`] elements are split into chunks for `Par::chunks` (`Dispatch::Task`).
 
 pub(crate) mod consts;
 mod scalar;
@@ -18,7 +18,7 @@ use parking_lot::Mutex;
 use std::sync::LazyLock;
 
 use crate::kernels::isa::Isa;
-use crate::runtime::par::Par;
+use crate::runtime::par::{Dispatch, Par};
 
 /// The activation to apply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -128,7 +128,7 @@ fn run(
 }
 
 /// Runs `f(start, chunk)` over `out` in `chunk`-element pieces: one call when small, otherwise
-/// through `par.task_chunks` (each piece a disjoint `&mut` behind its own uncontended lock).
+/// through `Par::chunks` (`Dispatch::Task`) (each piece a disjoint `&mut` behind its own uncontended lock).
 /// Also serves the other elementwise families (Cast).
 pub(crate) fn chunked<T: Send>(
     par: &dyn Par,
@@ -141,7 +141,7 @@ pub(crate) fn chunked<T: Send>(
         return;
     }
     let parts: Vec<Mutex<&mut [T]>> = out.chunks_mut(chunk).map(Mutex::new).collect();
-    par.task_chunks(parts.len(), &|i| {
+    par.chunks(Dispatch::Task, parts.len(), &|i| {
         let mut piece = parts[i].lock();
         f(i * chunk, &mut piece)
     });

@@ -18,7 +18,7 @@ use parking_lot::Mutex;
 use std::sync::LazyLock;
 
 use crate::kernels::isa::Isa;
-use crate::runtime::par::Par;
+use crate::runtime::par::{Dispatch, Par};
 
 /// `out[j] = scale * dot(q, k_row_j)` for `j < out.len()`, key rows of `q.len()` in `k`.
 type ScoresFn = fn(&[f32], &[f32], f32, &mut [f32]);
@@ -93,8 +93,8 @@ fn over_rows(
     let parts: Vec<Mutex<&mut [f32]>> = out.chunks_mut(per * row_len).map(Mutex::new).collect();
     let run = |i: usize| f(i * per, &mut parts[i].lock());
     if decode {
-        par.decode_chunks(parts.len(), &run)
+        par.chunks(Dispatch::Decode, parts.len(), &run)
     } else {
-        par.task_chunks(parts.len(), &run)
+        par.chunks(Dispatch::Task, parts.len(), &run)
     }
 }

@@ -8,7 +8,7 @@
 //! results are bit-identical across variants and to ORT's CPU EP.
 //!
 //! Outputs of at least [`PAR_MIN_ELEMS`] elements are split into contiguous chunks of the output
-//! and dispatched with `Par::task_chunks`.
+//! and dispatched with `Par::chunks` (`Dispatch::Task`).
 
 mod scalar;
 #[cfg(target_arch = "x86_64")]
@@ -16,7 +16,7 @@ mod x86;
 
 use crate::kernels::isa::Isa;
 use crate::kernels::shape::{broadcast_shapes, broadcast_strides, checked_numel, coalesce};
-use crate::runtime::par::Par;
+use crate::runtime::par::{Dispatch, Par};
 use parking_lot::Mutex;
 use std::sync::LazyLock;
 
@@ -29,7 +29,7 @@ pub enum BinaryOp {
     Div,
 }
 
-/// Outputs at least this large are split into chunks for `Par::task_chunks`.
+/// Outputs at least this large are split into chunks for `Par::chunks` (`Dispatch::Task`).
 pub const PAR_MIN_ELEMS: usize = 1 << 16;
 /// Target chunk size (elements of the output) when splitting.
 const CHUNK_ELEMS: usize = 1 << 15;
@@ -212,7 +212,7 @@ fn row_chunk(row: usize) -> usize {
 }
 
 /// Runs `f(start, chunk)` over `out` split into `chunk`-element pieces; serially in one call when
-/// `out` is below [`PAR_MIN_ELEMS`], otherwise through `par.task_chunks`.
+/// `out` is below [`PAR_MIN_ELEMS`], otherwise through `Par::chunks` (`Dispatch::Task`).
 fn chunked(par: &dyn Par, out: &mut [f32], chunk: usize, f: impl Fn(usize, &mut [f32]) + Sync) {
     if out.len() < PAR_MIN_ELEMS {
         f(0, out);
@@ -221,7 +221,7 @@ fn chunked(par: &dyn Par, out: &mut [f32], chunk: usize, f: impl Fn(usize, &mut 
     // Each chunk is a disjoint `&mut` piece behind its own (uncontended) lock, so any lane can
     // take chunk `i` without unsafe code.
     let parts: Vec<Mutex<&mut [f32]>> = out.chunks_mut(chunk).map(Mutex::new).collect();
-    par.task_chunks(parts.len(), &|i| {
+    par.chunks(Dispatch::Task, parts.len(), &|i| {
         let mut piece = parts[i].lock();
         f(i * chunk, &mut piece)
     });

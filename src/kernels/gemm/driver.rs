@@ -14,7 +14,7 @@ use crate::memory::scratch::{try_with_scratch_f32, Shortfall};
 use super::packed::PackedB;
 use super::tiles::{Tile, TileGrid};
 use super::{GemmKernels, Op};
-use crate::runtime::par::Par;
+use crate::runtime::par::{Dispatch, Par};
 
 /// K slice per packed panel.
 pub(super) const KC: usize = 256;
@@ -144,7 +144,7 @@ fn gemm_strided(
     if grid.count() == 1 {
         run(0);
     } else {
-        par.task_chunks(grid.count(), &run);
+        par.chunks(Dispatch::Task, grid.count(), &run);
     }
     short.check()
 }

@@ -13,7 +13,7 @@ use super::packed::PackedB;
 use super::tiles::TileGrid;
 use super::{GemmKernels, Op};
 use crate::memory::scratch::{scratch_error, try_with_scratch_f32};
-use crate::runtime::par::Par;
+use crate::runtime::par::{Dispatch, Par};
 
 /// Rows whose packed A is held at once (a multiple of every `MR`, 8 and 6): bounds the A
 /// buffer at `ROW_BLOCK x K` floats.
@@ -56,7 +56,7 @@ pub(super) fn gemm(
                 if grid.count() == 1 || slices == 1 {
                     (0..slices).for_each(pack);
                 } else {
-                    par.task_chunks(slices, &pack);
+                    par.chunks(Dispatch::Task, slices, &pack);
                 }
             }
             let abuf = &*abuf;
@@ -93,7 +93,7 @@ pub(super) fn gemm(
             if grid.count() == 1 {
                 run(0);
             } else {
-                par.task_chunks(grid.count(), &run);
+                par.chunks(Dispatch::Task, grid.count(), &run);
             }
         });
         done.ok_or_else(|| scratch_error(len * 4))?;

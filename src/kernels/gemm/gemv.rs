@@ -3,7 +3,7 @@
 //! update the whole output (axpy form).
 
 use super::{GemmKernels, Op};
-use crate::runtime::par::Par;
+use crate::runtime::par::{Dispatch, Par};
 use parking_lot::Mutex;
 
 /// Outputs per decode chunk for the axpy form (a few KiB of accumulators stay in L1).
@@ -50,7 +50,9 @@ pub(super) fn gemv(kern: &GemmKernels, form: Form<'_>, x: &[f32], y: &mut [f32],
     } else {
         // Disjoint pieces of y behind uncontended locks: any lane may take any piece.
         let parts: Vec<Mutex<&mut [f32]>> = y.chunks_mut(chunk).map(Mutex::new).collect();
-        par.decode_chunks(parts.len(), &|i| run(i * chunk, &mut parts[i].lock()));
+        par.chunks(Dispatch::Decode, parts.len(), &|i| {
+            run(i * chunk, &mut parts[i].lock())
+        });
     }
 }
 

@@ -5,7 +5,7 @@
 //! AVX2+FMA 6x16, and a portable 8x8 scalar kernel, all behind the same blocked driver
 //! (`driver.rs`: packed B panels `KC x NR`, packed A panels `KC x MR`). m == 1 and n == 1 take a
 //! GEMV path that streams the matrix once. Big products are split into a grid of C tiles run
-//! with `Par::task_chunks`; GEMV splits its output with `Par::decode_chunks`.
+//! with `Par::chunks` (`Dispatch::Task`); GEMV splits its output with `Par::chunks` (`Dispatch::Decode`).
 //!
 //! Constant B (weights, `weights.rs`): prepacked once into the micro-kernel's panel layout
 //! ([`PackedB`], `packed.rs`), so the driver skips B packing; M = 1 runs a panel GEMV
@@ -33,7 +33,7 @@ pub use weights::{
 
 use crate::kernels::isa::Isa;
 use crate::kernels::shape::matmul_shapes;
-use crate::runtime::par::{Par, Serial};
+use crate::runtime::par::{Dispatch, Par, Serial};
 use driver::{BSrc, Geometry};
 use gemv::Form;
 use std::sync::LazyLock;
@@ -389,7 +389,7 @@ pub fn matmul_f32(
         })?;
         parts.extend(out.chunks_mut(o_mat).map(Mutex::new));
         let name = Mutex::new(Ok(kern.names[0]));
-        par.task_chunks(p.batch, &|i| {
+        par.chunks(Dispatch::Task, p.batch, &|i| {
             let mut o = parts[i].lock();
             let (ao, bo) = p.offsets(i);
             let v = run(

@@ -14,7 +14,7 @@ use super::packed::{pack_panel, PackedB};
 use super::tiles::TileGrid;
 use super::{write_vec, GemmKernels, Op};
 use crate::memory::scratch::{try_with_scratch_f32, Shortfall};
-use crate::runtime::par::{stream_units_per_chunk, Par};
+use crate::runtime::par::{stream_units_per_chunk, Dispatch, Par};
 
 /// Widest panel of any table (AVX-512: 32).
 const MAX_NR: usize = 32;
@@ -78,7 +78,7 @@ pub(super) fn gemv(
     if k * n < PAR_MIN_WORK || par.lanes() <= 1 || grid.count() == 1 {
         (0..grid.count()).for_each(run);
     } else {
-        par.decode_chunks(grid.count(), &run);
+        par.chunks(Dispatch::Decode, grid.count(), &run);
     }
     short.check()
 }

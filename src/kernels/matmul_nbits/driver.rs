@@ -1,7 +1,7 @@
 //! Splitting a MatMulNBits call into chunks over `Par`, for packed and unpacked weights.
 //!
 //! Column groups are taken in ranges (`par::StreamSplit`: long runs, a few per lane, a
-//! chunk count that is a multiple of the lanes, lengths within one group of each other). M = 1: `decode_chunks` over the ranges. M > 1 (packed): `task_chunks` over (row tile
+//! chunk count that is a multiple of the lanes, lengths within one group of each other). M = 1: `Par::chunks` (`Dispatch::Decode`) over the ranges. M > 1 (packed): `Par::chunks` (`Dispatch::Task`) over (row tile
 //! of [`ROW_TILE`] rows) x (range). Unpacked: chunks are ranges over all rows, each packing one
 //! group at a time into chunk-local scratch.
 //! Rows are always blocked `MR` at a time from row 0, so every output element sees the same
@@ -19,7 +19,7 @@ use crate::kernels::disjoint::DisjointOut;
 use crate::memory::scratch::{
     try_with_scratch_f32, try_with_scratch_u16, try_with_scratch_u8, Shortfall,
 };
-use crate::runtime::par::{Par, StreamSplit};
+use crate::runtime::par::{Dispatch, Par, StreamSplit};
 
 /// Rows per M > 1 task tile.
 pub(crate) const ROW_TILE: usize = 16;
@@ -150,9 +150,9 @@ fn run_fast(
                     }
                 };
                 if m == 1 {
-                    par.decode_chunks(col_chunks, &body);
+                    par.chunks(Dispatch::Decode, col_chunks, &body);
                 } else {
-                    par.task_chunks(row_tiles * col_chunks, &body);
+                    par.chunks(Dispatch::Task, row_tiles * col_chunks, &body);
                 }
             }
             Source::Unpacked {
@@ -198,9 +198,9 @@ fn run_fast(
                     short.note(done.flatten().flatten(), bytes);
                 };
                 if m == 1 {
-                    par.decode_chunks(col_chunks, &body);
+                    par.chunks(Dispatch::Decode, col_chunks, &body);
                 } else {
-                    par.task_chunks(col_chunks, &body);
+                    par.chunks(Dispatch::Task, col_chunks, &body);
                 }
                 short.check()?;
             }

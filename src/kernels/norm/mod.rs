@@ -19,7 +19,7 @@ use parking_lot::Mutex;
 use std::sync::LazyLock;
 
 use crate::kernels::isa::Isa;
-use crate::runtime::par::Par;
+use crate::runtime::par::{Dispatch, Par};
 
 pub const PAR_MIN_ELEMS: usize = 1 << 15;
 const CHUNK_ELEMS: usize = 1 << 14;
@@ -255,7 +255,9 @@ fn run(
     if pieces.len() == 1 {
         do_piece(&mut pieces[0].lock());
     } else {
-        par.task_chunks(pieces.len(), &|i| do_piece(&mut pieces[i].lock()));
+        par.chunks(Dispatch::Task, pieces.len(), &|i| {
+            do_piece(&mut pieces[i].lock())
+        });
     }
     Ok(k.name)
 }

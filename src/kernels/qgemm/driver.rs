@@ -2,7 +2,7 @@
 //!
 //! A call is a list of products (N-D batches; a 2-D B folds A's batch dims into M, one product).
 //! Work units are (product, block of rows, panel of 64 columns). One row and one product (M = 1
-//! decode) spreads the panels with `decode_chunks`; otherwise `task_chunks` over row blocks x
+//! decode) spreads the panels with `Par::chunks` (`Dispatch::Decode`); otherwise `Par::chunks` (`Dispatch::Task`) over row blocks x
 //! panels, row blocks shrunk until every lane has a few units. Each unit runs the tile kernel
 //! `MR` rows at a time, keeps the int32 dot products in a stack tile (no heap accumulator),
 //! requantizes them and writes its disjoint part of the output.
@@ -11,7 +11,7 @@ use super::pack::PackedView;
 use super::requant::{Cols, Requant};
 use super::{Kernels, MR, PANEL};
 use crate::kernels::disjoint::DisjointOut;
-use crate::runtime::par::Par;
+use crate::runtime::par::{Dispatch, Par};
 
 /// Rows per unit at most (an A block of this many rows stays in L2 while panels stream).
 const ROW_BLOCK: usize = 192;
@@ -108,9 +108,9 @@ pub fn qgemm_with(
     if rows_total * n * k.max(1) < PAR_MIN_WORK || par.lanes() <= 1 {
         (0..units).for_each(body);
     } else if rows_total == 1 {
-        par.decode_chunks(units, &body);
+        par.chunks(Dispatch::Decode, units, &body);
     } else {
-        par.task_chunks(units, &body);
+        par.chunks(Dispatch::Task, units, &body);
     }
     name
 }

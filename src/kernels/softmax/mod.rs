@@ -15,7 +15,7 @@ use parking_lot::Mutex;
 use std::sync::LazyLock;
 
 use crate::kernels::isa::Isa;
-use crate::runtime::par::Par;
+use crate::runtime::par::{Dispatch, Par};
 
 pub const PAR_MIN_ELEMS: usize = 1 << 15;
 const CHUNK_ELEMS: usize = 1 << 14;
@@ -122,7 +122,7 @@ fn run(
     } else {
         let parts: Vec<Mutex<&mut [f32]>> =
             out.chunks_mut(per_chunk * block).map(Mutex::new).collect();
-        par.task_chunks(parts.len(), &|i| {
+        par.chunks(Dispatch::Task, parts.len(), &|i| {
             let mut piece = parts[i].lock();
             f(i * per_chunk, &mut piece)
         });
