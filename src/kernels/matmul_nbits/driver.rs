@@ -76,7 +76,12 @@ pub(crate) fn run(
     let gemm = |rows: &[f32], mm: usize, with_bias: bool, o: &mut [f32]| {
         run_fast(kernels, rows, mm, src, bias.filter(|_| with_bias), o, par).map(|_| ())
     };
-    nonfinite::rescale_overflowed_rows(a, m, &p, bias, out, &gemm)?;
+    let scale_max = match &src {
+        Source::Packed(pk) => Some(pk.scale_max),
+        // Rarely used (packing declined): keep the full output scan.
+        Source::Unpacked { .. } => None,
+    };
+    nonfinite::rescale_overflowed_rows(a, m, &p, scale_max, bias, out, &gemm)?;
     Ok(name)
 }
 

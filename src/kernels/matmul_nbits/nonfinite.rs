@@ -128,6 +128,25 @@ pub(crate) fn infinite_row(
     Ok(())
 }
 
+/// Largest |x| of `v` (0 when empty); +inf or NaN when `v` holds one (as the bit pattern's
+/// maximum: an integer max over the magnitude bits, which vectorises).
+pub(crate) fn abs_max(v: &[f32]) -> f32 {
+    f32::from_bits(v.iter().fold(0u32, |m, x| m.max(x.to_bits() & 0x7fff_ffff)))
+}
+
+/// Whether no intermediate of the fast path can overflow for a row of A with `amax = max|a|`
+/// and weights with `smax = max|scale|`. Every partial sum of either path is bounded by
+/// `K * amax * smax * 30` (codes and zero points lie in 0..=15, so `|q - zp|`, `|q|` and `zp`
+/// are at most 15, and the fp32 path also forms `zp * sum(a)`; the int8 path's block scales
+/// `amax_block / 127` times its codes stay within `amax`). Below a quarter of `f32::MAX` (in
+/// f64, where the product cannot overflow) the row's outputs are finite or owe their
+/// non-finite values to the bias, which a recompute would give again: the output scan can be
+/// skipped. NaN or infinite `amax`/`smax` fail the test.
+pub(crate) fn cannot_overflow(amax: f32, smax: f32, k: usize) -> bool {
+    let bound = f64::from(amax) * f64::from(smax) * 30.0 * k as f64;
+    bound < f64::from(f32::MAX) / 4.0
+}
+
 /// Finite rows of A whose output holds a NaN or an infinity (|A| near `f32::MAX`): the fast path
 /// sums codes and subtracts `zp * sum(a)` per block, so an overflow can end in `inf - inf` = NaN
 /// where ORT's straight sum gives an infinity. Such rows are recomputed on A scaled by a power of
@@ -138,6 +157,7 @@ pub(crate) fn rescale_overflowed_rows(
     a: &[f32],
     m: usize,
     p: &NBitsParams,
+    scale_max: Option<f32>,
     bias: Option<&[f32]>,
     out: &mut [f32],
     gemm: &FastGemm<'_>,
@@ -147,6 +167,9 @@ pub(crate) fn rescale_overflowed_rows(
     let mut y: Vec<f32> = Vec::new();
     for r in 0..m {
         let row = &a[r * k..(r + 1) * k];
+        if scale_max.is_some_and(|s| cannot_overflow(abs_max(row), s, k)) {
+            continue;
+        }
         let o = &mut out[r * n..(r + 1) * n];
         if o.iter().all(|v| v.is_finite()) || !row.iter().all(|v| v.is_finite()) {
             continue;
@@ -174,4 +197,33 @@ pub(crate) fn rescale_overflowed_rows(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn abs_max_sees_magnitudes_and_non_finite_values() {
+        assert_eq!(abs_max(&[]), 0.0);
+        assert_eq!(abs_max(&[1.0, -3.5, 2.0]), 3.5);
+        assert!(abs_max(&[1.0, f32::NEG_INFINITY]).is_infinite());
+        assert!(abs_max(&[f32::NAN, 1.0]).is_nan());
+    }
+
+    #[test]
+    fn overflow_bound_is_conservative() {
+        // Typical decode rows: far below the bound.
+        assert!(cannot_overflow(100.0, 0.1, 4864));
+        // The adversarial rows (|a| near f32::MAX) and hostile scales must be scanned.
+        assert!(!cannot_overflow(3e38, 1e-3, 64));
+        assert!(!cannot_overflow(1.0, f32::MAX / 16.0, 32));
+        assert!(!cannot_overflow(f32::INFINITY, 1.0, 1));
+        assert!(!cannot_overflow(f32::NAN, 1.0, 1));
+        // At the bound's edge the worst output (K * amax * smax * 15) is still finite.
+        let (k, smax) = (4096usize, 1.0f32);
+        let amax = (f64::from(f32::MAX) / 4.0 / (30.0 * k as f64) * 0.99) as f32;
+        assert!(cannot_overflow(amax, smax, k));
+        assert!((f64::from(amax) * 15.0 * k as f64) < f64::from(f32::MAX));
+    }
 }

@@ -68,6 +68,10 @@ pub struct PackedNBits {
     /// Per group: whether it reads `scales16` (else `scales`).
     pub(crate) f16_groups: Vec<bool>,
     pub(crate) zero_points: Option<ArenaBuf<u8>>,
+    /// Largest |scale| of the weight (finite: hostile scales are never packed); bounds every
+    /// output's magnitude, so the overflow check after a call can skip rows that cannot overflow
+    /// (see `nonfinite::cannot_overflow`).
+    pub(crate) scale_max: f32,
 }
 
 /// One group's scales, `[block][32]`, in the format the group was packed with.
@@ -310,6 +314,7 @@ pub fn try_pack_threads(
         scales16: sc16,
         f16_groups,
         zero_points: zps,
+        scale_max: super::nonfinite::abs_max(scales),
     })
 }
 
