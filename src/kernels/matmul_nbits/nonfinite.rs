@@ -37,7 +37,7 @@ pub(crate) fn scan(a: &[f32], m: usize, p: &NBitsParams) -> Result<Vec<(usize, R
     let mut out = Vec::new();
     for r in 0..m {
         let row = &a[r * p.k..(r + 1) * p.k];
-        if all_finite(row) {
+        if abs_max(row).is_finite() {
             continue;
         }
         let fix = if p.int8_compute() {
@@ -58,17 +58,6 @@ pub(crate) fn scan(a: &[f32], m: usize, p: &NBitsParams) -> Result<Vec<(usize, R
         out.push((r, fix));
     }
     Ok(out)
-}
-
-/// Whether every value is finite: integer tests on the exponent bits, OR-reduced over chunks
-/// (vectorised; no early exit inside a chunk), so the scan stays far below the weight stream.
-fn all_finite(row: &[f32]) -> bool {
-    const EXP: u32 = 0x7f80_0000;
-    row.chunks(256).all(|c| {
-        c.iter()
-            .fold(0u32, |bad, x| bad | u32::from(x.to_bits() & EXP == EXP))
-            == 0
-    })
 }
 
 /// Recomputes one fp32-path row holding infinities (no NaN) into `y` (`p.n`), given `gemm`:
@@ -129,7 +118,8 @@ pub(crate) fn infinite_row(
 }
 
 /// Largest |x| of `v` (0 when empty); +inf or NaN when `v` holds one (as the bit pattern's
-/// maximum: an integer max over the magnitude bits, which vectorises).
+/// maximum: an integer max over the magnitude bits, which vectorises, so the per-call scans of A
+/// stay far below the weight stream). Finite exactly when every value is.
 pub(crate) fn abs_max(v: &[f32]) -> f32 {
     f32::from_bits(v.iter().fold(0u32, |m, x| m.max(x.to_bits() & 0x7fff_ffff)))
 }
@@ -167,14 +157,15 @@ pub(crate) fn rescale_overflowed_rows(
     let mut y: Vec<f32> = Vec::new();
     for r in 0..m {
         let row = &a[r * k..(r + 1) * k];
-        if scale_max.is_some_and(|s| cannot_overflow(abs_max(row), s, k)) {
+        let amax = abs_max(row);
+        // Non-finite rows are `scan`'s; rows that cannot overflow need no output scan.
+        if !amax.is_finite() || scale_max.is_some_and(|s| cannot_overflow(amax, s, k)) {
             continue;
         }
         let o = &mut out[r * n..(r + 1) * n];
-        if o.iter().all(|v| v.is_finite()) || !row.iter().all(|v| v.is_finite()) {
+        if o.iter().all(|v| v.is_finite()) {
             continue;
         }
-        let amax = row.iter().fold(0f32, |acc, v| acc.max(v.abs()));
         if amax == 0.0 {
             continue;
         }
