@@ -13,7 +13,7 @@ use crate::kernels::matmul_nbits::reference::{hostile_scales, matmul_dequant_f32
 use crate::kernels::matmul_nbits::{
     matmul_packed, matmul_unpacked, try_pack, NBitsInput, NBitsParams, PackedNBits,
 };
-use crate::kernels::op::{types, Decline, KernelEnv, OpDef, OpKernel};
+use crate::ep::op::{types, Decline, KernelEnv, OpDef, OpKernel};
 use crate::kernels::shape::{checked_numel, numel};
 use crate::memory::{params_hash, weight_cache, CachedWeight, KeyDigest, WeightKey};
 use crate::telemetry::ledger;
