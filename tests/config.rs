@@ -108,7 +108,7 @@ fn huge_cpu_lists_are_bounded() {
     assert!(err.contains("listed twice"), "{err}");
     // The whole set: lanes are the CPUs this process may run on, never 1024 of them.
     let c = parse(&[("affinity", "0-1023")]).unwrap();
-    let allowed = rcpu::abi::os::allowed_cpus().unwrap();
+    let allowed = rcpu::os::allowed_cpus().unwrap();
     assert_eq!(c.threads, allowed.len().min(1024), "threads {}", c.threads);
     assert!(matches!(c.affinity, Affinity::List(ref v) if v.len() == 1024));
 }

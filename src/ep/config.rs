@@ -113,7 +113,7 @@ impl Config {
             if !threads_set {
                 // One lane per listed CPU the process may really use, within the cap of
                 // `threads` (a list of 4096 CPUs on a 2-CPU machine is 2 lanes, not 4096).
-                let allowed = crate::abi::os::allowed_cpus().ok();
+                let allowed = crate::os::allowed_cpus().ok();
                 c.threads = crate::runtime::affinity::lanes_for_list(
                     cpus,
                     allowed.as_deref(),
