@@ -1,7 +1,7 @@
 //! Kernels, one module per op family. Each family: pure compute functions behind a uniform
 //! signature, a scalar reference beside them, ISA variants picked once per process from
 //! [`isa::Isa::get`]. Nothing here knows ORT: the ORT-facing node kernels that call this code are
-//! in `crate::ep::nodes`, and `tests/module_seams.rs` keeps `crate::abi` out of this tree.
+//! in `crate::ep::nodes`; `tests/module_seams.rs` keeps ORT's FFI (`abi`) and `ep` out of this tree.
 pub mod activation;
 pub mod attention;
 pub mod cast;
