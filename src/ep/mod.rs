@@ -43,7 +43,7 @@ impl EpInstance {
             .map_err(Error::invalid_argument)?;
         crate::memory::configure(
             config.weight_cache_mb.map(|mb| mb << 20),
-            config.accumulator_cache_mb.map(|mb| mb << 20),
+            config.scratch_cache_mb.map(|mb| mb << 20),
         );
         let pool_cfg = PoolConfig {
             threads: config.threads,
