@@ -10,7 +10,8 @@
 //! workers inside the closure is zero; a worker counts itself in *before* it looks at the pointer
 //! and out only after it is done with the closure (also when the closure panics). With every one
 //! of these accesses sequentially consistent, a worker that saw the pointer was counted before
-//! the withdrawal and so is waited for; a worker that looks after the withdrawal sees nothing.
+//! the withdrawal and so is waited for; a worker that looks after the withdrawal finds no pointer
+//! to this closure.
 //! So when `lend` returns no worker holds the closure, and the borrow it carried ends in time.
 //! The only `unsafe` is the one dereference of the published pointer in [`FnLender::borrow`].
 #![allow(unsafe_code)]
