@@ -9,10 +9,12 @@
 //! to the `DEFAULT_BLOCKTIME_US` arm of the same gap. Arms alternate within every round
 //! (docs/benchmarking.md, rule 1).
 
+#[path = "../tests/common/proc.rs"]
+mod proc;
 #[path = "common/timing.rs"]
 mod timing;
 
-use rcpu::abi::os::thread_cpu_time;
+use proc::thread_cpu_time;
 use rcpu::runtime::lanes::DEFAULT_BLOCKTIME_US;
 use rcpu::runtime::{pool_for, Affinity, Dispatch, Lanes, Par, PoolConfig};
 use std::time::{Duration, Instant};

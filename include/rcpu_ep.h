@@ -41,8 +41,12 @@ extern "C" {
 /* Process-wide budget in MiB for prepacked weights (default: half of MemAvailable). 0 disables the
  * cache: kernels then compute from the original weights, with identical results. */
 #define RCPU_OPT_WEIGHT_CACHE_MB "weight_cache_mb"
-/* Process-wide budget in MiB for per-thread accumulators parked between calls
- * (default: min(64, 1% of MemAvailable)). */
+/* Process-wide budget in MiB for the scratch kernels park per thread between calls (packed
+ * A/B panels, packed weight groups, attention work buffers, prepared A), summed over all threads
+ * (default: min(64, 1% of MemAvailable)). A call whose scratch is not granted still runs; it
+ * allocates and frees its buffers per call. */
+#define RCPU_OPT_SCRATCH_CACHE_MB "scratch_cache_mb"
+/* The former name of scratch_cache_mb, still accepted with the same meaning (not both at once). */
 #define RCPU_OPT_ACCUMULATOR_CACHE_MB "accumulator_cache_mb"
 
 /*

@@ -7,5 +7,6 @@ pub mod abi;
 pub mod ep;
 pub mod kernels;
 pub mod memory;
+pub mod os;
 pub mod runtime;
 pub mod telemetry;

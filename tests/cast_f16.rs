@@ -7,7 +7,7 @@
 mod glue_common;
 use glue_common::*;
 
-use rcpu::abi::tensor::F16Bits;
+use rcpu::kernels::cast::F16Bits;
 use rcpu::kernels::cast::{
     f16_to_f32, f16_to_f32_with, f32_to_f16, f32_to_f16_with, NanRule, BLOCK_TO_F16, BLOCK_TO_F32,
 };

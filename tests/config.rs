@@ -18,7 +18,7 @@ fn defaults() {
     assert_eq!(c.affinity, Affinity::Physical);
     assert_eq!(c.blocktime_us, DEFAULT_BLOCKTIME_US);
     assert_eq!(c.weight_cache_mb, None);
-    assert_eq!(c.accumulator_cache_mb, None);
+    assert_eq!(c.scratch_cache_mb, None);
 }
 
 #[test]
@@ -28,14 +28,33 @@ fn every_key_parses() {
         ("affinity", "off"),
         ("blocktime_us", "0"),
         ("weight_cache_mb", "512"),
-        ("accumulator_cache_mb", "8"),
+        ("scratch_cache_mb", "8"),
     ])
     .unwrap();
     assert_eq!(c.threads, 3);
     assert_eq!(c.affinity, Affinity::Off);
     assert_eq!(c.blocktime_us, 0);
     assert_eq!(c.weight_cache_mb, Some(512));
-    assert_eq!(c.accumulator_cache_mb, Some(8));
+    assert_eq!(c.scratch_cache_mb, Some(8));
+}
+
+/// `accumulator_cache_mb`, the former name of `scratch_cache_mb`, still sets the scratch budget;
+/// both at once is refused with a message naming both.
+#[test]
+fn accumulator_cache_mb_is_an_alias_of_scratch_cache_mb() {
+    let c = parse(&[("accumulator_cache_mb", "7")]).unwrap();
+    assert_eq!(c.scratch_cache_mb, Some(7));
+    assert_eq!(c, parse(&[("scratch_cache_mb", "7")]).unwrap());
+    for pairs in [
+        [("scratch_cache_mb", "7"), ("accumulator_cache_mb", "7")],
+        [("accumulator_cache_mb", "1"), ("scratch_cache_mb", "2")],
+    ] {
+        let err = parse(&pairs).expect_err("both names at once");
+        assert!(
+            err.contains("'scratch_cache_mb'") && err.contains("'accumulator_cache_mb'"),
+            "{err}"
+        );
+    }
 }
 
 #[test]
@@ -65,6 +84,7 @@ fn bad_input_names_the_key() {
         (vec![("affinity", "banana")], "affinity"),
         (vec![("blocktime_us", "1.5")], "blocktime_us"),
         (vec![("weight_cache_mb", "")], "weight_cache_mb"),
+        (vec![("scratch_cache_mb", "x")], "scratch_cache_mb"),
         (vec![("accumulator_cache_mb", "x")], "accumulator_cache_mb"),
         (vec![("threads", "4"), ("affinity", "0,1")], "affinity"),
     ] {
@@ -108,7 +128,7 @@ fn huge_cpu_lists_are_bounded() {
     assert!(err.contains("listed twice"), "{err}");
     // The whole set: lanes are the CPUs this process may run on, never 1024 of them.
     let c = parse(&[("affinity", "0-1023")]).unwrap();
-    let allowed = rcpu::abi::os::allowed_cpus().unwrap();
+    let allowed = rcpu::os::allowed_cpus().unwrap();
     assert_eq!(c.threads, allowed.len().min(1024), "threads {}", c.threads);
     assert!(matches!(c.affinity, Affinity::List(ref v) if v.len() == 1024));
 }

@@ -15,7 +15,8 @@ fn header_compiles_as_c_and_cpp() {
            size_t (*stats)(char*, size_t) = RcpuEp_StatsJson; void (*reset)(void) = RcpuEp_ResetStats;\n\
            const char* (*ver)(void) = RcpuEp_Version; (void)stats; (void)reset; (void)ver;\n\
            return (int)strlen(RCPU_EP_NAME RCPU_OPT_THREADS RCPU_OPT_AFFINITY RCPU_OPT_BLOCKTIME_US\n\
-                              RCPU_OPT_WEIGHT_CACHE_MB RCPU_OPT_ACCUMULATOR_CACHE_MB);\n}\n",
+                              RCPU_OPT_WEIGHT_CACHE_MB RCPU_OPT_SCRATCH_CACHE_MB\n\
+                              RCPU_OPT_ACCUMULATOR_CACHE_MB);\n}\n",
     )
     .unwrap();
     for (cpp, std) in [(false, "-std=c99"), (true, "-std=c++17")] {

@@ -1,5 +1,5 @@
 //! A warm MatMulNBits decode loop allocates no per-call buffer for A: the prepared A is parked
-//! per thread under the process-wide accumulator budget; with a zero budget nothing is parked
+//! per thread under the process-wide scratch budget; with a zero budget nothing is parked
 //! and every call allocates again (results unchanged). Each phase runs on a fresh thread, so
 //! it starts with nothing parked.
 

@@ -1,8 +1,8 @@
-//! Scratch buffers against the process-wide accumulator governor. These tests reconfigure the global
+//! Scratch buffers against the process-wide scratch governor. These tests reconfigure the global
 //! budget, so they live in their own binary and run one at a time (SERIAL).
 
 use rcpu::memory::{
-    accumulators, configure, scratch_stats, try_with_scratch_f32, try_with_scratch_i32,
+    configure, scratch_governor, scratch_stats, try_with_scratch_f32, try_with_scratch_i32,
 };
 use std::sync::{Arc, Barrier, Mutex};
 
@@ -15,7 +15,7 @@ fn parked_bytes_summed_over_threads_stay_within_process_cap() {
     let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     configure(None, Some(4 * MIB));
     let before = scratch_stats();
-    let live_before = accumulators().live_bytes();
+    let live_before = scratch_governor().live_bytes();
     let parked = Arc::new(Barrier::new(9));
     let checked = Arc::new(Barrier::new(9));
     let handles: Vec<_> = (0..8)
@@ -48,15 +48,15 @@ fn parked_bytes_summed_over_threads_stay_within_process_cap() {
         4,
         "oversize buffers are released"
     );
-    assert!(accumulators().live_bytes() - live_before <= 4 * MIB);
-    assert!(accumulators().peak_live_bytes() <= 4 * MIB);
+    assert!(scratch_governor().live_bytes() - live_before <= 4 * MIB);
+    assert!(scratch_governor().peak_live_bytes() <= 4 * MIB);
     checked.wait();
     for h in handles {
         h.join().unwrap();
     }
     // Thread exit releases the parked grants.
     assert_eq!(scratch_stats().parked_bytes, before.parked_bytes);
-    assert_eq!(accumulators().live_bytes(), live_before);
+    assert_eq!(scratch_governor().live_bytes(), live_before);
 }
 
 #[test]

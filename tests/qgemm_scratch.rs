@@ -1,5 +1,5 @@
 //! A warm QLinearMatMul call allocates nothing: row sums, per-column requantization terms and a
-//! per-call packed B come from the calling thread's parked scratch (accumulator budget); the
+//! per-call packed B come from the calling thread's parked scratch (scratch budget); the
 //! int32 accumulators live in a stack tile. With a zero budget nothing is parked and every call
 //! allocates again (results unchanged). One test in its own binary: the counters are global.
 

@@ -12,7 +12,7 @@
 mod lanes_common;
 use lanes_common::{on_worker, wait_until};
 
-use rcpu::abi::os;
+use rcpu::os;
 use rcpu::runtime::hooks::Point;
 use rcpu::runtime::{pool_for, Affinity, Dispatch, Lanes, Par, PoolConfig};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

@@ -8,8 +8,10 @@
 #[path = "common/lanes.rs"]
 mod lanes_common;
 use lanes_common::{all_lanes_join, wait_all_parked, wait_until, Stall};
+#[path = "common/proc.rs"]
+mod proc;
+use proc::thread_cpu_time;
 
-use rcpu::abi::os::thread_cpu_time;
 use rcpu::runtime::hooks::Point;
 use rcpu::runtime::{pool_for, Affinity, Dispatch, Lanes, Par, PoolConfig};
 use std::sync::{Arc, Mutex};

@@ -10,6 +10,8 @@
 #[path = "common/lanes.rs"]
 mod lanes_common;
 use lanes_common::wait_until;
+#[path = "common/proc.rs"]
+mod proc;
 
 use rcpu::runtime::hooks::Point;
 use rcpu::runtime::{pool_for, pool_stats, Affinity, Dispatch, Lanes, Par, PoolConfig};
@@ -17,7 +19,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 fn rcpu_threads() -> usize {
-    rcpu::abi::os::live_threads()
+    proc::live_threads()
         .iter()
         .filter(|(_, n)| n.starts_with("rcpu-w"))
         .count()

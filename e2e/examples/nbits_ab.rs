@@ -157,13 +157,13 @@ fn child(arm: &str, s: &Shape, out: &str) {
     }
 }
 
-/// CPU time this process's live threads have run (the library's per-thread reader:
+/// CPU time this process's live threads have run (`rcpu_e2e::proc`'s per-thread reader:
 /// schedstat, ns resolution), in microseconds. Immune to time lost to preemption, unlike wall time.
 fn cpu_time() -> f64 {
-    use rcpu::abi::os;
-    os::live_threads()
+    use rcpu_e2e::proc;
+    proc::live_threads()
         .into_iter()
-        .filter_map(|(tid, _)| os::thread_cpu_time(tid).ok())
+        .filter_map(|(tid, _)| proc::thread_cpu_time(tid).ok())
         .map(|d| d.as_secs_f64() * 1e6)
         .sum()
 }

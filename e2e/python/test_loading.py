@@ -26,9 +26,10 @@ def test_device_listed_once_with_vendor(rcpu_devices, plugin_path):
     assert len(parts) >= 3 and all(p.split("-")[0].isdigit() for p in parts[:3]), f"version {ver!r} is not semver"
 
 
-def test_session_with_all_options_creates(make_sessions):
+@pytest.mark.parametrize("scratch_key", ["scratch_cache_mb", "accumulator_cache_mb"], ids=["scratch", "former_name"])
+def test_session_with_all_options_creates(make_sessions, scratch_key):
     m = models.binary("Add", [4], [4])
-    opts = {"threads": 2, "affinity": "off", "blocktime_us": 50, "weight_cache_mb": 64, "accumulator_cache_mb": 8}
+    opts = {"threads": 2, "affinity": "off", "blocktime_us": 50, "weight_cache_mb": 64, scratch_key: 8}
     cpu, rc = make_sessions(m, opts)
     assert rc.get_providers()[0] == EP_NAME
     assert_on_rcpu(rc, "add0")
@@ -70,13 +71,15 @@ def test_mixed_partition_matches_cpu(make_sessions, opt_level):
         ({"threads": "-3"}, "threads"),
         ({"blocktime_us": "soon"}, "blocktime_us"),
         ({"weight_cache_mb": "1e3"}, "weight_cache_mb"),
+        ({"scratch_cache_mb": ""}, "scratch_cache_mb"),
         ({"accumulator_cache_mb": ""}, "accumulator_cache_mb"),
+        ({"scratch_cache_mb": "8", "accumulator_cache_mb": "8"}, "accumulator_cache_mb"),
         ({"threads": "100000"}, "threads"),
         ({"affinity": "0", "threads": "2"}, "affinity"),
     ],
     ids=[
         "unknown_key", "threads_abc", "affinity_banana", "threads_negative", "blocktime_text",
-        "weight_cache_float", "accumulator_empty", "threads_huge", "affinity_fewer_cpus_than_threads",
+        "weight_cache_float", "scratch_empty", "accumulator_empty", "scratch_both_names", "threads_huge", "affinity_fewer_cpus_than_threads",
     ],
 )
 def test_bad_option_raises_naming_key(rcpu_devices, opts, key, capsys):

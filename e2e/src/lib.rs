@@ -6,6 +6,9 @@ pub mod compare;
 pub mod onnx;
 pub mod ort;
 pub mod paths;
+/// The /proc readers of tests, examples and the bench (one source file, shared with `tests/`).
+#[path = "../../tests/common/proc.rs"]
+pub mod proc;
 /// The one seeded PRNG of tests, examples and the bench (one source file, shared with `tests/`).
 #[path = "../../tests/common/rng.rs"]
 pub mod rng;

@@ -13,7 +13,7 @@ pub const HANG_GUARD: Duration = Duration::from_secs(20);
 
 /// (tid, name) of every live `rcpu-w*` thread of this process.
 pub fn rcpu_workers() -> Vec<(i32, String)> {
-    rcpu::abi::os::live_threads()
+    crate::proc::live_threads()
         .into_iter()
         .filter(|(_, n)| n.starts_with("rcpu-w"))
         .collect()

@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use rcpu::abi::os::thread_cpu_time;
 use rcpu_e2e::onnx::{dtype::FLOAT, Dim, GraphBuilder};
+use rcpu_e2e::proc::thread_cpu_time;
 use rcpu_e2e::stats::PluginStats;
 use rcpu_e2e::threads::{rcpu_workers, settled_rcpu_workers, wait_until};
 use rcpu_e2e::{ort_with_rcpu, rand_f32, SessionSpec, Tensor};

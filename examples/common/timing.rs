@@ -5,7 +5,7 @@
 //! minute next to the absolute numbers.
 #![allow(dead_code)]
 
-use rcpu::abi::os::current_thread_cpu_time;
+use rcpu::os::current_thread_cpu_time;
 use std::time::Instant;
 
 /// Which clock a sample is taken with.

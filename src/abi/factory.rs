@@ -315,7 +315,7 @@ pub unsafe fn release_ep_factory(f: *mut OrtEpFactory) -> StatusPtr {
         // SAFETY: live shell; ORT still holds its reference until the unref below.
         let live_eps = unsafe { &*shell }.refs.load(Ordering::Acquire) - 1;
         if live_eps > 0 {
-            let pinned = super::os::pin_own_library();
+            let pinned = crate::os::pin_own_library();
             log::warn!(
                 "{EP_NAME}: the library is released while {live_eps} EP(s) of it still live \
                  (unregister before releasing the sessions); keeping its factory and code \

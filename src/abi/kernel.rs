@@ -9,7 +9,7 @@ use super::kernel_context::KernelContext;
 use super::kernel_info::KernelInfo;
 use super::status::{check_raw, guard, guard_node, Error, Result};
 use super::tensor::Tensor;
-use crate::kernels::op::{KernelEnv, OpDef, OpKernel};
+use crate::ep::op::{KernelEnv, OpDef, OpKernel};
 
 /// The create-callback state of one registered kernel: its definition and the EP's environment.
 pub struct CreateState {

@@ -133,10 +133,8 @@ impl Element for i64 {
     const ELEM: ElemType = ElemType::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64;
 }
 
-/// A float16 element as its IEEE binary16 bits (rcpu converts float16, never computes in it).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[repr(transparent)]
-pub struct F16Bits(pub u16);
+/// A float16 element as its bits; defined with the float16 conversions, in `kernels::cast`.
+pub use crate::kernels::cast::F16Bits;
 impl Element for F16Bits {
     const ELEM: ElemType = ElemType::ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16;
 }

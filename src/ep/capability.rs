@@ -2,7 +2,7 @@
 //! element types, attributes and (where known) shapes. Everything else stays on ORT's CPU EP.
 
 use crate::abi::graph::Node;
-use crate::kernels::op::{Decline, OpDef};
+use crate::ep::op::{Decline, OpDef};
 
 use super::ops::OPS;
 

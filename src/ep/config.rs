@@ -4,6 +4,8 @@
 //! key under that prefix must be one of [`OPTION_KEYS`]; an unknown key or a bad value fails
 //! session creation with a message naming the key. The keys, meanings and defaults are also
 //! declared in `include/rcpu_ep.h` (checked against this file by `build.rs`).
+//! `accumulator_cache_mb` is the former name of `scratch_cache_mb`, still accepted; giving both
+//! is an error naming both.
 
 use crate::runtime::Affinity;
 
@@ -15,7 +17,7 @@ mod header {
 }
 
 /// Every provider option rcpu accepts (generated from `include/rcpu_ep.h`).
-pub const OPTION_KEYS: [&str; 5] = header::HEADER_OPTION_KEYS;
+pub const OPTION_KEYS: [&str; 6] = header::HEADER_OPTION_KEYS;
 
 /// The EP name as the public header declares it (`ep::EP_NAME` must equal it; tested).
 pub const HEADER_EP_NAME: &str = header::HEADER_EP_NAME;
@@ -32,8 +34,10 @@ pub struct Config {
     pub blocktime_us: u64,
     /// Process-wide budget for prepacked weights (None: default from MemAvailable).
     pub weight_cache_mb: Option<u64>,
-    /// Process-wide budget for parked per-thread accumulators (None: default).
-    pub accumulator_cache_mb: Option<u64>,
+    /// Process-wide budget for what kernels park per thread between calls (packed panels and
+    /// weight groups, work buffers, prepared A), over all threads (None: default). Option
+    /// `scratch_cache_mb`, or its former name `accumulator_cache_mb`.
+    pub scratch_cache_mb: Option<u64>,
 }
 
 impl Default for Config {
@@ -43,7 +47,7 @@ impl Default for Config {
             affinity: Affinity::Physical,
             blocktime_us: DEFAULT_BLOCKTIME_US,
             weight_cache_mb: None,
-            accumulator_cache_mb: None,
+            scratch_cache_mb: None,
         }
     }
 }
@@ -77,6 +81,7 @@ impl Config {
     ) -> Result<Config, String> {
         let mut c = Config::default();
         let mut threads_set = false;
+        let mut scratch_key: Option<&str> = None;
         for (full_key, value) in entries {
             let Some(key) = full_key.strip_prefix(CONFIG_PREFIX) else {
                 continue;
@@ -98,8 +103,16 @@ impl Config {
                 }
                 "blocktime_us" => c.blocktime_us = parse_u64(key, value, 10_000_000)?,
                 "weight_cache_mb" => c.weight_cache_mb = Some(parse_u64(key, value, 1 << 30)?),
-                "accumulator_cache_mb" => {
-                    c.accumulator_cache_mb = Some(parse_u64(key, value, 1 << 30)?)
+                "scratch_cache_mb" | "accumulator_cache_mb" => {
+                    if let Some(other) = scratch_key.filter(|&k| k != key) {
+                        return Err(format!(
+                            "rcpu: provider options '{other}' and '{key}' set the same budget \
+                             ('accumulator_cache_mb' is the former name of 'scratch_cache_mb'); \
+                             give one"
+                        ));
+                    }
+                    scratch_key = Some(key);
+                    c.scratch_cache_mb = Some(parse_u64(key, value, 1 << 30)?)
                 }
                 other => {
                     return Err(format!(
@@ -113,7 +126,7 @@ impl Config {
             if !threads_set {
                 // One lane per listed CPU the process may really use, within the cap of
                 // `threads` (a list of 4096 CPUs on a 2-CPU machine is 2 lanes, not 4096).
-                let allowed = crate::abi::os::allowed_cpus().ok();
+                let allowed = crate::os::allowed_cpus().ok();
                 c.threads = crate::runtime::affinity::lanes_for_list(
                     cpus,
                     allowed.as_deref(),

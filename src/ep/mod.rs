@@ -1,15 +1,19 @@
-//! The EP's logic behind the ABI shells: fixed names, provider options, claim rules and the
-//! table of registered kernels.
+//! The EP's logic behind the ABI shells: fixed names, provider options, claim rules, the
+//! contract of a node kernel ([`op`]), the node kernels themselves ([`nodes`]) and the table of
+//! registered kernels ([`ops`]). Safe code over the `abi` views, calling the pure compute in
+//! `crate::kernels`.
 
 pub mod capability;
 pub mod config;
+pub mod nodes;
+pub mod op;
 pub mod ops;
 
 use std::sync::Arc;
 
 use crate::abi::log_bridge::Logger;
 use crate::abi::status::{Error, Result};
-use crate::kernels::op::KernelEnv;
+use crate::ep::op::KernelEnv;
 use crate::runtime::{pool_for, PoolConfig};
 
 pub use config::Config;
@@ -39,7 +43,7 @@ impl EpInstance {
             .map_err(Error::invalid_argument)?;
         crate::memory::configure(
             config.weight_cache_mb.map(|mb| mb << 20),
-            config.accumulator_cache_mb.map(|mb| mb << 20),
+            config.scratch_cache_mb.map(|mb| mb << 20),
         );
         let pool_cfg = PoolConfig {
             threads: config.threads,

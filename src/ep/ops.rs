@@ -1,10 +1,10 @@
 //! The table of kernels rcpu registers with ORT. Adding an op = adding its `OpDef` here.
 
-use crate::kernels::nodes::{
+use crate::ep::nodes::{
     activation, binary, cast, gemm, layer_norm, matmul, matmul_nbits, skip_layer_norm, softmax,
 };
-use crate::kernels::nodes::{group_query_attention, rotary_embedding};
-use crate::kernels::op::OpDef;
+use crate::ep::nodes::{group_query_attention, rotary_embedding};
+use crate::ep::op::OpDef;
 
 pub static OPS: &[OpDef] = &[
     binary::ADD,
@@ -22,10 +22,10 @@ pub static OPS: &[OpDef] = &[
     activation::GELU,
     activation::MS_GELU,
     activation::FAST_GELU,
-    crate::kernels::nodes::qlinear_matmul::QLINEAR_MATMUL_10,
-    crate::kernels::nodes::qlinear_matmul::QLINEAR_MATMUL_21,
+    crate::ep::nodes::qlinear_matmul::QLINEAR_MATMUL_10,
+    crate::ep::nodes::qlinear_matmul::QLINEAR_MATMUL_21,
     rotary_embedding::ROTARY_EMBEDDING,
     group_query_attention::GROUP_QUERY_ATTENTION,
     cast::CAST,
-    crate::kernels::nodes::gather_block_quantized::GATHER_BLOCK_QUANTIZED,
+    crate::ep::nodes::gather_block_quantized::GATHER_BLOCK_QUANTIZED,
 ];

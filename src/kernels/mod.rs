@@ -1,6 +1,7 @@
 //! Kernels, one module per op family. Each family: pure compute functions behind a uniform
 //! signature, a scalar reference beside them, ISA variants picked once per process from
-//! [`isa::Isa::get`]. `op.rs` is the contract with `ep/`; `nodes/` holds the ORT-facing kernels.
+//! [`isa::Isa::get`]. Nothing here knows ORT: the ORT-facing node kernels that call this code are
+//! in `crate::ep::nodes`; `tests/module_seams.rs` keeps ORT's FFI (`abi`) and `ep` out of this tree.
 pub mod activation;
 pub mod attention;
 pub mod cast;
@@ -11,9 +12,7 @@ pub mod gather_quant;
 pub mod gemm;
 pub mod isa;
 pub mod matmul_nbits;
-pub mod nodes;
 pub mod norm;
-pub mod op;
 pub mod qgemm;
 pub mod shape;
 pub mod simd;

@@ -5,7 +5,7 @@
 
 //!
 //! Buffers of [`HUGE_PAGE_MIN_BYTES`] or more are advised for transparent huge pages before they
-//! are first written (`abi::os::advise_huge_pages`): a packed weight streamed every token then
+//! are first written (`os::advise_huge_pages`): a packed weight streamed every token then
 //! costs one TLB entry per 2 MiB instead of per 4 KiB, which matters once weights come from DRAM.
 
 use super::try_alloc::AllocError;
@@ -58,7 +58,7 @@ impl<T: Copy + Default> AlignedBuf<T> {
         if total * Self::ELEM >= HUGE_PAGE_MIN_BYTES {
             // Advisory only, and before the first write below: where THP is off the buffer
             // simply keeps 4 KiB pages.
-            let _ = crate::abi::os::advise_huge_pages(storage.spare_capacity_mut());
+            let _ = crate::os::advise_huge_pages(storage.spare_capacity_mut());
         }
         storage.resize(total, T::default());
         let misalign = storage.as_ptr() as usize % ALIGN;

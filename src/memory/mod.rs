@@ -1,15 +1,17 @@
 //! The process-wide memory governors and the caches they govern.
 //!
-//! Two governors, both process-wide ([`weights`], [`accumulators`]):
+//! Two governors, both process-wide ([`weights`], [`scratch_governor`]):
 //! - **weights**: bounds the [`GovernedWeightCache`] of prepacked weights ([`weight_cache`]). Default budget:
 //!   50% of `MemAvailable` from `/proc/meminfo` at first use; [`FALLBACK_WEIGHT_BUDGET`] (1 GiB) if that is
 //!   unreadable.
-//! - **accumulators**: bounds the per-thread scratch buffers kernels park between calls ([`scratch`]),
-//!   summed over all threads. Default budget: min(64 MiB, 1% of `MemAvailable`);
-//!   [`FALLBACK_ACCUMULATOR_BUDGET`] (16 MiB) if `/proc/meminfo` is unreadable.
+//! - **scratch**: bounds what kernels park per thread between calls, summed over all threads: the
+//!   scratch buffers of [`scratch`] (packed A/B panels of gemm and qgemm, MatMulNBits' packed
+//!   weight groups, attention work buffers) and MatMulNBits' prepared A. Default budget:
+//!   min(64 MiB, 1% of `MemAvailable`); [`FALLBACK_SCRATCH_BUDGET`] (16 MiB) if `/proc/meminfo`
+//!   is unreadable.
 //!
 //! Budgets are process-wide, so sessions share them. Policy when sessions pass different budgets
-//! ([`configure`], from the `weight_cache_mb` / `accumulator_cache_mb` provider options): **the last
+//! ([`configure`], from the `weight_cache_mb` / `scratch_cache_mb` provider options): **the last
 //! configured value wins** for new reservations; existing grants are kept (a lower budget does not evict
 //! anything, it declines new reservations until enough is released).
 //!
@@ -48,10 +50,10 @@ use std::sync::LazyLock;
 
 /// Weight budget when `/proc/meminfo` is unreadable.
 pub const FALLBACK_WEIGHT_BUDGET: u64 = 1 << 30;
-/// Accumulator budget when `/proc/meminfo` is unreadable.
-pub const FALLBACK_ACCUMULATOR_BUDGET: u64 = 16 << 20;
-/// Upper bound of the default accumulator budget.
-pub const MAX_DEFAULT_ACCUMULATOR_BUDGET: u64 = 64 << 20;
+/// Scratch budget when `/proc/meminfo` is unreadable.
+pub const FALLBACK_SCRATCH_BUDGET: u64 = 16 << 20;
+/// Upper bound of the default scratch budget.
+pub const MAX_DEFAULT_SCRATCH_BUDGET: u64 = 64 << 20;
 
 /// `MemAvailable` in bytes from `/proc/meminfo`, if readable.
 pub fn mem_available_bytes() -> Option<u64> {
@@ -74,17 +76,17 @@ pub fn default_weight_budget() -> u64 {
     mem_available_bytes().map_or(FALLBACK_WEIGHT_BUDGET, |m| m / 2)
 }
 
-/// Default accumulator budget: min(64 MiB, 1% of `MemAvailable`) (or [`FALLBACK_ACCUMULATOR_BUDGET`]).
-pub fn default_accumulator_budget() -> u64 {
-    mem_available_bytes().map_or(FALLBACK_ACCUMULATOR_BUDGET, |m| {
-        (m / 100).min(MAX_DEFAULT_ACCUMULATOR_BUDGET)
+/// Default scratch budget: min(64 MiB, 1% of `MemAvailable`) (or [`FALLBACK_SCRATCH_BUDGET`]).
+pub fn default_scratch_budget() -> u64 {
+    mem_available_bytes().map_or(FALLBACK_SCRATCH_BUDGET, |m| {
+        (m / 100).min(MAX_DEFAULT_SCRATCH_BUDGET)
     })
 }
 
 static WEIGHTS: LazyLock<Governor> =
     LazyLock::new(|| Governor::named("weights", default_weight_budget()));
-static ACCUMULATORS: LazyLock<Governor> =
-    LazyLock::new(|| Governor::named("accumulators", default_accumulator_budget()));
+static SCRATCH: LazyLock<Governor> =
+    LazyLock::new(|| Governor::named("scratch", default_scratch_budget()));
 static WEIGHT_CACHE: LazyLock<GovernedWeightCache> =
     LazyLock::new(|| GovernedWeightCache::new(weights()));
 
@@ -93,9 +95,10 @@ pub fn weights() -> &'static Governor {
     &WEIGHTS
 }
 
-/// The process-wide governor of parked scratch (accumulator) buffers.
-pub fn accumulators() -> &'static Governor {
-    &ACCUMULATORS
+/// The process-wide governor of what kernels park per thread between calls (scratch buffers,
+/// prepared A).
+pub fn scratch_governor() -> &'static Governor {
+    &SCRATCH
 }
 
 /// The process-wide weight cache, drawing on [`weights`].
@@ -105,23 +108,30 @@ pub fn weight_cache() -> &'static GovernedWeightCache {
 
 /// Set the process-wide budgets; `None` keeps the current value. The last configured value wins for new
 /// reservations; existing grants are kept.
-pub fn configure(weight_budget_bytes: Option<u64>, accumulator_budget_bytes: Option<u64>) {
+pub fn configure(weight_budget_bytes: Option<u64>, scratch_budget_bytes: Option<u64>) {
     if let Some(b) = weight_budget_bytes {
         weights().set_budget(b);
     }
-    if let Some(b) = accumulator_budget_bytes {
-        accumulators().set_budget(b);
+    if let Some(b) = scratch_budget_bytes {
+        scratch_governor().set_budget(b);
     }
 }
 
-/// Memory figures for the stats JSON.
+/// Memory figures for the stats JSON. `scratch` holds the scratch governor's figures (budget,
+/// live bytes, grants, declines) and the scratch counters (reuses, parks, ...) side by side.
 pub fn stats() -> serde_json::Value {
+    let mut scratch = scratch_governor().stats();
+    if let (Some(s), Ok(serde_json::Value::Object(counters))) = (
+        scratch.as_object_mut(),
+        serde_json::to_value(scratch_stats()),
+    ) {
+        s.extend(counters);
+    }
     serde_json::json!({
         "weights": weights().stats(),
-        "accumulators": accumulators().stats(),
         "weight_cache": weight_cache().stats(),
         "weight_arena": weight_arena().stats_json(),
-        "scratch": scratch_stats(),
+        "scratch": scratch,
     })
 }
 

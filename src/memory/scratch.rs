@@ -1,5 +1,5 @@
 //! Per-thread scratch buffers kernels park between calls, bounded process-wide by
-//! [`super::accumulators`] (the sum over all threads, never per thread).
+//! [`super::scratch_governor`] (the sum over all threads, never per thread).
 //!
 //! `try_with_scratch_f32(len, f)` lends `f` a `&mut [f32]` of exactly `len` elements (likewise for
 //! i32, u8 and u16), or returns `None` without calling `f` when a fresh buffer cannot be allocated:
@@ -108,7 +108,7 @@ fn lend<T: Copy + Default, R>(
             }
             Some(old)
         }
-        None => match super::accumulators().reserve(bytes).grant() {
+        None => match super::scratch_governor().reserve(bytes).grant() {
             Some(grant) => {
                 count_parked(bytes);
                 PARKS.fetch_add(1, Relaxed);

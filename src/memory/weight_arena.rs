@@ -7,7 +7,7 @@
 //! out of shared regions instead:
 //!
 //! * A **region** is an anonymous mapping whose start and length are multiples of 2 MiB, advised
-//!   `MADV_HUGEPAGE` before it is touched ([`crate::abi::mapped::Mapping`], where the `unsafe`
+//!   `MADV_HUGEPAGE` before it is touched ([`crate::os::mapped::Mapping`], where the `unsafe`
 //!   lives). Pieces are bump-allocated at [`ALIGN`] (64-byte) boundaries in claim order, so the
 //!   matrices of one decode step, packed one after the other, lie back to back (one stream for
 //!   the hardware prefetcher too). Pieces are never reused or moved.
@@ -38,7 +38,7 @@
 //! computes from the original weight.
 
 use super::try_alloc::AllocError;
-use crate::abi::mapped::{MappedBuf, Mapping, Plain, HUGE_PAGE};
+use crate::os::mapped::{MappedBuf, Mapping, Plain, HUGE_PAGE};
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, LazyLock, Weak};

@@ -5,7 +5,7 @@
 //! the caller has the first planned core to itself when the scheduler puts it there.
 
 use super::topology::Topology;
-use crate::abi::os;
+use crate::os;
 use std::fmt;
 use std::str::FromStr;
 

@@ -10,7 +10,7 @@
 //! the dispatch is counted under.
 //!
 //! The job (a closure borrowing the caller's stack, including the kernel's non-`'static`
-//! `f`) is lent to the workers through `abi::os::FnLender`, which does not return before no
+//! `f`) is lent to the workers through `lend::FnLender`, which does not return before no
 //! worker can touch it any more; that is what makes the borrow sound without `'static`.
 //!
 //! # Shortcuts
@@ -51,10 +51,11 @@
 use super::affinity::{pin_current, Affinity};
 use super::counters::{Counters, PoolCounters};
 use super::hooks::{Hooks, Point};
+use super::lend::FnLender;
 use super::par::{Dispatch, Par};
 use super::park::{Signal, StragglerWait, Wake};
 use super::topology::Topology;
-use crate::abi::os::{self, FnLender};
+use crate::os;
 use parking_lot::Mutex;
 use std::any::Any;
 use std::cell::Cell;

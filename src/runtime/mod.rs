@@ -3,16 +3,18 @@
 //! - [`topology`]: physical cores and SMT siblings (from /sys) within the affinity mask;
 //! - [`affinity`]: the `affinity` setting and the per-lane CPU plan;
 //! - [`lanes`]: the pool (caller + pinned workers) implementing [`Par`];
+//! - [`lend`]: lending each dispatch's borrowed closure to the workers (the one `unsafe` file);
 //! - [`park`]: how idle workers spin, yield and park (the wake-up protocol);
 //! - [`counters`]: per-pool counters; [`registry`]: process-wide sharing of pools;
 //! - [`hooks`]: test-only stall points (compiled in only with the `test-hooks` feature).
 //!
-//! No `unsafe` here: OS calls and the lending of borrowed closures live in `crate::abi::os`.
-#![forbid(unsafe_code)]
+//! No `unsafe` here outside [`lend`] (which argues its soundness): OS calls live in `crate::os`.
+#![deny(unsafe_code)]
 pub mod affinity;
 pub mod counters;
 pub mod hooks;
 pub mod lanes;
+pub mod lend;
 pub mod par;
 pub mod park;
 pub mod registry;

@@ -40,7 +40,7 @@
 //! one needless lock/notify, never a lost wake-up. `shutdown` is stored (SeqCst) before the
 //! shutdown epoch bump, so a worker that sees that epoch (Acquire) also sees `shutdown`.
 //!
-//! The job itself is not in [`Signal`]: the publisher lends it through `abi::os::FnLender`
+//! The job itself is not in [`Signal`]: the publisher lends it through `lend::FnLender`
 //! *before* bumping the epoch, so a worker that sees the bump finds the job (or, if it
 //! arrives late, an empty lender, which simply means the job is already done).
 

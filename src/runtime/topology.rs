@@ -6,7 +6,7 @@
 //! ordered by their lowest allowed CPU, and within a core the lowest-numbered sibling comes
 //! first (that one is the core's "primary" CPU, the one a lane gets).
 
-use crate::abi::os;
+use crate::os;
 use std::collections::BTreeMap;
 
 /// One physical core: the allowed CPUs (SMT siblings) on it, ascending.

@@ -10,10 +10,10 @@
 
 #![allow(dead_code)]
 
+use rcpu::ep::nodes::rotary_embedding::{shape_of, RotaryAttrs};
 use rcpu::kernels::attention::gqa::{gqa_f32, GqaInputs, GqaOutputs, GqaRotary, GqaShape};
 use rcpu::kernels::attention::gqa_plan::{plan, GqaDims};
 use rcpu::kernels::attention::rotary::{rotary_f32, Positions, RotaryInputs};
-use rcpu::kernels::nodes::rotary_embedding::{shape_of, RotaryAttrs};
 use rcpu::runtime::par::Serial;
 
 /// Elements a case may allocate per buffer before it runs the kernels.

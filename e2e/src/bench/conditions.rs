@@ -75,9 +75,9 @@ pub fn stat_cpu_s(path: &str) -> Option<f64> {
     Some(stat_ticks(&fs::read_to_string(path).ok()?)? as f64 / super::os::clk_tck())
 }
 
-/// utime + stime ticks from the text of a stat file (the library's parser).
+/// utime + stime ticks from the text of a stat file (the one parser, `crate::proc`).
 pub fn stat_ticks(s: &str) -> Option<u64> {
-    rcpu::abi::os::parse_task_stat(s).map(|t| t.cpu_ticks)
+    crate::proc::parse_task_stat(s).map(|t| t.cpu_ticks)
 }
 
 pub fn process_cpu_s(pid: u32) -> f64 {
@@ -86,16 +86,16 @@ pub fn process_cpu_s(pid: u32) -> f64 {
 
 /// The CPU a task last ran on (field 39 of its stat).
 pub fn last_cpu(pid: u32) -> Option<usize> {
-    rcpu::abi::os::parse_task_stat(&fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)?.last_cpu
+    crate::proc::parse_task_stat(&fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)?.last_cpu
 }
 
 /// Live threads of this process: (tid, name, cpu seconds), by tid.
 pub fn threads() -> Vec<(u32, String, f64)> {
-    use rcpu::abi::os;
-    let mut v: Vec<(u32, String, f64)> = os::live_threads()
+    use crate::proc;
+    let mut v: Vec<(u32, String, f64)> = proc::live_threads()
         .into_iter()
         .filter_map(|(tid, name)| {
-            let cpu = os::thread_cpu_time(tid).map_or(0.0, |d| d.as_secs_f64());
+            let cpu = proc::thread_cpu_time(tid).map_or(0.0, |d| d.as_secs_f64());
             Some((u32::try_from(tid).ok()?, name, cpu))
         })
         .collect();

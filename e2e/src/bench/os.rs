@@ -1,11 +1,11 @@
 //! The OS calls of the bench. Those the library has (the affinity mask, the current CPU, the
-//! clock-tick rate) come from `rcpu::abi::os`; the ones only the bench needs and that need
+//! clock-tick rate) come from `rcpu::os`; the ones only the bench needs and that need
 //! `unsafe` (pinning to a set of CPUs, getrusage) are here. Everything else about the machine is
 //! read from /proc and /sys (`conditions`).
 
 /// CPUs in this process's affinity mask (the library's reader).
 pub fn affinity() -> Result<Vec<usize>, String> {
-    rcpu::abi::os::allowed_cpus().map_err(|e| format!("sched_getaffinity: {e}"))
+    rcpu::os::allowed_cpus().map_err(|e| format!("sched_getaffinity: {e}"))
 }
 
 /// Pins the calling thread (and the threads it creates later) to `cpus`.
@@ -30,7 +30,7 @@ pub fn pin(cpus: &[usize]) -> Result<(), String> {
     Ok(())
 }
 
-pub use rcpu::abi::os::current_cpu;
+pub use rcpu::os::current_cpu;
 
 /// Resource usage of this process (all threads).
 #[derive(Debug, Clone, Copy, Default, serde::Serialize, serde::Deserialize)]
@@ -76,5 +76,5 @@ pub fn usage() -> Usage {
 
 /// Clock ticks per second for /proc times (the library's `sysconf` reader).
 pub fn clk_tck() -> f64 {
-    rcpu::abi::os::clock_ticks_per_second() as f64
+    rcpu::os::clock_ticks_per_second() as f64
 }

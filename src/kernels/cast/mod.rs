@@ -15,12 +15,18 @@ mod x86;
 
 use std::sync::LazyLock;
 
-use crate::abi::tensor::F16Bits;
 use crate::kernels::activation::chunked;
 use crate::kernels::isa::Isa;
 use crate::runtime::par::Par;
 
 pub use scalar::{f16_to_f32, f32_to_f16, NanRule};
+
+/// A float16 element as its IEEE binary16 bits (rcpu converts float16, never computes in it).
+/// Plain bits, so the kernels use it without knowing ORT; `abi::tensor` re-exports it as the
+/// element type of float16 tensors.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[repr(transparent)]
+pub struct F16Bits(pub u16);
 
 /// ORT converts whole blocks of this many elements with the hardware rule (f32 -> f16).
 pub const BLOCK_TO_F16: usize = 8;

@@ -12,7 +12,7 @@
 //! Every non-NaN value converts the same way under both rules: f32 -> f16 rounds to nearest
 //! even with gradual underflow and overflow to infinity; f16 -> f32 is exact.
 
-use crate::abi::tensor::F16Bits;
+use super::F16Bits;
 
 /// Which NaN encoding a conversion produces (see the module doc).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

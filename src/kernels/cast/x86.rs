@@ -12,7 +12,7 @@
 use std::arch::x86_64::*;
 
 use super::scalar;
-use crate::abi::tensor::F16Bits;
+use super::F16Bits;
 use crate::kernels::simd::{simd_entry, Avx2, Avx512};
 
 /// Immediate: round to nearest even, from the immediate (bit 2 clear: MXCSR not used).

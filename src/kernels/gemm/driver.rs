@@ -104,7 +104,7 @@ fn gemm_strided(
             return;
         }
         let (r0, c0, rows, cols) = (tile.row0, tile.col0, tile.rows, tile.cols);
-        // Packing buffers come from this lane's parked scratch (accumulator budget): no
+        // Packing buffers come from this lane's parked scratch (scratch budget): no
         // allocation per task once warm. Contents on entry do not matter: pack_a/pack_b write
         // every element they use (padding included) and the micro-kernel overwrites `acc`.
         let (bl, al) = (

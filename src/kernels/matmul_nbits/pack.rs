@@ -38,8 +38,7 @@
 
 use super::params::NBitsParams;
 use super::reference::weight_code;
-use crate::abi::tensor::F16Bits;
-use crate::kernels::cast::{f16_to_f32, f32_to_f16, NanRule};
+use crate::kernels::cast::{f16_to_f32, f32_to_f16, F16Bits, NanRule};
 use crate::memory::{weight_arena, ArenaBuf};
 
 /// Columns per group.

@@ -123,7 +123,7 @@ pub fn prepared_a_growths() -> u64 {
     GROWTHS.load(Ordering::Relaxed)
 }
 
-/// A prepared A parked between calls, with the accumulator-budget grant that pays for it.
+/// A prepared A parked between calls, with the scratch-budget grant that pays for it.
 struct Parked {
     prep: PreparedA,
     grant: Grant,
@@ -136,7 +136,7 @@ thread_local! {
 
 /// Runs `f` with `a` prepared for `kernels`, reusing this thread's parked buffers: a decode
 /// step allocates nothing here once warm. After `f`, the buffers stay parked only while the
-/// process-wide accumulator budget grants their bytes; otherwise they are freed.
+/// process-wide scratch budget grants their bytes; otherwise they are freed.
 pub fn with_prepared<R>(
     kernels: &Kernels,
     a: &[f32],
@@ -165,7 +165,7 @@ pub fn with_prepared<R>(
     let r = f(&prep);
     let grant = match grant {
         Some(mut g) => g.settle(bytes).is_ok().then_some(g),
-        None => crate::memory::accumulators().reserve(bytes).grant(),
+        None => crate::memory::scratch_governor().reserve(bytes).grant(),
     };
     if let Some(grant) = grant {
         // During thread teardown the slot is gone and the buffers are simply freed.

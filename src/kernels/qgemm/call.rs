@@ -1,6 +1,6 @@
 //! One QLinearMatMul call from the node's raw inputs: the per-column requantization terms, the
 //! row sums and (for a B that is not prepacked) the packed B, all in the calling thread's parked
-//! scratch (accumulator budget), so a warm call allocates nothing.
+//! scratch (scratch budget), so a warm call allocates nothing.
 
 use super::driver::{qgemm_with, Products};
 use super::pack::{pack_into, packed_sizes, PackedView};

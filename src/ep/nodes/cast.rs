@@ -11,8 +11,8 @@ use crate::abi::kernel_context::KernelContext;
 use crate::abi::kernel_info::KernelInfo;
 use crate::abi::status::{Error, Result};
 use crate::abi::tensor::{elem_name, ElemType, F16Bits};
+use crate::ep::op::{types, Decline, KernelEnv, OpDef, OpKernel};
 use crate::kernels::cast::{f16_to_f32_buf, f32_to_f16_buf};
-use crate::kernels::op::{types, Decline, KernelEnv, OpDef, OpKernel};
 use crate::telemetry::ledger;
 
 use super::claim::{input_type, only_attrs, require_output_elem, F32};

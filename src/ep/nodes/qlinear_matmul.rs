@@ -18,7 +18,7 @@ use crate::abi::kernel_context::KernelContext;
 use crate::abi::kernel_info::KernelInfo;
 use crate::abi::status::{Error, Result};
 use crate::abi::tensor::{elem_name, ElemType, Tensor, TensorType};
-use crate::kernels::op::{types, Decline, KernelEnv, OpDef, OpKernel};
+use crate::ep::op::{types, Decline, KernelEnv, OpDef, OpKernel};
 use crate::kernels::qgemm::{
     self, checked_packed_sizes, BSource, Call, PackedB, Products, Quant, Signs,
 };

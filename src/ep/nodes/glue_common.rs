@@ -4,7 +4,7 @@
 use crate::abi::graph::Node;
 use crate::abi::kernel_context::KernelContext;
 use crate::abi::status::{Error, Result};
-use crate::kernels::op::Decline;
+use crate::ep::op::Decline;
 
 use super::claim::input_type;
 

@@ -1,7 +1,7 @@
 //! The uniform shape of an ORT-facing kernel: a static [`OpDef`] (what ORT registers and what
 //! `GetCapability` claims) and an [`OpKernel`] instance per node (prepare at creation, compute per
-//! call). Pure compute lives in the op family's own modules; this file is the contract between
-//! them and `ep/`.
+//! call). Pure compute lives in `crate::kernels`; this file is the contract between the node
+//! kernels (`nodes/`) and the table, the claim rules and the ABI shell that drive them.
 
 use std::sync::Arc;
 

@@ -7,7 +7,7 @@ use crate::abi::graph::Node;
 use crate::abi::kernel_context::KernelContext;
 use crate::abi::kernel_info::KernelInfo;
 use crate::abi::status::{Error, Result};
-use crate::kernels::op::{types, Decline, KernelEnv, OpDef, OpKernel};
+use crate::ep::op::{types, Decline, KernelEnv, OpDef, OpKernel};
 use crate::kernels::shape::checked_numel;
 use crate::kernels::softmax::softmax_f32;
 use crate::telemetry::ledger;

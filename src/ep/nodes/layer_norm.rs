@@ -8,8 +8,8 @@ use crate::abi::graph::Node;
 use crate::abi::kernel_context::KernelContext;
 use crate::abi::kernel_info::KernelInfo;
 use crate::abi::status::{Error, Result};
+use crate::ep::op::{types, Decline, KernelEnv, OpDef, OpKernel};
 use crate::kernels::norm::{norm_f32, NormInputs, NormOutputs, NormParams};
-use crate::kernels::op::{types, Decline, KernelEnv, OpDef, OpKernel};
 use crate::kernels::shape::checked_numel;
 use crate::telemetry::ledger;
 

@@ -9,11 +9,11 @@ use crate::abi::kernel_context::KernelContext;
 use crate::abi::kernel_info::KernelInfo;
 use crate::abi::status::{Error, Result};
 use crate::abi::tensor::{ElemType, Tensor};
+use crate::ep::op::{types, Decline, KernelEnv, OpDef, OpKernel};
 use crate::kernels::matmul_nbits::reference::{hostile_scales, matmul_dequant_f32};
 use crate::kernels::matmul_nbits::{
     matmul_packed, matmul_unpacked, try_pack, NBitsInput, NBitsParams, PackedNBits,
 };
-use crate::kernels::op::{types, Decline, KernelEnv, OpDef, OpKernel};
 use crate::kernels::shape::{checked_numel, numel};
 use crate::memory::{params_hash, weight_cache, CachedWeight, KeyDigest, WeightKey};
 use crate::telemetry::ledger;

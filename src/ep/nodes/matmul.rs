@@ -9,8 +9,8 @@ use crate::abi::kernel_context::KernelContext;
 use crate::abi::kernel_info::KernelInfo;
 use crate::abi::status::{Error, Result};
 use crate::abi::tensor::Tensor;
+use crate::ep::op::{types, Decline, KernelEnv, OpDef, OpKernel};
 use crate::kernels::gemm::{matmul_f32, sgemm_weight};
-use crate::kernels::op::{types, Decline, KernelEnv, OpDef, OpKernel};
 use crate::kernels::shape::{checked_numel, matmul_shapes};
 use crate::telemetry::ledger;
 

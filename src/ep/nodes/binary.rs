@@ -6,8 +6,8 @@ use crate::abi::graph::Node;
 use crate::abi::kernel_context::KernelContext;
 use crate::abi::kernel_info::KernelInfo;
 use crate::abi::status::{Error, Result};
+use crate::ep::op::{types, Decline, KernelEnv, OpDef, OpKernel};
 use crate::kernels::elementwise::{binary_f32, BinaryOp};
-use crate::kernels::op::{types, Decline, KernelEnv, OpDef, OpKernel};
 use crate::kernels::shape::broadcast_shapes;
 use crate::telemetry::ledger;
 

@@ -14,9 +14,9 @@ use crate::abi::kernel_context::KernelContext;
 use crate::abi::kernel_info::KernelInfo;
 use crate::abi::status::{Error, Result};
 use crate::abi::tensor::{ElemType, Tensor};
+use crate::ep::op::{types, Decline, KernelEnv, OpDef, OpKernel};
 use crate::kernels::attention::gqa::{gqa_f32, GqaInputs, GqaOutputs, GqaRotary, GqaShape};
 use crate::kernels::attention::gqa_plan::{plan, GqaDims};
-use crate::kernels::op::{types, Decline, KernelEnv, OpDef, OpKernel};
 use crate::telemetry::ledger;
 
 use super::claim::{input, only_attrs, require_elem, require_output_elem, F32};

@@ -2,7 +2,7 @@
 
 use crate::abi::graph::{Node, ValueInfo};
 use crate::abi::tensor::{elem_name, ElemType, TensorType};
-use crate::kernels::op::Decline;
+use crate::ep::op::Decline;
 
 fn err(e: crate::abi::status::Error) -> Decline {
     e.msg

@@ -1,0 +1,23 @@
+//! The operating-system calls rcpu makes, behind safe wrappers: the only place besides `abi`
+//! (ORT's FFI), `runtime::lend` (the closure lending) and the SIMD kernels where `unsafe` code
+//! lives, each block with a `// SAFETY:` comment.
+//!
+//! - [`affinity`]: the calling thread's affinity mask, pinning, the CPU it runs on;
+//! - [`thread`]: thread id, the calling thread's CPU time, the clock-tick rate of /proc times;
+//! - [`huge_pages`]: memory advice (`madvise(MADV_HUGEPAGE)`) on memory rcpu owns;
+//! - [`mapped`]: 2 MiB-aligned anonymous mappings and the disjoint pieces the weight arena
+//!   carves from them;
+//! - [`library`]: keeping rcpu's own shared object loaded.
+//!
+//! Nothing here knows ORT, the runtime or the kernels; every other module may use it.
+
+pub mod affinity;
+pub mod huge_pages;
+pub mod library;
+pub mod mapped;
+pub mod thread;
+
+pub use affinity::{allowed_cpus, current_cpu, pin_current_thread, SavedAffinity, SET_BITS};
+pub use huge_pages::advise_huge_pages;
+pub use library::pin_own_library;
+pub use thread::{clock_ticks_per_second, current_thread_cpu_time, gettid};
