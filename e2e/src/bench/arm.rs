@@ -30,6 +30,18 @@ pub struct WorkerCfg {
     pub model_path: String,
     pub m: usize,
     pub seed: u64,
+    /// ORT's own session options of this arm (intra-op threads, spinning); default: the arm's.
+    pub ort: super::ort_opts::OrtOpts,
+}
+
+impl WorkerCfg {
+    /// This configuration with ORT's session options `ort`.
+    pub fn with_ort(&self, ort: super::ort_opts::OrtOpts) -> WorkerCfg {
+        WorkerCfg {
+            ort,
+            ..self.clone()
+        }
+    }
 }
 
 pub struct Worker {
@@ -71,6 +83,7 @@ impl Worker {
             ])
             .args(["--cpus", &cpus.join(","), "--model", &cfg.model_path])
             .args(["--m", &cfg.m.to_string(), "--seed", &cfg.seed.to_string()])
+            .args(cfg.ort.worker_args())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -152,13 +165,35 @@ impl Drop for Worker {
     }
 }
 
-/// The null arm of `compare` / `llm`: a twin of `kind`, or (`--null-plugin SO`) rcpu loading
-/// another plugin build, which turns `null_b_over_a` into an old/new ratio.
+/// The null arm of `compare` / `llm`: a twin of `kind` (with the rcpu arm's `--rcpu-ort`
+/// options when it is rcpu), or (`--null-plugin SO`) rcpu loading another plugin build, which
+/// turns `null_b_over_a` into an old/new ratio, or (`--null-ort OPTS`) the twin under other ORT
+/// session options, which turns it into a with/without ratio of those options.
 pub fn null_worker(
     o: &super::args::Opts,
     kind: ArmKind,
     cfg: &WorkerCfg,
 ) -> Result<Worker, String> {
+    let twin_ort = if kind == ArmKind::Rcpu {
+        o.rcpu_ort
+    } else {
+        cfg.ort
+    };
+    let cfg = &cfg.with_ort(o.null_ort.unwrap_or(twin_ort));
+    if let Some(n) = o.null_ort {
+        println!(
+            "null arm: {} with ORT options {} (the other {} arm: {}); null_b_over_a = that / this \
+             (per round), not an A/A band",
+            kind.name(),
+            n.label(),
+            kind.name(),
+            if twin_ort.label().is_empty() {
+                "the arm's defaults".to_string()
+            } else {
+                twin_ort.label()
+            }
+        );
+    }
     match &o.null_plugin {
         None => Worker::spawn(&format!("null({})", o.null_arm), kind, cfg),
         Some(_) if kind == ArmKind::Ort => {
