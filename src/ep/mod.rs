@@ -3,6 +3,7 @@
 
 pub mod capability;
 pub mod config;
+pub mod mixed;
 pub mod ops;
 
 use std::sync::Arc;
@@ -29,6 +30,9 @@ pub struct EpInstance {
     pub env: Arc<KernelEnv>,
     /// The session's ORT logger: ABI calls for this EP route their `log` records to it.
     pub logger: Logger,
+    /// Whether ORT's intra-op pool spins in this session, and whether the advice about heavy
+    /// nodes left to ORT next to rcpu's lanes was given (`mixed.rs`).
+    pub mixed: mixed::MixedAdvice,
 }
 
 impl EpInstance {
@@ -49,10 +53,13 @@ impl EpInstance {
         crate::kernels::isa::log_choice_once();
         let lanes = pool_for(&pool_cfg);
         let env = Arc::new(KernelEnv { par: lanes });
+        let mixed =
+            mixed::MixedAdvice::new(entries.iter().map(|(k, v)| (k.as_str(), v.as_str())));
         Ok(EpInstance {
             config,
             env,
             logger,
+            mixed,
         })
     }
 }
