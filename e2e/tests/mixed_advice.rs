@@ -57,7 +57,9 @@ fn advice_records(spec: &str, config: &[(&str, &str)]) -> Vec<(i32, String)> {
     assert_eq!(y[0].shape, vec![1, 64]);
     drop(s);
     let recs = RECORDS.lock().unwrap().clone();
-    recs.into_iter().filter(|(_, m)| m.contains(ADVICE)).collect()
+    recs.into_iter()
+        .filter(|(_, m)| m.contains(ADVICE))
+        .collect()
 }
 
 #[test]

@@ -54,9 +54,7 @@ unsafe extern "C" fn get_capability(
                     Ok(()) => {
                         // SAFETY: as above.
                         unsafe {
-                            check_raw((ep.ep_graph_support_info_add_single_node)(
-                                info, node.raw,
-                            ))?
+                            check_raw((ep.ep_graph_support_info_add_single_node)(info, node.raw))?
                         };
                         true
                     }

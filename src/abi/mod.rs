@@ -14,6 +14,7 @@ pub mod kernel_context;
 pub mod kernel_info;
 pub mod log_bridge;
 pub mod mapped;
+pub mod ort_pool;
 pub mod os;
 pub mod session;
 pub mod status;

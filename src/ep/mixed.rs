@@ -116,7 +116,9 @@ mod tests {
     fn advice_only_when_spinning_and_heavy_nodes_stay_on_ort() {
         let heavy = vec!["Conv".to_string(), "MatMulInteger".into(), "Conv".into()];
         let on = MixedAdvice::new([("ep.rcpuexecutionprovider.threads", "2")]);
-        let msg = on.check("Rcpu", &heavy).expect("spinning on, heavy nodes left");
+        let msg = on
+            .check("Rcpu", &heavy)
+            .expect("spinning on, heavy nodes left");
         assert!(msg.contains("3 compute-heavy node(s)"), "{msg}");
         assert!(msg.contains("(Conv x2, MatMulInteger x1)"), "{msg}");
         assert!(msg.contains("session.intra_op.allow_spinning=0"), "{msg}");

@@ -51,10 +51,15 @@ impl EpInstance {
             blocktime_us: config.blocktime_us,
         };
         crate::kernels::isa::log_choice_once();
-        let lanes = pool_for(&pool_cfg);
-        let env = Arc::new(KernelEnv { par: lanes });
-        let mixed =
-            mixed::MixedAdvice::new(entries.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        // RCPU_PAR=ort (diagnostics, issue 17): rcpu's chunks run on ORT's intra-op pool.
+        let par: Arc<dyn crate::runtime::Par + Send + Sync> =
+            if std::env::var("RCPU_PAR").is_ok_and(|v| v == "ort") {
+                Arc::new(crate::abi::ort_pool::OrtPoolPar::new(config.threads))
+            } else {
+                pool_for(&pool_cfg)
+            };
+        let env = Arc::new(KernelEnv { par });
+        let mixed = mixed::MixedAdvice::new(entries.iter().map(|(k, v)| (k.as_str(), v.as_str())));
         Ok(EpInstance {
             config,
             env,

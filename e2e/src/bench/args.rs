@@ -196,6 +196,9 @@ pub struct Opts {
     pub rcpu_ort: super::ort_opts::OrtOpts,
     /// `--null-ort`: ORT's own session options of the null arm (a with/without A/B).
     pub null_ort: Option<super::ort_opts::OrtOpts>,
+    /// `--null-env KEY=VALUE`: environment variables of the null arm's process (a diagnostic
+    /// switch such as `RCPU_PAR=ort` on one arm only).
+    pub null_env: Vec<(String, String)>,
     pub tol: Option<f64>,
     pub steady_k: usize,
     pub steady_tol: f64,
@@ -232,6 +235,7 @@ impl Default for Opts {
             null_plugin: None,
             rcpu_ort: Default::default(),
             null_ort: None,
+            null_env: vec![],
             tol: None,
             steady_k: 3,
             steady_tol: 0.05,
@@ -327,6 +331,9 @@ struct ArmFlags {
         conflicts_with = "null_plugin"
     )]
     null_ort: Option<super::ort_opts::OrtOpts>,
+    /// An environment variable of the null arm's process only (repeatable), e.g. RCPU_PAR=ort.
+    #[arg(long, value_name = "KEY=VALUE", value_parser = env_pair)]
+    null_env: Vec<(String, String)>,
 }
 
 /// Overrides of a generated LLM's shape (llm, demo).
@@ -363,6 +370,14 @@ fn positive(v: &str) -> Result<usize, String> {
         Ok(0) => Err("must be positive, got 0".into()),
         Ok(n) => Ok(n),
         Err(_) => Err(format!("'{v}' is not a positive integer")),
+    }
+}
+
+/// `--null-env`: `KEY=VALUE` with a non-empty key.
+fn env_pair(v: &str) -> Result<(String, String), String> {
+    match v.split_once('=') {
+        Some((k, val)) if !k.is_empty() => Ok((k.to_string(), val.to_string())),
+        _ => Err(format!("'{v}' is not KEY=VALUE")),
     }
 }
 
@@ -519,6 +534,7 @@ fn apply_arms(o: &mut Opts, a: ArmFlags, (rounds, iters): (usize, usize)) {
     o.null_plugin = a.null_plugin;
     o.rcpu_ort = a.rcpu_ort.unwrap_or_default();
     o.null_ort = a.null_ort;
+    o.null_env = a.null_env;
     apply_null(o, a.null);
 }
 
@@ -556,6 +572,17 @@ mod tests {
             panic!("not compare")
         };
         assert_eq!((o.rcpu_ort, o.null_ort), (OrtOpts::default(), None));
+        let Cmd::Compare(o) = p("compare m.onnx --null-env RCPU_PAR=ort --null-env A=").unwrap()
+        else {
+            panic!("not compare")
+        };
+        assert_eq!(
+            o.null_env,
+            [
+                ("RCPU_PAR".into(), "ort".into()),
+                ("A".into(), String::new())
+            ]
+        );
         let Cmd::Worker(w) = p("__worker --arm rcpu --ort-intra 0 --ort-spin 0").unwrap() else {
             panic!("not worker")
         };
@@ -570,6 +597,8 @@ mod tests {
             "compare m.onnx --rcpu-ort spin=2",
             "compare m.onnx --null-ort threads=1",
             "compare m.onnx --null-ort spin=0 --null-plugin x.so",
+            "compare m.onnx --null-env =1",
+            "compare m.onnx --null-env RCPU_PAR",
             "gap m.onnx --gap-us 5 --rcpu-ort intra=0",
         ] {
             assert!(p(bad).is_err(), "{bad} must be rejected");

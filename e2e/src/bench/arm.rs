@@ -54,19 +54,22 @@ pub struct Worker {
 
 impl Worker {
     pub fn spawn(label: &str, kind: ArmKind, cfg: &WorkerCfg) -> Result<Worker, String> {
-        Self::spawn_with(label, kind, cfg, None)
+        Self::spawn_with(label, kind, cfg, None, &[])
     }
 
-    /// [`Worker::spawn`], the rcpu arm loading `plugin` (`RCPU_PLUGIN` of the worker) when given.
+    /// [`Worker::spawn`], the rcpu arm loading `plugin` (`RCPU_PLUGIN` of the worker) when given,
+    /// the worker's environment extended by `env`.
     pub fn spawn_with(
         label: &str,
         kind: ArmKind,
         cfg: &WorkerCfg,
         plugin: Option<&str>,
+        env: &[(String, String)],
     ) -> Result<Worker, String> {
         let exe = std::env::current_exe().map_err(|e| e.to_string())?;
         let cpus: Vec<String> = cfg.cpus.iter().map(|c| c.to_string()).collect();
         let mut cmd = Command::new(exe);
+        cmd.envs(env.iter().map(|(k, v)| (k, v)));
         if let Some(p) = plugin {
             if !std::path::Path::new(p).exists() {
                 return Err(format!("--null-plugin {p}: no such file"));
@@ -194,8 +197,21 @@ pub fn null_worker(
             }
         );
     }
+    if !o.null_env.is_empty() {
+        let vars: Vec<String> = o.null_env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        println!(
+            "null arm: its process has {}; null_b_over_a = that / this (per round), not an A/A band",
+            vars.join(" ")
+        );
+    }
     match &o.null_plugin {
-        None => Worker::spawn(&format!("null({})", o.null_arm), kind, cfg),
+        None => Worker::spawn_with(
+            &format!("null({})", o.null_arm),
+            kind,
+            cfg,
+            None,
+            &o.null_env,
+        ),
         Some(_) if kind == ArmKind::Ort => {
             Err("--null-plugin needs the null arm to be rcpu (not --null ort)".into())
         }
@@ -204,7 +220,7 @@ pub fn null_worker(
                 "null arm: rcpu loading {p}; null_b_over_a = that build / this build (per round), \
                  not an A/A band"
             );
-            Worker::spawn_with(&format!("null(rcpu {p})"), kind, cfg, Some(p))
+            Worker::spawn_with(&format!("null(rcpu {p})"), kind, cfg, Some(p), &o.null_env)
         }
     }
 }
