@@ -1,7 +1,8 @@
 //! The only place with FFI: rcpu's own `#[repr(C)]` EP-ABI declarations, the negotiated
 //! `OrtApi`, status and panic guard, the factory/EP/kernel shells (vtables and casts only), safe
 //! views (kernel context, tensors, kernel info, graph/node) handed to the rest of the crate, the
-//! `log` bridge to ORT's logger, and `os` (the OS calls and the closure lending the worker lanes need).
+//! `log` bridge to ORT's logger, `ort_pool` (rcpu's chunks on ORT's intra-op pool), and `os` (the
+//! OS calls and the closure lending the worker lanes need).
 
 pub mod api;
 pub mod ep;
