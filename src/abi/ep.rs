@@ -9,7 +9,7 @@ use super::graph::Graph;
 use super::kernel::Registry;
 use super::log_bridge::Logger;
 use super::status::{check_raw, guard, guard_value, Error, Result};
-use crate::ep::{capability, EpInstance, EP_NAME};
+use crate::ep::{capability, mixed, EpInstance, EP_NAME};
 
 /// `OrtEp` first so a `*mut OrtEp` from ORT is a `*mut EpShell`.
 #[repr(C)]
@@ -39,6 +39,8 @@ unsafe extern "C" fn get_capability(
         // SAFETY: graph valid for this call.
         let graph = unsafe { Graph::new(graph) };
         let ep = api().ep;
+        // The ops of the heavy nodes this graph leaves to ORT (see `ep::mixed`).
+        let mut heavy_left = Vec::new();
         for node in graph.nodes()? {
             let mut kdef: *const OrtKernelDef = std::ptr::null();
             // SAFETY: info and node are live for this call.
@@ -47,22 +49,33 @@ unsafe extern "C" fn get_capability(
                     info, node.raw, &mut kdef,
                 ))?
             };
-            if kdef.is_null() {
-                continue;
-            }
-            match capability::claim(&node) {
-                Ok(()) => {
-                    // SAFETY: as above.
-                    unsafe {
-                        check_raw((ep.ep_graph_support_info_add_single_node)(info, node.raw))?
-                    };
+            let claimed = !kdef.is_null()
+                && match capability::claim(&node) {
+                    Ok(()) => {
+                        // SAFETY: as above.
+                        unsafe {
+                            check_raw((ep.ep_graph_support_info_add_single_node)(info, node.raw))?
+                        };
+                        true
+                    }
+                    Err(why) => {
+                        log::info!(
+                            "{EP_NAME}: leaving node '{}' ({}) to ORT: {why}",
+                            node.name().unwrap_or_default(),
+                            node.op_type().unwrap_or_default()
+                        );
+                        false
+                    }
+                };
+            if !claimed {
+                let op = node.op_type().unwrap_or_default();
+                if mixed::is_heavy(&op) {
+                    heavy_left.push(op);
                 }
-                Err(why) => log::info!(
-                    "{EP_NAME}: leaving node '{}' ({}) to ORT: {why}",
-                    node.name().unwrap_or_default(),
-                    node.op_type().unwrap_or_default()
-                ),
             }
+        }
+        if let Some(advice) = shell.instance.mixed.check(EP_NAME, &heavy_left) {
+            log::info!("{advice}");
         }
         Ok(())
     })

@@ -34,7 +34,10 @@ unsafe extern "C" fn kernel_compute(
     // (reading it cannot panic; the label is needed to name the node in a panic's message).
     let shell = unsafe { &*(this as *const KernelShell) };
     guard_node("Compute", &shell.label, || {
-        // SAFETY: ctx is the live context ORT passes for this call.
+        // SAFETY: ctx is the live context ORT passes for this call; the scope (which lets
+        // `OrtPoolPar` reach ORT's pool through it) ends before this call returns.
+        let _scope = unsafe { super::ort_pool::ComputeScope::enter(ctx) };
+        // SAFETY: as above.
         let ctx = unsafe { KernelContext::new(ctx) };
         shell.kernel.compute(&ctx)
     })

@@ -5,6 +5,7 @@
 
 pub mod capability;
 pub mod config;
+pub mod mixed;
 pub mod nodes;
 pub mod op;
 pub mod ops;
@@ -33,6 +34,9 @@ pub struct EpInstance {
     pub env: Arc<KernelEnv>,
     /// The session's ORT logger: ABI calls for this EP route their `log` records to it.
     pub logger: Logger,
+    /// Whether ORT's intra-op pool spins in this session, and whether the advice about heavy
+    /// nodes left to ORT next to rcpu's lanes was given (`mixed.rs`).
+    pub mixed: mixed::MixedAdvice,
 }
 
 impl EpInstance {
@@ -51,12 +55,20 @@ impl EpInstance {
             blocktime_us: config.blocktime_us,
         };
         crate::kernels::isa::log_choice_once();
-        let lanes = pool_for(&pool_cfg);
-        let env = Arc::new(KernelEnv { par: lanes });
+        // RCPU_PAR=ort (diagnostics, issue 17): rcpu's chunks run on ORT's intra-op pool.
+        let par: Arc<dyn crate::runtime::Par + Send + Sync> =
+            if std::env::var("RCPU_PAR").is_ok_and(|v| v == "ort") {
+                Arc::new(crate::abi::ort_pool::OrtPoolPar::new(config.threads))
+            } else {
+                pool_for(&pool_cfg)
+            };
+        let env = Arc::new(KernelEnv { par });
+        let mixed = mixed::MixedAdvice::new(entries.iter().map(|(k, v)| (k.as_str(), v.as_str())));
         Ok(EpInstance {
             config,
             env,
             logger,
+            mixed,
         })
     }
 }

@@ -13,11 +13,17 @@ Rules: docs/benchmarking.md. MODEL is an .onnx file; --gen SPEC generates one in
 
 SPEC: nbits:k=4096,n=4096,layers=1,block=32,acc=4,m=1[,zp=0|1][,sym]
       or matmul:k=2048,n=2048,m=1[,layers=L]
+      or mixed:k=4096,n=4096,layers=4,block=32,acc=4,m=1 (per layer an int4 MatMulNBits on rcpu and
+         an int8 DynamicQuantizeMatMul left to ORT's CPU EP)
       or llm:preset=qwen2-0.5b,layers=24,vocab=151936,tied=1,acc=4,block=32,seed=1[,ctx=4096][,emb=q4|f32|f16]
       (llm specs are benchmarked with `llm` and `demo`; `gen` also writes genai_config.json)
 
 --null-plugin SO: the null arm is rcpu loading the plugin SO (e.g. an older build copied aside), so
                   null_b_over_a is old/new; the A/A band then needs a run without it.
+--rcpu-ort / --null-ort intra=N,spin=0|1: ORT's own intra-op threads (0: ORT's default) and
+                  session.intra_op.allow_spinning of the rcpu arm / the null arm; with a mixed:
+                  model, --rcpu-ort intra=0 --null-ort intra=0,spin=0 makes null_b_over_a
+                  spin-off / spin-on.
 
 Exit codes: 0 ok (compare, demo: a headline), 1 error, 2 bad arguments or parity mismatch (nothing
             timed), 3 compare ran but steady state was NOT REACHED (no headline).";
@@ -164,6 +170,12 @@ enum Sub {
         m: usize,
         #[arg(long, default_value_t = 0)]
         seed: u64,
+        /// ORT intra-op threads (0: ORT's default) [default: the arm's].
+        #[arg(long)]
+        ort_intra: Option<usize>,
+        /// session.intra_op.allow_spinning (0 or 1) [default: ORT's].
+        #[arg(long, value_parser = ["0", "1"])]
+        ort_spin: Option<String>,
     },
 }
 
@@ -180,6 +192,13 @@ pub struct Opts {
     pub null_arm: String,
     /// `--null-plugin PATH`: the null arm is rcpu loading this plugin build (old vs new A/B).
     pub null_plugin: Option<String>,
+    /// `--rcpu-ort`: ORT's own session options of the rcpu arm (and of its null twin).
+    pub rcpu_ort: super::ort_opts::OrtOpts,
+    /// `--null-ort`: ORT's own session options of the null arm (a with/without A/B).
+    pub null_ort: Option<super::ort_opts::OrtOpts>,
+    /// `--null-env KEY=VALUE`: environment variables of the null arm's process (a diagnostic
+    /// switch such as `RCPU_PAR=ort` on one arm only).
+    pub null_env: Vec<(String, String)>,
     pub tol: Option<f64>,
     pub steady_k: usize,
     pub steady_tol: f64,
@@ -214,6 +233,9 @@ impl Default for Opts {
             warmup: 5,
             null_arm: "rcpu".into(),
             null_plugin: None,
+            rcpu_ort: Default::default(),
+            null_ort: None,
+            null_env: vec![],
             tol: None,
             steady_k: 3,
             steady_tol: 0.05,
@@ -297,6 +319,21 @@ struct ArmFlags {
     /// The null arm is rcpu loading this plugin build (old vs new A/B; see below).
     #[arg(long, value_name = "SO")]
     null_plugin: Option<String>,
+    /// ORT's own session options of the rcpu arm: intra-op threads (0: ORT's default) and
+    /// session.intra_op.allow_spinning [default: intra=1, ORT's pool has no threads].
+    #[arg(long, value_name = "intra=N,spin=0|1", value_parser = super::ort_opts::OrtOpts::parse)]
+    rcpu_ort: Option<super::ort_opts::OrtOpts>,
+    /// ORT's own session options of the null arm (see below) [default: its twin's].
+    #[arg(
+        long,
+        value_name = "intra=N,spin=0|1",
+        value_parser = super::ort_opts::OrtOpts::parse,
+        conflicts_with = "null_plugin"
+    )]
+    null_ort: Option<super::ort_opts::OrtOpts>,
+    /// An environment variable of the null arm's process only (repeatable), e.g. RCPU_PAR=ort.
+    #[arg(long, value_name = "KEY=VALUE", value_parser = env_pair)]
+    null_env: Vec<(String, String)>,
 }
 
 /// Overrides of a generated LLM's shape (llm, demo).
@@ -333,6 +370,14 @@ fn positive(v: &str) -> Result<usize, String> {
         Ok(0) => Err("must be positive, got 0".into()),
         Ok(n) => Ok(n),
         Err(_) => Err(format!("'{v}' is not a positive integer")),
+    }
+}
+
+/// `--null-env`: `KEY=VALUE` with a non-empty key.
+fn env_pair(v: &str) -> Result<(String, String), String> {
+    match v.split_once('=') {
+        Some((k, val)) if !k.is_empty() => Ok((k.to_string(), val.to_string())),
+        _ => Err(format!("'{v}' is not KEY=VALUE")),
     }
 }
 
@@ -445,6 +490,8 @@ pub fn parse(argv: &[String]) -> Result<Cmd, String> {
             model,
             m,
             seed,
+            ort_intra,
+            ort_spin,
         } => Cmd::Worker(WorkerArgs {
             arm,
             threads,
@@ -452,6 +499,10 @@ pub fn parse(argv: &[String]) -> Result<Cmd, String> {
             model,
             m,
             seed,
+            ort: super::ort_opts::OrtOpts {
+                intra: ort_intra,
+                spin: ort_spin.map(|s| s == "1"),
+            },
         }),
     };
     Ok(cmd)
@@ -481,6 +532,9 @@ fn apply_arms(o: &mut Opts, a: ArmFlags, (rounds, iters): (usize, usize)) {
     o.iters = a.iters.unwrap_or(iters);
     o.warmup = a.warmup;
     o.null_plugin = a.null_plugin;
+    o.rcpu_ort = a.rcpu_ort.unwrap_or_default();
+    o.null_ort = a.null_ort;
+    o.null_env = a.null_env;
     apply_null(o, a.null);
 }
 
@@ -490,6 +544,65 @@ mod tests {
 
     fn p(s: &str) -> Result<Cmd, String> {
         parse(&s.split_whitespace().map(String::from).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn ort_session_options_reach_the_arms() {
+        use super::super::ort_opts::OrtOpts;
+        let Cmd::Compare(o) =
+            p("compare --gen mixed:k=64,n=64 --rcpu-ort intra=0 --null-ort intra=0,spin=0")
+                .unwrap()
+        else {
+            panic!("not compare")
+        };
+        assert_eq!(
+            (o.rcpu_ort, o.null_ort),
+            (
+                OrtOpts {
+                    intra: Some(0),
+                    spin: None
+                },
+                Some(OrtOpts {
+                    intra: Some(0),
+                    spin: Some(false)
+                })
+            )
+        );
+        let Cmd::Compare(o) = p("compare --gen nbits:k=64,n=64").unwrap() else {
+            panic!("not compare")
+        };
+        assert_eq!((o.rcpu_ort, o.null_ort), (OrtOpts::default(), None));
+        let Cmd::Compare(o) = p("compare m.onnx --null-env RCPU_PAR=ort --null-env A=").unwrap()
+        else {
+            panic!("not compare")
+        };
+        assert_eq!(
+            o.null_env,
+            [
+                ("RCPU_PAR".into(), "ort".into()),
+                ("A".into(), String::new())
+            ]
+        );
+        let Cmd::Worker(w) = p("__worker --arm rcpu --ort-intra 0 --ort-spin 0").unwrap() else {
+            panic!("not worker")
+        };
+        assert_eq!(
+            w.ort,
+            OrtOpts {
+                intra: Some(0),
+                spin: Some(false)
+            }
+        );
+        for bad in [
+            "compare m.onnx --rcpu-ort spin=2",
+            "compare m.onnx --null-ort threads=1",
+            "compare m.onnx --null-ort spin=0 --null-plugin x.so",
+            "compare m.onnx --null-env =1",
+            "compare m.onnx --null-env RCPU_PAR",
+            "gap m.onnx --gap-us 5 --rcpu-ort intra=0",
+        ] {
+            assert!(p(bad).is_err(), "{bad} must be rejected");
+        }
     }
 
     #[test]

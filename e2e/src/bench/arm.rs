@@ -30,6 +30,18 @@ pub struct WorkerCfg {
     pub model_path: String,
     pub m: usize,
     pub seed: u64,
+    /// ORT's own session options of this arm (intra-op threads, spinning); default: the arm's.
+    pub ort: super::ort_opts::OrtOpts,
+}
+
+impl WorkerCfg {
+    /// This configuration with ORT's session options `ort`.
+    pub fn with_ort(&self, ort: super::ort_opts::OrtOpts) -> WorkerCfg {
+        WorkerCfg {
+            ort,
+            ..self.clone()
+        }
+    }
 }
 
 pub struct Worker {
@@ -42,19 +54,22 @@ pub struct Worker {
 
 impl Worker {
     pub fn spawn(label: &str, kind: ArmKind, cfg: &WorkerCfg) -> Result<Worker, String> {
-        Self::spawn_with(label, kind, cfg, None)
+        Self::spawn_with(label, kind, cfg, None, &[])
     }
 
-    /// [`Worker::spawn`], the rcpu arm loading `plugin` (`RCPU_PLUGIN` of the worker) when given.
+    /// [`Worker::spawn`], the rcpu arm loading `plugin` (`RCPU_PLUGIN` of the worker) when given,
+    /// the worker's environment extended by `env`.
     pub fn spawn_with(
         label: &str,
         kind: ArmKind,
         cfg: &WorkerCfg,
         plugin: Option<&str>,
+        env: &[(String, String)],
     ) -> Result<Worker, String> {
         let exe = std::env::current_exe().map_err(|e| e.to_string())?;
         let cpus: Vec<String> = cfg.cpus.iter().map(|c| c.to_string()).collect();
         let mut cmd = Command::new(exe);
+        cmd.envs(env.iter().map(|(k, v)| (k, v)));
         if let Some(p) = plugin {
             if !std::path::Path::new(p).exists() {
                 return Err(format!("--null-plugin {p}: no such file"));
@@ -71,6 +86,7 @@ impl Worker {
             ])
             .args(["--cpus", &cpus.join(","), "--model", &cfg.model_path])
             .args(["--m", &cfg.m.to_string(), "--seed", &cfg.seed.to_string()])
+            .args(cfg.ort.worker_args())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -152,15 +168,50 @@ impl Drop for Worker {
     }
 }
 
-/// The null arm of `compare` / `llm`: a twin of `kind`, or (`--null-plugin SO`) rcpu loading
-/// another plugin build, which turns `null_b_over_a` into an old/new ratio.
+/// The null arm of `compare` / `llm`: a twin of `kind` (with the rcpu arm's `--rcpu-ort`
+/// options when it is rcpu), or (`--null-plugin SO`) rcpu loading another plugin build, which
+/// turns `null_b_over_a` into an old/new ratio, or (`--null-ort OPTS`) the twin under other ORT
+/// session options, which turns it into a with/without ratio of those options.
 pub fn null_worker(
     o: &super::args::Opts,
     kind: ArmKind,
     cfg: &WorkerCfg,
 ) -> Result<Worker, String> {
+    let twin_ort = if kind == ArmKind::Rcpu {
+        o.rcpu_ort
+    } else {
+        cfg.ort
+    };
+    let cfg = &cfg.with_ort(o.null_ort.unwrap_or(twin_ort));
+    if let Some(n) = o.null_ort {
+        println!(
+            "null arm: {} with ORT options {} (the other {} arm: {}); null_b_over_a = that / this \
+             (per round), not an A/A band",
+            kind.name(),
+            n.label(),
+            kind.name(),
+            if twin_ort.label().is_empty() {
+                "the arm's defaults".to_string()
+            } else {
+                twin_ort.label()
+            }
+        );
+    }
+    if !o.null_env.is_empty() {
+        let vars: Vec<String> = o.null_env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        println!(
+            "null arm: its process has {}; null_b_over_a = that / this (per round), not an A/A band",
+            vars.join(" ")
+        );
+    }
     match &o.null_plugin {
-        None => Worker::spawn(&format!("null({})", o.null_arm), kind, cfg),
+        None => Worker::spawn_with(
+            &format!("null({})", o.null_arm),
+            kind,
+            cfg,
+            None,
+            &o.null_env,
+        ),
         Some(_) if kind == ArmKind::Ort => {
             Err("--null-plugin needs the null arm to be rcpu (not --null ort)".into())
         }
@@ -169,7 +220,7 @@ pub fn null_worker(
                 "null arm: rcpu loading {p}; null_b_over_a = that build / this build (per round), \
                  not an A/A band"
             );
-            Worker::spawn_with(&format!("null(rcpu {p})"), kind, cfg, Some(p))
+            Worker::spawn_with(&format!("null(rcpu {p})"), kind, cfg, Some(p), &o.null_env)
         }
     }
 }

@@ -25,6 +25,7 @@ pub fn run(o: &Opts) -> Result<i32, String> {
         model_path: t.path.clone(),
         m: t.m,
         seed: o.seed,
+        ort: Default::default(),
     };
     println!(
         "rcpu-bench census: {} | threads={threads} cpus={cpus:?} | one worker process per arm",

@@ -26,6 +26,7 @@ pub fn run(o: &Opts) -> Result<i32, String> {
         model_path: t.path.clone(),
         m: t.m,
         seed: o.seed,
+        ort: Default::default(),
     };
     println!(
         "rcpu-bench cold: {} | threads={threads} cpus={cpus:?} samples={} | a fresh worker process per sample and arm",

@@ -68,6 +68,7 @@ pub fn run(o: &Opts) -> Result<i32, String> {
         model_path: t.path.clone(),
         m: t.m,
         seed: o.seed,
+        ort: Default::default(),
     };
     let header = format!(
         "{} | threads={threads} cpus={cpus:?} rounds={} iters={} warmup={} null={}",
@@ -81,7 +82,7 @@ pub fn run(o: &Opts) -> Result<i32, String> {
     progress("starting workers (ort, rcpu, null) and creating sessions");
     let mut arms = vec![
         Worker::spawn("ort", ArmKind::Ort, &cfg)?,
-        Worker::spawn("rcpu", ArmKind::Rcpu, &cfg)?,
+        Worker::spawn("rcpu", ArmKind::Rcpu, &cfg.with_ort(o.rcpu_ort))?,
         null_worker(o, null_kind, &cfg)?,
     ];
     let mut ort_version = String::new();

@@ -38,6 +38,7 @@ pub fn run(o: &Opts) -> Result<i32, String> {
         model_path: t.path.clone(),
         m: t.m,
         seed: o.seed,
+        ort: Default::default(),
     };
     println!(
         "rcpu-bench gap: {} | threads={threads} cpus={cpus:?} tokens={} gap={} | each arm in its own pinned worker process",

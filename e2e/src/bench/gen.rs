@@ -9,6 +9,9 @@
 //!   `QLinearMatMul` with a constant 8-bit B (see `gen_qlinear`); the input is 8-bit.
 //! - `decoder:hidden=896,heads=14,kv=2,inter=4864,...`: one decoder layer (gen_decoder.rs).
 //! - `llm:preset=qwen2-0.5b|llama-3.2-1b,...`: a whole genai-builder-shaped LLM (gen_llm.rs).
+//! - `mixed:k=4096,n=4096,layers=4,block=32,acc=4,m=1[,zp=0|1][,sym]`: per layer an int4
+//!   MatMulNBits K->N (rcpu) and an int8 `DynamicQuantizeMatMul` N->K that stays on ORT's CPU EP
+//!   (gen_mixed.rs): rcpu's lanes and ORT's intra-op pool take turns.
 //!
 //! Chaining: layer i maps K->N when i is even and N->K when i is odd, so any K, N chain (for K=N
 //! every layer is K->K). The weights streamed per token are the sum over layers either way.
@@ -31,6 +34,12 @@ pub enum Kind {
     QLinear(super::gen_qlinear::QLinear),
     Decoder(Decoder),
     Llm(Box<Llm>),
+    /// MatMulNBits (rcpu) alternating with DynamicQuantizeMatMul (ORT) per layer.
+    Mixed {
+        block: usize,
+        acc: i64,
+        zero_points: bool,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -54,7 +63,7 @@ impl Spec {
     pub fn parse(s: &str) -> Result<Spec, String> {
         let (kind, rest) = s.split_once(':').ok_or_else(|| {
             format!(
-                "bad --gen spec '{s}': expected nbits:..., matmul:..., qlinear:..., decoder:... or llm:..."
+                "bad --gen spec '{s}': expected nbits:..., matmul:..., qlinear:..., mixed:..., decoder:... or llm:..."
             )
         })?;
         if kind == "llm" {
@@ -89,6 +98,7 @@ impl Spec {
         };
         let (mut block, mut acc, mut zp) = (32usize, 4i64, true);
         let mut ql = super::gen_qlinear::QLinear::default();
+        let nbits_like = kind == "nbits" || kind == "mixed";
         for item in rest.split(',').map(str::trim).filter(|x| !x.is_empty()) {
             if kind == "qlinear"
                 && ql
@@ -114,24 +124,32 @@ impl Spec {
                 "layers" => spec.layers = num()?,
                 "m" => spec.m = num()?,
                 "seed" => spec.seed = num()? as u64,
-                "block" if kind == "nbits" => block = num()?,
-                "acc" if kind == "nbits" => acc = num()? as i64,
-                "zp" if kind == "nbits" => zp = num()? != 0,
+                "block" if nbits_like => block = num()?,
+                "acc" if nbits_like => acc = num()? as i64,
+                "zp" if nbits_like => zp = num()? != 0,
                 _ => return Err(format!("spec '{s}': unknown key '{key}' for {kind}")),
             }
         }
         spec.kind = match kind {
-            "nbits" => {
+            "nbits" | "mixed" => {
                 if block < 16 || !block.is_power_of_two() {
                     return Err(format!("spec '{s}': block must be a power of two >= 16"));
                 }
                 if ![0, 1, 2, 3, 4].contains(&acc) {
                     return Err(format!("spec '{s}': acc must be 0..4"));
                 }
-                Kind::NBits {
-                    block,
-                    acc,
-                    zero_points: zp,
+                if kind == "mixed" {
+                    Kind::Mixed {
+                        block,
+                        acc,
+                        zero_points: zp,
+                    }
+                } else {
+                    Kind::NBits {
+                        block,
+                        acc,
+                        zero_points: zp,
+                    }
                 }
             }
             "matmul" => Kind::MatMul,
@@ -141,7 +159,7 @@ impl Spec {
             }
             _ => {
                 return Err(format!(
-                    "bad --gen spec '{s}': unknown kind '{kind}' (nbits|matmul|qlinear|decoder|llm)"
+                    "bad --gen spec '{s}': unknown kind '{kind}' (nbits|matmul|qlinear|mixed|decoder|llm)"
                 ))
             }
         };
@@ -184,6 +202,20 @@ impl Spec {
             ),
             Kind::Decoder(d) => d.label(self.m),
             Kind::Llm(l) => l.label(),
+            Kind::Mixed {
+                block,
+                acc,
+                zero_points,
+            } => format!(
+                "mixed nbits(rcpu)+dqmatmul(ort) k={} n={} L={} b{} acc{} {} m={}",
+                self.k,
+                self.n,
+                self.layers,
+                block,
+                acc,
+                if *zero_points { "zp" } else { "sym" },
+                self.m
+            ),
         }
     }
 
@@ -240,6 +272,39 @@ impl Spec {
                         seed,
                     );
                 }
+                Kind::Mixed {
+                    block,
+                    acc,
+                    zero_points,
+                } => {
+                    // K -> N on rcpu, then N -> K on ORT: every layer ends at K.
+                    let mid = format!("nb{i}");
+                    weight_bytes += nbits_layer(
+                        &mut g,
+                        &format!("matmulnbits{i}"),
+                        &i.to_string(),
+                        &prev,
+                        &mid,
+                        self.k,
+                        self.n,
+                        *block,
+                        *acc,
+                        *zero_points,
+                        None,
+                        false,
+                        seed,
+                    );
+                    weight_bytes += super::gen_mixed::dqmm_layer(
+                        &mut g,
+                        &format!("dqmatmul{i}"),
+                        &i.to_string(),
+                        &mid,
+                        &out,
+                        self.n,
+                        self.k,
+                        seed ^ 0x9e37,
+                    );
+                }
                 Kind::Decoder(_) | Kind::Llm(_) => unreachable!("generated above"),
                 Kind::MatMul => {
                     let scale = (3.0 / kin as f32).sqrt();
@@ -265,7 +330,11 @@ impl Spec {
             }
             prev = out;
         }
-        let out = if self.layers % 2 == 1 { self.n } else { self.k };
+        let out = if self.layers % 2 == 1 && !matches!(self.kind, Kind::Mixed { .. }) {
+            self.n
+        } else {
+            self.k
+        };
         g.output_shaped("y", elem, &[Dim::Sym("m"), Dim::Fixed(out as i64)]);
         Generated {
             bytes: g.build(),
@@ -402,6 +471,28 @@ mod tests {
         ] {
             assert!(Spec::parse(bad).is_err(), "{bad} must be rejected");
         }
+    }
+
+    #[test]
+    fn mixed_alternates_rcpu_and_ort_nodes() {
+        let s = Spec::parse("mixed:k=64,n=32,layers=2,block=32,acc=4,m=1,sym").unwrap();
+        assert_eq!(
+            s.kind,
+            Kind::Mixed {
+                block: 32,
+                acc: 4,
+                zero_points: false
+            }
+        );
+        let g = s.generate();
+        let info = crate::bench::model::ModelInfo::parse(&g.bytes).unwrap();
+        assert_eq!(info.ops, ["MatMulNBits", "DynamicQuantizeMatMul"]);
+        // Per layer: nbits 64->32 (2 blocks, no zp): B 32*2*16 + scales 32*2*4;
+        // DynamicQuantizeMatMul 32->64: int8 B 32*64 + scales 64*4.
+        assert_eq!(g.weight_bytes, 2 * ((1024 + 256) + (2048 + 256)));
+        assert_eq!(info.default_tol(), 5e-2);
+        assert!(Spec::parse("mixed:k=64,n=64,block=24").is_err());
+        assert!(Spec::parse("mixed:k=64,n=64,percol").is_err());
     }
 
     #[test]

@@ -146,11 +146,12 @@ pub(super) fn setup(
         model_path: t.path.clone(),
         m: 1,
         seed: o.seed,
+        ort: Default::default(),
     };
     progress("starting workers (ort, rcpu, null) and creating sessions");
     let mut arms = vec![
         Worker::spawn("ort", ArmKind::Ort, &cfg)?,
-        Worker::spawn("rcpu", ArmKind::Rcpu, &cfg)?,
+        Worker::spawn("rcpu", ArmKind::Rcpu, &cfg.with_ort(o.rcpu_ort))?,
         null_worker(o, null_kind, &cfg)?,
     ];
     let mut session_s = [0.0; 3];

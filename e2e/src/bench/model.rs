@@ -112,9 +112,14 @@ impl ModelInfo {
         })
     }
 
-    /// Parity tolerance (relative L2): 2e-2 when ORT quantizes activations (accuracy_level 4).
+    /// Parity tolerance (relative L2): 2e-2 when ORT quantizes activations (accuracy_level 4);
+    /// 5e-2 when the model also has `DynamicQuantizeMatMul` nodes (a `mixed:` spec), which
+    /// quantize their input to 8 bits again on both arms, so that a 4-layer chain's acc-4
+    /// differences grow from layer to layer (measured 2.4e-2 for k=n=4096, 4 layers).
     pub fn default_tol(&self) -> f64 {
-        if self.nbits_acc == Some(4) {
+        if self.nbits_acc == Some(4) && self.ops.iter().any(|o| o == "DynamicQuantizeMatMul") {
+            5e-2
+        } else if self.nbits_acc == Some(4) {
             2e-2
         } else {
             1e-4

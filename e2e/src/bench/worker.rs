@@ -22,6 +22,8 @@ pub struct WorkerArgs {
     pub model: String,
     pub m: usize,
     pub seed: u64,
+    /// ORT's own session options (`--ort-intra`, `--ort-spin`).
+    pub ort: super::ort_opts::OrtOpts,
 }
 
 struct State {
@@ -78,11 +80,13 @@ fn run_timed(s: &Session, inputs: &[Tensor]) -> Result<f64, String> {
 }
 
 fn session_spec(a: &WorkerArgs) -> SessionSpec {
-    if a.arm == "rcpu" {
+    let mut spec = if a.arm == "rcpu" {
         SessionSpec::rcpu(&[("threads", &a.threads.to_string())])
     } else {
         SessionSpec::ort(Some(a.threads))
-    }
+    };
+    a.ort.apply(&mut spec);
+    spec
 }
 
 fn where_we_ran() -> Value {
