@@ -134,6 +134,29 @@ pub fn advise_huge_pages<T>(buf: &[T]) -> io::Result<()> {
     Ok(())
 }
 
+/// Asks Linux for permission to use AMX tile data in this process
+/// (`arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`): without it the first tile
+/// instruction raises SIGILL. The permission is process-wide and cannot be revoked; asking
+/// again is harmless. `Err` where the kernel or the CPU refuses (no AMX, kernel before 5.16).
+#[cfg(target_arch = "x86_64")]
+pub fn request_amx_permission() -> io::Result<()> {
+    const ARCH_REQ_XCOMP_PERM: libc::c_long = 0x1023;
+    const XFEATURE_XTILEDATA: libc::c_long = 18;
+    // SAFETY: `arch_prctl` with this request only reads its two integer arguments and changes
+    // the process's permitted xsave features; no memory is passed.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_arch_prctl,
+            ARCH_REQ_XCOMP_PERM,
+            XFEATURE_XTILEDATA,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// The CPU the calling thread is running on right now (`sched_getcpu`), if the OS says.
 pub fn current_cpu() -> Option<usize> {
     // SAFETY: `sched_getcpu` takes no arguments and only returns a value.
