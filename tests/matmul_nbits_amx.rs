@@ -20,9 +20,10 @@ use rcpu::kernels::matmul_nbits::reference::matmul_reference_int8;
 use rcpu::kernels::matmul_nbits::{matmul_packed_with, matmul_unpacked_with, pack, Kernels};
 use rcpu::runtime::par::{Par, Serial};
 
-/// The AMX and the plain VNNI kernel sets, or `None` (with a note) where AMX is not usable.
+/// The AMX set that takes AMX for every M > 1 (so the kernel itself is checked at every M) and
+/// the plain VNNI set, or `None` (with a note) where AMX is not usable.
 fn sets() -> Option<(&'static Kernels, &'static Kernels)> {
-    match Kernels::amx() {
+    match Kernels::amx_every_m() {
         Ok(amx) => Some((amx, Kernels::for_isa(Isa::Avx512Vnni).unwrap())),
         Err(e) => {
             eprintln!("NOTE: AMX tests skipped: {e}");
@@ -41,14 +42,15 @@ fn bits_equal(x: &[f32], y: &[f32]) -> bool {
 /// the route names, AMX == VNNI bit for bit, and returns the AMX output.
 fn run_both(pr: &Problem, label: &str) -> Vec<f32> {
     let (amx, vnni) = sets().expect("checked by the caller");
+    run_pair(amx, vnni, pr, label)
+}
+
+/// [`run_both`] with a given AMX set.
+fn run_pair(amx: &Kernels, vnni: &Kernels, pr: &Problem, label: &str) -> Vec<f32> {
     let (p, m) = (&pr.p, pr.m);
     let (zp, bias) = (pr.zp.as_deref(), pr.bias.as_deref());
     let packed = pack(&pr.b, &pr.scales, zp, p);
-    let want_name = if m >= AMX_MIN_M {
-        "amx-acc4-gemm"
-    } else {
-        "avx512vnni-acc4-gemm"
-    };
+    let want_name = amx.variant_name(4, m);
     let mut first: Option<Vec<f32>> = None;
     let pars: [(&str, &dyn Par); 2] = [("serial", &Serial), ("3threads", &THREE)];
     for (pname, par) in pars {
@@ -151,11 +153,32 @@ fn exact_integer_block_sums() {
     }
 }
 
+/// The route's set (AMX from `AMX_MIN_M` rows, a short last row tile on VNNI): bit-identical to
+/// VNNI at M around and above the threshold, tails of every length.
+#[test]
+fn route_set_with_vnni_tails() {
+    let Some((_, vnni)) = sets() else { return };
+    let amx = Kernels::amx().unwrap();
+    for m in [AMX_MIN_M - 1, AMX_MIN_M, 40, 47, 48, 63, 64, 65, 300] {
+        let pr = Problem::new(200, 40, m, 32, 4, m % 2 == 0, true, 9000 + m as u64);
+        let got = run_pair(amx, vnni, &pr, &format!("route M={m}"));
+        let s8 = acc4_scales(&pr.scales, &pr.p);
+        let mut want = vec![0f32; m * 40];
+        let (z, b) = (pr.zp.as_deref(), pr.bias.as_deref());
+        matmul_reference_int8(&pr.a, m, &pr.b, &s8, z, &pr.p, b, &mut want);
+        let e = rel_l2(&got, &want);
+        assert!(e <= 1e-5, "route M={m}: vs int8 reference rel L2 {e:e}");
+    }
+}
+
 /// The active set takes AMX from `AMX_MIN_M` rows where AMX is usable (unless `RCPU_AMX=0`),
 /// and decode (M = 1) stays on the GEMV route.
 #[test]
 fn routes() {
-    let Some((amx, _)) = sets() else { return };
+    if sets().is_none() {
+        return;
+    }
+    let amx = Kernels::amx().unwrap();
     assert!(amx.has_amx() && amx.isa == Isa::Avx512Vnni);
     assert_eq!(amx.variant_name(4, 1), "avx512vnni-acc4-gemv");
     assert_eq!(amx.variant_name(4, AMX_MIN_M - 1), "avx512vnni-acc4-gemm");

@@ -20,9 +20,16 @@ pub(crate) type TileFn = fn(&GroupView, &PreparedA, usize, usize, &mut [[f32; NR
 pub(crate) type GemmFn =
     fn(&GroupView, &PreparedA, Range<usize>, &mut [i32], &mut dyn FnMut(usize, &[f32; NR]));
 
-/// Rows from which an accuracy-level-4 call takes the AMX GEMM where the process has it
-/// (measured with `examples/matmul_nbits_amx.rs`, see `docs/`); below, the VNNI tile.
-pub const AMX_MIN_M: usize = 16;
+/// Rows from which an accuracy-level-4 call takes the AMX GEMM where the process has it; below,
+/// the VNNI tile. Measured with `examples/matmul_nbits_amx.rs threshold` (single thread, thread
+/// CPU time, loaded 2-vCPU Sapphire Rapids VM): VNNI / AMX time 0.52-0.59 at M = 8, 0.97-1.08 at
+/// 16, 0.95 at 24, 1.26-1.30 at 32 (K=896 N=4864 and K=4864 N=896). The AMX kernel works in
+/// tiles of 16 and 32 rows, so 24 rows cost as much as 32.
+pub const AMX_MIN_M: usize = 32;
+
+/// On the AMX route, a last partial row tile shorter than this goes to the VNNI tile (which
+/// costs per 4 rows; AMX per 16 or 32): measured equal at 16 rows, VNNI faster below.
+const AMX_TAIL_MIN: usize = 16;
 
 /// Rows per AMX row tile (two A tiles of 16 rows); prepared A is padded to a multiple of it on
 /// the AMX path.
@@ -32,6 +39,12 @@ pub(crate) const AMX_ROWS: usize = 32;
 /// `kp / 4` B-tile rows of 64 bytes: `kp * 32` bytes).
 pub(crate) fn amx_panel_len(kp: usize) -> usize {
     kp * NR / 4
+}
+
+/// Scratch (i32 elements) the AMX GEMM needs for its panel: [`amx_panel_len`] plus room to
+/// start it on a 64-byte boundary (a tile row split over two cache lines loads far slower).
+pub(crate) fn amx_scratch_len(kp: usize) -> usize {
+    amx_panel_len(kp) + 16
 }
 
 /// Ledger name of the AMX route.
@@ -45,9 +58,13 @@ pub struct Kernels {
     pub(crate) i8_tile: TileFn,
     /// Per-row int8 quantiser of A (accuracy level 4).
     pub(crate) quant_row: QuantRowFn,
-    /// Accuracy level 4 from [`AMX_MIN_M`] rows: the AMX GEMM (only in the table [`Kernels::amx`]
-    /// hands out, minted from the `Amx` token).
+    /// Accuracy level 4 from [`AMX_MIN_M`] rows: the AMX GEMM (only in the tables
+    /// [`Kernels::amx`] and [`Kernels::amx_every_m`] hand out, minted from the `Amx` token).
     i8_gemm: Option<GemmFn>,
+    /// Rows from which the AMX GEMM is taken.
+    amx_min_m: usize,
+    /// A last partial AMX row tile shorter than this goes to the tile kernel.
+    pub(crate) amx_tail_min: usize,
     /// [f32 gemv, f32 gemm, int8 gemv, int8 gemm]
     names: [&'static str; 4],
 }
@@ -109,6 +126,8 @@ const SCALAR: Kernels = Kernels {
     i8_tile: tile_scalar::tile_i8,
     quant_row: quantize_row_scalar,
     i8_gemm: None,
+    amx_min_m: usize::MAX,
+    amx_tail_min: 0,
     names: names!("scalar"),
 };
 
@@ -119,6 +138,8 @@ const AVX2: Kernels = Kernels {
     i8_tile: entries::i8_avx2,
     quant_row: quantize_row_scalar,
     i8_gemm: None,
+    amx_min_m: usize::MAX,
+    amx_tail_min: 0,
     names: names!("avx2"),
 };
 
@@ -129,6 +150,8 @@ const AVX512: Kernels = Kernels {
     i8_tile: entries::i8_avx512,
     quant_row: entries::quant_avx512,
     i8_gemm: None,
+    amx_min_m: usize::MAX,
+    amx_tail_min: 0,
     names: names!("avx512"),
 };
 
@@ -139,6 +162,8 @@ const AVX512VNNI: Kernels = Kernels {
     i8_tile: entries::i8_avx512vnni,
     quant_row: entries::quant_avx512,
     i8_gemm: None,
+    amx_min_m: usize::MAX,
+    amx_tail_min: 0,
     names: names!("avx512vnni"),
 };
 
@@ -147,16 +172,37 @@ const AVX512VNNI: Kernels = Kernels {
 #[cfg(target_arch = "x86_64")]
 const AVX512VNNI_AMX: Kernels = Kernels {
     i8_gemm: Some(entries::i8_amx),
+    amx_min_m: AMX_MIN_M,
+    amx_tail_min: AMX_TAIL_MIN,
     ..AVX512VNNI
 };
 
-/// The AMX table when the process may use AMX (the `Amx` token), else `Err`.
-fn amx_table() -> Result<&'static Kernels, String> {
+/// [`AVX512VNNI_AMX`] taking AMX for every M > 1 and every row (tests and measurements).
+#[cfg(target_arch = "x86_64")]
+const AVX512VNNI_AMX_EVERY_M: Kernels = Kernels {
+    amx_min_m: 2,
+    amx_tail_min: 0,
+    ..AVX512VNNI_AMX
+};
+
+/// The AMX table (`every_m`: the one for every M) when the process may use AMX (the `Amx`
+/// token), else `Err`.
+fn amx_table_for(every_m: bool) -> Result<&'static Kernels, String> {
     #[cfg(target_arch = "x86_64")]
     if crate::kernels::simd::Amx::get().is_some() {
-        return Ok(&AVX512VNNI_AMX);
+        return Ok(if every_m {
+            &AVX512VNNI_AMX_EVERY_M
+        } else {
+            &AVX512VNNI_AMX
+        });
     }
+    let _ = every_m;
     Err("AMX int8 is not usable here (CPU, OS tile state or arch_prctl permission)".to_string())
+}
+
+/// The AMX table of the process's route.
+fn amx_table() -> Result<&'static Kernels, String> {
+    amx_table_for(false)
 }
 
 /// Whether `RCPU_AMX=0` (diagnostics: compare with the VNNI path in one build) turns AMX off.
@@ -205,6 +251,12 @@ impl Kernels {
         amx_table()
     }
 
+    /// [`Kernels::amx`] taking the AMX GEMM for every M > 1 and every row (no VNNI for short
+    /// tails): for tests and measurements of the AMX kernel at any M.
+    pub fn amx_every_m() -> Result<&'static Kernels, String> {
+        amx_table_for(true)
+    }
+
     /// Whether this set has the AMX GEMM.
     pub fn has_amx(&self) -> bool {
         self.i8_gemm.is_some()
@@ -222,7 +274,7 @@ impl Kernels {
     /// The whole-group GEMM a call of `m` rows at `accuracy_level` takes, if any.
     pub(crate) fn gemm(&self, accuracy_level: usize, m: usize) -> Option<GemmFn> {
         self.i8_gemm
-            .filter(|_| accuracy_level == 4 && m >= AMX_MIN_M.max(2))
+            .filter(|_| accuracy_level == 4 && m >= self.amx_min_m.max(2))
     }
 
     /// All kernel sets the CPU supports, lowest first, then [`Kernels::amx`] where usable (for

@@ -7,7 +7,7 @@
 //! Rows are always blocked `MR` at a time from row 0, so every output element sees the same
 //! kernel call shape on both paths.
 
-use super::dispatch::{amx_panel_len, GemmFn, Kernels, TileFn};
+use super::dispatch::{amx_scratch_len, GemmFn, Kernels, TileFn, AMX_ROWS};
 use super::nonfinite::{self, RowFix};
 use super::pack::{
     group_weight_bytes, group_zp_bytes, groups, pack_group, GroupView, PackedNBits, Scales, NR,
@@ -144,6 +144,7 @@ fn run_fast(
         let ctx = Ctx {
             tile,
             gemm,
+            amx_tail_min: kernels.amx_tail_min,
             prep,
             p: &p,
             bias,
@@ -229,6 +230,8 @@ struct Ctx<'a, 'o> {
     tile: TileFn,
     /// The whole-group GEMM (AMX) when this call takes it.
     gemm: Option<GemmFn>,
+    /// A last partial AMX row tile shorter than this goes to `tile`.
+    amx_tail_min: usize,
     prep: &'a PreparedA,
     p: &'a NBitsParams,
     bias: Option<&'a [f32]>,
@@ -242,19 +245,32 @@ impl Ctx<'_, '_> {
     fn group(&self, view: &GroupView, g: usize, rows: std::ops::Range<usize>) {
         debug_assert!(rows.start.is_multiple_of(MR) && rows.end <= self.m);
         let cols = g * NR..((g + 1) * NR).min(self.p.n);
+        let mut r0 = rows.start;
         if let Some(gemm) = self.gemm {
+            // Whole AMX row tiles, and a last partial one unless it is short (then the tile
+            // kernel below takes it).
+            let tail = rows.len() % AMX_ROWS;
+            let end = if tail >= self.amx_tail_min {
+                rows.end
+            } else {
+                rows.end - tail
+            };
             let kp = view.k_blocks * view.block_size;
-            let done = try_with_scratch_i32(amx_panel_len(kp), |panel| {
-                let mut emit = |r: usize, res: &[f32; NR]| self.write_row(r, cols.clone(), res);
-                gemm(view, self.prep, rows.clone(), panel, &mut emit)
-            });
+            let done = (end > r0)
+                .then(|| {
+                    try_with_scratch_i32(amx_scratch_len(kp), |panel| {
+                        let mut emit =
+                            |r: usize, res: &[f32; NR]| self.write_row(r, cols.clone(), res);
+                        gemm(view, self.prep, r0..end, panel, &mut emit)
+                    })
+                })
+                .flatten();
             // Without a panel the tile kernel below gives the same (bit-identical) answers.
             if done.is_some() {
-                return;
+                r0 = end;
             }
         }
         let mut res = [[0f32; NR]; MR];
-        let mut r0 = rows.start;
         while r0 < rows.end {
             let nr = (rows.end - r0).min(MR);
             (self.tile)(view, self.prep, r0, nr, &mut res);

@@ -82,11 +82,7 @@ impl PreparedA {
         let kp = kb * bs;
         (self.kp, self.kb) = (kp, kb);
         debug_assert!(rows >= m);
-        let (int8, f32_rows) = if p.int8_compute() {
-            (rows, 0)
-        } else {
-            (0, m)
-        };
+        let (int8, f32_rows) = if p.int8_compute() { (rows, 0) } else { (0, m) };
         // m * kp <= m * (k + block_size): bounded by A, which exists; `rows` adds fewer than
         // `AMX_ROWS` rows to that.
         reset(&mut self.q, int8 * kp)?;

@@ -115,10 +115,94 @@ fn unpack(g: &GroupView, panel: &mut [i32]) {
 
 /// Four C tiles as stored by `tilestored`: `[tile][row][column]`.
 #[repr(C, align(64))]
+#[derive(Clone, Copy)]
 struct CBuf([[[i32; TR]; TR]; 4]);
 
+/// Block `kb` of row tile `r0` into C tiles tmm0..2T (zeroed first): A tiles from prepared A,
+/// B tiles from the panel (`half`: byte offset of the second half).
+///
+/// # Safety
+/// As [`row_tile`].
+#[inline(always)]
+unsafe fn issue<const T: usize>(
+    a: &PreparedA,
+    r0: usize,
+    kb: usize,
+    bs: usize,
+    kt: usize,
+    b: *const u8,
+    half: usize,
+) {
+    let kp = a.kp;
+    // SAFETY: the caller's contract (tiles configured as `TileCfg::new(kt)`); the loads read,
+    // for A, 16 rows of `kt` bytes at stride `kp` from row r0 (+16) column k0 (k0 + kt <= kp,
+    // rows inside `a.q`), for B, `kt / 4` rows of 64 bytes from B row k0 / 4 of each half
+    // (inside the panel).
+    unsafe {
+        asm!("tilezero tmm0", "tilezero tmm1", options(nostack, nomem));
+        if T == 2 {
+            asm!("tilezero tmm2", "tilezero tmm3", options(nostack, nomem));
+        }
+        for sub in 0..bs / kt {
+            let k0 = kb * bs + sub * kt;
+            let b0 = b.add(k0 / CHUNK_K * ROW_BYTES);
+            asm!(
+                "tileloadd tmm6, [{b0} + {s}*1]",
+                "tileloadd tmm7, [{b1} + {s}*1]",
+                b0 = in(reg) b0, b1 = in(reg) b0.add(half), s = in(reg) ROW_BYTES,
+                options(nostack, readonly)
+            );
+            let a0 = a.q.as_ptr().add(r0 * kp + k0);
+            asm!(
+                "tileloadd tmm4, [{a0} + {s}*1]",
+                "tdpbssd tmm0, tmm4, tmm6",
+                "tdpbssd tmm1, tmm4, tmm7",
+                a0 = in(reg) a0, s = in(reg) kp,
+                options(nostack, readonly)
+            );
+            if T == 2 {
+                asm!(
+                    "tileloadd tmm5, [{a1} + {s}*1]",
+                    "tdpbssd tmm2, tmm5, tmm6",
+                    "tdpbssd tmm3, tmm5, tmm7",
+                    a1 = in(reg) a0.add(TR * kp), s = in(reg) kp,
+                    options(nostack, readonly)
+                );
+            }
+        }
+    }
+}
+
+/// Stores C tiles tmm0..2T into `cbuf`.
+///
+/// # Safety
+/// Tiles configured as `TileCfg::new(_)` (C tiles 16 rows of 64 bytes).
+#[inline(always)]
+unsafe fn store<const T: usize>(cbuf: &mut CBuf) {
+    let c = cbuf.0.as_mut_ptr();
+    // SAFETY: the caller's contract; each store writes 16 rows of 64 bytes into its tile of
+    // `cbuf` (1 KiB each).
+    unsafe {
+        asm!(
+            "tilestored [{c0} + {s}*1], tmm0",
+            "tilestored [{c1} + {s}*1], tmm1",
+            c0 = in(reg) c, c1 = in(reg) c.add(1), s = in(reg) ROW_BYTES,
+            options(nostack)
+        );
+        if T == 2 {
+            asm!(
+                "tilestored [{c2} + {s}*1], tmm2",
+                "tilestored [{c3} + {s}*1], tmm3",
+                c2 = in(reg) c.add(2), c3 = in(reg) c.add(3), s = in(reg) ROW_BYTES,
+                options(nostack)
+            );
+        }
+    }
+}
+
 /// `T` A tiles (16 rows each) from row `r0` against the panel over every block; per-row totals
-/// into `total[..16 * T]`.
+/// into `total[..16 * T]`. Software pipelined: block kb's tile work is issued before block
+/// kb - 1's epilogue (from the other C buffer), so the AVX-512 epilogue overlaps the tiles.
 ///
 /// # Safety
 /// Tiles configured by [`TileCfg::new`]`(kt)` under the AMX contract; `panel` unpacked for `g`
@@ -134,76 +218,52 @@ unsafe fn row_tile<const T: usize, const F16: bool>(
     total: &mut [[__m512; 2]; AMX_ROWS],
 ) {
     let (s32, s16) = g.scales.split();
-    let (bs, kp) = (g.block_size, a.kp);
-    let half = kp / CHUNK_K * ROW_BYTES;
+    let bs = g.block_size;
+    let half = a.kp / CHUNK_K * ROW_BYTES;
     let b = panel.as_ptr() as *const u8;
-    let mut cbuf = CBuf([[[0; TR]; TR]; 4]);
-    for kb in 0..g.k_blocks {
-        // SAFETY (all tile instructions below): the caller's contract (tiles configured); the
-        // loads read, for A, 16 rows of `kt` bytes at stride `kp` from row r0 (+16) column k0
-        // (k0 + kt <= kp, rows inside `a.q`), for B, `kt / 4` rows of 64 bytes from B row k0 / 4
-        // of each half (inside the panel); the stores write 16 rows of 64 bytes into `cbuf`.
-        unsafe {
-            asm!("tilezero tmm0", "tilezero tmm1", options(nostack, nomem));
-            if T == 2 {
-                asm!("tilezero tmm2", "tilezero tmm3", options(nostack, nomem));
-            }
-            for sub in 0..bs / kt {
-                let k0 = kb * bs + sub * kt;
-                let b0 = b.add(k0 / CHUNK_K * ROW_BYTES);
-                asm!(
-                    "tileloadd tmm6, [{b0} + {s}*1]",
-                    "tileloadd tmm7, [{b1} + {s}*1]",
-                    b0 = in(reg) b0, b1 = in(reg) b0.add(half), s = in(reg) ROW_BYTES,
-                    options(nostack, readonly)
-                );
-                let a0 = a.q.as_ptr().add(r0 * kp + k0);
-                asm!(
-                    "tileloadd tmm4, [{a0} + {s}*1]",
-                    "tdpbssd tmm0, tmm4, tmm6",
-                    "tdpbssd tmm1, tmm4, tmm7",
-                    a0 = in(reg) a0, s = in(reg) kp,
-                    options(nostack, readonly)
-                );
-                if T == 2 {
-                    asm!(
-                        "tileloadd tmm5, [{a1} + {s}*1]",
-                        "tdpbssd tmm2, tmm5, tmm6",
-                        "tdpbssd tmm3, tmm5, tmm7",
-                        a1 = in(reg) a0.add(TR * kp), s = in(reg) kp,
-                        options(nostack, readonly)
-                    );
+    let mut cbuf = [CBuf([[[0; TR]; TR]; 4]); 2];
+    for kb in 0..=g.k_blocks {
+        if kb < g.k_blocks {
+            // Prefetch the next block's lines of A (each line serves 64 / bs blocks) and of
+            // the panel. Addresses are only computed (wrapping), never dereferenced: a prefetch
+            // never faults.
+            let kn = (kb + 1) * bs;
+            if kn < a.kp {
+                if (kn % 64) < bs {
+                    for r in 0..T * TR {
+                        let p = a.q.as_ptr().wrapping_add((r0 + r) * a.kp + kn);
+                        _mm_prefetch::<_MM_HINT_T0>(p);
+                    }
+                }
+                for l in 0..(bs / CHUNK_K).div_ceil(1) {
+                    let row = kn / CHUNK_K + l;
+                    _mm_prefetch::<_MM_HINT_T0>(b.wrapping_add(row * ROW_BYTES) as *const i8);
+                    _mm_prefetch::<_MM_HINT_T0>(b.wrapping_add(half + row * ROW_BYTES) as *const i8);
                 }
             }
-            let c = cbuf.0.as_mut_ptr();
-            asm!(
-                "tilestored [{c0} + {s}*1], tmm0",
-                "tilestored [{c1} + {s}*1], tmm1",
-                c0 = in(reg) c, c1 = in(reg) c.add(1), s = in(reg) ROW_BYTES,
-                options(nostack)
-            );
-            if T == 2 {
-                asm!(
-                    "tilestored [{c2} + {s}*1], tmm2",
-                    "tilestored [{c3} + {s}*1], tmm3",
-                    c2 = in(reg) c.add(2), c3 = in(reg) c.add(3), s = in(reg) ROW_BYTES,
-                    options(nostack)
-                );
+            // SAFETY: the caller's contract.
+            unsafe { issue::<T>(a, r0, kb, bs, kt, b, half) };
+        }
+        if kb > 0 {
+            let (kb, c) = (kb - 1, &cbuf[(kb - 1) % 2]);
+            let s = scales::<F16>(s32, s16, kb);
+            for i in 0..T {
+                for rr in 0..TR {
+                    let r = i * TR + rr;
+                    let sa = _mm512_set1_ps(a.qscale[(r0 + r) * a.kb + kb]);
+                    for h in 0..2 {
+                        let row = &c.0[2 * i + h][rr];
+                        // SAFETY: `row` is 16 readable i32.
+                        let c = unsafe { _mm512_loadu_si512(row.as_ptr() as *const _) };
+                        let ss = _mm512_mul_ps(s[h], sa);
+                        total[r][h] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(c), ss, total[r][h]);
+                    }
+                }
             }
         }
-        let s = scales::<F16>(s32, s16, kb);
-        for i in 0..T {
-            for rr in 0..TR {
-                let r = i * TR + rr;
-                let sa = _mm512_set1_ps(a.qscale[(r0 + r) * a.kb + kb]);
-                for h in 0..2 {
-                    let row = &cbuf.0[2 * i + h][rr];
-                    // SAFETY: `row` is 16 readable i32.
-                    let c = unsafe { _mm512_loadu_si512(row.as_ptr() as *const _) };
-                    let ss = _mm512_mul_ps(s[h], sa);
-                    total[r][h] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(c), ss, total[r][h]);
-                }
-            }
+        if kb < g.k_blocks {
+            // SAFETY: the caller's contract.
+            unsafe { store::<T>(&mut cbuf[kb % 2]) };
         }
     }
 }
@@ -249,7 +309,7 @@ unsafe fn group_rows<const F16: bool>(
 
 /// Rows `rows` (starting at a multiple of [`AMX_ROWS`]) of prepared A against group `g`:
 /// `emit(row, results)` per row, results without bias. `panel` is scratch of at least
-/// [`panel_len`]`(kp)` elements (contents on entry unused).
+/// `amx_scratch_len(kp)` elements (contents on entry unused).
 ///
 /// # Safety
 /// AMX int8 must be usable by this process (the `Amx` token), with the AVX-512 F/BW/DQ/VL + FMA
@@ -268,8 +328,13 @@ pub(crate) unsafe fn group_i8(
     // Whole row tiles of A (padding rows included) for every tile load.
     let padded = rows.end.next_multiple_of(AMX_ROWS);
     assert!(a.q.len() >= padded * kp && a.qscale.len() >= padded * a.kb);
+    // The panel from its first 64-byte boundary (a 4-byte aligned pointer reaches one within
+    // 16 elements).
+    let at = panel.as_ptr().align_offset(64).min(16);
+    assert!(panel.len() >= at + panel_len(kp));
+    let panel = &mut panel[at..at + panel_len(kp)];
     unpack(g, panel);
-    let panel = &panel[..panel_len(kp)];
+    let panel = &*panel;
     // SAFETY: the caller's contract; sizes asserted above (and by `unpack`).
     unsafe {
         if matches!(g.scales, Scales::F16(_)) {
