@@ -8,7 +8,9 @@
 //! private and their only constructor is `get()`, which returns `Some` only when the CPU (as
 //! detected once per process, never capped by `RCPU_ISA`) has the level, so holding a token
 //! proves the instructions of its level may run. A higher token converts to a lower one
-//! (`Avx512Vnni::avx512`, `Avx512::avx2`). Nothing outside this file can build one:
+//! (`Avx512Vnni::avx512`, `Avx512::avx2`). [`Amx`] (AMX int8 tiles) is a token but not a level:
+//! it also needs the OS's tile state and permission (see its doc). Nothing outside this file can
+//! build one:
 //!
 //! ```compile_fail
 //! // A token's field is private: outside `kernels/simd.rs` the only way to one is `get()`.
