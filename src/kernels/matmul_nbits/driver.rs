@@ -6,6 +6,10 @@
 //! group at a time into chunk-local scratch.
 //! Rows are always blocked `MR` at a time from row 0, so every output element sees the same
 //! kernel call shape on both paths.
+//! On the AMX route (`Kernels::gemm`) packed row tiles are `AMX_ROW_TILE` rows, and each group
+//! runs the AMX GEMM over whole 32-row tiles from the tile's first row (a last tile under
+//! `amx_tail_min` rows goes to the tile kernel); the AMX GEMM is bit-identical to the VNNI tile,
+//! so the split never changes an answer.
 
 use super::dispatch::{amx_scratch_len, GemmFn, Kernels, TileFn, AMX_ROWS};
 use super::nonfinite::{self, RowFix};
