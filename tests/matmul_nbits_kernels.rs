@@ -158,16 +158,17 @@ fn dispatched_entry_points() {
     for l in levels {
         assert_eq!(Kernels::for_isa(l).is_ok(), l <= hw, "{}", l.name());
     }
+    // ... plus the AMX set where this process may use AMX.
     assert_eq!(
         Kernels::supported().len(),
-        levels.iter().filter(|&&l| l <= hw).count()
+        levels.iter().filter(|&&l| l <= hw).count() + Kernels::amx().is_ok() as usize
     );
     assert_eq!(Kernels::active().isa, hw.min(Isa::get()));
     eprintln!(
         "variants: {:?}",
         Kernels::supported()
             .iter()
-            .map(|k| k.isa.name())
+            .map(|k| k.label())
             .collect::<Vec<_>>()
     );
 }

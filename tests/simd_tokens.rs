@@ -5,7 +5,7 @@
 use rcpu::kernels::activation::{activation_f32_with, Activation};
 use rcpu::kernels::elementwise::{binary_f32_with, BinaryOp};
 use rcpu::kernels::isa::{hardware, Isa};
-use rcpu::kernels::simd::{self, Avx2, Avx512, Avx512Vnni};
+use rcpu::kernels::simd::{self, Amx, Avx2, Avx512, Avx512Vnni};
 use rcpu::kernels::{matmul_nbits, qgemm};
 use rcpu::runtime::par::Serial;
 
@@ -18,6 +18,8 @@ fn a_token_exists_exactly_when_the_cpu_has_its_level() {
     assert_eq!(Avx2::get().is_some(), hw >= Isa::Avx2);
     assert_eq!(Avx512::get().is_some(), hw >= Isa::Avx512);
     assert_eq!(Avx512Vnni::get().is_some(), hw >= Isa::Avx512Vnni);
+    // AMX needs the VNNI level besides its own CPUID, XCR0 and OS-permission checks.
+    assert!(Amx::get().is_none() || hw >= Isa::Avx512Vnni);
     for l in LEVELS {
         assert_eq!(simd::check(l).is_ok(), l <= hw, "{}", l.name());
     }
@@ -50,6 +52,8 @@ fn every_family_reaches_a_table_only_for_a_level_the_cpu_has() {
     }
     assert_eq!(
         matmul_nbits::Kernels::supported().len(),
-        LEVELS.iter().filter(|&&l| l <= hw).count()
+        LEVELS.iter().filter(|&&l| l <= hw).count() + Amx::get().is_some() as usize
     );
+    // The AMX set is handed out exactly under the `Amx` token.
+    assert_eq!(matmul_nbits::Kernels::amx().is_ok(), Amx::get().is_some());
 }

@@ -8,7 +8,9 @@
 //! private and their only constructor is `get()`, which returns `Some` only when the CPU (as
 //! detected once per process, never capped by `RCPU_ISA`) has the level, so holding a token
 //! proves the instructions of its level may run. A higher token converts to a lower one
-//! (`Avx512Vnni::avx512`, `Avx512::avx2`). Nothing outside this file can build one:
+//! (`Avx512Vnni::avx512`, `Avx512::avx2`). [`Amx`] (AMX int8 tiles) is a token but not a level:
+//! it also needs the OS's tile state and permission (see its doc). Nothing outside this file can
+//! build one:
 //!
 //! ```compile_fail
 //! // A token's field is private: outside `kernels/simd.rs` the only way to one is `get()`.
@@ -121,6 +123,55 @@ impl Avx512Vnni {
     pub fn avx512(self) -> Avx512 {
         Avx512(())
     }
+}
+
+/// AMX int8 tiles (`ldtilecfg`, `tileloadd`, `tdpbssd`, `tilestored`, `tilerelease`) on top of
+/// everything of [`Avx512Vnni`] (the AMX kernels' epilogues are AVX-512). Not an [`Isa`] level:
+/// usable only when, besides the CPUID bits (AMX-TILE and AMX-INT8), the OS enables the tile
+/// state in XCR0 (bits 17 and 18) and grants this process tile data (Linux asks for it with
+/// `arch_prctl`, [`crate::os::xstate::request_amx_permission`]; without it the first tile
+/// instruction is SIGILL). Detected (and the permission asked) once per process.
+#[derive(Debug, Clone, Copy)]
+pub struct Amx(());
+
+impl Amx {
+    /// The token when this CPU has AMX int8 with the AVX-512 VNNI level and this process may
+    /// use the tile state (checked once per process).
+    #[inline]
+    pub fn get() -> Option<Self> {
+        static AMX: LazyLock<bool> = LazyLock::new(detect_amx);
+        (*AMX).then_some(Amx(()))
+    }
+    /// AMX here implies the VNNI level (checked by [`Amx::get`]).
+    #[inline]
+    pub fn vnni(self) -> Avx512Vnni {
+        Avx512Vnni(())
+    }
+}
+
+/// CPUID, XCR0 and the OS permission for AMX int8 (see [`Amx`]); asks for the permission.
+fn detect_amx() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::__cpuid_count;
+        if hardware() < Isa::Avx512Vnni || !std::arch::is_x86_feature_detected!("xsave") {
+            return false;
+        }
+        let leaf7 = __cpuid_count(7, 0);
+        let (tile, int8) = (leaf7.edx & (1 << 24) != 0, leaf7.edx & (1 << 25) != 0);
+        #[target_feature(enable = "xsave")]
+        fn xcr0() -> u64 {
+            // SAFETY: `xgetbv` of XCR0 needs only XSAVE with OSXSAVE, which
+            // `is_x86_feature_detected!("xsave")` checked (it requires both).
+            unsafe { std::arch::x86_64::_xgetbv(0) }
+        }
+        // SAFETY: the caller checked XSAVE (the only feature `xcr0` enables).
+        let xcr0 = unsafe { xcr0() };
+        let tile_state = xcr0 & (0b11 << 17) == 0b11 << 17;
+        tile && int8 && tile_state && crate::os::xstate::request_amx_permission().is_ok()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
 }
 
 /// Whether `isa` may run here: minted from the level's token, so a table handed out on `Ok`

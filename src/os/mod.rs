@@ -7,7 +7,8 @@
 //! - [`huge_pages`]: memory advice (`madvise(MADV_HUGEPAGE)`) on memory rcpu owns;
 //! - [`mapped`]: 2 MiB-aligned anonymous mappings and the disjoint pieces the weight arena
 //!   carves from them;
-//! - [`library`]: keeping rcpu's own shared object loaded.
+//! - [`library`]: keeping rcpu's own shared object loaded;
+//! - [`xstate`]: permission for extended CPU state (AMX tile data).
 //!
 //! Nothing here knows ORT, the runtime or the kernels; every other module may use it.
 
@@ -16,6 +17,7 @@ pub mod huge_pages;
 pub mod library;
 pub mod mapped;
 pub mod thread;
+pub mod xstate;
 
 pub use affinity::{allowed_cpus, current_cpu, pin_current_thread, SavedAffinity, SET_BITS};
 pub use huge_pages::advise_huge_pages;

@@ -1,5 +1,6 @@
 //! The per-process choice of tile kernels, and the variant names recorded in the ledger.
 
+use std::ops::Range;
 use std::sync::LazyLock;
 
 use super::pack::{GroupView, NR};
@@ -12,6 +13,43 @@ use crate::kernels::isa::{Isa, IsaTables};
 /// token (`kernels/simd.rs`), so calling one is safe on any CPU.
 pub(crate) type TileFn = fn(&GroupView, &PreparedA, usize, usize, &mut [[f32; NR]; MR]);
 
+/// A whole-group GEMM (the AMX one, `tile_amx`): rows `rows` (from a multiple of
+/// [`AMX_ROWS`](super::tile_amx::AMX_ROWS)) of prepared A, padded with zero rows to a multiple of
+/// it, against one column group, using the i32 slice (at least `tile_amx::panel_len(kp)`) as
+/// scratch; `emit(row, results)` per row, results without bias. Bit-identical to the VNNI tile.
+pub(crate) type GemmFn =
+    fn(&GroupView, &PreparedA, Range<usize>, &mut [i32], &mut dyn FnMut(usize, &[f32; NR]));
+
+/// Rows from which an accuracy-level-4 call takes the AMX GEMM where the process has it; below,
+/// the VNNI tile. Measured with `examples/matmul_nbits_amx.rs threshold` (single thread, thread
+/// CPU time, loaded 2-vCPU Sapphire Rapids VM): VNNI / AMX time 0.52-0.59 at M = 8, 0.97-1.08 at
+/// 16, 0.95 at 24, 1.26-1.30 at 32 (K=896 N=4864 and K=4864 N=896). The AMX kernel works in
+/// tiles of 16 and 32 rows, so 24 rows cost as much as 32.
+pub const AMX_MIN_M: usize = 32;
+
+/// On the AMX route, a last partial row tile shorter than this goes to the VNNI tile (which
+/// costs per 4 rows; AMX per 16 or 32): measured equal at 16 rows, VNNI faster below.
+const AMX_TAIL_MIN: usize = 16;
+
+/// Rows per AMX row tile (two A tiles of 16 rows); prepared A is padded to a multiple of it on
+/// the AMX path.
+pub(crate) const AMX_ROWS: usize = 32;
+
+/// i32 elements of the AMX GEMM's per-group B panel for prepared rows of `kp` (two halves of
+/// `kp / 4` B-tile rows of 64 bytes: `kp * 32` bytes).
+pub(crate) fn amx_panel_len(kp: usize) -> usize {
+    kp * NR / 4
+}
+
+/// Scratch (i32 elements) the AMX GEMM needs for its panel: [`amx_panel_len`] plus room to
+/// start it on a 64-byte boundary (a tile row split over two cache lines loads far slower).
+pub(crate) fn amx_scratch_len(kp: usize) -> usize {
+    amx_panel_len(kp) + 16
+}
+
+/// Ledger name of the AMX route.
+const AMX_GEMM_NAME: &str = "amx-acc4-gemm";
+
 /// The kernels of one ISA level.
 pub struct Kernels {
     /// The level these kernels need.
@@ -20,6 +58,13 @@ pub struct Kernels {
     pub(crate) i8_tile: TileFn,
     /// Per-row int8 quantiser of A (accuracy level 4).
     pub(crate) quant_row: QuantRowFn,
+    /// Accuracy level 4 from [`AMX_MIN_M`] rows: the AMX GEMM (only in the tables
+    /// [`Kernels::amx`] and [`Kernels::amx_every_m`] hand out, minted from the `Amx` token).
+    i8_gemm: Option<GemmFn>,
+    /// Rows from which the AMX GEMM is taken.
+    amx_min_m: usize,
+    /// A last partial AMX row tile shorter than this goes to the tile kernel.
+    pub(crate) amx_tail_min: usize,
     /// [f32 gemv, f32 gemm, int8 gemv, int8 gemm]
     names: [&'static str; 4],
 }
@@ -45,8 +90,9 @@ macro_rules! names {
 mod entries {
     use super::super::pack::{GroupView, NR};
     use super::super::prepare_a::PreparedA;
-    use super::super::{quant_avx512, tile_avx2, tile_avx512, MR};
-    use crate::kernels::simd::{simd_entry, Avx2, Avx512, Avx512Vnni};
+    use super::super::{quant_avx512, tile_amx, tile_avx2, tile_avx512, MR};
+    use crate::kernels::simd::{simd_entry, Amx, Avx2, Avx512, Avx512Vnni};
+    use std::ops::Range;
 
     simd_entry!(pub(super) fn f32_avx2(
         g: &GroupView, a: &PreparedA, r0: usize, nr: usize, res: &mut [[f32; NR]; MR],
@@ -63,6 +109,12 @@ mod entries {
     simd_entry!(pub(super) fn i8_avx512vnni(
         g: &GroupView, a: &PreparedA, r0: usize, nr: usize, res: &mut [[f32; NR]; MR],
     ) = Avx512Vnni => tile_avx512::tile_i8_vnni);
+    // `tile_amx::group_i8` enables the AVX-512 level's features; its tile instructions (inline
+    // asm) need AMX-TILE / AMX-INT8 with the OS permission, all of which the `Amx` token proves.
+    simd_entry!(pub(super) fn i8_amx(
+        g: &GroupView, a: &PreparedA, rows: Range<usize>, panel: &mut [i32],
+        emit: &mut dyn FnMut(usize, &[f32; NR]),
+    ) = Amx => tile_amx::group_i8);
     simd_entry!(pub(super) fn quant_avx512(
         row: &[f32], bs: usize, q: &mut [i8], qscale: &mut [f32], qsum: &mut [i32],
     ) = Avx512 => quant_avx512::quantize_row);
@@ -73,6 +125,9 @@ const SCALAR: Kernels = Kernels {
     f32_tile: tile_scalar::tile_f32,
     i8_tile: tile_scalar::tile_i8,
     quant_row: quantize_row_scalar,
+    i8_gemm: None,
+    amx_min_m: usize::MAX,
+    amx_tail_min: 0,
     names: names!("scalar"),
 };
 
@@ -82,6 +137,9 @@ const AVX2: Kernels = Kernels {
     f32_tile: entries::f32_avx2,
     i8_tile: entries::i8_avx2,
     quant_row: quantize_row_scalar,
+    i8_gemm: None,
+    amx_min_m: usize::MAX,
+    amx_tail_min: 0,
     names: names!("avx2"),
 };
 
@@ -91,6 +149,9 @@ const AVX512: Kernels = Kernels {
     f32_tile: entries::f32_avx512,
     i8_tile: entries::i8_avx512,
     quant_row: entries::quant_avx512,
+    i8_gemm: None,
+    amx_min_m: usize::MAX,
+    amx_tail_min: 0,
     names: names!("avx512"),
 };
 
@@ -100,20 +161,76 @@ const AVX512VNNI: Kernels = Kernels {
     f32_tile: entries::f32_avx512,
     i8_tile: entries::i8_avx512vnni,
     quant_row: entries::quant_avx512,
+    i8_gemm: None,
+    amx_min_m: usize::MAX,
+    amx_tail_min: 0,
     names: names!("avx512vnni"),
 };
+
+/// [`AVX512VNNI`] with the AMX GEMM from [`AMX_MIN_M`] rows (handed out only under the `Amx`
+/// token).
+#[cfg(target_arch = "x86_64")]
+const AVX512VNNI_AMX: Kernels = Kernels {
+    i8_gemm: Some(entries::i8_amx),
+    amx_min_m: AMX_MIN_M,
+    amx_tail_min: AMX_TAIL_MIN,
+    ..AVX512VNNI
+};
+
+/// [`AVX512VNNI_AMX`] taking AMX for every M > 1 and every row (tests and measurements).
+#[cfg(target_arch = "x86_64")]
+const AVX512VNNI_AMX_EVERY_M: Kernels = Kernels {
+    amx_min_m: 2,
+    amx_tail_min: 0,
+    ..AVX512VNNI_AMX
+};
+
+/// The AMX table (`every_m`: the one for every M) when the process may use AMX (the `Amx`
+/// token), else `Err`.
+fn amx_table_for(every_m: bool) -> Result<&'static Kernels, String> {
+    #[cfg(target_arch = "x86_64")]
+    if crate::kernels::simd::Amx::get().is_some() {
+        return Ok(if every_m {
+            &AVX512VNNI_AMX_EVERY_M
+        } else {
+            &AVX512VNNI_AMX
+        });
+    }
+    let _ = every_m;
+    Err("AMX int8 is not usable here (CPU, OS tile state or arch_prctl permission)".to_string())
+}
+
+/// The AMX table of the process's route.
+fn amx_table() -> Result<&'static Kernels, String> {
+    amx_table_for(false)
+}
+
+/// Whether `RCPU_AMX=0` (diagnostics: compare with the VNNI path in one build) turns AMX off.
+fn amx_disabled_by_env() -> bool {
+    std::env::var("RCPU_AMX").is_ok_and(|v| v.trim() == "0")
+}
 
 /// This family's kernel tables, one per ISA level.
 static TABLES: IsaTables<Kernels> = crate::isa_tables!(SCALAR, AVX2, AVX512, AVX512VNNI);
 
 /// The process's choice (from `Isa::get()`), made once.
-static ACTIVE: LazyLock<&'static Kernels> = LazyLock::new(|| TABLES.active());
+/// At the VNNI level the AMX table replaces the plain one where AMX is usable (and not turned off
+/// with `RCPU_AMX=0`).
+static ACTIVE: LazyLock<&'static Kernels> = LazyLock::new(|| {
+    let level = TABLES.active();
+    match amx_table() {
+        Ok(amx) if level.isa == amx.isa && !amx_disabled_by_env() => amx,
+        _ => level,
+    }
+});
 
-/// Every level the hardware supports, lowest first (each minted through [`IsaTables::for_isa`]).
+/// Every level the hardware supports, lowest first (each minted through [`IsaTables::for_isa`]),
+/// then the AMX table where AMX is usable.
 static SUPPORTED: LazyLock<Vec<&'static Kernels>> = LazyLock::new(|| {
     [Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Vnni]
         .into_iter()
         .filter_map(|l| TABLES.for_isa(l).ok())
+        .chain(amx_table().ok())
         .collect()
 });
 
@@ -128,13 +245,49 @@ impl Kernels {
         TABLES.for_isa(isa)
     }
 
-    /// All kernel sets the CPU supports, lowest first (for tests and benchmarks).
+    /// The VNNI level's kernels with the AMX GEMM (accuracy level 4 from [`AMX_MIN_M`] rows);
+    /// `Err` where the CPU or the OS does not let this process use AMX.
+    pub fn amx() -> Result<&'static Kernels, String> {
+        amx_table()
+    }
+
+    /// [`Kernels::amx`] taking the AMX GEMM for every M > 1 and every row (no VNNI for short
+    /// tails): for tests and measurements of the AMX kernel at any M.
+    pub fn amx_every_m() -> Result<&'static Kernels, String> {
+        amx_table_for(true)
+    }
+
+    /// Whether this set has the AMX GEMM.
+    pub fn has_amx(&self) -> bool {
+        self.i8_gemm.is_some()
+    }
+
+    /// Short name of the set for reports: its level's name, `avx512vnni+amx` for [`Kernels::amx`].
+    pub fn label(&self) -> &'static str {
+        if self.has_amx() {
+            "avx512vnni+amx"
+        } else {
+            self.isa.name()
+        }
+    }
+
+    /// The whole-group GEMM a call of `m` rows at `accuracy_level` takes, if any.
+    pub(crate) fn gemm(&self, accuracy_level: usize, m: usize) -> Option<GemmFn> {
+        self.i8_gemm
+            .filter(|_| accuracy_level == 4 && m >= self.amx_min_m.max(2))
+    }
+
+    /// All kernel sets the CPU supports, lowest first, then [`Kernels::amx`] where usable (for
+    /// tests and benchmarks).
     pub fn supported() -> &'static [&'static Kernels] {
         &SUPPORTED
     }
 
     /// Ledger name of the route for `accuracy_level` and `m` rows, e.g. `avx512vnni-acc4-gemv`.
     pub fn variant_name(&self, accuracy_level: usize, m: usize) -> &'static str {
+        if self.gemm(accuracy_level, m).is_some() {
+            return AMX_GEMM_NAME;
+        }
         let int8 = accuracy_level == 4;
         self.names[2 * int8 as usize + (m > 1) as usize]
     }

@@ -6,8 +6,12 @@
 //! group at a time into chunk-local scratch.
 //! Rows are always blocked `MR` at a time from row 0, so every output element sees the same
 //! kernel call shape on both paths.
+//! On the AMX route (`Kernels::gemm`) packed row tiles are `AMX_ROW_TILE` rows, and each group
+//! runs the AMX GEMM over whole 32-row tiles from the tile's first row (a last tile under
+//! `amx_tail_min` rows goes to the tile kernel); the AMX GEMM is bit-identical to the VNNI tile,
+//! so the split never changes an answer.
 
-use super::dispatch::{Kernels, TileFn};
+use super::dispatch::{amx_scratch_len, GemmFn, Kernels, TileFn, AMX_ROWS};
 use super::nonfinite::{self, RowFix};
 use super::pack::{
     group_weight_bytes, group_zp_bytes, groups, pack_group, GroupView, PackedNBits, Scales, NR,
@@ -17,12 +21,16 @@ use super::prepare_a::{with_prepared, PreparedA};
 use super::MR;
 use crate::kernels::disjoint::DisjointOut;
 use crate::memory::scratch::{
-    try_with_scratch_f32, try_with_scratch_u16, try_with_scratch_u8, Shortfall,
+    try_with_scratch_f32, try_with_scratch_i32, try_with_scratch_u16, try_with_scratch_u8,
+    Shortfall,
 };
 use crate::runtime::par::{Dispatch, Par, StreamSplit};
 
 /// Rows per M > 1 task tile.
 pub(crate) const ROW_TILE: usize = 16;
+/// Rows per M > 1 task tile on the AMX path (a multiple of `AMX_ROWS`): each task unpacks a
+/// group's weights once for this many rows.
+const AMX_ROW_TILE: usize = 256;
 
 #[derive(Clone, Copy)]
 pub(crate) enum Source<'a> {
@@ -136,8 +144,11 @@ fn run_fast(
         let split = StreamSplit::new(g_count, group_weight_bytes(&p), par.lanes());
         let col_chunks = split.chunks();
         let dst = DisjointOut::new(out);
+        let gemm = kernels.gemm(p.accuracy_level, m);
         let ctx = Ctx {
             tile,
+            gemm,
+            amx_tail_min: kernels.amx_tail_min,
             prep,
             p: &p,
             bias,
@@ -146,10 +157,15 @@ fn run_fast(
         };
         match src {
             Source::Packed(pk) => {
-                let row_tiles = if m == 1 { 1 } else { m.div_ceil(ROW_TILE) };
+                let row_tile = if gemm.is_some() {
+                    AMX_ROW_TILE
+                } else {
+                    ROW_TILE
+                };
+                let row_tiles = if m == 1 { 1 } else { m.div_ceil(row_tile) };
                 let body = |ci: usize| {
                     let (rt, cc) = (ci / col_chunks, ci % col_chunks);
-                    let rows = rt * ROW_TILE..((rt + 1) * ROW_TILE).min(m);
+                    let rows = rt * row_tile..((rt + 1) * row_tile).min(m);
                     for g in split.range(cc) {
                         ctx.group(&pk.group(g), g, rows.clone());
                     }
@@ -216,6 +232,10 @@ fn run_fast(
 
 struct Ctx<'a, 'o> {
     tile: TileFn,
+    /// The whole-group GEMM (AMX) when this call takes it.
+    gemm: Option<GemmFn>,
+    /// A last partial AMX row tile shorter than this goes to `tile`.
+    amx_tail_min: usize,
     prep: &'a PreparedA,
     p: &'a NBitsParams,
     bias: Option<&'a [f32]>,
@@ -224,26 +244,56 @@ struct Ctx<'a, 'o> {
 }
 
 impl Ctx<'_, '_> {
-    /// Computes column group `g` for `rows` (which start at a multiple of `MR`) and writes it.
+    /// Computes column group `g` for `rows` (which start at a multiple of `MR`, and of
+    /// `AMX_ROWS` on the AMX path) and writes it.
     fn group(&self, view: &GroupView, g: usize, rows: std::ops::Range<usize>) {
         debug_assert!(rows.start.is_multiple_of(MR) && rows.end <= self.m);
         let cols = g * NR..((g + 1) * NR).min(self.p.n);
-        let mut res = [[0f32; NR]; MR];
-        let mut vals = [0f32; NR];
         let mut r0 = rows.start;
+        if let Some(gemm) = self.gemm {
+            // Whole AMX row tiles, and a last partial one unless it is short (then the tile
+            // kernel below takes it).
+            let tail = rows.len() % AMX_ROWS;
+            let end = if tail >= self.amx_tail_min {
+                rows.end
+            } else {
+                rows.end - tail
+            };
+            let kp = view.k_blocks * view.block_size;
+            let done = (end > r0)
+                .then(|| {
+                    try_with_scratch_i32(amx_scratch_len(kp), |panel| {
+                        let mut emit =
+                            |r: usize, res: &[f32; NR]| self.write_row(r, cols.clone(), res);
+                        gemm(view, self.prep, r0..end, panel, &mut emit)
+                    })
+                })
+                .flatten();
+            // Without a panel the tile kernel below gives the same (bit-identical) answers.
+            if done.is_some() {
+                r0 = end;
+            }
+        }
+        let mut res = [[0f32; NR]; MR];
         while r0 < rows.end {
             let nr = (rows.end - r0).min(MR);
             (self.tile)(view, self.prep, r0, nr, &mut res);
             for (ri, row) in res.iter().enumerate().take(nr) {
-                let v = &mut vals[..cols.len()];
-                for (i, c) in cols.clone().enumerate() {
-                    v[i] = row[i] + self.bias.map_or(0.0, |b| b[c]);
-                }
-                // SAFETY: (row r0 + ri, columns of group g) belongs to exactly one chunk: chunks
-                // partition (row tile x group range), so no other writer touches this range.
-                unsafe { self.dst.write((r0 + ri) * self.p.n + cols.start, v) };
+                self.write_row(r0 + ri, cols.clone(), row);
             }
             r0 += nr;
         }
+    }
+
+    /// Writes `row` (+ bias) to output row `r`, columns `cols` (of one group, `<= NR`).
+    fn write_row(&self, r: usize, cols: std::ops::Range<usize>, row: &[f32; NR]) {
+        let mut vals = [0f32; NR];
+        let v = &mut vals[..cols.len()];
+        for (i, c) in cols.clone().enumerate() {
+            v[i] = row[i] + self.bias.map_or(0.0, |b| b[c]);
+        }
+        // SAFETY: (row r, columns of group g) belongs to exactly one chunk: chunks partition
+        // (row tile x group range), so no other writer touches this range.
+        unsafe { self.dst.write(r * self.p.n + cols.start, v) };
     }
 }

@@ -7,6 +7,9 @@
 //!   quantiser is per ISA, `quant_avx512` for AVX-512, bit-identical to the scalar one).
 //! * `tile_*`: one tile kernel per ISA and accuracy; the same kernel serves M = 1 (GEMV, one
 //!   row per call) and M > 1 (GEMM, up to [`MR`] rows per call, sharing each unpacked weight).
+//! * `tile_amx`: the AMX int8 GEMM (accuracy level 4 from [`dispatch::AMX_MIN_M`] rows, where
+//!   the CPU and the OS allow AMX): a whole column group for all rows of a call, the group's
+//!   weights unpacked once into a B-tile panel; bit-identical to the VNNI tile.
 //! * [`prefetch`]: the software prefetch distance of the AVX-512 kernels' weight stream.
 //! * [`dispatch`]: the per-process kernel table and ledger names.
 //! * `driver`: chunking over `Par` and the unpacked fallback.
@@ -26,6 +29,8 @@ pub mod prepare_a;
 #[cfg(target_arch = "x86_64")]
 mod quant_avx512;
 pub mod reference;
+#[cfg(target_arch = "x86_64")]
+mod tile_amx;
 #[cfg(target_arch = "x86_64")]
 mod tile_avx2;
 #[cfg(target_arch = "x86_64")]

@@ -9,7 +9,7 @@
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::dispatch::Kernels;
+use super::dispatch::{Kernels, AMX_ROWS};
 use super::params::NBitsParams;
 use crate::memory::Grant;
 
@@ -53,19 +53,22 @@ impl PreparedA {
     fn new_with(quant: &QuantRow, a: &[f32], m: usize, p: &NBitsParams) -> PreparedA {
         // Tests and diagnostics only (kernels go through `with_prepared`, which is fallible).
         let mut out = PreparedA::default();
-        if let Err(bytes) = out.refill(quant, a, m, p) {
+        if let Err(bytes) = out.refill(quant, a, m, m, p) {
             panic!("PreparedA: cannot allocate {bytes} bytes");
         }
         out
     }
 
     /// Re-prepares in place, reusing the buffers' capacity (no allocation when they are big
-    /// enough). Padding is zeroed again on every call. `Err(bytes)` when a buffer cannot grow.
+    /// enough). Padding is zeroed again on every call; on the int8 path the rows `m..rows` are
+    /// zero rows (with zero scales and sums) for kernels that read whole row tiles (AMX).
+    /// `Err(bytes)` when a buffer cannot grow.
     fn refill(
         &mut self,
         quant: &QuantRow,
         a: &[f32],
         m: usize,
+        rows: usize,
         p: &NBitsParams,
     ) -> Result<(), usize> {
         fn reset<T: Copy + Default>(v: &mut Vec<T>, n: usize) -> Result<(), usize> {
@@ -78,8 +81,10 @@ impl PreparedA {
         let (kb, bs) = (p.k_blocks(), p.block_size);
         let kp = kb * bs;
         (self.kp, self.kb) = (kp, kb);
-        let (int8, f32_rows) = if p.int8_compute() { (m, 0) } else { (0, m) };
-        // m * kp <= m * (k + block_size): bounded by A, which exists.
+        debug_assert!(rows >= m);
+        let (int8, f32_rows) = if p.int8_compute() { (rows, 0) } else { (0, m) };
+        // m * kp <= m * (k + block_size): bounded by A, which exists; `rows` adds fewer than
+        // `AMX_ROWS` rows to that.
         reset(&mut self.q, int8 * kp)?;
         reset(&mut self.qscale, int8 * kb)?;
         reset(&mut self.qsum, int8 * kb)?;
@@ -153,7 +158,13 @@ pub fn with_prepared<R>(
         None => (PreparedA::default(), None),
     };
     let before = prep.held_bytes();
-    if let Err(bytes) = prep.refill(&quant, a, m, p) {
+    // The AMX GEMM reads whole row tiles: zero rows up to the next multiple of `AMX_ROWS`.
+    let rows = if kernels.gemm(p.accuracy_level, m).is_some() {
+        m.next_multiple_of(AMX_ROWS)
+    } else {
+        m
+    };
+    if let Err(bytes) = prep.refill(&quant, a, m, rows, p) {
         // The grant (if any) and the partly grown buffers are released here.
         return Err(crate::memory::scratch_error(bytes));
     }

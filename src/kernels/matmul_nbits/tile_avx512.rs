@@ -117,7 +117,7 @@ unsafe fn chunk(g: &GroupView, k0: usize) -> __m512i {
 /// 16 + i; 0x88 when absent).
 #[inline]
 #[target_feature(enable = "avx512f")]
-fn zero_point_bytes(g: &GroupView, kb: usize) -> __m512i {
+pub(super) fn zero_point_bytes(g: &GroupView, kb: usize) -> __m512i {
     match g.zps {
         Some(z) => {
             let z = &z[kb * LANES..(kb + 1) * LANES];
@@ -143,7 +143,7 @@ fn zero_point_halves(g: &GroupView, kb: usize) -> [__m512i; 2] {
 /// f16 widened exactly with `vcvtph2ps`.
 #[inline]
 #[target_feature(enable = "avx512f")]
-fn scales<const F16: bool>(s32: &[f32], s16: &[u16], kb: usize) -> [__m512; 2] {
+pub(super) fn scales<const F16: bool>(s32: &[f32], s16: &[u16], kb: usize) -> [__m512; 2] {
     if F16 {
         let s = &s16[kb * NR..kb * NR + NR];
         // SAFETY: `s` is exactly 32 readable u16 (two 32-byte halves).
