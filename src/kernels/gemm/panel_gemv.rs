@@ -12,9 +12,9 @@
 use super::gemv::PAR_MIN_WORK;
 use super::packed::{pack_panel, PackedB};
 use super::tiles::TileGrid;
-use super::{write_vec, GemmKernels, Op};
+use super::{write_vec, GemmKernels, Op, Sgemm};
 use crate::memory::scratch::{try_with_scratch_f32, Shortfall};
-use crate::runtime::par::{stream_units_per_chunk, Dispatch, Par};
+use crate::runtime::par::{stream_units_per_chunk, Dispatch};
 
 /// Widest panel of any table (AVX-512: 32).
 const MAX_NR: usize = 32;
@@ -27,20 +27,17 @@ pub(super) enum PanelSrc<'a> {
 }
 
 /// `c[j] = alpha * sum_p x[p * incx] op(B)(p, j) + beta * c[j]` for `j < n`, `p < k`
-/// (`beta == 0` ignores c's old contents). `x` holds `k` values `incx` apart; `c` is one row.
-#[allow(clippy::too_many_arguments)]
+/// (`beta == 0` ignores c's old contents), where x is op(A)'s only row (`call.m == 1`): A
+/// itself, or one column of a transposed A (`incx = lda`). `c` is that one row of C.
 pub(super) fn gemv(
     kern: &GemmKernels,
-    k: usize,
-    n: usize,
-    x: &[f32],
-    incx: usize,
+    call: &Sgemm<'_>,
     src: PanelSrc<'_>,
-    alpha: f32,
-    beta: f32,
     c: &mut [f32],
-    par: &dyn Par,
 ) -> Result<(), String> {
+    let (k, n, alpha, beta, par) = (call.k, call.n, call.alpha, call.beta, call.par);
+    let x = call.a.data;
+    let incx = if call.a.trans { call.a.ld } else { 1 };
     let nr = kern.nr;
     debug_assert!(nr <= MAX_NR);
     let panels = n.div_ceil(nr);
