@@ -12,7 +12,7 @@ use super::nonfinite::{self, RowFix};
 use super::pack::{
     group_weight_bytes, group_zp_bytes, groups, pack_group, GroupView, PackedNBits, Scales, NR,
 };
-use super::params::NBitsParams;
+use super::params::{NBitsParams, NBitsWeight};
 use super::prepare_a::{with_prepared, PreparedA};
 use super::MR;
 use crate::kernels::disjoint::DisjointOut;
@@ -27,12 +27,7 @@ pub(crate) const ROW_TILE: usize = 16;
 #[derive(Clone, Copy)]
 pub(crate) enum Source<'a> {
     Packed(&'a PackedNBits),
-    Unpacked {
-        b: &'a [u8],
-        scales: &'a [f32],
-        zero_points: Option<&'a [u8]>,
-        p: &'a NBitsParams,
-    },
+    Unpacked(NBitsWeight<'a>),
 }
 
 pub(crate) fn run(
@@ -47,7 +42,7 @@ pub(crate) fn run(
     let name = run_fast(kernels, a, m, src, bias, out, par)?;
     let p = match &src {
         Source::Packed(pk) => pk.params,
-        Source::Unpacked { p, .. } => **p,
+        Source::Unpacked(w) => *w.p,
     };
     // Rows with NaN / infinities: ORT's answers (see `nonfinite`).
     let fixes = match nonfinite::scan(a, m, &p) {
@@ -79,7 +74,7 @@ pub(crate) fn run(
     let scale_max = match &src {
         Source::Packed(pk) => Some(pk.scale_max),
         // Rarely used (packing declined): keep the full output scan.
-        Source::Unpacked { .. } => None,
+        Source::Unpacked(_) => None,
     };
     nonfinite::rescale_overflowed_rows(a, m, &p, scale_max, bias, out, &gemm)?;
     Ok(name)
@@ -97,7 +92,7 @@ fn run_fast(
 ) -> Result<&'static str, String> {
     let p = match &src {
         Source::Packed(pk) => pk.params,
-        Source::Unpacked { p, .. } => **p,
+        Source::Unpacked(w) => *w.p,
     };
     let name = kernels.variant_name(p.accuracy_level, m);
     if m == 0 {
@@ -160,12 +155,8 @@ fn run_fast(
                     par.chunks(Dispatch::Task, row_tiles * col_chunks, &body);
                 }
             }
-            Source::Unpacked {
-                b,
-                scales,
-                zero_points,
-                p,
-            } => {
+            Source::Unpacked(weight) => {
+                let (p, zero_points) = (weight.p, weight.zero_points);
                 let kbs = p.k_blocks();
                 let (wb, zb) = (
                     group_weight_bytes(p),
@@ -185,8 +176,7 @@ fn run_fast(
                                 let mut z = zero_points.map(|_| z);
                                 for g in split.range(cc) {
                                     let zm = z.as_deref_mut();
-                                    let half =
-                                        pack_group(b, scales, zero_points, p, g, w, s, h, zm);
+                                    let half = pack_group(&weight, g, w, s, h, zm);
                                     let view = GroupView {
                                         w,
                                         scales: if half { Scales::F16(h) } else { Scales::F32(s) },
