@@ -14,6 +14,7 @@ use crate::memory::scratch::{try_with_scratch_f32, Shortfall};
 use super::packed::PackedB;
 use super::tiles::{Tile, TileGrid};
 use super::{GemmKernels, Op, Sgemm};
+use crate::kernels::simd::Level;
 use crate::runtime::par::Dispatch;
 
 /// K slice per packed panel.
@@ -40,15 +41,17 @@ pub(super) enum BSrc<'a> {
 
 /// Full blocked `C = alpha * op(A) op(B) + beta * C` for m, n > 0 (k may be 0). `Err` when a
 /// packing scratch buffer cannot be allocated (C is then partly written).
+/// `lv` is the table's level, minted once for the call and handed to every micro-kernel call.
 pub(super) fn gemm(
     kern: &GemmKernels,
+    lv: Level,
     call: &Sgemm<'_>,
     b: BSrc<'_>,
     c: &mut [f32],
 ) -> Result<(), String> {
     match b {
-        BSrc::Strided(b) => gemm_strided(kern, call, b, c),
-        BSrc::Packed(b) => super::driver_packed::gemm(kern, call, b, c),
+        BSrc::Strided(b) => gemm_strided(kern, lv, call, b, c),
+        BSrc::Packed(b) => super::driver_packed::gemm(kern, lv, call, b, c),
     }
 }
 
@@ -76,6 +79,7 @@ pub(super) fn tile_sizes(g: Geometry, mr: usize, nr: usize, lanes: usize) -> (us
 /// [`gemm`] with B packed per task from its strided storage.
 fn gemm_strided(
     kern: &GemmKernels,
+    lv: Level,
     call: &Sgemm<'_>,
     b: Op<'_>,
     c: &mut [f32],
@@ -120,7 +124,7 @@ fn gemm_strided(
                                 apack.chunks(kc * mr).take(mc.div_ceil(mr)).enumerate()
                             {
                                 let nrows = mr.min(mc - ip * mr);
-                                (kern.ukernel)(kc, apanel, bpanel, acc);
+                                (kern.ukernel)(lv, kc, apanel, bpanel, acc);
                                 let at = (ic + ip * mr, jc + jp * nr);
                                 add_tile(&mut tile, at, nrows, ncols, acc, nr, alpha);
                             }

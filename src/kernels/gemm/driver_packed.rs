@@ -12,6 +12,7 @@ use super::driver::{add_tile, pack_a, scale_c, tile_sizes, Geometry, KC, MC, NC}
 use super::packed::PackedB;
 use super::tiles::TileGrid;
 use super::{GemmKernels, Sgemm};
+use crate::kernels::simd::Level;
 use crate::memory::scratch::{scratch_error, try_with_scratch_f32};
 use crate::runtime::par::Dispatch;
 
@@ -24,6 +25,7 @@ const MAX_TILE: usize = 256;
 /// `C = alpha * op(A) B + beta * C` for a `B` packed with this table's `NR`; `m, n > 0`.
 pub(super) fn gemm(
     kern: &GemmKernels,
+    lv: Level,
     call: &Sgemm<'_>,
     b: &PackedB,
     c: &mut [f32],
@@ -75,7 +77,7 @@ pub(super) fn gemm(
                                 for ip in 0..mc.div_ceil(mr) {
                                     let panel = (r0 + ic) / mr + ip;
                                     let apanel = &aslice[panel * kc * mr..][..kc * mr];
-                                    (kern.ukernel)(kc, apanel, bpanel, &mut acc);
+                                    (kern.ukernel)(lv, kc, apanel, bpanel, &mut acc);
                                     let (nrows, at) =
                                         (mr.min(mc - ip * mr), (ic + ip * mr, jc + jp * nr));
                                     add_tile(&mut tile, at, nrows, ncols, &acc, nr, alpha);

@@ -34,6 +34,7 @@ pub use weights::{pack_weight, pack_weight_with, try_pack_weight, weight_panel_w
 
 use crate::kernels::isa::Isa;
 use crate::kernels::shape::matmul_shapes;
+use crate::kernels::simd::Level;
 use crate::runtime::par::{Dispatch, Par, Serial};
 use driver::BSrc;
 use gemv::Form;
@@ -42,11 +43,12 @@ use std::sync::LazyLock;
 use crate::memory::scratch::{scratch_error, try_with_scratch_f32};
 use parking_lot::Mutex;
 
-type UkernelFn = fn(usize, &[f32], &[f32], &mut [f32]);
-type DotFn = fn(&[f32], &[f32]) -> f32;
-type AxpyFn = fn(f32, &[f32], &mut [f32]);
-/// `(k, x, incx, panel, ld, w, y)`: see `scalar::panel_gemv` for the contract.
-type PanelGemvFn = fn(usize, &[f32], usize, &[f32], usize, usize, &mut [f32]);
+// Every entry takes the level its caller minted for the call ([`Level`], `kernels/simd.rs`).
+type UkernelFn = fn(Level, usize, &[f32], &[f32], &mut [f32]);
+type DotFn = fn(Level, &[f32], &[f32]) -> f32;
+type AxpyFn = fn(Level, f32, &[f32], &mut [f32]);
+/// `(level, k, x, incx, panel, ld, w, y)`: see `scalar::panel_gemv` for the contract.
+type PanelGemvFn = fn(Level, usize, &[f32], usize, &[f32], usize, usize, &mut [f32]);
 
 /// One ISA variant of the GEMM family.
 pub(crate) struct GemmKernels {
@@ -61,6 +63,11 @@ pub(crate) struct GemmKernels {
 }
 
 impl GemmKernels {
+    /// The proof this table's level may run, minted once per call and handed to its entries.
+    fn level(&self) -> Result<Level, String> {
+        Level::require(self.isa)
+    }
+
     fn route(&self, path: GemmPath) -> GemmRoute {
         GemmRoute {
             isa: self.isa,
@@ -73,10 +80,10 @@ const SCALAR: GemmKernels = GemmKernels {
     isa: Isa::Scalar,
     mr: scalar::MR,
     nr: scalar::NR,
-    ukernel: scalar::ukernel,
-    dot: scalar::dot,
-    axpy: scalar::axpy,
-    panel_gemv: scalar::panel_gemv,
+    ukernel: scalar::ukernel_entry,
+    dot: scalar::dot_entry,
+    axpy: scalar::axpy_entry,
+    panel_gemv: scalar::panel_gemv_entry,
 };
 
 #[cfg(target_arch = "x86_64")]
@@ -163,8 +170,9 @@ fn run(
     if m == 0 || n == 0 {
         return Ok(kern.route(GemmPath::Empty));
     }
+    let lv = kern.level()?;
     if k == 0 {
-        driver::gemm(kern, call, BSrc::Strided(b), c)?;
+        driver::gemm(kern, lv, call, BSrc::Strided(b), c)?;
         return Ok(kern.route(GemmPath::K0Scale));
     }
     // GEMV: x and y live in the lane's parked scratch (no allocation per call once warm).
@@ -187,7 +195,7 @@ fn run(
                     ld: b.ld,
                 }
             };
-            gemv::gemv(kern, form, x, y, call.par);
+            gemv::gemv(kern, lv, form, x, y, call.par);
             write_vec(y, c, 1, alpha, beta);
             kern.route(GemmPath::GemvM1)
         })
@@ -212,13 +220,13 @@ fn run(
                     ld: a.ld,
                 }
             };
-            gemv::gemv(kern, form, x, y, call.par);
+            gemv::gemv(kern, lv, form, x, y, call.par);
             write_vec(y, c, call.ldc, alpha, beta);
             kern.route(GemmPath::GemvN1)
         })
         .ok_or_else(|| scratch_error((k + m) * 4));
     }
-    driver::gemm(kern, call, BSrc::Strided(b), c)?;
+    driver::gemm(kern, lv, call, BSrc::Strided(b), c)?;
     Ok(kern.route(GemmPath::Gemm))
 }
 

@@ -13,6 +13,7 @@ use super::gemv::PAR_MIN_WORK;
 use super::packed::{pack_panel, PackedB};
 use super::tiles::TileGrid;
 use super::{write_vec, GemmKernels, Op, Sgemm};
+use crate::kernels::simd::Level;
 use crate::memory::scratch::{try_with_scratch_f32, Shortfall};
 use crate::runtime::par::{stream_units_per_chunk, Dispatch};
 
@@ -31,6 +32,7 @@ pub(super) enum PanelSrc<'a> {
 /// itself, or one column of a transposed A (`incx = lda`). `c` is that one row of C.
 pub(super) fn gemv(
     kern: &GemmKernels,
+    lv: Level,
     call: &Sgemm<'_>,
     src: PanelSrc<'_>,
     c: &mut [f32],
@@ -53,16 +55,18 @@ pub(super) fn gemv(
             let (j0, w) = (q * nr, o.len());
             let y = &mut y[..w];
             match src {
-                PanelSrc::Packed(p) => (kern.panel_gemv)(k, x, incx, p.panel(q, 0, k), nr, w, y),
+                PanelSrc::Packed(p) => {
+                    (kern.panel_gemv)(lv, k, x, incx, p.panel(q, 0, k), nr, w, y)
+                }
                 PanelSrc::Strided(b) if !b.trans => {
-                    (kern.panel_gemv)(k, x, incx, &b.data[j0..], b.ld, w, y)
+                    (kern.panel_gemv)(lv, k, x, incx, &b.data[j0..], b.ld, w, y)
                 }
                 // Columns of op(B) are rows of B: gather the panel first (contents on entry do
                 // not matter, pack_panel writes all k * nr values).
                 PanelSrc::Strided(b) => {
                     let done = try_with_scratch_f32(k * nr, |buf| {
                         pack_panel(b, k, j0, w, nr, buf);
-                        (kern.panel_gemv)(k, x, incx, buf, nr, w, y)
+                        (kern.panel_gemv)(lv, k, x, incx, buf, nr, w, y)
                     });
                     if short.note(done, k * nr * 4).is_none() {
                         return;

@@ -142,14 +142,15 @@ fn run(
     if m == 0 || n == 0 {
         return Ok(kern.route(GemmPath::Empty));
     }
+    let lv = kern.level()?;
     if k == 0 {
-        driver::gemm(kern, call, bsrc, c)?;
+        driver::gemm(kern, lv, call, bsrc, c)?;
         return Ok(kern.route(GemmPath::K0Scale));
     }
     if m == 1 {
-        panel_gemv::gemv(kern, call, psrc, &mut c[..n])?;
+        panel_gemv::gemv(kern, lv, call, psrc, &mut c[..n])?;
         return Ok(kern.route(GemmPath::WeightGemvM1(form)));
     }
-    driver::gemm(kern, call, bsrc, c)?;
+    driver::gemm(kern, lv, call, bsrc, c)?;
     Ok(kern.route(GemmPath::WeightGemm(form)))
 }

@@ -6,11 +6,13 @@ use super::pack::{GroupView, NR};
 use super::prepare_a::{quantize_row_scalar, PreparedA, QuantRowFn};
 use super::{tile_scalar, MR};
 use crate::kernels::isa::{Isa, IsaTables};
+use crate::kernels::simd::{plain_entry, Level};
 
 /// A tile kernel: rows `r0..r0 + nr` (`nr <= MR`) of prepared A against one column group,
 /// results (without bias) into `res[0..nr]`. A SIMD entry runs its kernel only under its level's
 /// token (`kernels/simd.rs`), so calling one is safe on any CPU.
-pub(crate) type TileFn = fn(&GroupView, &PreparedA, usize, usize, &mut [[f32; NR]; MR]);
+/// The leading [`Level`] is the one the driver minted for the call (`kernels/simd.rs`).
+pub(crate) type TileFn = fn(Level, &GroupView, &PreparedA, usize, usize, &mut [[f32; NR]; MR]);
 
 /// The kernels of one ISA level.
 pub struct Kernels {
@@ -68,11 +70,21 @@ mod entries {
     ) = Avx512 => quant_avx512::quantize_row);
 }
 
+plain_entry!(fn f32_scalar(
+    g: &GroupView, a: &PreparedA, r0: usize, nr: usize, res: &mut [[f32; NR]; MR],
+) => tile_scalar::tile_f32);
+plain_entry!(fn i8_scalar(
+    g: &GroupView, a: &PreparedA, r0: usize, nr: usize, res: &mut [[f32; NR]; MR],
+) => tile_scalar::tile_i8);
+plain_entry!(fn quant_scalar(
+    row: &[f32], bs: usize, q: &mut [i8], qscale: &mut [f32], qsum: &mut [i32],
+) => quantize_row_scalar);
+
 const SCALAR: Kernels = Kernels {
     isa: Isa::Scalar,
-    f32_tile: tile_scalar::tile_f32,
-    i8_tile: tile_scalar::tile_i8,
-    quant_row: quantize_row_scalar,
+    f32_tile: f32_scalar,
+    i8_tile: i8_scalar,
+    quant_row: quant_scalar,
     names: names!("scalar"),
 };
 
@@ -81,7 +93,7 @@ const AVX2: Kernels = Kernels {
     isa: Isa::Avx2,
     f32_tile: entries::f32_avx2,
     i8_tile: entries::i8_avx2,
-    quant_row: quantize_row_scalar,
+    quant_row: quant_scalar,
     names: names!("avx2"),
 };
 

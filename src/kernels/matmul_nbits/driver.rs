@@ -16,6 +16,7 @@ use super::params::{NBitsParams, NBitsWeight};
 use super::prepare_a::{with_prepared, PreparedA};
 use super::MR;
 use crate::kernels::disjoint::DisjointOut;
+use crate::kernels::simd::Level;
 use crate::memory::scratch::{
     try_with_scratch_f32, try_with_scratch_u16, try_with_scratch_u8, Shortfall,
 };
@@ -120,6 +121,8 @@ fn run_fast(
             p.n
         );
     }
+    // The kernels' level, minted once for the call and handed to every tile call.
+    let lv = Level::require(kernels.isa)?;
     // A is prepared once per call into this thread's parked buffers (no allocation when warm).
     with_prepared(kernels, a, m, &p, |prep| {
         let tile = if p.int8_compute() {
@@ -133,6 +136,7 @@ fn run_fast(
         let dst = DisjointOut::new(out);
         let ctx = Ctx {
             tile,
+            lv,
             prep,
             p: &p,
             bias,
@@ -206,6 +210,7 @@ fn run_fast(
 
 struct Ctx<'a, 'o> {
     tile: TileFn,
+    lv: Level,
     prep: &'a PreparedA,
     p: &'a NBitsParams,
     bias: Option<&'a [f32]>,
@@ -223,7 +228,7 @@ impl Ctx<'_, '_> {
         let mut r0 = rows.start;
         while r0 < rows.end {
             let nr = (rows.end - r0).min(MR);
-            (self.tile)(view, self.prep, r0, nr, &mut res);
+            (self.tile)(self.lv, view, self.prep, r0, nr, &mut res);
             for (ri, row) in res.iter().enumerate().take(nr) {
                 let v = &mut vals[..cols.len()];
                 for (i, c) in cols.clone().enumerate() {
