@@ -80,7 +80,19 @@ fuzz_target!(|data: &[u8]| {
     let mut y1 = vec![f32::NAN; m * p.n];
     let mut y2 = vec![f32::NAN; m * p.n];
     matmul_packed(&a, m, &packed, None, &mut y1, &Serial).unwrap();
-    matmul_unpacked(&a, m, &NBitsWeight { b: &b, scales: &scales, zero_points: zp.as_deref(), p: &p }, None, &mut y2, &Serial)
+    matmul_unpacked(
+        &a,
+        m,
+        &NBitsWeight {
+            b: &b,
+            scales: &scales,
+            zero_points: zp.as_deref(),
+            p: &p,
+        },
+        None,
+        &mut y2,
+        &Serial,
+    )
     .unwrap();
     assert!(y1.iter().zip(&y2).all(|(x, y)| x.to_bits() == y.to_bits()));
 });

@@ -37,8 +37,8 @@ macro_rules! names {
     };
 }
 
-/// The table entries: each mints its level's token and runs the kernel under it. Every feature a
-/// kernel enables is one of its token's level (AVX2 level: "avx2,fma,f16c"; AVX-512 level:
+/// The table entries: each takes its level's token from the caller's Level and runs the kernel
+/// under it. Every feature a kernel enables is one of its token's level (AVX2 level: "avx2,fma,f16c"; AVX-512 level:
 /// F/BW/DQ/VL + FMA; VNNI level: those + VNNI), and the kernels check everything else they
 /// index (their `assert!`s on the view's and prepared A's lengths, slice indexing for zero
 /// points and scales of A, `nr` matched against 1..=MR), so features are their only unchecked
