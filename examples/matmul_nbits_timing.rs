@@ -10,7 +10,7 @@
 mod timing;
 
 use rcpu::kernels::matmul_nbits::{
-    matmul_packed_with, matmul_unpacked_with, pack, pack_threads, Kernels, NBitsParams,
+    matmul_packed_with, matmul_unpacked_with, pack, pack_threads, Kernels, NBitsParams, NBitsWeight,
 };
 use rcpu::runtime::par::Serial;
 use timing::best_secs;
@@ -88,10 +88,12 @@ fn main() {
                     kern,
                     &a[..k],
                     1,
-                    &b,
-                    &scales,
-                    Some(&zp),
-                    &p,
+                    &NBitsWeight {
+                        b: &b,
+                        scales: &scales,
+                        zero_points: Some(&zp),
+                        p: &p,
+                    },
                     None,
                     &mut out[..n],
                     &Serial,

@@ -3,7 +3,7 @@
 //!
 //! `cargo run --release -p rcpu --example sgemm_timing [n iters]` (default 512 15)
 //!
-//! Each variant the machine supports (called explicitly through `sgemm_with`) multiplies two
+//! Each variant the machine supports (called explicitly through `Sgemm::run_with`) multiplies two
 //! n x n matrices; prints the best-of-`iters` wall GFLOP/s and its ratio to the scalar variant.
 
 #[path = "../tests/common/nbits.rs"]
@@ -12,9 +12,8 @@ mod nbits_common;
 mod timing;
 
 use nbits_common::Rng;
-use rcpu::kernels::gemm::sgemm_with;
+use rcpu::kernels::gemm::{Op, Sgemm};
 use rcpu::kernels::isa::Isa;
-use rcpu::runtime::par::Serial;
 
 fn main() {
     let args: Vec<usize> = std::env::args()
@@ -32,11 +31,12 @@ fn main() {
     let flop = 2.0 * (n * n * n) as f64;
     let mut scalar = None;
     for isa in [Isa::Scalar, Isa::Avx2, Isa::Avx512] {
-        let mut call = || {
-            sgemm_with(
-                isa, false, false, n, n, n, 1.0, &a, n, &b, n, 0.0, &mut c, n, &Serial,
-            )
+        let bop = Op {
+            data: &b,
+            ld: n,
+            trans: false,
         };
+        let mut call = || Sgemm::new(n, n, n, &a).run_with(isa, bop, &mut c);
         if call().is_err() {
             println!("{isa:?}: not supported here");
             continue;

@@ -5,9 +5,10 @@
 //! error well inside that). beta == 0 runs with a NaN-filled C; padding columns of C
 //! (between n and ldc) must stay untouched.
 
-use rcpu::kernels::gemm::{sgemm, sgemm_with};
+use rcpu::kernels::gemm::{BForm, GemmPath, GemmRoute, Op, Sgemm};
 use rcpu::kernels::isa::Isa;
 use rcpu::runtime::par::{Par, ScopedThreads, Serial};
+use rcpu::telemetry::ledger::Variant;
 
 #[path = "common/rng.rs"]
 mod rng;
@@ -27,7 +28,7 @@ struct Case {
     extra_ld: usize,
 }
 
-/// Runs one case on `isa` (skipped when unsupported) and checks it; returns the variant name.
+/// Runs one case on `isa` (skipped when unsupported) and checks it; returns the route's text.
 fn check(isa: Isa, c: &Case, par: &dyn Par, seed: u64) -> Option<&'static str> {
     let Case {
         ta,
@@ -56,12 +57,22 @@ fn check(isa: Isa, c: &Case, par: &dyn Par, seed: u64) -> Option<&'static str> {
     let c0 = cm.clone();
     let av = |i: usize, p: usize| if ta { a[p * lda + i] } else { a[i * lda + p] } as f64;
     let bv = |p: usize, j: usize| if tb { b[j * ldb + p] } else { b[p * ldb + j] } as f64;
-    let name = match sgemm_with(
-        isa, ta, tb, m, n, k, alpha, &a, lda, &b, ldb, beta, &mut cm, ldc, par,
-    ) {
-        Ok(name) => name,
+    let call = Sgemm::new(m, n, k, &a)
+        .lda(lda, ta)
+        .alpha(alpha)
+        .beta(beta)
+        .ldc(ldc)
+        .par(par);
+    let bop = Op {
+        data: &b,
+        ld: ldb,
+        trans: tb,
+    };
+    let route = match call.run_with(isa, bop, &mut cm) {
+        Ok(route) => route,
         Err(_) => return None,
     };
+    let name = route.text();
     for i in 0..m {
         for j in 0..n {
             let (mut s, mut mag) = (0.0f64, 0.0f64);
@@ -91,18 +102,19 @@ fn check(isa: Isa, c: &Case, par: &dyn Par, seed: u64) -> Option<&'static str> {
         );
     }
     let expect = if m == 0 || n == 0 {
-        "empty"
+        GemmPath::Empty
     } else if k == 0 {
-        "k0-scale"
+        GemmPath::K0Scale
     } else if m == 1 {
-        "gemv-m1"
+        GemmPath::GemvM1
     } else if n == 1 {
-        "gemv-n1"
+        GemmPath::GemvN1
     } else {
-        "gemm"
+        GemmPath::Gemm
     };
-    assert!(
-        name.starts_with(isa.name()) && name.contains(expect),
+    assert_eq!(
+        route,
+        GemmRoute { isa, path: expect },
         "{name} for {isa:?}, m={m} n={n} k={k}"
     );
     Some(name)
@@ -247,27 +259,75 @@ fn parallel_grid_and_gemv_chunks() {
 fn dispatched_matches_process_isa() {
     let (m, n, k) = (5, 6, 7);
     let mut c = vec![0.0; m * n];
-    let name = sgemm(
-        false,
-        false,
-        m,
-        n,
-        k,
-        1.0,
-        &vec![1.0; m * k],
-        k,
-        &vec![1.0; k * n],
-        n,
-        0.0,
-        &mut c,
-        n,
-        &Serial,
-    )
-    .unwrap();
+    let (a, b) = (vec![1.0; m * k], vec![1.0; k * n]);
+    let bop = Op {
+        data: &b,
+        ld: n,
+        trans: false,
+    };
+    let route = Sgemm::new(m, n, k, &a).run(bop, &mut c).unwrap();
     let isa = match Isa::get() {
         Isa::Avx512Vnni => Isa::Avx512,
         i => i,
     };
-    assert!(name.starts_with(isa.name()), "{name}");
+    assert_eq!(route.isa, isa, "{route:?}");
     assert!(c.iter().all(|&v| v == 7.0));
+}
+
+/// The ledger text of every GEMM route: what rcpu-bench and the e2e tests read, byte for byte.
+#[test]
+fn route_texts_are_the_ledger_names() {
+    use GemmPath::*;
+    let paths = [
+        Gemm,
+        GemvM1,
+        GemvN1,
+        Empty,
+        K0Scale,
+        WeightGemm(BForm::Prepacked),
+        WeightGemm(BForm::Unpacked),
+        WeightGemvM1(BForm::Prepacked),
+        WeightGemvM1(BForm::Unpacked),
+    ];
+    let mut got = Vec::new();
+    for isa in [Isa::Scalar, Isa::Avx2, Isa::Avx512] {
+        for path in paths {
+            got.push(GemmRoute { isa, path }.text());
+        }
+    }
+    let want = [
+        "scalar-gemm-8x8",
+        "scalar-gemv-m1",
+        "scalar-gemv-n1",
+        "scalar-empty",
+        "scalar-k0-scale",
+        "scalar-gemm-8x8-prepacked",
+        "scalar-gemm-8x8-unpacked",
+        "scalar-gemv-m1-prepacked",
+        "scalar-gemv-m1-unpacked",
+        "avx2-gemm-6x16",
+        "avx2-gemv-m1",
+        "avx2-gemv-n1",
+        "avx2-empty",
+        "avx2-k0-scale",
+        "avx2-gemm-6x16-prepacked",
+        "avx2-gemm-6x16-unpacked",
+        "avx2-gemv-m1-prepacked",
+        "avx2-gemv-m1-unpacked",
+        "avx512-gemm-8x32",
+        "avx512-gemv-m1",
+        "avx512-gemv-n1",
+        "avx512-empty",
+        "avx512-k0-scale",
+        "avx512-gemm-8x32-prepacked",
+        "avx512-gemm-8x32-unpacked",
+        "avx512-gemv-m1-prepacked",
+        "avx512-gemv-m1-unpacked",
+    ];
+    assert_eq!(got, want);
+    let vnni = GemmRoute {
+        isa: Isa::Avx512Vnni,
+        path: GemvM1,
+    };
+    assert_eq!(vnni.text(), "avx512-gemv-m1");
 }

@@ -1,13 +1,16 @@
-//! Constant-B GEMM (`sgemm_weight`, every ISA variant) against a naive f64 triple loop, and the
+//! Constant-B GEMM (`Sgemm::run_weight`, every ISA variant) against a naive f64 triple loop, and the
 //! prepacked and unpacked forms of one call against each other.
 //!
 //! Tolerance vs the reference: |got - ref| <= 1e-5 * (|alpha| * sum_p |op(A)_ip op(B)_pj| +
 //! |beta C_ij|), as in f32_sgemm. Packed vs unpacked: bit-identical (same kernels, same order
 //! of operations), for every shape, transpose, alpha/beta and lane count.
 
-use rcpu::kernels::gemm::{pack_weight, pack_weight_with, sgemm_weight, sgemm_weight_with, Weight};
+use rcpu::kernels::gemm::{
+    pack_weight, pack_weight_with, BForm, GemmPath, GemmRoute, Sgemm, Weight,
+};
 use rcpu::kernels::isa::Isa;
 use rcpu::runtime::par::{Par, ScopedThreads, Serial};
+use rcpu::telemetry::ledger::Variant;
 
 #[path = "common/rng.rs"]
 mod rng;
@@ -29,8 +32,8 @@ struct Case {
 
 /// Runs `c` on `isa` packed and unpacked (serial and on 3 threads), checks the packed result
 /// against the reference and every other result against the packed one bit for bit. Returns the
-/// packed and unpacked variant names, `None` when the CPU lacks `isa`.
-fn check(isa: Isa, c: Case, seed: u64) -> Option<(&'static str, &'static str)> {
+/// packed and unpacked routes, `None` when the CPU lacks `isa`.
+fn check(isa: Isa, c: Case, seed: u64) -> Option<(GemmRoute, GemmRoute)> {
     let Case {
         ta,
         tb,
@@ -64,17 +67,22 @@ fn check(isa: Isa, c: Case, seed: u64) -> Option<(&'static str, &'static str)> {
     };
     let three = ScopedThreads(3);
     let pars: [&dyn Par; 2] = [&Serial, &three];
-    let mut names = (None, None);
+    let mut routes = (None, None);
     let mut first: Option<Vec<f32>> = None;
     for par in pars {
         for w in [Weight::Packed(&packed), unpacked] {
             let mut cm = c0.clone();
-            let name =
-                sgemm_weight_with(isa, ta, m, n, k, alpha, &a, lda, w, beta, &mut cm, ldc, par)
-                    .unwrap();
+            let call = Sgemm::new(m, n, k, &a)
+                .lda(lda, ta)
+                .alpha(alpha)
+                .beta(beta)
+                .ldc(ldc)
+                .par(par);
+            let route = call.run_weight_with(isa, w, &mut cm).unwrap();
+            let name = route.text();
             match w {
-                Weight::Packed(_) => names.0 = Some(name),
-                Weight::Unpacked { .. } => names.1 = Some(name),
+                Weight::Packed(_) => routes.0 = Some(route),
+                Weight::Unpacked { .. } => routes.1 = Some(route),
             }
             match &first {
                 None => first = Some(cm),
@@ -116,27 +124,21 @@ fn check(isa: Isa, c: Case, seed: u64) -> Option<(&'static str, &'static str)> {
             "{isa:?} {c:?}: C padding written"
         );
     }
-    Some((names.0.unwrap(), names.1.unwrap()))
+    Some((routes.0.unwrap(), routes.1.unwrap()))
 }
 
-fn expect_route(isa: Isa, c: Case, names: (&str, &str)) {
-    let class = if c.m == 0 || c.n == 0 {
-        "empty"
-    } else if c.k == 0 {
-        "k0-scale"
-    } else if c.m == 1 {
-        "gemv-m1"
-    } else {
-        "gemm"
-    };
-    for (name, form) in [(names.0, "prepacked"), (names.1, "unpacked")] {
-        assert!(
-            name.starts_with(isa.name()) && name.contains(class),
-            "{name} for {isa:?} {c:?}"
-        );
-        if class == "gemm" || class == "gemv-m1" {
-            assert!(name.ends_with(form), "{name}: expected the {form} route");
-        }
+fn expect_route(isa: Isa, c: Case, routes: (GemmRoute, GemmRoute)) {
+    for (route, form) in [(routes.0, BForm::Prepacked), (routes.1, BForm::Unpacked)] {
+        let path = if c.m == 0 || c.n == 0 {
+            GemmPath::Empty
+        } else if c.k == 0 {
+            GemmPath::K0Scale
+        } else if c.m == 1 {
+            GemmPath::WeightGemvM1(form)
+        } else {
+            GemmPath::WeightGemm(form)
+        };
+        assert_eq!(route, GemmRoute { isa, path }, "{isa:?} {c:?}");
     }
 }
 
@@ -179,8 +181,8 @@ fn every_isa_matches_reference_and_packed_equals_unpacked() {
                     alpha,
                     beta,
                 };
-                if let Some(names) = check(isa, c, (si * 4 + t) as u64 + 7) {
-                    expect_route(isa, c, names);
+                if let Some(routes) = check(isa, c, (si * 4 + t) as u64 + 7) {
+                    expect_route(isa, c, routes);
                     ran += 1;
                 }
             }
@@ -219,30 +221,20 @@ fn process_kernels_use_the_packed_table() {
     let p = pack_weight(false, k, n, &b, n);
     assert_eq!((p.k(), p.n()), (k, n));
     let (mut c1, mut c2) = (vec![0f32; m * n], vec![0f32; m * n]);
-    let v1 = sgemm_weight(
-        false,
-        m,
-        n,
-        k,
-        1.0,
-        &a,
-        k,
-        Weight::Packed(&p),
-        0.0,
-        &mut c1,
-        n,
-        &Serial,
-    )
-    .unwrap();
+    let call = Sgemm::new(m, n, k, &a);
+    let v1 = call.run_weight(Weight::Packed(&p), &mut c1).unwrap();
     let w = Weight::Unpacked {
         b: &b,
         ldb: n,
         trans: false,
     };
-    let v2 = sgemm_weight(false, m, n, k, 1.0, &a, k, w, 0.0, &mut c2, n, &Serial).unwrap();
-    assert!(
-        v1.ends_with("prepacked") && v2.ends_with("unpacked"),
-        "{v1} {v2}"
+    let v2 = call.run_weight(w, &mut c2).unwrap();
+    assert_eq!(
+        (v1.path, v2.path),
+        (
+            GemmPath::WeightGemm(BForm::Prepacked),
+            GemmPath::WeightGemm(BForm::Unpacked)
+        )
     );
     assert_eq!(c1, c2);
 }
@@ -255,40 +247,12 @@ fn packed_weight_refuses_another_isa_and_shape() {
     let a = vec![1f32; 6];
     if Isa::get() > Isa::Scalar {
         let isa = Isa::get().min(Isa::Avx512);
-        let r = sgemm_weight_with(
-            isa,
-            false,
-            1,
-            5,
-            6,
-            1.0,
-            &a,
-            6,
-            Weight::Packed(&p),
-            0.0,
-            &mut c,
-            5,
-            &Serial,
-        );
+        let r = Sgemm::new(1, 5, 6, &a).run_weight_with(isa, Weight::Packed(&p), &mut c);
         assert!(r.is_err(), "a scalar-packed weight must not run on {isa:?}");
     }
     let wrong = std::panic::catch_unwind(|| {
         let mut c = vec![0f32; 4];
-        sgemm_weight_with(
-            Isa::Scalar,
-            false,
-            1,
-            4,
-            6,
-            1.0,
-            &a,
-            6,
-            Weight::Packed(&p),
-            0.0,
-            &mut c,
-            4,
-            &Serial,
-        )
+        Sgemm::new(1, 4, 6, &a).run_weight_with(Isa::Scalar, Weight::Packed(&p), &mut c)
     });
     assert!(wrong.is_err(), "a 6x5 packed weight must refuse a 6x4 call");
 }

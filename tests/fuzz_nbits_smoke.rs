@@ -6,7 +6,7 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use rcpu::kernels::matmul_nbits::{matmul_packed, matmul_unpacked, pack, NBitsParams};
+use rcpu::kernels::matmul_nbits::{matmul_packed, matmul_unpacked, pack, NBitsParams, NBitsWeight};
 use rcpu::runtime::par::Serial;
 
 #[path = "common/rng.rs"]
@@ -130,10 +130,12 @@ fn property(inp: &Input) -> bool {
     matmul_unpacked(
         &a,
         inp.m,
-        &b,
-        &scales,
-        zp.as_deref(),
-        &p,
+        &NBitsWeight {
+            b: &b,
+            scales: &scales,
+            zero_points: zp.as_deref(),
+            p: &p,
+        },
         bias.as_deref(),
         &mut y2,
         &Serial,

@@ -1,9 +1,8 @@
 //! A warm f32 GEMM (and GEMV) takes its packing (x/y) buffers from the lane's parked scratch: repeated calls
 //! allocate no fresh scratch (one test in its own binary: the scratch counters are global).
 
-use rcpu::kernels::gemm::{pack_weight, sgemm, sgemm_weight, Weight};
+use rcpu::kernels::gemm::{pack_weight, Op, Sgemm, Weight};
 use rcpu::memory::scratch_stats;
-use rcpu::runtime::par::Serial;
 
 #[test]
 fn warm_gemm_allocates_no_packing_buffers() {
@@ -12,16 +11,16 @@ fn warm_gemm_allocates_no_packing_buffers() {
     let b: Vec<f32> = (0..k * n).map(|i| (i % 7) as f32 * 0.5 - 1.5).collect();
     let mut c = vec![0f32; m * n];
     let mut first = vec![0f32; m * n];
-    sgemm(
-        false, false, m, n, k, 1.0, &a, k, &b, n, 0.0, &mut first, n, &Serial,
-    )
-    .unwrap();
+    let call = Sgemm::new(m, n, k, &a);
+    let bop = Op {
+        data: &b,
+        ld: n,
+        trans: false,
+    };
+    call.run(bop, &mut first).unwrap();
     let warm = scratch_stats();
     for _ in 0..10 {
-        sgemm(
-            false, false, m, n, k, 1.0, &a, k, &b, n, 0.0, &mut c, n, &Serial,
-        )
-        .unwrap();
+        call.run(bop, &mut c).unwrap();
     }
     let now = scratch_stats();
     assert_eq!(
@@ -44,17 +43,17 @@ fn warm_gemm_allocates_no_packing_buffers() {
         let lda = if ta { mm } else { k };
         let ldb = if tb { k } else { nn };
         let mut y1 = vec![0f32; mm * nn];
-        sgemm(
-            ta, tb, mm, nn, k, 0.5, &a, lda, &b, ldb, 0.0, &mut y1, nn, &Serial,
-        )
-        .unwrap();
+        let call = Sgemm::new(mm, nn, k, &a).lda(lda, ta).alpha(0.5);
+        let bop = Op {
+            data: &b,
+            ld: ldb,
+            trans: tb,
+        };
+        call.run(bop, &mut y1).unwrap();
         let warm = scratch_stats();
         let mut y = vec![0f32; mm * nn];
         for _ in 0..10 {
-            sgemm(
-                ta, tb, mm, nn, k, 0.5, &a, lda, &b, ldb, 0.0, &mut y, nn, &Serial,
-            )
-            .unwrap();
+            call.run(bop, &mut y).unwrap();
         }
         let now = scratch_stats();
         let shape = format!("m={mm} n={nn} transA={ta} transB={tb}");
@@ -83,11 +82,12 @@ fn warm_gemm_allocates_no_packing_buffers() {
             },
         ] {
             let mut y1 = vec![0f32; mm * n];
-            sgemm_weight(false, mm, n, k, 1.0, &a, k, w, 0.0, &mut y1, n, &Serial).unwrap();
+            let call = Sgemm::new(mm, n, k, &a);
+            call.run_weight(w, &mut y1).unwrap();
             let warm = scratch_stats();
             let mut y = vec![0f32; mm * n];
             for _ in 0..10 {
-                sgemm_weight(false, mm, n, k, 1.0, &a, k, w, 0.0, &mut y, n, &Serial).unwrap();
+                call.run_weight(w, &mut y).unwrap();
             }
             let now = scratch_stats();
             let shape = format!(

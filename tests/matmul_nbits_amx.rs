@@ -17,7 +17,9 @@ use matmul_nbits_common::{acc4_scales, rel_l2, Problem, THREE};
 use rcpu::kernels::isa::Isa;
 use rcpu::kernels::matmul_nbits::dispatch::AMX_MIN_M;
 use rcpu::kernels::matmul_nbits::reference::matmul_reference_int8;
-use rcpu::kernels::matmul_nbits::{matmul_packed_with, matmul_unpacked_with, pack, Kernels};
+use rcpu::kernels::matmul_nbits::{
+    matmul_packed_with, matmul_unpacked_with, pack, Kernels, NBitsWeight,
+};
 use rcpu::runtime::par::{Par, Serial};
 
 /// The AMX set that takes AMX for every M > 1 (so the kernel itself is checked at every M) and
@@ -63,9 +65,21 @@ fn run_pair(amx: &Kernels, vnni: &Kernels, pr: &Problem, label: &str) -> Vec<f32
         assert_eq!(vname, "avx512vnni-acc4-gemm", "{ctx}");
         assert!(bits_equal(&got, &base), "{ctx}: AMX differs from VNNI");
         let mut un = vec![f32::NAN; m * p.n];
-        let uname =
-            matmul_unpacked_with(amx, &pr.a, m, &pr.b, &pr.scales, zp, p, bias, &mut un, par)
-                .unwrap();
+        let uname = matmul_unpacked_with(
+            amx,
+            &pr.a,
+            m,
+            &NBitsWeight {
+                b: &pr.b,
+                scales: &pr.scales,
+                zero_points: zp,
+                p,
+            },
+            bias,
+            &mut un,
+            par,
+        )
+        .unwrap();
         assert_eq!(uname, want_name, "{ctx}");
         assert!(bits_equal(&un, &got), "{ctx}: unpacked differs from packed");
         if let Some(f) = &first {
@@ -103,7 +117,18 @@ fn random_data_matches_reference_and_vnni() {
                 let s8 = acc4_scales(&pr.scales, &pr.p);
                 let mut want = vec![0f32; m * n];
                 let (z, b) = (pr.zp.as_deref(), pr.bias.as_deref());
-                matmul_reference_int8(&pr.a, m, &pr.b, &s8, z, &pr.p, b, &mut want);
+                matmul_reference_int8(
+                    &pr.a,
+                    m,
+                    &NBitsWeight {
+                        b: &pr.b,
+                        scales: &s8,
+                        zero_points: z,
+                        p: &pr.p,
+                    },
+                    b,
+                    &mut want,
+                );
                 let e = rel_l2(&got, &want);
                 assert!(e <= 1e-5, "{label}: vs int8 reference rel L2 {e:e}");
             }
@@ -139,7 +164,18 @@ fn exact_integer_block_sums() {
                 let got = run_both(&pr, &label);
                 let mut want = vec![0f32; m * n];
                 let z = pr.zp.as_deref();
-                matmul_reference_int8(&pr.a, m, &pr.b, &pr.scales, z, &pr.p, None, &mut want);
+                matmul_reference_int8(
+                    &pr.a,
+                    m,
+                    &NBitsWeight {
+                        b: &pr.b,
+                        scales: &pr.scales,
+                        zero_points: z,
+                        p: &pr.p,
+                    },
+                    None,
+                    &mut want,
+                );
                 for (i, (g, w)) in got.iter().zip(&want).enumerate() {
                     assert!(
                         g.to_bits() == w.to_bits() && g.fract() == 0.0,
@@ -165,7 +201,18 @@ fn route_set_with_vnni_tails() {
         let s8 = acc4_scales(&pr.scales, &pr.p);
         let mut want = vec![0f32; m * 40];
         let (z, b) = (pr.zp.as_deref(), pr.bias.as_deref());
-        matmul_reference_int8(&pr.a, m, &pr.b, &s8, z, &pr.p, b, &mut want);
+        matmul_reference_int8(
+            &pr.a,
+            m,
+            &NBitsWeight {
+                b: &pr.b,
+                scales: &s8,
+                zero_points: z,
+                p: &pr.p,
+            },
+            b,
+            &mut want,
+        );
         let e = rel_l2(&got, &want);
         assert!(e <= 1e-5, "route M={m}: vs int8 reference rel L2 {e:e}");
     }

@@ -22,7 +22,9 @@ use rcpu::kernels::matmul_nbits::prepare_a::PreparedA;
 use rcpu::kernels::matmul_nbits::reference::{
     matmul_reference, matmul_reference_int8, weight_code, zero_point,
 };
-use rcpu::kernels::matmul_nbits::{matmul_packed_with, matmul_unpacked_with, pack, Kernels};
+use rcpu::kernels::matmul_nbits::{
+    matmul_packed_with, matmul_unpacked_with, pack, Kernels, NBitsWeight,
+};
 use rcpu::runtime::par::{Par, Serial};
 
 /// Per output: (y with the f32 scales, S = sum of |t_b|), both in f64 (see the module doc).
@@ -67,8 +69,21 @@ fn check_bound(pr: &Problem, label: &str) -> f64 {
             let mut got = vec![f32::NAN; m * p.n];
             matmul_packed_with(kern, &pr.a, m, &packed, bias, &mut got, par).unwrap();
             let mut un = vec![f32::NAN; m * p.n];
-            matmul_unpacked_with(kern, &pr.a, m, &pr.b, &pr.scales, zp, p, bias, &mut un, par)
-                .unwrap();
+            matmul_unpacked_with(
+                kern,
+                &pr.a,
+                m,
+                &NBitsWeight {
+                    b: &pr.b,
+                    scales: &pr.scales,
+                    zero_points: zp,
+                    p,
+                },
+                bias,
+                &mut un,
+                par,
+            )
+            .unwrap();
             let same = un.iter().zip(&got).all(|(x, y)| x.to_bits() == y.to_bits());
             assert!(same, "{ctx}: unpacked differs from packed");
             for (i, (&g, &(y, s))) in got.iter().zip(&want).enumerate() {
@@ -127,12 +142,45 @@ fn multi_block_error_within_bound() {
         let p = &pr.p;
         let (z, b) = (pr.zp.as_deref(), pr.bias.as_deref());
         let mut exact = vec![0f32; m * n];
-        matmul_reference(&pr.a, m, &pr.b, &pr.scales, z, p, b, &mut exact);
+        matmul_reference(
+            &pr.a,
+            m,
+            &NBitsWeight {
+                b: &pr.b,
+                scales: &pr.scales,
+                zero_points: z,
+                p,
+            },
+            b,
+            &mut exact,
+        );
         let mut f32s = vec![0f32; m * n];
-        matmul_reference_int8(&pr.a, m, &pr.b, &pr.scales, z, p, b, &mut f32s);
+        matmul_reference_int8(
+            &pr.a,
+            m,
+            &NBitsWeight {
+                b: &pr.b,
+                scales: &pr.scales,
+                zero_points: z,
+                p,
+            },
+            b,
+            &mut f32s,
+        );
         let mut f16s = vec![0f32; m * n];
         let h = acc4_scales(&pr.scales, p);
-        matmul_reference_int8(&pr.a, m, &pr.b, &h, z, p, b, &mut f16s);
+        matmul_reference_int8(
+            &pr.a,
+            m,
+            &NBitsWeight {
+                b: &pr.b,
+                scales: &h,
+                zero_points: z,
+                p,
+            },
+            b,
+            &mut f16s,
+        );
         let (e32, e16) = (rel_l2(&f32s, &exact), rel_l2(&f16s, &exact));
         eprintln!(
             "{label}: max |got - y| / S = {worst:e}; rel L2 vs f64 float-A reference: \
@@ -172,7 +220,18 @@ fn groups_beyond_f16_normals_keep_f32() {
     let p = &pr.p;
     let (z, b) = (pr.zp.as_deref(), pr.bias.as_deref());
     let mut want = vec![0f32; m * n];
-    matmul_reference_int8(&pr.a, m, &pr.b, &pr.scales, z, p, b, &mut want);
+    matmul_reference_int8(
+        &pr.a,
+        m,
+        &NBitsWeight {
+            b: &pr.b,
+            scales: &pr.scales,
+            zero_points: z,
+            p,
+        },
+        b,
+        &mut want,
+    );
     let packed = pack(&pr.b, &pr.scales, z, p);
     let exact = terms(&pr);
     for kern in Kernels::supported() {

@@ -15,6 +15,7 @@ use matmul_nbits_common::{acc4_scales, rel_l2, Problem, THREE};
 use rcpu::kernels::matmul_nbits::reference::{matmul_reference, matmul_reference_int8};
 use rcpu::kernels::matmul_nbits::{
     matmul_packed, matmul_packed_with, matmul_unpacked, matmul_unpacked_with, pack, Kernels,
+    NBitsWeight,
 };
 use rcpu::runtime::par::{Par, Serial};
 
@@ -27,13 +28,35 @@ fn check(pr: &Problem, label: &str) {
     let (p, m) = (&pr.p, pr.m);
     let (zp, bias) = (pr.zp.as_deref(), pr.bias.as_deref());
     let mut want = vec![0f32; m * p.n];
-    matmul_reference(&pr.a, m, &pr.b, &pr.scales, zp, p, bias, &mut want);
+    matmul_reference(
+        &pr.a,
+        m,
+        &NBitsWeight {
+            b: &pr.b,
+            scales: &pr.scales,
+            zero_points: zp,
+            p,
+        },
+        bias,
+        &mut want,
+    );
     let mut want8 = vec![0f32; m * p.n];
     if p.int8_compute() {
         // With the scales level 4 computes with (f16 where they fit, see `pack.rs`); the
         // f16 rounding's own error is bounded in matmul_nbits_f16_scales.rs.
         let s8 = acc4_scales(&pr.scales, p);
-        matmul_reference_int8(&pr.a, m, &pr.b, &s8, zp, p, bias, &mut want8);
+        matmul_reference_int8(
+            &pr.a,
+            m,
+            &NBitsWeight {
+                b: &pr.b,
+                scales: &s8,
+                zero_points: zp,
+                p,
+            },
+            bias,
+            &mut want8,
+        );
     }
     let packed = pack(&pr.b, &pr.scales, zp, p);
     let pars: [(&str, &dyn Par); 2] = [("serial", &Serial), ("3threads", &THREE)];
@@ -59,8 +82,21 @@ fn check(pr: &Problem, label: &str) {
                 assert!(e <= 1e-5, "{ctx}: vs fp32 reference rel L2 {e:e}");
             }
             let mut un = vec![f32::NAN; m * p.n];
-            matmul_unpacked_with(kern, &pr.a, m, &pr.b, &pr.scales, zp, p, bias, &mut un, par)
-                .unwrap();
+            matmul_unpacked_with(
+                kern,
+                &pr.a,
+                m,
+                &NBitsWeight {
+                    b: &pr.b,
+                    scales: &pr.scales,
+                    zero_points: zp,
+                    p,
+                },
+                bias,
+                &mut un,
+                par,
+            )
+            .unwrap();
             let same = un.iter().zip(&got).all(|(x, y)| x.to_bits() == y.to_bits());
             assert!(same, "{ctx}: unpacked differs from packed");
         }
@@ -144,7 +180,17 @@ fn dispatched_entry_points() {
     let mut y2 = vec![0f32; 3 * 17];
     let n1 = matmul_packed(&pr.a, 3, &packed, bias, &mut y1, &Serial).unwrap();
     let n2 = matmul_unpacked(
-        &pr.a, 3, &pr.b, &pr.scales, zp, &pr.p, bias, &mut y2, &THREE,
+        &pr.a,
+        3,
+        &NBitsWeight {
+            b: &pr.b,
+            scales: &pr.scales,
+            zero_points: zp,
+            p: &pr.p,
+        },
+        bias,
+        &mut y2,
+        &THREE,
     )
     .unwrap();
     assert_eq!(n1, n2);

@@ -8,7 +8,9 @@ mod matmul_nbits_common;
 use matmul_nbits_common::{Problem, THREE};
 
 use rcpu::kernels::matmul_nbits::reference::matmul_reference;
-use rcpu::kernels::matmul_nbits::{matmul_packed_with, matmul_unpacked_with, pack, Kernels};
+use rcpu::kernels::matmul_nbits::{
+    matmul_packed_with, matmul_unpacked_with, pack, Kernels, NBitsWeight,
+};
 use rcpu::runtime::par::{Par, Serial};
 
 /// Row `i` of the bad rows (K = 4 blocks of 32): which values go where.
@@ -70,7 +72,18 @@ fn nonfinite_rows_as_ort() {
             let p = &pr.p;
             let (zpv, bias) = (pr.zp.as_deref(), pr.bias.as_deref());
             let mut want = vec![0f32; ROWS * n];
-            matmul_reference(&pr.a, ROWS, &pr.b, &pr.scales, zpv, p, bias, &mut want);
+            matmul_reference(
+                &pr.a,
+                ROWS,
+                &NBitsWeight {
+                    b: &pr.b,
+                    scales: &pr.scales,
+                    zero_points: zpv,
+                    p,
+                },
+                bias,
+                &mut want,
+            );
             let packed = pack(&pr.b, &pr.scales, zpv, p);
             for kern in Kernels::supported() {
                 for (pname, par) in [("serial", &Serial as &dyn Par), ("3threads", &THREE)] {
@@ -78,7 +91,18 @@ fn nonfinite_rows_as_ort() {
                     matmul_packed_with(kern, &pr.a, ROWS, &packed, bias, &mut all, par).unwrap();
                     let mut un = vec![0f32; ROWS * n];
                     matmul_unpacked_with(
-                        kern, &pr.a, ROWS, &pr.b, &pr.scales, zpv, p, bias, &mut un, par,
+                        kern,
+                        &pr.a,
+                        ROWS,
+                        &NBitsWeight {
+                            b: &pr.b,
+                            scales: &pr.scales,
+                            zero_points: zpv,
+                            p,
+                        },
+                        bias,
+                        &mut un,
+                        par,
                     )
                     .unwrap();
                     for r in 0..ROWS {

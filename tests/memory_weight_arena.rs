@@ -7,7 +7,7 @@ mod matmul_nbits_common;
 use matmul_nbits_common::{rel_l2, Problem};
 
 use rcpu::kernels::matmul_nbits::reference::matmul_reference;
-use rcpu::kernels::matmul_nbits::{matmul_packed, matmul_unpacked, try_pack};
+use rcpu::kernels::matmul_nbits::{matmul_packed, matmul_unpacked, try_pack, NBitsWeight};
 use rcpu::memory::{stats, weight_arena, weight_cache, WeightArena, WeightKey, ARENA_ALIGN};
 use rcpu::runtime::par::Serial;
 
@@ -210,11 +210,35 @@ fn many_small_packs_share_one_advised_region_and_decline_cleanly() {
         let mut got = vec![0f32; m * p.n];
         matmul_packed(&pr.a, m, w, None, &mut got, &Serial).unwrap();
         let mut unp = vec![0f32; m * p.n];
-        matmul_unpacked(&pr.a, m, &pr.b, &pr.scales, zp, p, None, &mut unp, &Serial).unwrap();
+        matmul_unpacked(
+            &pr.a,
+            m,
+            &NBitsWeight {
+                b: &pr.b,
+                scales: &pr.scales,
+                zero_points: zp,
+                p,
+            },
+            None,
+            &mut unp,
+            &Serial,
+        )
+        .unwrap();
         assert_eq!(got, unp, "pack {i}: packed vs unpacked");
         if !p.int8_compute() {
             let mut want = vec![0f32; m * p.n];
-            matmul_reference(&pr.a, m, &pr.b, &pr.scales, zp, p, None, &mut want);
+            matmul_reference(
+                &pr.a,
+                m,
+                &NBitsWeight {
+                    b: &pr.b,
+                    scales: &pr.scales,
+                    zero_points: zp,
+                    p,
+                },
+                None,
+                &mut want,
+            );
             let e = rel_l2(&got, &want);
             assert!(e <= 1e-5, "pack {i}: rel L2 {e}");
         }
@@ -245,10 +269,12 @@ fn many_small_packs_share_one_advised_region_and_decline_cleanly() {
     matmul_reference(
         &pr.a,
         pr.m,
-        &pr.b,
-        &pr.scales,
-        pr.zp.as_deref(),
-        &pr.p,
+        &NBitsWeight {
+            b: &pr.b,
+            scales: &pr.scales,
+            zero_points: pr.zp.as_deref(),
+            p: &pr.p,
+        },
         None,
         &mut want,
     );
@@ -256,10 +282,12 @@ fn many_small_packs_share_one_advised_region_and_decline_cleanly() {
     matmul_unpacked(
         &pr.a,
         pr.m,
-        &pr.b,
-        &pr.scales,
-        pr.zp.as_deref(),
-        &pr.p,
+        &NBitsWeight {
+            b: &pr.b,
+            scales: &pr.scales,
+            zero_points: pr.zp.as_deref(),
+            p: &pr.p,
+        },
         None,
         &mut unp,
         &Serial,

@@ -5,7 +5,7 @@
 use rcpu::kernels::activation::{activation_f32_with, Activation};
 use rcpu::kernels::elementwise::{binary_f32_with, BinaryOp};
 use rcpu::kernels::isa::{hardware, Isa};
-use rcpu::kernels::simd::{self, Amx, Avx2, Avx512, Avx512Vnni};
+use rcpu::kernels::simd::{self, Amx, Avx2, Avx512, Avx512Vnni, Level};
 use rcpu::kernels::{matmul_nbits, qgemm};
 use rcpu::runtime::par::Serial;
 
@@ -23,6 +23,30 @@ fn a_token_exists_exactly_when_the_cpu_has_its_level() {
     for l in LEVELS {
         assert_eq!(simd::check(l).is_ok(), l <= hw, "{}", l.name());
     }
+}
+
+/// The `Level` a driver carries into its table's entries: minted only for a level the CPU has,
+/// and it yields exactly the tokens at or below its own level (an entry handed a lower level
+/// cannot get its token, so cannot run its SIMD body).
+#[test]
+fn a_level_yields_only_the_tokens_at_or_below_it() {
+    let hw = hardware();
+    for l in LEVELS {
+        let Some(lv) = Level::get(l) else {
+            assert!(l > hw, "{} is supported but got no Level", l.name());
+            continue;
+        };
+        assert!(l <= hw && lv.isa() == l, "{}", l.name());
+        assert_eq!(Avx2::of(lv).is_some(), l >= Isa::Avx2, "{}", l.name());
+        assert_eq!(Avx512::of(lv).is_some(), l >= Isa::Avx512, "{}", l.name());
+        assert_eq!(
+            Avx512Vnni::of(lv).is_some(),
+            l >= Isa::Avx512Vnni,
+            "{}",
+            l.name()
+        );
+    }
+    assert_eq!(Level::require(Isa::Scalar).map(Level::isa), Ok(Isa::Scalar));
 }
 
 #[test]

@@ -2,7 +2,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use rcpu::kernels::matmul_nbits::{matmul_packed, matmul_unpacked, pack, NBitsParams};
+use rcpu::kernels::matmul_nbits::{matmul_packed, matmul_unpacked, pack, NBitsParams, NBitsWeight};
 use rcpu::runtime::par::Serial;
 
 fn take_u64(d: &mut &[u8]) -> u64 {
@@ -83,10 +83,12 @@ fuzz_target!(|data: &[u8]| {
     matmul_unpacked(
         &a,
         m,
-        &b,
-        &scales,
-        zp.as_deref(),
-        &p,
+        &NBitsWeight {
+            b: &b,
+            scales: &scales,
+            zero_points: zp.as_deref(),
+            p: &p,
+        },
         None,
         &mut y2,
         &Serial,

@@ -94,15 +94,33 @@ pub fn hardware() -> Isa {
 /// with [`isa_tables!`](crate::isa_tables) and picks from it once per process. The SIMD tables
 /// hold entries that run only under their level's token ([`simd`]), and [`IsaTables::for_isa`]
 /// mints that token before it hands a table out.
+///
+/// The tables are private: [`IsaTables::for_isa`] and [`IsaTables::active`] are the one way
+/// any module reaches them, so none is reached without its level's token.
 pub struct IsaTables<T: 'static> {
-    pub scalar: &'static T,
-    pub avx2: Option<&'static T>,
-    pub avx512: Option<&'static T>,
+    scalar: &'static T,
+    avx2: Option<&'static T>,
+    avx512: Option<&'static T>,
     /// AVX-512 with VNNI; `None` means the `avx512` table serves that level too.
-    pub avx512vnni: Option<&'static T>,
+    avx512vnni: Option<&'static T>,
 }
 
 impl<T> IsaTables<T> {
+    /// The tables of one family (what [`isa_tables!`](crate::isa_tables) builds).
+    pub const fn new(
+        scalar: &'static T,
+        avx2: Option<&'static T>,
+        avx512: Option<&'static T>,
+        avx512vnni: Option<&'static T>,
+    ) -> Self {
+        IsaTables {
+            scalar,
+            avx2,
+            avx512,
+            avx512vnni,
+        }
+    }
+
     /// The table for `isa`, handed out only once `isa`'s token was minted; `Err` (every family's
     /// one answer for "no table for this ISA") when this CPU (or this build) cannot run it.
     pub fn for_isa(&self, isa: Isa) -> Result<&'static T, String> {
@@ -127,32 +145,29 @@ impl<T> IsaTables<T> {
 #[macro_export]
 macro_rules! isa_tables {
     ($scalar:expr, $avx2:expr, $avx512:expr) => {
-        $crate::kernels::isa::IsaTables {
-            scalar: &$scalar,
-            #[cfg(target_arch = "x86_64")]
-            avx2: Some(&$avx2),
-            #[cfg(not(target_arch = "x86_64"))]
-            avx2: None,
-            #[cfg(target_arch = "x86_64")]
-            avx512: Some(&$avx512),
-            #[cfg(not(target_arch = "x86_64"))]
-            avx512: None,
-            avx512vnni: None,
-        }
+        $crate::kernels::isa::IsaTables::new(
+            &$scalar,
+            $crate::isa_tables!(@simd $avx2),
+            $crate::isa_tables!(@simd $avx512),
+            None,
+        )
     };
     ($scalar:expr, $avx2:expr, $avx512:expr, $avx512vnni:expr) => {
-        $crate::kernels::isa::IsaTables {
-            avx512vnni: {
-                #[cfg(target_arch = "x86_64")]
-                {
-                    Some(&$avx512vnni)
-                }
-                #[cfg(not(target_arch = "x86_64"))]
-                {
-                    None
-                }
-            },
-            ..$crate::isa_tables!($scalar, $avx2, $avx512)
-        }
+        $crate::kernels::isa::IsaTables::new(
+            &$scalar,
+            $crate::isa_tables!(@simd $avx2),
+            $crate::isa_tables!(@simd $avx512),
+            $crate::isa_tables!(@simd $avx512vnni),
+        )
     };
+    (@simd $t:expr) => {{
+        #[cfg(target_arch = "x86_64")]
+        {
+            Some(&$t)
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            None
+        }
+    }};
 }

@@ -26,12 +26,19 @@
 //!
 //! Every family's SIMD code is a `#[target_feature]` function (the intrinsics need the feature)
 //! that is called only by an entry generated with [`isa_entry!`] or [`simd_entry!`]: a safe
-//! function with the family's uniform table signature that mints its level's token (a cached
-//! load) and calls the `#[target_feature]` function under it, the `// SAFETY:` comment citing the
-//! token. The entries are what the family's `isa_tables!` table holds, and
+//! function with the family's uniform table signature that obtains its level's token and calls
+//! the `#[target_feature]` function under it, the `// SAFETY:` comment citing the token. The
+//! entries are what the family's `isa_tables!` table holds, and
 //! [`IsaTables::for_isa`](crate::kernels::isa::IsaTables::for_isa) hands out a level's table
 //! only after minting that level's token: a token is the only way to reach a table, and an entry
 //! cannot run its SIMD body on a CPU without the level whoever calls it.
+//!
+//! An [`isa_entry!`] (the glue kernels: one entry call per operator call) mints its token itself
+//! (a cached load per call). A [`simd_entry!`] (the GEMM, MatMulNBits, QLinearMatMul and Cast
+//! kernels, called per tile or panel) takes a [`Level`] as its first argument instead, which the
+//! family's driver mints once per operator call ([`Level::get`]) and hands to every entry call:
+//! the entry turns it into its token with a compare on that value (`Avx2::of`), so the hot path
+//! reads nothing process-wide, and a `Level` too low for the entry still cannot run its body.
 //!
 //! # Lanes
 //!
@@ -91,11 +98,41 @@ pub struct Avx512(());
 #[derive(Debug, Clone, Copy)]
 pub struct Avx512Vnni(());
 
+/// A level this CPU has, carried by a family's driver into its [`simd_entry!`] entries (see the
+/// module doc). Its field is private and its only constructor is [`Level::get`], which checks
+/// the detection, so holding one proves the CPU has its level and every level below.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Level(Isa);
+
+impl Level {
+    /// `isa` when this CPU has it (checked against [`hardware`], once per process).
+    #[inline]
+    pub fn get(isa: Isa) -> Option<Level> {
+        (hardware() >= isa).then_some(Level(isa))
+    }
+
+    /// [`Level::get`], or the one "not supported" error ([`unsupported`]).
+    #[inline]
+    pub fn require(isa: Isa) -> Result<Level, String> {
+        Level::get(isa).ok_or_else(|| unsupported(isa))
+    }
+
+    /// The level it proves.
+    pub fn isa(self) -> Isa {
+        self.0
+    }
+}
+
 impl Avx2 {
     /// The token when this CPU has [`Isa::Avx2`] (checked once per process).
     #[inline]
     pub fn get() -> Option<Self> {
         (hardware() >= Isa::Avx2).then_some(Avx2(()))
+    }
+    /// The token when `level` proves [`Isa::Avx2`]: a compare on the value, no detection read.
+    #[inline(always)]
+    pub fn of(level: Level) -> Option<Self> {
+        (level.0 >= Isa::Avx2).then_some(Avx2(()))
     }
 }
 
@@ -104,6 +141,11 @@ impl Avx512 {
     #[inline]
     pub fn get() -> Option<Self> {
         (hardware() >= Isa::Avx512).then_some(Avx512(()))
+    }
+    /// The token when `level` proves [`Isa::Avx512`] (see [`Avx2::of`]).
+    #[inline(always)]
+    pub fn of(level: Level) -> Option<Self> {
+        (level.0 >= Isa::Avx512).then_some(Avx512(()))
     }
     /// AVX-512 implies AVX2.
     #[inline]
@@ -117,6 +159,11 @@ impl Avx512Vnni {
     #[inline]
     pub fn get() -> Option<Self> {
         (hardware() >= Isa::Avx512Vnni).then_some(Avx512Vnni(()))
+    }
+    /// The token when `level` proves [`Isa::Avx512Vnni`] (see [`Avx2::of`]).
+    #[inline(always)]
+    pub fn of(level: Level) -> Option<Self> {
+        (level.0 >= Isa::Avx512Vnni).then_some(Avx512Vnni(()))
     }
     /// VNNI implies the AVX-512 level.
     #[inline]
@@ -579,23 +626,44 @@ macro_rules! isa_entry {
     };
 }
 
-/// `simd_entry!(vis fn name(args) -> ret = Token => kernel)` defines the table entry `name`
-/// with the family's uniform signature: it mints `Token` (a cached load) and calls the
-/// `#[target_feature]` function `kernel(args)` under it. `kernel` must enable only features of
-/// the token's level (each use states them beside it). Panics, rather than run, if called
-/// directly on a CPU without the level; through its family's table that cannot happen.
+/// `simd_entry!(vis fn name(args) -> ret = Token => kernel)` defines the table entry
+/// `vis fn name(level: Level, args) -> ret` with the family's uniform signature: it takes
+/// `Token` from the caller's [`Level`] (`Token::of`, a compare on the value) and calls the
+/// `#[target_feature]` function `kernel(args)` under it; `= Token => token kernel` passes the
+/// token as `kernel`'s first argument (kernels generic over [`Simd`]). `kernel` must enable only
+/// features of the token's level (each use states them beside it). Panics, rather than run, when
+/// handed a level below `Token`'s; a family's driver hands its table's own level, so through the
+/// table that cannot happen.
 macro_rules! simd_entry {
     ($vis:vis fn $name:ident($($arg:ident : $ty:ty),* $(,)?) $(-> $ret:ty)? = $tok:ty => $kernel:path) => {
+        $crate::kernels::simd::simd_entry!(@emit $vis $name ($($arg: $ty),*) ($($ret)?) $tok, _token => $kernel($($arg),*));
+    };
+    ($vis:vis fn $name:ident($($arg:ident : $ty:ty),* $(,)?) $(-> $ret:ty)? = $tok:ty => token $kernel:path) => {
+        $crate::kernels::simd::simd_entry!(@emit $vis $name ($($arg: $ty),*) ($($ret)?) $tok, token => $kernel(token, $($arg),*));
+    };
+    (@emit $vis:vis $name:ident ($($arg:ident : $ty:ty),*) ($($ret:ty)?) $tok:ty, $t:ident => $call:expr) => {
         // The signature is the family's table type, however many arguments it has.
         #[allow(clippy::too_many_arguments)]
-        $vis fn $name($($arg: $ty),*) $(-> $ret)? {
-            let _token: $tok = <$tok>::get().expect("ISA kernel called on a CPU without the ISA");
-            // SAFETY: `_token` exists, so the CPU has every feature of its level, which includes
-            // every feature `kernel` is compiled for.
-            unsafe { $kernel($($arg),*) }
+        $vis fn $name(level: $crate::kernels::simd::Level, $($arg: $ty),*) $(-> $ret)? {
+            let $t: $tok = <$tok>::of(level).expect("ISA kernel handed a level below its own");
+            // SAFETY: the token exists, so the CPU has every feature of its level, which includes
+            // every feature the kernel is compiled for.
+            unsafe { $call }
+        }
+    };
+}
+
+/// `plain_entry!(vis fn name(args) -> ret => kernel)`: the scalar table's entry of the same
+/// uniform signature as a [`simd_entry!`] (it ignores the [`Level`] and calls `kernel(args)`).
+macro_rules! plain_entry {
+    ($vis:vis fn $name:ident($($arg:ident : $ty:ty),* $(,)?) $(-> $ret:ty)? => $kernel:path) => {
+        #[allow(clippy::too_many_arguments)]
+        $vis fn $name(_level: $crate::kernels::simd::Level, $($arg: $ty),*) $(-> $ret)? {
+            $kernel($($arg),*)
         }
     };
 }
 
 pub(crate) use isa_entry;
+pub(crate) use plain_entry;
 pub(crate) use simd_entry;

@@ -57,8 +57,24 @@ fn start_slot(op: &str, variant: &str, lanes: usize) -> usize {
     (h.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58) as usize % SLOTS
 }
 
+/// What a kernel call returns to say which variant ran. Families with a typed route (e.g.
+/// `gemm::GemmRoute`) render it to its text here, when the call is recorded, and nowhere
+/// else; the text (`avx512-gemv-m1`) is what the ledger's rows and readers see.
+pub trait Variant: Copy {
+    /// The variant's ledger text.
+    fn text(self) -> &'static str;
+}
+
+/// A variant already named by its text (families without a typed route).
+impl Variant for &'static str {
+    fn text(self) -> &'static str {
+        self
+    }
+}
+
 /// Records one call of `op` through `variant` with `lanes` lanes available.
-pub fn record(op: &'static str, variant: &'static str, lanes: usize) {
+pub fn record(op: &'static str, variant: impl Variant, lanes: usize) {
+    let variant = variant.text();
     let same = |r: &Route| r.lanes == lanes && r.op == op && r.variant == variant;
     let start = start_slot(op, variant, lanes);
     for i in 0..SLOTS {

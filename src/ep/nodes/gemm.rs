@@ -9,7 +9,7 @@ use crate::abi::kernel_info::KernelInfo;
 use crate::abi::status::{Error, Result};
 use crate::abi::tensor::Tensor;
 use crate::ep::op::{types, Decline, KernelEnv, OpDef, OpKernel};
-use crate::kernels::gemm::{sgemm, sgemm_weight};
+use crate::kernels::gemm::{Op, Sgemm};
 use crate::kernels::shape::broadcast_shapes;
 use crate::telemetry::ledger;
 
@@ -95,41 +95,23 @@ impl OpKernel for Gemm {
         let lda = sa[1];
         let ldb = sb[1];
         let (a, par) = (a.data()?, &*self.env.par);
+        let call = Sgemm::new(m, n, ka, a)
+            .lda(lda, self.trans_a)
+            .alpha(self.alpha)
+            .beta(beta)
+            .par(par);
         let variant = match &b {
-            BInput::Const(w) => w.with(ctx, 1, |wb| {
-                sgemm_weight(
-                    self.trans_a,
-                    m,
-                    n,
-                    ka,
-                    self.alpha,
-                    a,
-                    lda,
-                    wb,
-                    beta,
-                    out,
-                    n,
-                    par,
-                )
-                .map_err(Error::fail)
-            })?,
-            BInput::Tensor(b) => sgemm(
-                self.trans_a,
-                self.trans_b,
-                m,
-                n,
-                ka,
-                self.alpha,
-                a,
-                lda,
-                b.data()?,
-                ldb,
-                beta,
-                out,
-                n,
-                par,
-            )
-            .map_err(Error::fail)?,
+            BInput::Const(w) => {
+                w.with(ctx, 1, |wb| call.run_weight(wb, out).map_err(Error::fail))?
+            }
+            BInput::Tensor(b) => {
+                let b = Op {
+                    data: b.data()?,
+                    ld: ldb,
+                    trans: self.trans_b,
+                };
+                call.run(b, out).map_err(Error::fail)?
+            }
         };
         ledger::record("Gemm", variant, par.lanes());
         Ok(())

@@ -10,7 +10,7 @@ use crate::abi::kernel_info::KernelInfo;
 use crate::abi::status::{Error, Result};
 use crate::abi::tensor::Tensor;
 use crate::ep::op::{types, Decline, KernelEnv, OpDef, OpKernel};
-use crate::kernels::gemm::{matmul_f32, sgemm_weight};
+use crate::kernels::gemm::{matmul_f32, Sgemm};
 use crate::kernels::shape::{checked_numel, matmul_shapes};
 use crate::telemetry::ledger;
 
@@ -46,9 +46,8 @@ impl MatMul {
         let out = ctx.output(0, &out_shape)?.into_data::<f32>()?;
         let a = a.data::<f32>()?;
         let par = &*self.env.par;
-        let variant = w.with(ctx, 1, |b| {
-            sgemm_weight(false, rows, n, k, 1.0, a, k, b, 0.0, out, n, par).map_err(Error::fail)
-        })?;
+        let call = Sgemm::new(rows, n, k, a).par(par);
+        let variant = w.with(ctx, 1, |b| call.run_weight(b, out).map_err(Error::fail))?;
         ledger::record("MatMul", variant, par.lanes());
         Ok(())
     }

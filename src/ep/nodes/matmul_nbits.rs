@@ -12,7 +12,7 @@ use crate::abi::tensor::{ElemType, Tensor};
 use crate::ep::op::{types, Decline, KernelEnv, OpDef, OpKernel};
 use crate::kernels::matmul_nbits::reference::{hostile_scales, matmul_dequant_f32};
 use crate::kernels::matmul_nbits::{
-    matmul_packed, matmul_unpacked, try_pack, NBitsInput, NBitsParams, PackedNBits,
+    matmul_packed, matmul_unpacked, try_pack, NBitsInput, NBitsParams, NBitsWeight, PackedNBits,
 };
 use crate::kernels::shape::{checked_numel, numel};
 use crate::memory::{params_hash, weight_cache, CachedWeight, KeyDigest, WeightKey};
@@ -342,8 +342,13 @@ impl OpKernel for MatMulNBits {
                     (None, Some(t)) if p.has_zero_points => Some(t.data::<u8>()?),
                     _ => None,
                 };
-                p.check_sizes(b.len(), scales.len(), zp.map(|z| z.len()), None)
-                    .map_err(Error::invalid_argument)?;
+                let w = NBitsWeight {
+                    b,
+                    scales,
+                    zero_points: zp,
+                    p,
+                };
+                w.check_sizes(None).map_err(Error::invalid_argument)?;
                 let hostile = match &self.scales {
                     Some(_) => self.const_hostile,
                     None => hostile_scales(scales), // scales fed at run time: checked per call
@@ -351,10 +356,10 @@ impl OpKernel for MatMulNBits {
                 if hostile {
                     // Infinite, NaN or overflowing scales: the op's definition taken literally
                     // (the fast paths would hide the infinities the dequantisation makes).
-                    matmul_dequant_f32(a, m, b, scales, zp, p, bias, out).map_err(Error::fail)?;
+                    matmul_dequant_f32(a, m, &w, bias, out).map_err(Error::fail)?;
                     "dequant-f32-literal"
                 } else {
-                    matmul_unpacked(a, m, b, scales, zp, p, bias, out, par).map_err(Error::fail)?
+                    matmul_unpacked(a, m, &w, bias, out, par).map_err(Error::fail)?
                 }
             }
         };

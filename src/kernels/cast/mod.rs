@@ -17,6 +17,7 @@ use std::sync::LazyLock;
 
 use crate::kernels::activation::chunked;
 use crate::kernels::isa::Isa;
+use crate::kernels::simd::{plain_entry, Level};
 use crate::runtime::par::Par;
 
 pub use scalar::{f16_to_f32, f32_to_f16, NanRule};
@@ -36,25 +37,33 @@ pub const BLOCK_TO_F32: usize = 16;
 /// A multiple of both blocks, so pieces split over lanes keep ORT's block layout.
 const CHUNK_ELEMS: usize = 1 << 14;
 
+/// One level's converters; each entry takes the level minted for the call (`kernels/simd.rs`).
 struct Kernels {
-    to_f16: fn(&[f32], &mut [F16Bits]),
-    to_f32: fn(&[F16Bits], &mut [f32]),
+    isa: Isa,
+    to_f16: fn(Level, &[f32], &mut [F16Bits]),
+    to_f32: fn(Level, &[F16Bits], &mut [f32]),
     name: &'static str,
 }
 
+plain_entry!(fn to_f16_scalar(x: &[f32], out: &mut [F16Bits]) => scalar::to_f16_block);
+plain_entry!(fn to_f32_scalar(x: &[F16Bits], out: &mut [f32]) => scalar::to_f32_block);
+
 const SCALAR: Kernels = Kernels {
-    to_f16: scalar::to_f16_block,
-    to_f32: scalar::to_f32_block,
+    isa: Isa::Scalar,
+    to_f16: to_f16_scalar,
+    to_f32: to_f32_scalar,
     name: "scalar",
 };
 #[cfg(target_arch = "x86_64")]
 const AVX2: Kernels = Kernels {
+    isa: Isa::Avx2,
     to_f16: x86::to_f16_avx2,
     to_f32: x86::to_f32_avx2,
     name: "avx2-f16c",
 };
 #[cfg(target_arch = "x86_64")]
 const AVX512: Kernels = Kernels {
+    isa: Isa::Avx512,
     to_f16: x86::to_f16_avx512,
     to_f32: x86::to_f32_avx512,
     name: "avx512",
@@ -117,10 +126,11 @@ fn to_f16_with_kernels(
     par: &dyn Par,
 ) -> Result<&'static str, String> {
     check(x.len(), out.len())?;
+    let lv = Level::require(k.isa)?;
     let body = x.len() - x.len() % BLOCK_TO_F16;
     let (head, tail) = out.split_at_mut(body);
     chunked(par, head, CHUNK_ELEMS, |s, o| {
-        (k.to_f16)(&x[s..s + o.len()], o)
+        (k.to_f16)(lv, &x[s..s + o.len()], o)
     });
     scalar::to_f16(&x[body..], tail, NanRule::Scalar);
     Ok(k.name)
@@ -133,10 +143,11 @@ fn to_f32_with_kernels(
     par: &dyn Par,
 ) -> Result<&'static str, String> {
     check(x.len(), out.len())?;
+    let lv = Level::require(k.isa)?;
     let body = x.len() - x.len() % BLOCK_TO_F32;
     let (head, tail) = out.split_at_mut(body);
     chunked(par, head, CHUNK_ELEMS, |s, o| {
-        (k.to_f32)(&x[s..s + o.len()], o)
+        (k.to_f32)(lv, &x[s..s + o.len()], o)
     });
     scalar::to_f32(&x[body..], tail, NanRule::Scalar);
     Ok(k.name)

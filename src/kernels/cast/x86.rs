@@ -80,8 +80,9 @@ fn to_f32_512(x: &[F16Bits], out: &mut [f32]) {
     to_f32_256(&x[i..n], &mut out[i..n]);
 }
 
-// Table entries: each mints its level's token and runs the kernel under it. The AVX2 kernels
-// enable "avx2,fma,f16c" (the AVX2 level); the AVX-512 ones the AVX-512 level's features.
+// Table entries: each takes its level's token from the caller's Level and runs the kernel under
+// it. The AVX2 kernels enable "avx2,fma,f16c" (the AVX2 level); the AVX-512 ones the AVX-512
+// level's features.
 simd_entry!(pub(super) fn to_f16_avx2(x: &[f32], out: &mut [F16Bits]) = Avx2 => to_f16_256);
 simd_entry!(pub(super) fn to_f32_avx2(x: &[F16Bits], out: &mut [f32]) = Avx2 => to_f32_256);
 simd_entry!(pub(super) fn to_f16_avx512(x: &[f32], out: &mut [F16Bits]) = Avx512 => to_f16_512);

@@ -13,8 +13,9 @@ use crate::memory::scratch::{try_with_scratch_f32, Shortfall};
 
 use super::packed::PackedB;
 use super::tiles::{Tile, TileGrid};
-use super::{GemmKernels, Op};
-use crate::runtime::par::{Dispatch, Par};
+use super::{GemmKernels, Op, Sgemm};
+use crate::kernels::simd::Level;
+use crate::runtime::par::Dispatch;
 
 /// K slice per packed panel.
 pub(super) const KC: usize = 256;
@@ -40,21 +41,17 @@ pub(super) enum BSrc<'a> {
 
 /// Full blocked `C = alpha * op(A) op(B) + beta * C` for m, n > 0 (k may be 0). `Err` when a
 /// packing scratch buffer cannot be allocated (C is then partly written).
-#[allow(clippy::too_many_arguments)]
+/// `lv` is the table's level, minted once for the call and handed to every micro-kernel call.
 pub(super) fn gemm(
     kern: &GemmKernels,
-    a: Op<'_>,
+    lv: Level,
+    call: &Sgemm<'_>,
     b: BSrc<'_>,
-    g: Geometry,
-    alpha: f32,
-    beta: f32,
     c: &mut [f32],
-    ldc: usize,
-    par: &dyn Par,
 ) -> Result<(), String> {
     match b {
-        BSrc::Strided(b) => gemm_strided(kern, a, b, g, alpha, beta, c, ldc, par),
-        BSrc::Packed(b) => super::driver_packed::gemm(kern, a, b, g, alpha, beta, c, ldc, par),
+        BSrc::Strided(b) => gemm_strided(kern, lv, call, b, c),
+        BSrc::Packed(b) => super::driver_packed::gemm(kern, lv, call, b, c),
     }
 }
 
@@ -80,19 +77,16 @@ pub(super) fn tile_sizes(g: Geometry, mr: usize, nr: usize, lanes: usize) -> (us
 }
 
 /// [`gemm`] with B packed per task from its strided storage.
-#[allow(clippy::too_many_arguments)]
 fn gemm_strided(
     kern: &GemmKernels,
-    a: Op<'_>,
+    lv: Level,
+    call: &Sgemm<'_>,
     b: Op<'_>,
-    g: Geometry,
-    alpha: f32,
-    beta: f32,
     c: &mut [f32],
-    ldc: usize,
-    par: &dyn Par,
 ) -> Result<(), String> {
+    let g = Geometry::of(call);
     let Geometry { m, n, k } = g;
+    let (a, alpha, beta, ldc, par) = (call.a, call.alpha, call.beta, call.ldc, call.par);
     let (mr, nr) = (kern.mr, kern.nr);
     let (rb, cb) = tile_sizes(g, mr, nr, par.lanes());
     let short = Shortfall::default();
@@ -130,7 +124,7 @@ fn gemm_strided(
                                 apack.chunks(kc * mr).take(mc.div_ceil(mr)).enumerate()
                             {
                                 let nrows = mr.min(mc - ip * mr);
-                                (kern.ukernel)(kc, apanel, bpanel, acc);
+                                (kern.ukernel)(lv, kc, apanel, bpanel, acc);
                                 let at = (ic + ip * mr, jc + jp * nr);
                                 add_tile(&mut tile, at, nrows, ncols, acc, nr, alpha);
                             }
@@ -154,6 +148,16 @@ pub(super) struct Geometry {
     pub m: usize,
     pub n: usize,
     pub k: usize,
+}
+
+impl Geometry {
+    pub(super) fn of(call: &Sgemm<'_>) -> Geometry {
+        Geometry {
+            m: call.m,
+            n: call.n,
+            k: call.k,
+        }
+    }
 }
 
 /// `C[at + (r, c)] += alpha * acc[r * nr + c]` for `r < nrows`, `c < ncols` (tile coordinates).

@@ -11,9 +11,10 @@
 use super::driver::{add_tile, pack_a, scale_c, tile_sizes, Geometry, KC, MC, NC};
 use super::packed::PackedB;
 use super::tiles::TileGrid;
-use super::{GemmKernels, Op};
+use super::{GemmKernels, Sgemm};
+use crate::kernels::simd::Level;
 use crate::memory::scratch::{scratch_error, try_with_scratch_f32};
-use crate::runtime::par::{Dispatch, Par};
+use crate::runtime::par::Dispatch;
 
 /// Rows whose packed A is held at once (a multiple of every `MR`, 8 and 6): bounds the A
 /// buffer at `ROW_BLOCK x K` floats.
@@ -22,19 +23,15 @@ const ROW_BLOCK: usize = 2 * MC;
 const MAX_TILE: usize = 256;
 
 /// `C = alpha * op(A) B + beta * C` for a `B` packed with this table's `NR`; `m, n > 0`.
-#[allow(clippy::too_many_arguments)]
 pub(super) fn gemm(
     kern: &GemmKernels,
-    a: Op<'_>,
+    lv: Level,
+    call: &Sgemm<'_>,
     b: &PackedB,
-    g: Geometry,
-    alpha: f32,
-    beta: f32,
     c: &mut [f32],
-    ldc: usize,
-    par: &dyn Par,
 ) -> Result<(), String> {
-    let Geometry { m, n, k } = g;
+    let Geometry { m, n, k } = Geometry::of(call);
+    let (a, alpha, beta, ldc, par) = (call.a, call.alpha, call.beta, call.ldc, call.par);
     let (mr, nr) = (kern.mr, kern.nr);
     assert!(mr * nr <= MAX_TILE && ROW_BLOCK.is_multiple_of(mr));
     for rb0 in (0..m).step_by(ROW_BLOCK) {
@@ -80,7 +77,7 @@ pub(super) fn gemm(
                                 for ip in 0..mc.div_ceil(mr) {
                                     let panel = (r0 + ic) / mr + ip;
                                     let apanel = &aslice[panel * kc * mr..][..kc * mr];
-                                    (kern.ukernel)(kc, apanel, bpanel, &mut acc);
+                                    (kern.ukernel)(lv, kc, apanel, bpanel, &mut acc);
                                     let (nrows, at) =
                                         (mr.min(mc - ip * mr), (ic + ip * mr, jc + jp * nr));
                                     add_tile(&mut tile, at, nrows, ncols, &acc, nr, alpha);

@@ -3,6 +3,7 @@
 //! update the whole output (axpy form).
 
 use super::{GemmKernels, Op};
+use crate::kernels::simd::Level;
 use crate::runtime::par::{Dispatch, Par};
 use parking_lot::Mutex;
 
@@ -22,7 +23,14 @@ pub(super) enum Form<'a> {
 }
 
 /// Computes `y = M x` (length `len`, reduction `k`) for a gathered contiguous `x`.
-pub(super) fn gemv(kern: &GemmKernels, form: Form<'_>, x: &[f32], y: &mut [f32], par: &dyn Par) {
+pub(super) fn gemv(
+    kern: &GemmKernels,
+    lv: Level,
+    form: Form<'_>,
+    x: &[f32],
+    y: &mut [f32],
+    par: &dyn Par,
+) {
     let k = x.len();
     let len = y.len();
     y.fill(0.0);
@@ -34,14 +42,14 @@ pub(super) fn gemv(kern: &GemmKernels, form: Form<'_>, x: &[f32], y: &mut [f32],
         Form::Dot { m, ld } => {
             for (j, yj) in ys.iter_mut().enumerate() {
                 let at = (j0 + j) * ld;
-                *yj = (kern.dot)(&m[at..at + k], x);
+                *yj = (kern.dot)(lv, &m[at..at + k], x);
             }
         }
         Form::Axpy { m, ld } => {
             let w = ys.len();
             for (p, &xp) in x.iter().enumerate() {
                 let at = p * ld + j0;
-                (kern.axpy)(xp, &m[at..at + w], ys);
+                (kern.axpy)(lv, xp, &m[at..at + w], ys);
             }
         }
     };

@@ -12,6 +12,7 @@
 //! (`panel_gemv.rs`, kernels `panel_x86.rs` / `scalar.rs`). The unpacked form of the same call
 //! takes the same route over the original B and gives bit-identical results.
 
+mod call;
 mod driver;
 mod driver_packed;
 mod gemv;
@@ -19,114 +20,92 @@ mod packed;
 mod panel_gemv;
 #[cfg(target_arch = "x86_64")]
 mod panel_x86;
+mod route;
 mod scalar;
 mod tiles;
 mod weights;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
+pub use call::Sgemm;
 pub use packed::PackedB;
-pub use weights::{
-    pack_weight, pack_weight_with, sgemm_weight, sgemm_weight_with, try_pack_weight,
-    weight_panel_width, Weight,
-};
+pub use route::{BForm, GemmPath, GemmRoute};
+pub use weights::{pack_weight, pack_weight_with, try_pack_weight, weight_panel_width, Weight};
 
 use crate::kernels::isa::Isa;
 use crate::kernels::shape::matmul_shapes;
+use crate::kernels::simd::Level;
 use crate::runtime::par::{Dispatch, Par, Serial};
-use driver::{BSrc, Geometry};
+use driver::BSrc;
 use gemv::Form;
 use std::sync::LazyLock;
 
 use crate::memory::scratch::{scratch_error, try_with_scratch_f32};
 use parking_lot::Mutex;
 
-type UkernelFn = fn(usize, &[f32], &[f32], &mut [f32]);
-type DotFn = fn(&[f32], &[f32]) -> f32;
-type AxpyFn = fn(f32, &[f32], &mut [f32]);
-/// `(k, x, incx, panel, ld, w, y)`: see `scalar::panel_gemv` for the contract.
-type PanelGemvFn = fn(usize, &[f32], usize, &[f32], usize, usize, &mut [f32]);
+// Every entry takes the level its caller minted for the call ([`Level`], `kernels/simd.rs`).
+type UkernelFn = fn(Level, usize, &[f32], &[f32], &mut [f32]);
+type DotFn = fn(Level, &[f32], &[f32]) -> f32;
+type AxpyFn = fn(Level, f32, &[f32], &mut [f32]);
+/// `(level, k, x, incx, panel, ld, w, y)`: see `scalar::panel_gemv` for the contract.
+type PanelGemvFn = fn(Level, usize, &[f32], usize, &[f32], usize, usize, &mut [f32]);
 
 /// One ISA variant of the GEMM family.
 pub(crate) struct GemmKernels {
+    /// The level the table runs at (the ISA of every route it takes).
+    isa: Isa,
     mr: usize,
     nr: usize,
     ukernel: UkernelFn,
     dot: DotFn,
     axpy: AxpyFn,
     panel_gemv: PanelGemvFn,
-    /// blocked gemm, gemv m == 1, gemv n == 1, empty output, k == 0 (C = beta * C).
-    names: [&'static str; 5],
-    /// Constant-B routes: gemm and gemv m == 1 from a prepacked B, then from the unpacked B.
-    wnames: [&'static str; 4],
+}
+
+impl GemmKernels {
+    /// The proof this table's level may run, minted once per call and handed to its entries.
+    fn level(&self) -> Result<Level, String> {
+        Level::require(self.isa)
+    }
+
+    fn route(&self, path: GemmPath) -> GemmRoute {
+        GemmRoute {
+            isa: self.isa,
+            path,
+        }
+    }
 }
 
 const SCALAR: GemmKernels = GemmKernels {
+    isa: Isa::Scalar,
     mr: scalar::MR,
     nr: scalar::NR,
-    ukernel: scalar::ukernel,
-    dot: scalar::dot,
-    axpy: scalar::axpy,
-    panel_gemv: scalar::panel_gemv,
-    wnames: [
-        "scalar-gemm-8x8-prepacked",
-        "scalar-gemv-m1-prepacked",
-        "scalar-gemm-8x8-unpacked",
-        "scalar-gemv-m1-unpacked",
-    ],
-    names: [
-        "scalar-gemm-8x8",
-        "scalar-gemv-m1",
-        "scalar-gemv-n1",
-        "scalar-empty",
-        "scalar-k0-scale",
-    ],
+    ukernel: scalar::ukernel_entry,
+    dot: scalar::dot_entry,
+    axpy: scalar::axpy_entry,
+    panel_gemv: scalar::panel_gemv_entry,
 };
 
 #[cfg(target_arch = "x86_64")]
 const AVX2: GemmKernels = GemmKernels {
+    isa: Isa::Avx2,
     mr: x86::MR256,
     nr: x86::NR256,
     ukernel: x86::ukernel_avx2,
     dot: x86::dot_avx2,
     axpy: x86::axpy_avx2,
     panel_gemv: panel_x86::panel_gemv_avx2,
-    wnames: [
-        "avx2-gemm-6x16-prepacked",
-        "avx2-gemv-m1-prepacked",
-        "avx2-gemm-6x16-unpacked",
-        "avx2-gemv-m1-unpacked",
-    ],
-    names: [
-        "avx2-gemm-6x16",
-        "avx2-gemv-m1",
-        "avx2-gemv-n1",
-        "avx2-empty",
-        "avx2-k0-scale",
-    ],
 };
 
 #[cfg(target_arch = "x86_64")]
 const AVX512: GemmKernels = GemmKernels {
+    isa: Isa::Avx512,
     mr: x86::MR512,
     nr: x86::NR512,
     ukernel: x86::ukernel_avx512,
     dot: x86::dot_avx512,
     axpy: x86::axpy_avx512,
     panel_gemv: panel_x86::panel_gemv_avx512,
-    wnames: [
-        "avx512-gemm-8x32-prepacked",
-        "avx512-gemv-m1-prepacked",
-        "avx512-gemm-8x32-unpacked",
-        "avx512-gemv-m1-unpacked",
-    ],
-    names: [
-        "avx512-gemm-8x32",
-        "avx512-gemv-m1",
-        "avx512-gemv-n1",
-        "avx512-empty",
-        "avx512-k0-scale",
-    ],
 };
 
 /// This family's kernel tables, one per ISA level.
@@ -136,64 +115,29 @@ pub(super) static TABLES: crate::kernels::isa::IsaTables<GemmKernels> =
 /// The process's table, picked once from `Isa::get()`.
 pub(super) static DISPATCH: LazyLock<&'static GemmKernels> = LazyLock::new(|| TABLES.active());
 
-/// A matrix operand: row-major storage with leading dimension `ld`, possibly transposed.
+/// A matrix operand: row-major storage with leading dimension `ld`, stored transposed when
+/// `trans` (then `data` holds the operand's transpose).
 #[derive(Clone, Copy)]
-pub(crate) struct Op<'a> {
-    data: &'a [f32],
-    ld: usize,
-    trans: bool,
+pub struct Op<'a> {
+    pub data: &'a [f32],
+    pub ld: usize,
+    pub trans: bool,
 }
 
-/// `C = alpha * op(A) * op(B) + beta * C`, row-major; `op(A)` is `m x k`, `op(B)` is `k x n`,
-/// C is `m x n` with row stride `ldc`. `beta == 0` ignores C's old contents (NaN included).
-/// Panics when a buffer is too small for its shape and leading dimension. Returns the variant
-/// that ran (e.g. `"avx512-gemm-8x32"`, `"avx512-gemv-m1"`), or `Err` when a scratch buffer
-/// cannot be allocated.
-#[allow(clippy::too_many_arguments)]
-pub fn sgemm(
-    trans_a: bool,
-    trans_b: bool,
-    m: usize,
-    n: usize,
-    k: usize,
-    alpha: f32,
-    a: &[f32],
-    lda: usize,
-    b: &[f32],
-    ldb: usize,
-    beta: f32,
-    c: &mut [f32],
-    ldc: usize,
-    par: &dyn Par,
-) -> Result<&'static str, String> {
-    run(
-        *DISPATCH, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, par,
-    )
-}
+impl Sgemm<'_> {
+    /// Runs the call against a strided B on the process's kernels: `C = alpha * op(A) * op(B)
+    /// + beta * C`. Panics when a buffer is too small for its shape and leading dimension.
+    /// Returns the route that ran (e.g. `avx512-gemm-8x32`, `avx512-gemv-m1` in the ledger), or
+    /// `Err` when a scratch buffer cannot be allocated.
+    pub fn run(&self, b: Op<'_>, c: &mut [f32]) -> Result<GemmRoute, String> {
+        run(*DISPATCH, self, b, c)
+    }
 
-/// [`sgemm`] forced onto one ISA variant (tests, diagnostics). `Err` when the CPU lacks it.
-#[allow(clippy::too_many_arguments)]
-pub fn sgemm_with(
-    isa: Isa,
-    trans_a: bool,
-    trans_b: bool,
-    m: usize,
-    n: usize,
-    k: usize,
-    alpha: f32,
-    a: &[f32],
-    lda: usize,
-    b: &[f32],
-    ldb: usize,
-    beta: f32,
-    c: &mut [f32],
-    ldc: usize,
-    par: &dyn Par,
-) -> Result<&'static str, String> {
-    let kern = TABLES.for_isa(isa)?;
-    run(
-        kern, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, par,
-    )
+    /// [`Sgemm::run`] forced onto one ISA variant (tests, diagnostics). `Err` when the CPU
+    /// lacks it.
+    pub fn run_with(&self, isa: Isa, b: Op<'_>, c: &mut [f32]) -> Result<GemmRoute, String> {
+        run(TABLES.for_isa(isa)?, self, b, c)
+    }
 }
 
 /// Panics unless `data` holds a `rows x cols` row-major matrix with leading dimension `ld`.
@@ -210,110 +154,80 @@ pub(super) fn check(what: &str, data: &[f32], rows: usize, cols: usize, ld: usiz
     );
 }
 
-#[allow(clippy::too_many_arguments)]
 fn run(
     kern: &'static GemmKernels,
-    trans_a: bool,
-    trans_b: bool,
-    m: usize,
-    n: usize,
-    k: usize,
-    alpha: f32,
-    a: &[f32],
-    lda: usize,
-    b: &[f32],
-    ldb: usize,
-    beta: f32,
+    call: &Sgemm<'_>,
+    b: Op<'_>,
     c: &mut [f32],
-    ldc: usize,
-    par: &dyn Par,
-) -> Result<&'static str, String> {
-    // Stored shapes: A is m x k (k x m when transposed), B is k x n (n x k when transposed).
-    let (ar, ac) = if trans_a { (k, m) } else { (m, k) };
-    let (br, bc) = if trans_b { (n, k) } else { (k, n) };
-    check("A", a, ar, ac, lda);
-    check("B", b, br, bc, ldb);
-    check("C", c, m, n, ldc);
+) -> Result<GemmRoute, String> {
+    let (m, n, k) = (call.m, call.n, call.k);
+    let (alpha, beta, a) = (call.alpha, call.beta, call.a);
+    // Stored shape of B: k x n (n x k when transposed).
+    let (br, bc) = if b.trans { (n, k) } else { (k, n) };
+    call.check_a();
+    check("B", b.data, br, bc, b.ld);
+    call.check_c(c);
     if m == 0 || n == 0 {
-        return Ok(kern.names[3]);
+        return Ok(kern.route(GemmPath::Empty));
     }
-    let (ao, bo) = (
-        Op {
-            data: a,
-            ld: lda,
-            trans: trans_a,
-        },
-        Op {
-            data: b,
-            ld: ldb,
-            trans: trans_b,
-        },
-    );
+    let lv = kern.level()?;
     if k == 0 {
-        driver::gemm(
-            kern,
-            ao,
-            BSrc::Strided(bo),
-            Geometry { m, n, k },
-            alpha,
-            beta,
-            c,
-            ldc,
-            par,
-        )?;
-        return Ok(kern.names[4]);
+        driver::gemm(kern, lv, call, BSrc::Strided(b), c)?;
+        return Ok(kern.route(GemmPath::K0Scale));
     }
     // GEMV: x and y live in the lane's parked scratch (no allocation per call once warm).
     if m == 1 {
         return try_with_scratch_f32(k + n, |buf| {
             let (x, y) = buf.split_at_mut(k);
-            if trans_a {
-                gemv::gather_into(ao, 0, lda, x);
+            if a.trans {
+                gemv::gather_into(a, 0, a.ld, x);
             } else {
-                x.copy_from_slice(&a[..k]);
+                x.copy_from_slice(&a.data[..k]);
             }
-            let form = if trans_b {
-                Form::Dot { m: b, ld: ldb }
+            let form = if b.trans {
+                Form::Dot {
+                    m: b.data,
+                    ld: b.ld,
+                }
             } else {
-                Form::Axpy { m: b, ld: ldb }
+                Form::Axpy {
+                    m: b.data,
+                    ld: b.ld,
+                }
             };
-            gemv::gemv(kern, form, x, y, par);
+            gemv::gemv(kern, lv, form, x, y, call.par);
             write_vec(y, c, 1, alpha, beta);
-            kern.names[1]
+            kern.route(GemmPath::GemvM1)
         })
         .ok_or_else(|| scratch_error((k + n) * 4));
     }
     if n == 1 {
         return try_with_scratch_f32(k + m, |buf| {
             let (x, y) = buf.split_at_mut(k);
-            if trans_b {
-                x.copy_from_slice(&b[..k]);
+            if b.trans {
+                x.copy_from_slice(&b.data[..k]);
             } else {
-                gemv::gather_into(bo, 0, ldb, x);
+                gemv::gather_into(b, 0, b.ld, x);
             }
-            let form = if trans_a {
-                Form::Axpy { m: a, ld: lda }
+            let form = if a.trans {
+                Form::Axpy {
+                    m: a.data,
+                    ld: a.ld,
+                }
             } else {
-                Form::Dot { m: a, ld: lda }
+                Form::Dot {
+                    m: a.data,
+                    ld: a.ld,
+                }
             };
-            gemv::gemv(kern, form, x, y, par);
-            write_vec(y, c, ldc, alpha, beta);
-            kern.names[2]
+            gemv::gemv(kern, lv, form, x, y, call.par);
+            write_vec(y, c, call.ldc, alpha, beta);
+            kern.route(GemmPath::GemvN1)
         })
         .ok_or_else(|| scratch_error((k + m) * 4));
     }
-    driver::gemm(
-        kern,
-        ao,
-        BSrc::Strided(bo),
-        Geometry { m, n, k },
-        alpha,
-        beta,
-        c,
-        ldc,
-        par,
-    )?;
-    Ok(kern.names[0])
+    driver::gemm(kern, lv, call, BSrc::Strided(b), c)?;
+    Ok(kern.route(GemmPath::Gemm))
 }
 
 /// `c[j * stride] = alpha * y[j] + beta * c[j * stride]` (beta == 0: old value ignored).
@@ -329,7 +243,7 @@ pub(super) fn write_vec(y: &[f32], c: &mut [f32], stride: usize, alpha: f32, bet
 }
 
 /// numpy.matmul of contiguous row-major tensors: `out = a @ b` with 1-D promotion and batch
-/// broadcasting (see [`matmul_shapes`]). Returns the variant of the underlying sgemm.
+/// broadcasting (see [`matmul_shapes`]). Returns the route of the underlying products.
 pub fn matmul_f32(
     a: &[f32],
     a_shape: &[usize],
@@ -337,7 +251,7 @@ pub fn matmul_f32(
     b_shape: &[usize],
     out: &mut [f32],
     par: &dyn Par,
-) -> Result<&'static str, String> {
+) -> Result<GemmRoute, String> {
     let kern = *DISPATCH;
     let p = matmul_shapes(a_shape, b_shape)?;
     let (na, nb, no) = (p.a_len, p.b_len, p.out_len);
@@ -352,31 +266,20 @@ pub fn matmul_f32(
     }
     let (m, n, k) = (p.m, p.n, p.k);
     if no == 0 {
-        return Ok(kern.names[3]);
+        return Ok(kern.route(GemmPath::Empty));
     }
     let o_mat = m * n;
+    let b_at = |off: usize| Op {
+        data: &b[off..],
+        ld: n,
+        trans: false,
+    };
     // Shared B and A batches laid out back to back: one product with batch * m rows.
     if p.batch == 1 || (p.b_shared() && p.a_dense()) {
-        let bo = p.offsets(0).1;
-        let rows = p.batch * m;
-        return run(
-            kern,
-            false,
-            false,
-            rows,
-            n,
-            k,
-            1.0,
-            a,
-            k,
-            &b[bo..],
-            n,
-            0.0,
-            out,
-            n,
-            par,
-        );
+        let call = Sgemm::new(p.batch * m, n, k, a).par(par);
+        return run(kern, &call, b_at(p.offsets(0).1), out);
     }
+    let one = Sgemm::new(m, n, k, a);
     let work = m.saturating_mul(n).saturating_mul(k.max(1));
     if work < driver::PAR_MIN_WORK && work.saturating_mul(p.batch) >= driver::PAR_MIN_WORK {
         // Many small products: one per chunk, each serial.
@@ -388,54 +291,23 @@ pub fn matmul_f32(
             )
         })?;
         parts.extend(out.chunks_mut(o_mat).map(Mutex::new));
-        let name = Mutex::new(Ok(kern.names[0]));
+        let route = Mutex::new(Ok(kern.route(GemmPath::Gemm)));
         par.chunks(Dispatch::Task, p.batch, &|i| {
             let mut o = parts[i].lock();
             let (ao, bo) = p.offsets(i);
-            let v = run(
-                kern,
-                false,
-                false,
-                m,
-                n,
-                k,
-                1.0,
-                &a[ao..],
-                k,
-                &b[bo..],
-                n,
-                0.0,
-                &mut o,
-                n,
-                &Serial,
-            );
-            let mut slot = name.lock();
+            let v = run(kern, &one.with_a(&a[ao..]).par(&Serial), b_at(bo), &mut o);
+            let mut slot = route.lock();
             if slot.is_ok() {
                 *slot = v;
             }
         });
-        return name.into_inner();
+        return route.into_inner();
     }
-    let mut name = kern.names[0];
+    let mut route = kern.route(GemmPath::Gemm);
+    let one = one.par(par);
     for (i, o) in out.chunks_mut(o_mat).enumerate() {
         let (ao, bo) = p.offsets(i);
-        name = run(
-            kern,
-            false,
-            false,
-            m,
-            n,
-            k,
-            1.0,
-            &a[ao..],
-            k,
-            &b[bo..],
-            n,
-            0.0,
-            o,
-            n,
-            par,
-        )?;
+        route = run(kern, &one.with_a(&a[ao..]), b_at(bo), o)?;
     }
-    Ok(name)
+    Ok(route)
 }

@@ -12,9 +12,10 @@
 use super::gemv::PAR_MIN_WORK;
 use super::packed::{pack_panel, PackedB};
 use super::tiles::TileGrid;
-use super::{write_vec, GemmKernels, Op};
+use super::{write_vec, GemmKernels, Op, Sgemm};
+use crate::kernels::simd::Level;
 use crate::memory::scratch::{try_with_scratch_f32, Shortfall};
-use crate::runtime::par::{stream_units_per_chunk, Dispatch, Par};
+use crate::runtime::par::{stream_units_per_chunk, Dispatch};
 
 /// Widest panel of any table (AVX-512: 32).
 const MAX_NR: usize = 32;
@@ -27,20 +28,18 @@ pub(super) enum PanelSrc<'a> {
 }
 
 /// `c[j] = alpha * sum_p x[p * incx] op(B)(p, j) + beta * c[j]` for `j < n`, `p < k`
-/// (`beta == 0` ignores c's old contents). `x` holds `k` values `incx` apart; `c` is one row.
-#[allow(clippy::too_many_arguments)]
+/// (`beta == 0` ignores c's old contents), where x is op(A)'s only row (`call.m == 1`): A
+/// itself, or one column of a transposed A (`incx = lda`). `c` is that one row of C.
 pub(super) fn gemv(
     kern: &GemmKernels,
-    k: usize,
-    n: usize,
-    x: &[f32],
-    incx: usize,
+    lv: Level,
+    call: &Sgemm<'_>,
     src: PanelSrc<'_>,
-    alpha: f32,
-    beta: f32,
     c: &mut [f32],
-    par: &dyn Par,
 ) -> Result<(), String> {
+    let (k, n, alpha, beta, par) = (call.k, call.n, call.alpha, call.beta, call.par);
+    let x = call.a.data;
+    let incx = if call.a.trans { call.a.ld } else { 1 };
     let nr = kern.nr;
     debug_assert!(nr <= MAX_NR);
     let panels = n.div_ceil(nr);
@@ -56,16 +55,18 @@ pub(super) fn gemv(
             let (j0, w) = (q * nr, o.len());
             let y = &mut y[..w];
             match src {
-                PanelSrc::Packed(p) => (kern.panel_gemv)(k, x, incx, p.panel(q, 0, k), nr, w, y),
+                PanelSrc::Packed(p) => {
+                    (kern.panel_gemv)(lv, k, x, incx, p.panel(q, 0, k), nr, w, y)
+                }
                 PanelSrc::Strided(b) if !b.trans => {
-                    (kern.panel_gemv)(k, x, incx, &b.data[j0..], b.ld, w, y)
+                    (kern.panel_gemv)(lv, k, x, incx, &b.data[j0..], b.ld, w, y)
                 }
                 // Columns of op(B) are rows of B: gather the panel first (contents on entry do
                 // not matter, pack_panel writes all k * nr values).
                 PanelSrc::Strided(b) => {
                     let done = try_with_scratch_f32(k * nr, |buf| {
                         pack_panel(b, k, j0, w, nr, buf);
-                        (kern.panel_gemv)(k, x, incx, buf, nr, w, y)
+                        (kern.panel_gemv)(lv, k, x, incx, buf, nr, w, y)
                     });
                     if short.note(done, k * nr * 4).is_none() {
                         return;

@@ -23,9 +23,18 @@ use super::x86::{NR256, NR512};
 use crate::kernels::simd::{simd_entry, Avx2, Avx512};
 use crate::kernels::x86_asm::fma_bcast;
 
-/// Panics unless the panel and vectors hold what a `k`-step, `w`-wide call reads and writes.
-#[allow(clippy::too_many_arguments)]
-fn check(k: usize, x: &[f32], incx: usize, b: &[f32], ld: usize, w: usize, y: &[f32], nr: usize) {
+/// Panics unless the panel and vectors hold what a `k`-step, `w`-wide call reads and writes
+/// (`NR`: the kernel's panel width).
+fn check<const NR: usize>(
+    k: usize,
+    x: &[f32],
+    incx: usize,
+    b: &[f32],
+    ld: usize,
+    w: usize,
+    y: &[f32],
+) {
+    let nr = NR;
     assert!(w <= nr && y.len() >= w, "panel gemv: width {w} > {nr}");
     if k > 0 && w > 0 {
         assert!(x.len() > (k - 1) * incx, "panel gemv: x too short");
@@ -35,7 +44,7 @@ fn check(k: usize, x: &[f32], incx: usize, b: &[f32], ld: usize, w: usize, y: &[
 
 #[target_feature(enable = "avx512f")]
 fn panel512(k: usize, x: &[f32], incx: usize, b: &[f32], ld: usize, w: usize, y: &mut [f32]) {
-    check(k, x, incx, b, ld, w, y, NR512);
+    check::<NR512>(k, x, incx, b, ld, w, y);
     if w == 0 {
         return;
     }
@@ -78,7 +87,7 @@ fn panel512(k: usize, x: &[f32], incx: usize, b: &[f32], ld: usize, w: usize, y:
 
 #[target_feature(enable = "avx2,fma")]
 fn panel256(k: usize, x: &[f32], incx: usize, b: &[f32], ld: usize, w: usize, y: &mut [f32]) {
-    check(k, x, incx, b, ld, w, y, NR256);
+    check::<NR256>(k, x, incx, b, ld, w, y);
     if w == 0 {
         return;
     }
@@ -119,8 +128,8 @@ fn panel256(k: usize, x: &[f32], incx: usize, b: &[f32], ld: usize, w: usize, y:
     }
 }
 
-// Table entries: each mints its level's token and runs the kernel under it ("avx512f" and
-// "avx2,fma" are features of the AVX-512 and AVX2 levels).
+// Table entries: each takes its level's token from the caller's Level and runs the kernel under
+// it ("avx512f" and "avx2,fma" are features of the AVX-512 and AVX2 levels).
 simd_entry!(pub(super) fn panel_gemv_avx512(
     k: usize, x: &[f32], incx: usize, b: &[f32], ld: usize, w: usize, y: &mut [f32],
 ) = Avx512 => panel512);

@@ -1,6 +1,8 @@
 //! Portable reference micro-kernel (same packed layouts and blocking as the SIMD ones) and the
 //! GEMV primitives.
 
+use crate::kernels::simd::plain_entry;
+
 /// Register tile of the scalar kernel.
 pub(super) const MR: usize = 8;
 pub(super) const NR: usize = 8;
@@ -59,3 +61,11 @@ pub(super) fn panel_gemv(
         *yc = (acc[0][c] + acc[1][c]) + (acc[2][c] + acc[3][c]);
     }
 }
+
+// The table's entries: the uniform signature of the SIMD ones (`kernels/simd.rs`).
+plain_entry!(pub(super) fn ukernel_entry(kc: usize, a: &[f32], b: &[f32], tile: &mut [f32]) => ukernel);
+plain_entry!(pub(super) fn dot_entry(x: &[f32], y: &[f32]) -> f32 => dot);
+plain_entry!(pub(super) fn axpy_entry(s: f32, x: &[f32], y: &mut [f32]) => axpy);
+plain_entry!(pub(super) fn panel_gemv_entry(
+    k: usize, x: &[f32], incx: usize, b: &[f32], ld: usize, w: usize, y: &mut [f32],
+) => panel_gemv);

@@ -4,15 +4,14 @@
 //! cache) or as the original tensor ([`Weight::Unpacked`], when the cache declined). Both take
 //! the same route and give bit-identical results: M = 1 runs the panel GEMV (`panel_gemv.rs`)
 //! over the packed panels or the original columns; M > 1 runs the blocked driver, which reads
-//! the packed panels or packs them per task exactly as `sgemm` does. Unlike `sgemm`, N = 1
-//! has no special path here (a weight with N = 1 is not worth packing; callers keep it on
-//! `sgemm`).
+//! the packed panels or packs them per task exactly as `Sgemm::run` does. Unlike `Sgemm::run`,
+//! N = 1 has no special path here (a weight with N = 1 is not worth packing; callers keep it on
+//! `Sgemm::run`).
 
-use super::driver::{self, BSrc, Geometry};
+use super::driver::{self, BSrc};
 use super::panel_gemv::{self, PanelSrc};
-use super::{check, GemmKernels, Op, PackedB, DISPATCH, TABLES};
+use super::{check, BForm, GemmKernels, GemmPath, GemmRoute, Op, PackedB, Sgemm, DISPATCH, TABLES};
 use crate::kernels::isa::Isa;
-use crate::runtime::par::Par;
 
 /// A constant B operand.
 #[derive(Clone, Copy)]
@@ -75,84 +74,51 @@ fn pack(
     PackedB::new(kern, Op { data, ld, trans }, k, n)
 }
 
-/// `C = alpha * op(A) * op(B) + beta * C` with a constant B, on the process's kernels (a packed
-/// weight runs on the table it was packed for). `op(A)` is `m x k`, C `m x n` with row stride
-/// `ldc`; `beta == 0` ignores C's old contents. Panics when a buffer is too small or a packed
-/// weight's shape is not `k x n`. Returns the variant that ran (e.g.
-/// `"avx512-gemv-m1-prepacked"`, `"avx512-gemm-8x32-unpacked"`), or `Err` when a scratch buffer
-/// cannot be allocated.
-#[allow(clippy::too_many_arguments)]
-pub fn sgemm_weight(
-    trans_a: bool,
-    m: usize,
-    n: usize,
-    k: usize,
-    alpha: f32,
-    a: &[f32],
-    lda: usize,
-    w: Weight<'_>,
-    beta: f32,
-    c: &mut [f32],
-    ldc: usize,
-    par: &dyn Par,
-) -> Result<&'static str, String> {
-    let kern = match w {
-        Weight::Packed(p) => p.kern,
-        Weight::Unpacked { .. } => *DISPATCH,
-    };
-    run(kern, trans_a, m, n, k, alpha, a, lda, w, beta, c, ldc, par)
-}
-
-/// [`sgemm_weight`] forced onto one ISA variant. `Err` when the CPU lacks it or a packed
-/// weight was packed for another variant.
-#[allow(clippy::too_many_arguments)]
-pub fn sgemm_weight_with(
-    isa: Isa,
-    trans_a: bool,
-    m: usize,
-    n: usize,
-    k: usize,
-    alpha: f32,
-    a: &[f32],
-    lda: usize,
-    w: Weight<'_>,
-    beta: f32,
-    c: &mut [f32],
-    ldc: usize,
-    par: &dyn Par,
-) -> Result<&'static str, String> {
-    let kern = TABLES.for_isa(isa)?;
-    if let Weight::Packed(p) = w {
-        if !std::ptr::eq(p.kern, kern) {
-            return Err(format!(
-                "weight was packed for another ISA than {}",
-                isa.name()
-            ));
-        }
+impl Sgemm<'_> {
+    /// Runs the call against a constant B on the process's kernels (a packed weight runs on
+    /// the table it was packed for). Panics when a buffer is too small or a packed weight's
+    /// shape is not `k x n`. Returns the route that ran (e.g. `avx512-gemv-m1-prepacked`,
+    /// `avx512-gemm-8x32-unpacked` in the ledger), or `Err` when a scratch buffer cannot be
+    /// allocated.
+    pub fn run_weight(&self, w: Weight<'_>, c: &mut [f32]) -> Result<GemmRoute, String> {
+        let kern = match w {
+            Weight::Packed(p) => p.kern,
+            Weight::Unpacked { .. } => *DISPATCH,
+        };
+        run(kern, self, w, c)
     }
-    run(kern, trans_a, m, n, k, alpha, a, lda, w, beta, c, ldc, par)
+
+    /// [`Sgemm::run_weight`] forced onto one ISA variant. `Err` when the CPU lacks it or a
+    /// packed weight was packed for another variant.
+    pub fn run_weight_with(
+        &self,
+        isa: Isa,
+        w: Weight<'_>,
+        c: &mut [f32],
+    ) -> Result<GemmRoute, String> {
+        let kern = TABLES.for_isa(isa)?;
+        if let Weight::Packed(p) = w {
+            if !std::ptr::eq(p.kern, kern) {
+                return Err(format!(
+                    "weight was packed for another ISA than {}",
+                    isa.name()
+                ));
+            }
+        }
+        run(kern, self, w, c)
+    }
 }
 
-#[allow(clippy::too_many_arguments)]
 fn run(
     kern: &'static GemmKernels,
-    trans_a: bool,
-    m: usize,
-    n: usize,
-    k: usize,
-    alpha: f32,
-    a: &[f32],
-    lda: usize,
+    call: &Sgemm<'_>,
     w: Weight<'_>,
-    beta: f32,
     c: &mut [f32],
-    ldc: usize,
-    par: &dyn Par,
-) -> Result<&'static str, String> {
-    let (ar, ac) = if trans_a { (k, m) } else { (m, k) };
-    check("A", a, ar, ac, lda);
-    check("C", c, m, n, ldc);
-    let (bsrc, psrc, packed) = match w {
+) -> Result<GemmRoute, String> {
+    let (m, n, k) = (call.m, call.n, call.k);
+    call.check_a();
+    call.check_c(c);
+    let (bsrc, psrc, form) = match w {
         Weight::Packed(p) => {
             assert!(
                 p.k() == k && p.n() == n,
@@ -160,7 +126,7 @@ fn run(
                 p.k(),
                 p.n()
             );
-            (BSrc::Packed(p), PanelSrc::Packed(p), true)
+            (BSrc::Packed(p), PanelSrc::Packed(p), BForm::Prepacked)
         }
         Weight::Unpacked { b, ldb, trans } => {
             let (br, bc) = if trans { (n, k) } else { (k, n) };
@@ -170,48 +136,21 @@ fn run(
                 ld: ldb,
                 trans,
             };
-            (BSrc::Strided(op), PanelSrc::Strided(op), false)
+            (BSrc::Strided(op), PanelSrc::Strided(op), BForm::Unpacked)
         }
     };
-    let name = |i: usize| kern.wnames[i + if packed { 0 } else { 2 }];
     if m == 0 || n == 0 {
-        return Ok(kern.names[3]);
+        return Ok(kern.route(GemmPath::Empty));
     }
-    let ao = Op {
-        data: a,
-        ld: lda,
-        trans: trans_a,
-    };
+    let lv = kern.level()?;
     if k == 0 {
-        driver::gemm(
-            kern,
-            ao,
-            bsrc,
-            Geometry { m, n, k },
-            alpha,
-            beta,
-            c,
-            ldc,
-            par,
-        )?;
-        return Ok(kern.names[4]);
+        driver::gemm(kern, lv, call, bsrc, c)?;
+        return Ok(kern.route(GemmPath::K0Scale));
     }
     if m == 1 {
-        // x = op(A)'s only row: contiguous, or one column of a transposed A (stride lda).
-        let incx = if trans_a { lda } else { 1 };
-        panel_gemv::gemv(kern, k, n, a, incx, psrc, alpha, beta, &mut c[..n], par)?;
-        return Ok(name(1));
+        panel_gemv::gemv(kern, lv, call, psrc, &mut c[..n])?;
+        return Ok(kern.route(GemmPath::WeightGemvM1(form)));
     }
-    driver::gemm(
-        kern,
-        ao,
-        bsrc,
-        Geometry { m, n, k },
-        alpha,
-        beta,
-        c,
-        ldc,
-        par,
-    )?;
-    Ok(name(0))
+    driver::gemm(kern, lv, call, bsrc, c)?;
+    Ok(kern.route(GemmPath::WeightGemm(form)))
 }

@@ -10,7 +10,7 @@
 
 use std::arch::x86_64::*;
 
-use crate::kernels::simd::{isa_entry, simd_entry, Avx2, Avx512, Simd};
+use crate::kernels::simd::{simd_entry, Avx2, Avx512, Simd};
 
 // ---------------------------------------------------------------- the micro-kernel
 
@@ -90,8 +90,14 @@ fn axpy512(s: f32, x: &[f32], y: &mut [f32]) {
     }
 }
 
-isa_entry!(ukernel_avx512, Avx512, "avx512f,avx512dq,avx2,fma", ukernel::<Avx512, MR512>,
-    (kc: usize, a: &[f32], b: &[f32], tile: &mut [f32]));
+#[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
+fn ukernel512(s: Avx512, kc: usize, a: &[f32], b: &[f32], tile: &mut [f32]) {
+    ukernel::<Avx512, MR512>(s, kc, a, b, tile)
+}
+
+simd_entry!(pub(super) fn ukernel_avx512(
+    kc: usize, a: &[f32], b: &[f32], tile: &mut [f32],
+) = Avx512 => token ukernel512);
 simd_entry!(pub(super) fn dot_avx512(x: &[f32], y: &[f32]) -> f32 = Avx512 => dot512);
 simd_entry!(pub(super) fn axpy_avx512(s: f32, x: &[f32], y: &mut [f32]) = Avx512 => axpy512);
 
@@ -146,7 +152,13 @@ fn axpy256(s: f32, x: &[f32], y: &mut [f32]) {
     }
 }
 
-isa_entry!(ukernel_avx2, Avx2, "avx2,fma", ukernel::<Avx2, MR256>,
-    (kc: usize, a: &[f32], b: &[f32], tile: &mut [f32]));
+#[target_feature(enable = "avx2,fma")]
+fn ukernel256(s: Avx2, kc: usize, a: &[f32], b: &[f32], tile: &mut [f32]) {
+    ukernel::<Avx2, MR256>(s, kc, a, b, tile)
+}
+
+simd_entry!(pub(super) fn ukernel_avx2(
+    kc: usize, a: &[f32], b: &[f32], tile: &mut [f32],
+) = Avx2 => token ukernel256);
 simd_entry!(pub(super) fn dot_avx2(x: &[f32], y: &[f32]) -> f32 = Avx2 => dot256);
 simd_entry!(pub(super) fn axpy_avx2(s: f32, x: &[f32], y: &mut [f32]) = Avx2 => axpy256);

@@ -7,11 +7,13 @@ use super::pack::{GroupView, NR};
 use super::prepare_a::{quantize_row_scalar, PreparedA, QuantRowFn};
 use super::{tile_scalar, MR};
 use crate::kernels::isa::{Isa, IsaTables};
+use crate::kernels::simd::{plain_entry, Level};
 
 /// A tile kernel: rows `r0..r0 + nr` (`nr <= MR`) of prepared A against one column group,
 /// results (without bias) into `res[0..nr]`. A SIMD entry runs its kernel only under its level's
 /// token (`kernels/simd.rs`), so calling one is safe on any CPU.
-pub(crate) type TileFn = fn(&GroupView, &PreparedA, usize, usize, &mut [[f32; NR]; MR]);
+/// The leading [`Level`] is the one the driver minted for the call (`kernels/simd.rs`).
+pub(crate) type TileFn = fn(Level, &GroupView, &PreparedA, usize, usize, &mut [[f32; NR]; MR]);
 
 /// A whole-group GEMM (the AMX one, `tile_amx`): rows `rows` (from a multiple of
 /// [`AMX_ROWS`](super::tile_amx::AMX_ROWS)) of prepared A, padded with zero rows to a multiple of
@@ -80,8 +82,8 @@ macro_rules! names {
     };
 }
 
-/// The table entries: each mints its level's token and runs the kernel under it. Every feature a
-/// kernel enables is one of its token's level (AVX2 level: "avx2,fma,f16c"; AVX-512 level:
+/// The table entries: each takes its level's token from the caller's Level and runs the kernel
+/// under it. Every feature a kernel enables is one of its token's level (AVX2 level: "avx2,fma,f16c"; AVX-512 level:
 /// F/BW/DQ/VL + FMA; VNNI level: those + VNNI), and the kernels check everything else they
 /// index (their `assert!`s on the view's and prepared A's lengths, slice indexing for zero
 /// points and scales of A, `nr` matched against 1..=MR), so features are their only unchecked
@@ -109,22 +111,41 @@ mod entries {
     simd_entry!(pub(super) fn i8_avx512vnni(
         g: &GroupView, a: &PreparedA, r0: usize, nr: usize, res: &mut [[f32; NR]; MR],
     ) = Avx512Vnni => tile_avx512::tile_i8_vnni);
-    // `tile_amx::group_i8` enables the AVX-512 level's features; its tile instructions (inline
-    // asm) need AMX-TILE / AMX-INT8 with the OS permission, all of which the `Amx` token proves.
-    simd_entry!(pub(super) fn i8_amx(
-        g: &GroupView, a: &PreparedA, rows: Range<usize>, panel: &mut [i32],
+    /// The AMX GEMM's entry. `Amx` is not a [`Level`](crate::kernels::simd::Level) (it needs
+    /// the OS permission on top of a level), so the entry takes its token itself, once per group.
+    pub(super) fn i8_amx(
+        g: &GroupView,
+        a: &PreparedA,
+        rows: Range<usize>,
+        panel: &mut [i32],
         emit: &mut dyn FnMut(usize, &[f32; NR]),
-    ) = Amx => tile_amx::group_i8);
+    ) {
+        let _token = Amx::get().expect("the AMX table is handed out only under the Amx token");
+        // SAFETY: `tile_amx::group_i8` enables the AVX-512 level's features; its tile
+        // instructions (inline asm) need AMX-TILE / AMX-INT8 with the OS permission. The `Amx`
+        // token exists, which proves all of them (it is minted only above the VNNI level).
+        unsafe { tile_amx::group_i8(g, a, rows, panel, emit) }
+    }
     simd_entry!(pub(super) fn quant_avx512(
         row: &[f32], bs: usize, q: &mut [i8], qscale: &mut [f32], qsum: &mut [i32],
     ) = Avx512 => quant_avx512::quantize_row);
 }
 
+plain_entry!(fn f32_scalar(
+    g: &GroupView, a: &PreparedA, r0: usize, nr: usize, res: &mut [[f32; NR]; MR],
+) => tile_scalar::tile_f32);
+plain_entry!(fn i8_scalar(
+    g: &GroupView, a: &PreparedA, r0: usize, nr: usize, res: &mut [[f32; NR]; MR],
+) => tile_scalar::tile_i8);
+plain_entry!(fn quant_scalar(
+    row: &[f32], bs: usize, q: &mut [i8], qscale: &mut [f32], qsum: &mut [i32],
+) => quantize_row_scalar);
+
 const SCALAR: Kernels = Kernels {
     isa: Isa::Scalar,
-    f32_tile: tile_scalar::tile_f32,
-    i8_tile: tile_scalar::tile_i8,
-    quant_row: quantize_row_scalar,
+    f32_tile: f32_scalar,
+    i8_tile: i8_scalar,
+    quant_row: quant_scalar,
     i8_gemm: None,
     amx_min_m: usize::MAX,
     amx_tail_min: 0,
@@ -136,7 +157,7 @@ const AVX2: Kernels = Kernels {
     isa: Isa::Avx2,
     f32_tile: entries::f32_avx2,
     i8_tile: entries::i8_avx2,
-    quant_row: quantize_row_scalar,
+    quant_row: quant_scalar,
     i8_gemm: None,
     amx_min_m: usize::MAX,
     amx_tail_min: 0,

@@ -16,10 +16,11 @@ use super::nonfinite::{self, RowFix};
 use super::pack::{
     group_weight_bytes, group_zp_bytes, groups, pack_group, GroupView, PackedNBits, Scales, NR,
 };
-use super::params::NBitsParams;
+use super::params::{NBitsParams, NBitsWeight};
 use super::prepare_a::{with_prepared, PreparedA};
 use super::MR;
 use crate::kernels::disjoint::DisjointOut;
+use crate::kernels::simd::Level;
 use crate::memory::scratch::{
     try_with_scratch_f32, try_with_scratch_i32, try_with_scratch_u16, try_with_scratch_u8,
     Shortfall,
@@ -35,12 +36,7 @@ const AMX_ROW_TILE: usize = 256;
 #[derive(Clone, Copy)]
 pub(crate) enum Source<'a> {
     Packed(&'a PackedNBits),
-    Unpacked {
-        b: &'a [u8],
-        scales: &'a [f32],
-        zero_points: Option<&'a [u8]>,
-        p: &'a NBitsParams,
-    },
+    Unpacked(NBitsWeight<'a>),
 }
 
 pub(crate) fn run(
@@ -55,7 +51,7 @@ pub(crate) fn run(
     let name = run_fast(kernels, a, m, src, bias, out, par)?;
     let p = match &src {
         Source::Packed(pk) => pk.params,
-        Source::Unpacked { p, .. } => **p,
+        Source::Unpacked(w) => *w.p,
     };
     // Rows with NaN / infinities: ORT's answers (see `nonfinite`).
     let fixes = match nonfinite::scan(a, m, &p) {
@@ -87,7 +83,7 @@ pub(crate) fn run(
     let scale_max = match &src {
         Source::Packed(pk) => Some(pk.scale_max),
         // Rarely used (packing declined): keep the full output scan.
-        Source::Unpacked { .. } => None,
+        Source::Unpacked(_) => None,
     };
     nonfinite::rescale_overflowed_rows(a, m, &p, scale_max, bias, out, &gemm)?;
     Ok(name)
@@ -105,7 +101,7 @@ fn run_fast(
 ) -> Result<&'static str, String> {
     let p = match &src {
         Source::Packed(pk) => pk.params,
-        Source::Unpacked { p, .. } => **p,
+        Source::Unpacked(w) => *w.p,
     };
     let name = kernels.variant_name(p.accuracy_level, m);
     if m == 0 {
@@ -133,6 +129,8 @@ fn run_fast(
             p.n
         );
     }
+    // The kernels' level, minted once for the call and handed to every tile call.
+    let lv = Level::require(kernels.isa)?;
     // A is prepared once per call into this thread's parked buffers (no allocation when warm).
     with_prepared(kernels, a, m, &p, |prep| {
         let tile = if p.int8_compute() {
@@ -149,6 +147,7 @@ fn run_fast(
             tile,
             gemm,
             amx_tail_min: kernels.amx_tail_min,
+            lv,
             prep,
             p: &p,
             bias,
@@ -176,12 +175,8 @@ fn run_fast(
                     par.chunks(Dispatch::Task, row_tiles * col_chunks, &body);
                 }
             }
-            Source::Unpacked {
-                b,
-                scales,
-                zero_points,
-                p,
-            } => {
+            Source::Unpacked(weight) => {
+                let (p, zero_points) = (weight.p, weight.zero_points);
                 let kbs = p.k_blocks();
                 let (wb, zb) = (
                     group_weight_bytes(p),
@@ -201,8 +196,7 @@ fn run_fast(
                                 let mut z = zero_points.map(|_| z);
                                 for g in split.range(cc) {
                                     let zm = z.as_deref_mut();
-                                    let half =
-                                        pack_group(b, scales, zero_points, p, g, w, s, h, zm);
+                                    let half = pack_group(&weight, g, w, s, h, zm);
                                     let view = GroupView {
                                         w,
                                         scales: if half { Scales::F16(h) } else { Scales::F32(s) },
@@ -236,6 +230,7 @@ struct Ctx<'a, 'o> {
     gemm: Option<GemmFn>,
     /// A last partial AMX row tile shorter than this goes to `tile`.
     amx_tail_min: usize,
+    lv: Level,
     prep: &'a PreparedA,
     p: &'a NBitsParams,
     bias: Option<&'a [f32]>,
@@ -277,7 +272,7 @@ impl Ctx<'_, '_> {
         let mut res = [[0f32; NR]; MR];
         while r0 < rows.end {
             let nr = (rows.end - r0).min(MR);
-            (self.tile)(view, self.prep, r0, nr, &mut res);
+            (self.tile)(self.lv, view, self.prep, r0, nr, &mut res);
             for (ri, row) in res.iter().enumerate().take(nr) {
                 self.write_row(r0 + ri, cols.clone(), row);
             }

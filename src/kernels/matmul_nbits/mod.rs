@@ -39,7 +39,7 @@ mod tile_scalar;
 
 pub use dispatch::{variant_name, Kernels};
 pub use pack::{pack, pack_threads, try_pack, try_pack_threads, PackedNBits, NR};
-pub use params::{NBitsInput, NBitsParams};
+pub use params::{NBitsInput, NBitsParams, NBitsWeight};
 
 use crate::runtime::par::Par;
 
@@ -83,53 +83,27 @@ pub fn matmul_packed_with(
 
 /// Y = A W (+ bias) straight from ORT's layout (the path when no packed copy is cached).
 /// Bit-identical to [`matmul_packed`] on the same inputs.
-#[allow(clippy::too_many_arguments)]
 pub fn matmul_unpacked(
     a: &[f32],
     m: usize,
-    b: &[u8],
-    scales: &[f32],
-    zero_points: Option<&[u8]>,
-    p: &NBitsParams,
+    w: &NBitsWeight<'_>,
     bias: Option<&[f32]>,
     out: &mut [f32],
     par: &dyn Par,
 ) -> Result<&'static str, String> {
-    matmul_unpacked_with(
-        Kernels::active(),
-        a,
-        m,
-        b,
-        scales,
-        zero_points,
-        p,
-        bias,
-        out,
-        par,
-    )
+    matmul_unpacked_with(Kernels::active(), a, m, w, bias, out, par)
 }
 
 /// [`matmul_unpacked`] with an explicit kernel set.
-#[allow(clippy::too_many_arguments)]
 pub fn matmul_unpacked_with(
     kernels: &Kernels,
     a: &[f32],
     m: usize,
-    b: &[u8],
-    scales: &[f32],
-    zero_points: Option<&[u8]>,
-    p: &NBitsParams,
+    w: &NBitsWeight<'_>,
     bias: Option<&[f32]>,
     out: &mut [f32],
     par: &dyn Par,
 ) -> Result<&'static str, String> {
-    p.check_sizes(b.len(), scales.len(), zero_points.map(|z| z.len()), None)
-        .unwrap_or_else(|e| panic!("{e}"));
-    let src = driver::Source::Unpacked {
-        b,
-        scales,
-        zero_points,
-        p,
-    };
-    driver::run(kernels, a, m, src, bias, out, par)
+    w.check_sizes(None).unwrap_or_else(|e| panic!("{e}"));
+    driver::run(kernels, a, m, driver::Source::Unpacked(*w), bias, out, par)
 }

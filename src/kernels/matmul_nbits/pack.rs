@@ -36,7 +36,7 @@
 //! alone, so the unpacked path (which packs group by group) makes the same choice. Levels 0..3
 //! keep f32 scales: their results do not change.
 
-use super::params::NBitsParams;
+use super::params::{NBitsParams, NBitsWeight};
 use super::reference::weight_code;
 use crate::kernels::cast::{f16_to_f32, f32_to_f16, F16Bits, NanRule};
 use crate::memory::{weight_arena, ArenaBuf};
@@ -249,8 +249,13 @@ pub fn try_pack_threads(
     p: &NBitsParams,
     threads: usize,
 ) -> Option<PackedNBits> {
-    p.check_sizes(b.len(), scales.len(), zero_points.map(|z| z.len()), None)
-        .unwrap_or_else(|e| panic!("{e}"));
+    let weight = NBitsWeight {
+        b,
+        scales,
+        zero_points,
+        p,
+    };
+    weight.check_sizes(None).unwrap_or_else(|e| panic!("{e}"));
     let g_count = groups(p);
     let (wb, sb, zb) = (group_weight_bytes(p), p.k_blocks() * NR, group_zp_bytes(p));
     // Which groups get f16 scales (the choice `pack_group` makes again for each group).
@@ -293,7 +298,7 @@ pub fn try_pack_threads(
                     let s = s.get_mut(i * sb..(i + 1) * sb).unwrap_or_default();
                     let h = h.get_mut(i * sb..(i + 1) * sb).unwrap_or_default();
                     let z = z.as_deref_mut().map(|z| &mut z[i * zb..(i + 1) * zb]);
-                    let half = pack_group(b, scales, zero_points, p, g0 + i, w, s, h, z);
+                    let half = pack_group(&weight, g0 + i, w, s, h, z);
                     debug_assert_eq!(half, f16_groups_ref[g0 + i]);
                 }
             };
@@ -359,18 +364,20 @@ const PACK_TILE: usize = 128;
 /// Chunk `i` of a group covers k = 4i..4i+4, which is the `u16` at byte `2i` of each column's
 /// row of B (blocks are multiples of 4 long); a lane zips two columns' words ([`zip_nibbles`]).
 /// Only the chunk that straddles K goes element by element.
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn pack_group(
-    b: &[u8],
-    scales: &[f32],
-    zero_points: Option<&[u8]>,
-    p: &NBitsParams,
+    weight: &NBitsWeight<'_>,
     g: usize,
     w_out: &mut [u8],
     s_out: &mut [f32],
     h_out: &mut [u16],
     z_out: Option<&mut [u8]>,
 ) -> bool {
+    let NBitsWeight {
+        b,
+        scales,
+        zero_points,
+        p,
+    } = *weight;
     let kbs = p.k_blocks();
     let row_bytes = kbs * p.blob_bytes();
     let cols = p.n.saturating_sub(g * NR).min(NR);

@@ -228,6 +228,27 @@ impl NBitsParams {
     }
 }
 
+/// A MatMulNBits weight as the node's inputs hold it (ORT's layout): B's 4-bit codes
+/// `[N, k_blocks, blob_bytes]`, the per-block scales `[N * k_blocks]` and the optional packed
+/// zero points `[N * ceil(k_blocks / 2)]`, all shaped by `p`. What the references, the literal
+/// definition and the unpacked path take in place of those four arguments.
+#[derive(Debug, Clone, Copy)]
+pub struct NBitsWeight<'a> {
+    pub b: &'a [u8],
+    pub scales: &'a [f32],
+    pub zero_points: Option<&'a [u8]>,
+    pub p: &'a NBitsParams,
+}
+
+impl NBitsWeight<'_> {
+    /// [`NBitsParams::check_sizes`] of these inputs (and a bias of `bias_len` values).
+    pub fn check_sizes(&self, bias_len: Option<usize>) -> Result<(), String> {
+        let zp_len = self.zero_points.map(|z| z.len());
+        self.p
+            .check_sizes(self.b.len(), self.scales.len(), zp_len, bias_len)
+    }
+}
+
 /// The shaped inputs of MatMulNBits (see [`NBitsParams::check_input_shape`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NBitsInput {

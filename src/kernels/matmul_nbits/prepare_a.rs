@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::dispatch::{Kernels, AMX_ROWS};
 use super::params::NBitsParams;
+use crate::kernels::simd::Level;
 use crate::memory::Grant;
 
 /// A, prepared for the tile kernels. Row `r` of the active representation starts at `r * kp`;
@@ -41,9 +42,11 @@ impl PreparedA {
     }
 
     /// [`PreparedA::new`] with the quantiser of `kernels` (bit-identical to the scalar one).
+    /// Panics if the CPU lacks the kernels' level (a set from [`Kernels::for_isa`] never does).
     pub fn for_kernels(kernels: &Kernels, a: &[f32], m: usize, p: &NBitsParams) -> PreparedA {
+        let lv = Level::require(kernels.isa).unwrap_or_else(|e| panic!("{e}"));
         let quant = |row: &[f32], bs: usize, q: &mut [i8], qs: &mut [f32], qsum: &mut [i32]| {
-            (kernels.quant_row)(row, bs, q, qs, qsum)
+            (kernels.quant_row)(lv, row, bs, q, qs, qsum)
         };
         Self::new_with(&quant, a, m, p)
     }
@@ -149,8 +152,9 @@ pub fn with_prepared<R>(
     p: &NBitsParams,
     f: impl FnOnce(&PreparedA) -> R,
 ) -> Result<R, String> {
+    let lv = Level::require(kernels.isa)?;
     let quant = |row: &[f32], bs: usize, q: &mut [i8], qs: &mut [f32], qsum: &mut [i32]| {
-        (kernels.quant_row)(row, bs, q, qs, qsum)
+        (kernels.quant_row)(lv, row, bs, q, qs, qsum)
     };
     let parked = PARKED.try_with(|c| c.borrow_mut().take()).ok().flatten();
     let (mut prep, grant) = match parked {
@@ -188,8 +192,9 @@ pub fn with_prepared<R>(
 /// Quantises one row (`row.len()` = K) in blocks of `bs` into `q` (`>= k_blocks * bs`; bytes
 /// past K untouched), `qscale` and `qsum` (`k_blocks` each).
 /// A SIMD entry runs its quantiser only under its level's token (`kernels/simd.rs`).
+/// (The leading [`Level`] is the one minted for the call, `kernels/simd.rs`.)
 pub(crate) type QuantRowFn =
-    fn(row: &[f32], bs: usize, q: &mut [i8], qscale: &mut [f32], qsum: &mut [i32]);
+    fn(Level, row: &[f32], bs: usize, q: &mut [i8], qscale: &mut [f32], qsum: &mut [i32]);
 
 /// A safe row quantiser with [`QuantRowFn`]'s arguments.
 type QuantRow<'q> = dyn Fn(&[f32], usize, &mut [i8], &mut [f32], &mut [i32]) + 'q;

@@ -2,7 +2,7 @@
 //! Deliberately naive (element-wise nibble extraction, f64 accumulation) and independent of the
 //! packed layout.
 
-use super::params::NBitsParams;
+use super::params::{NBitsParams, NBitsWeight};
 
 /// The 4-bit code of weight (k, n) in ORT's B layout: low nibble first.
 pub fn weight_code(b: &[u8], p: &NBitsParams, k: usize, n: usize) -> u8 {
@@ -32,20 +32,22 @@ pub fn zero_point(zero_points: Option<&[u8]>, p: &NBitsParams, n: usize, kb: usi
 }
 
 /// fp32 semantics: dequantise W[k][n] = (q - zp) * scale, then Y = A W (+ bias), f64 sums.
-#[allow(clippy::too_many_arguments)]
 pub fn matmul_reference(
     a: &[f32],
     m: usize,
-    b: &[u8],
-    scales: &[f32],
-    zero_points: Option<&[u8]>,
-    p: &NBitsParams,
+    w: &NBitsWeight<'_>,
     bias: Option<&[f32]>,
     out: &mut [f32],
 ) {
+    let NBitsWeight {
+        b,
+        scales,
+        zero_points,
+        p,
+    } = *w;
     let (k_len, n_len, kbs) = (p.k, p.n, p.k_blocks());
     for n in 0..n_len {
-        let w: Vec<f64> = (0..k_len)
+        let wn: Vec<f64> = (0..k_len)
             .map(|k| {
                 let kb = k / p.block_size;
                 let q = weight_code(b, p, k, n) as f64;
@@ -55,7 +57,7 @@ pub fn matmul_reference(
             .collect();
         for r in 0..m {
             let row = &a[r * k_len..(r + 1) * k_len];
-            let mut s: f64 = row.iter().zip(&w).map(|(&x, &y)| x as f64 * y).sum();
+            let mut s: f64 = row.iter().zip(&wn).map(|(&x, &y)| x as f64 * y).sum();
             if let Some(bias) = bias {
                 s += bias[n] as f64;
             }
@@ -66,17 +68,19 @@ pub fn matmul_reference(
 
 /// Accuracy-level-4 semantics: each row of A quantised per block to int8 (symmetric,
 /// scale = max|a| / 127, round to nearest even), integer dot with (q - zp), then scaled.
-#[allow(clippy::too_many_arguments)]
 pub fn matmul_reference_int8(
     a: &[f32],
     m: usize,
-    b: &[u8],
-    scales: &[f32],
-    zero_points: Option<&[u8]>,
-    p: &NBitsParams,
+    w: &NBitsWeight<'_>,
     bias: Option<&[f32]>,
     out: &mut [f32],
 ) {
+    let NBitsWeight {
+        b,
+        scales,
+        zero_points,
+        p,
+    } = *w;
     let (k_len, n_len, kbs, bs) = (p.k, p.n, p.k_blocks(), p.block_size);
     for r in 0..m {
         let row = &a[r * k_len..(r + 1) * k_len];
@@ -125,24 +129,26 @@ pub fn hostile_scales(scales: &[f32]) -> bool {
 /// dequantised in f32 (an overflow is an infinity, `0 * inf` a NaN), then Y = A W (+ bias) with
 /// f64 sums (so infinities and NaN land where they must whatever the order). Scalar and slow;
 /// only for weights no real model has. `Err` when the per-column buffer cannot be allocated.
-#[allow(clippy::too_many_arguments)]
 pub fn matmul_dequant_f32(
     a: &[f32],
     m: usize,
-    b: &[u8],
-    scales: &[f32],
-    zero_points: Option<&[u8]>,
-    p: &NBitsParams,
+    w: &NBitsWeight<'_>,
     bias: Option<&[f32]>,
     out: &mut [f32],
 ) -> Result<(), String> {
+    let NBitsWeight {
+        b,
+        scales,
+        zero_points,
+        p,
+    } = *w;
     let (k_len, n_len, kbs) = (p.k, p.n, p.k_blocks());
-    let mut w: Vec<f32> = Vec::new();
-    w.try_reserve_exact(k_len)
+    let mut wn: Vec<f32> = Vec::new();
+    wn.try_reserve_exact(k_len)
         .map_err(|_| format!("cannot allocate {k_len} dequantised weights"))?;
     for n in 0..n_len {
-        w.clear();
-        w.extend((0..k_len).map(|k| {
+        wn.clear();
+        wn.extend((0..k_len).map(|k| {
             let kb = k / p.block_size;
             let q = weight_code(b, p, k, n) as f32;
             let zp = zero_point(zero_points, p, n, kb) as f32;
@@ -150,7 +156,11 @@ pub fn matmul_dequant_f32(
         }));
         for r in 0..m {
             let row = &a[r * k_len..(r + 1) * k_len];
-            let mut s: f64 = row.iter().zip(&w).map(|(&x, &y)| x as f64 * y as f64).sum();
+            let mut s: f64 = row
+                .iter()
+                .zip(&wn)
+                .map(|(&x, &y)| x as f64 * y as f64)
+                .sum();
             if let Some(bias) = bias {
                 s += bias[n] as f64;
             }

@@ -172,8 +172,9 @@ pub(super) unsafe fn row_sum(a: &[u8], a_signed: bool) -> i32 {
     super::scalar::finish_row_sum(t.iter().sum(), done, &a[done..], a_signed)
 }
 
-// Table entries: each mints the AVX2 token and runs its kernel under it ("avx2" is a feature
-// of the AVX2 level; the kernels' only other contract is checked by their own asserts).
+// Table entries: each takes the AVX2 token from the caller's Level and runs its kernel under it
+// ("avx2" is a feature of the AVX2 level; the kernels' only other contract is checked by their
+// own asserts).
 simd_entry!(pub(super) fn tile_entry(
     a: &[u8], lda: usize, rows_n: usize, k: usize, panel: &[u8], width: usize, a_signed: bool,
     acc: &mut [[i32; PANEL]; MR],

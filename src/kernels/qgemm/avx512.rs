@@ -215,8 +215,9 @@ pub(super) unsafe fn row_sum(a: &[u8], a_signed: bool) -> i32 {
     super::scalar::finish_row_sum(_mm512_reduce_add_epi64(acc), done, &a[done..], a_signed)
 }
 
-// Table entries: each mints the VNNI level's token and runs its kernel under it (every feature
-// the kernels enable is one of that level's; their only other contract is their own asserts).
+// Table entries: each takes the VNNI level's token from the caller's Level and runs its kernel
+// under it (every feature the kernels enable is one of that level's; their only other contract
+// is their own asserts).
 simd_entry!(pub(super) fn tile_entry(
     a: &[u8], lda: usize, rows_n: usize, k: usize, panel: &[u8], width: usize, a_signed: bool,
     acc: &mut [[i32; PANEL]; MR],

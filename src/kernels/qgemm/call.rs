@@ -165,5 +165,5 @@ pub fn run_with(
     .flatten()
     .flatten();
     // ilen and flen are bounded by the output and B's scales; blen by B, which exists.
-    name.ok_or_else(|| scratch_error(ilen * 4 + flen * 4 + blen))
+    name.unwrap_or_else(|| Err(scratch_error(ilen * 4 + flen * 4 + blen)))
 }

@@ -11,6 +11,7 @@ use super::pack::PackedView;
 use super::requant::{Cols, Requant};
 use super::{Kernels, MR, PANEL};
 use crate::kernels::disjoint::DisjointOut;
+use crate::kernels::simd::Level;
 use crate::runtime::par::{Dispatch, Par};
 
 /// Rows per unit at most (an A block of this many rows stays in L2 while panels stream).
@@ -31,8 +32,9 @@ pub struct Products<'a> {
 
 /// `out[i] = requant(A_i B_{b_index[i]})` for every product i, with the process's kernels. `out`
 /// holds the products' `[m, n]` outputs one after the other; `rowsums` is scratch for
-/// `products * m` int32. Returns the ledger variant. Panics on inconsistent sizes (callers
-/// validate shapes first).
+/// `products * m` int32. Returns the ledger variant (`Err` only when the CPU lacks the kernels'
+/// level, which a set from [`Kernels::for_isa`] never does). Panics on inconsistent sizes
+/// (callers validate shapes first).
 pub fn qgemm(
     a: &[u8],
     prods: &Products<'_>,
@@ -41,7 +43,7 @@ pub fn qgemm(
     rowsums: &mut [i32],
     out: &mut [u8],
     par: &dyn Par,
-) -> &'static str {
+) -> Result<&'static str, String> {
     qgemm_with(Kernels::active(), a, prods, b, q, rowsums, out, par)
 }
 
@@ -56,20 +58,22 @@ pub fn qgemm_with(
     rowsums: &mut [i32],
     out: &mut [u8],
     par: &dyn Par,
-) -> &'static str {
+) -> Result<&'static str, String> {
     let (m, k, n) = (prods.m, b.k, b.n);
     let np = prods.a_offsets.len();
     let rows_total = np * m;
     let name = kern.variant_name(rows_total);
     check(a, prods, b, q, rowsums, out);
     if rows_total == 0 || n == 0 {
-        return name;
+        return Ok(name);
     }
+    // The kernels' level, minted once for the call and handed to every kernel call.
+    let lv = Level::require(kern.isa)?;
     let a_signed = b.signs.a_signed();
     for (i, &off) in prods.a_offsets.iter().enumerate() {
         for r in 0..m {
             let row = &a[off + r * k..off + (r + 1) * k];
-            rowsums[i * m + r] = (kern.row_sum)(row, a_signed);
+            rowsums[i * m + r] = (kern.row_sum)(lv, row, a_signed);
         }
     }
     let rowsums = &*rowsums;
@@ -92,11 +96,11 @@ pub fn qgemm_with(
         while r0 < end {
             let nr = MR.min(end - r0);
             let arows = &a[a_off + r0 * k..a_off + (r0 + nr) * k];
-            (kern.tile)(arows, k, nr, k, panel, width, a_signed, &mut acc);
+            (kern.tile)(lv, arows, k, nr, k, panel, width, a_signed, &mut acc);
             for (ri, acc_r) in acc.iter().enumerate().take(nr) {
                 let orow = pi * m + r0 + ri;
                 let o = &mut bytes[..cols];
-                (kern.requant)(&acc_r[..cols], colsum, rowsums[orow], q, cg, o);
+                (kern.requant)(lv, &acc_r[..cols], colsum, rowsums[orow], q, cg, o);
                 // SAFETY: (row orow, columns of panel p) belongs to exactly this unit: units
                 // partition products x row blocks x panels.
                 unsafe { dst.write(orow * n + p * PANEL, o) };
@@ -112,7 +116,7 @@ pub fn qgemm_with(
     } else {
         par.chunks(Dispatch::Task, units, &body);
     }
-    name
+    Ok(name)
 }
 
 /// Rows per unit: all of `m` (rounded to `MR`, at most `ROW_BLOCK`), halved until there are

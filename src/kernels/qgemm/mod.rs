@@ -39,6 +39,7 @@ pub use pack::{
 pub use requant::{Cols, Requant};
 
 use crate::kernels::isa::Isa;
+use crate::kernels::simd::{plain_entry, Level};
 use std::sync::LazyLock;
 
 /// Columns per vector group (one zmm of int32 lanes).
@@ -102,6 +103,7 @@ impl Signs {
 /// A SIMD entry runs its kernel only under its level's token (`kernels/simd.rs`), so calling
 /// one is safe on any CPU.
 pub(crate) type TileFn = fn(
+    level: Level,
     a: &[u8],
     lda: usize,
     rows: usize,
@@ -114,14 +116,24 @@ pub(crate) type TileFn = fn(
 
 /// Requantizes one row segment: `acc[j]` with `colsum[j]`, the row's sum and the parameters of
 /// column `c0 + j`, into `out[j]` (bit patterns of uint8 or int8).
-pub(crate) type RequantFn =
-    fn(acc: &[i32], colsum: &[i32], rowsum: i32, q: &Requant<'_>, c0: usize, out: &mut [u8]);
+pub(crate) type RequantFn = fn(
+    level: Level,
+    acc: &[i32],
+    colsum: &[i32],
+    rowsum: i32,
+    q: &Requant<'_>,
+    c0: usize,
+    out: &mut [u8],
+);
 
 /// The sum of one row of A read as uint8 or int8.
-pub(crate) type RowSumFn = fn(a: &[u8], a_signed: bool) -> i32;
+pub(crate) type RowSumFn = fn(level: Level, a: &[u8], a_signed: bool) -> i32;
 
-/// The kernels of one ISA level.
+/// The kernels of one ISA level. Every entry takes the level its driver minted for the call
+/// ([`Level`], `kernels/simd.rs`).
 pub struct Kernels {
+    /// The level these kernels need.
+    pub(crate) isa: Isa,
     pub(crate) tile: TileFn,
     pub(crate) requant: RequantFn,
     pub(crate) row_sum: RowSumFn,
@@ -146,23 +158,35 @@ impl Kernels {
     }
 }
 
+plain_entry!(fn tile_scalar(
+    a: &[u8], lda: usize, rows: usize, k: usize, panel: &[u8], width: usize, a_signed: bool,
+    acc: &mut [[i32; PANEL]; MR],
+) => scalar::tile);
+plain_entry!(fn requant_scalar(
+    acc: &[i32], colsum: &[i32], rowsum: i32, q: &Requant<'_>, c0: usize, out: &mut [u8],
+) => requant::requant_row_scalar);
+plain_entry!(fn row_sum_scalar(a: &[u8], a_signed: bool) -> i32 => scalar::row_sum);
+
 const SCALAR: Kernels = Kernels {
-    tile: scalar::tile,
-    requant: requant::requant_row_scalar,
-    row_sum: scalar::row_sum,
+    isa: Isa::Scalar,
+    tile: tile_scalar,
+    requant: requant_scalar,
+    row_sum: row_sum_scalar,
     names: ["scalar-gemv", "scalar-gemm"],
 };
 
 #[cfg(target_arch = "x86_64")]
 const AVX2: Kernels = Kernels {
+    isa: Isa::Avx2,
     tile: avx2::tile_entry,
-    requant: requant::requant_row_scalar,
+    requant: requant_scalar,
     row_sum: avx2::row_sum_entry,
     names: ["avx2-gemv", "avx2-gemm"],
 };
 
 #[cfg(target_arch = "x86_64")]
 const AVX512VNNI: Kernels = Kernels {
+    isa: Isa::Avx512Vnni,
     tile: avx512::tile_entry,
     requant: avx512::requant_row_entry,
     row_sum: avx512::row_sum_entry,
