@@ -48,7 +48,7 @@ impl EpInstance {
         };
         crate::kernels::isa::log_choice_once();
         let lanes = pool_for(&pool_cfg);
-        let env = Arc::new(KernelEnv { par: lanes });
+        let env = Arc::new(KernelEnv::new(lanes));
         Ok(EpInstance {
             config,
             env,

@@ -133,7 +133,11 @@ fn run_fast(
             kernels.f32_tile
         };
         let g_count = groups(&p);
-        let split = StreamSplit::new(g_count, group_weight_bytes(&p), par.lanes());
+        let split = if m == 1 {
+            StreamSplit::decode(g_count, group_weight_bytes(&p), par.lanes())
+        } else {
+            StreamSplit::new(g_count, group_weight_bytes(&p), par.lanes())
+        };
         let col_chunks = split.chunks();
         let dst = DisjointOut::new(out);
         let ctx = Ctx {
