@@ -94,6 +94,40 @@ impl Guided {
             .clamp(self.min, self.max)
             .min(remaining)
     }
+
+    /// Start and length of chunk `i` of `units` (`(units, 0)` past the last), and the chunk
+    /// count. The rule gives three phases: chunks of `max` while `remaining / div` exceeds it
+    /// (closed form), the shrinking middle (iterated: about `div * ln(max * div / min)` chunks at
+    /// most), then chunks of `min` (closed form), so this is cheap for any unit count.
+    fn walk(&self, units: usize, i: usize) -> (usize, usize, usize) {
+        // Chunk k has length `max` iff units - k * max > (max - 1) * div.
+        let t = (self.max - 1).saturating_mul(self.div);
+        let k1 = if units > t {
+            (units - t).div_ceil(self.max)
+        } else {
+            0
+        };
+        let (mut at, mut j) = (k1 * self.max, k1);
+        let mut found = (i < k1).then(|| (i * self.max, self.max));
+        loop {
+            let len = self.len(units - at);
+            if len == 0 || (units - at).div_ceil(self.div) <= self.min {
+                break;
+            }
+            if found.is_none() && j == i {
+                found = Some((at, len));
+            }
+            at += len;
+            j += 1;
+        }
+        // The rest: chunks of `min`, the last one possibly shorter.
+        let tail = (units - at).div_ceil(self.min);
+        let found = found.unwrap_or_else(|| {
+            let s = at.saturating_add((i - j).saturating_mul(self.min)).min(units);
+            (s, self.min.min(units - s))
+        });
+        (found.0, found.1, j + tail)
+    }
 }
 
 /// Bytes a guided split's chunks shrink to at least (the tail), so the last chunks still stream
@@ -172,11 +206,7 @@ impl StreamSplit {
             min: (GUIDED_TAIL_MIN_BYTES / ub).max(1),
             max: (STREAM_CHUNK_MAX_BYTES / ub).max(1),
         };
-        let (mut chunks, mut left) = (0, units);
-        while left > 0 {
-            left -= g.len(left);
-            chunks += 1;
-        }
+        let chunks = g.walk(units, 0).2;
         StreamSplit {
             units,
             chunks,
@@ -190,15 +220,11 @@ impl StreamSplit {
     }
 
     /// The units of chunk `i` (`i < chunks()`): even splits `[i * units / chunks, (i + 1) *
-    /// units / chunks)`; guided ones the `i`-th run of the guided rule (O(i) to compute, `i` is
-    /// a few dozen at most).
+    /// units / chunks)`; guided ones the `i`-th run of the guided rule.
     pub fn range(&self, i: usize) -> std::ops::Range<usize> {
         if let Some(g) = self.guided {
-            let mut at = 0;
-            for _ in 0..i.min(self.chunks) {
-                at += g.len(self.units - at);
-            }
-            return at..at + g.len(self.units - at);
+            let (at, len, _) = g.walk(self.units, i);
+            return at..at + len;
         }
         // In u128: `i * units` may exceed usize for absurd unit counts, never in u128.
         let at = |j: usize| (j as u128 * self.units as u128 / self.chunks.max(1) as u128) as usize;
