@@ -396,7 +396,10 @@ fn main() {
                 "GB/s"
             );
             for (i, x) in st[arm].iter_mut().enumerate() {
-                let bytes = seq.iter().find(|(s, _)| *s == i).map_or(0, |(_, m)| m.bytes());
+                let bytes = seq
+                    .iter()
+                    .find(|(s, _)| *s == i)
+                    .map_or(0, |(_, m)| m.bytes());
                 let call = x.call.q(0.5);
                 println!(
                     "{:>7} {:>6} {:>9.1} {:>9.1} {:>7.2} {:>8.2} {:>8.2} {:>8.2} {:>4}/{:<4} \

@@ -9,7 +9,11 @@ use std::sync::Arc;
 #[test]
 fn successor_is_answered_only_when_seen_twice_in_a_row() {
     let chain = Chain::default();
-    let (a, b, c) = (Link::new(Arc::new(1)), Link::new(Arc::new(2)), Link::new(Arc::new(3)));
+    let (a, b, c) = (
+        Link::new(Arc::new(1)),
+        Link::new(Arc::new(2)),
+        Link::new(Arc::new(3)),
+    );
     let next = |l: &Arc<Link<i32>>| l.next().map(|x| *x);
     // First token: a, b, c.
     for l in [&a, &b, &c] {

@@ -3,8 +3,8 @@
 //! same runs spread evenly over a chunk count that is a multiple of the lanes.
 
 use rcpu::runtime::par::{
-    set_stream_schedule, stream_units_per_chunk, StreamSchedule, StreamSplit, GUIDED_TAIL_MIN_BYTES,
-    STREAM_CHUNK_MAX_BYTES, STREAM_MIN_CHUNKS_PER_LANE,
+    set_stream_schedule, stream_units_per_chunk, StreamSchedule, StreamSplit,
+    GUIDED_TAIL_MIN_BYTES, STREAM_CHUNK_MAX_BYTES, STREAM_MIN_CHUNKS_PER_LANE,
 };
 
 #[test]

@@ -123,7 +123,9 @@ impl Guided {
         // The rest: chunks of `min`, the last one possibly shorter.
         let tail = (units - at).div_ceil(self.min);
         let found = found.unwrap_or_else(|| {
-            let s = at.saturating_add((i - j).saturating_mul(self.min)).min(units);
+            let s = at
+                .saturating_add((i - j).saturating_mul(self.min))
+                .min(units);
             (s, self.min.min(units - s))
         });
         (found.0, found.1, j + tail)

@@ -158,7 +158,8 @@ impl Signal {
         // Relaxed: a torn pairing with a concurrent post only misdirects prefetches (module
         // docs); the Release bump below publishes the pair to a worker's Acquire load of `gen`.
         h.addr.store(addr, Ordering::Relaxed);
-        h.len.store(len.min(IDLE_PREFETCH_MAX_BYTES), Ordering::Relaxed);
+        h.len
+            .store(len.min(IDLE_PREFETCH_MAX_BYTES), Ordering::Relaxed);
         h.gen.fetch_add(1, Ordering::Release);
     }
 
