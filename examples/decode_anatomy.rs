@@ -17,7 +17,8 @@
 //! lane's wait for the later one's last chunk), the exit (last chunk end to the dispatch
 //! returning), the call's own work outside the dispatch (preparing A, the after-call scans),
 //! and the first-chunk ramp (a lane's first chunk time over the median chunk time of the same
-//! dispatch; chunks are within one column group of each other in size).
+//! dispatch: about 1 for the even schedule, whose chunks are within one column group of each
+//! other; the guided schedule's first chunks are longer by design, so its ramp reads high).
 //!
 //! `--arms=even,guided,guided+hint` interleaves arms pass by pass in the same process: the
 //! decode chunk schedule of `par::StreamSplit` (`par::set_stream_schedule`, diagnostics only),
