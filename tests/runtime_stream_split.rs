@@ -3,7 +3,8 @@
 //! same runs spread evenly over a chunk count that is a multiple of the lanes.
 
 use rcpu::runtime::par::{
-    stream_units_per_chunk, StreamSplit, STREAM_CHUNK_MAX_BYTES, STREAM_MIN_CHUNKS_PER_LANE,
+    set_stream_schedule, stream_units_per_chunk, StreamSchedule, StreamSplit,
+    GUIDED_TAIL_MIN_BYTES, STREAM_CHUNK_MAX_BYTES, STREAM_MIN_CHUNKS_PER_LANE,
 };
 
 #[test]
@@ -90,4 +91,63 @@ fn stream_split_decode_shapes() {
     let lm = StreamSplit::new(4748, 14_336, 2);
     assert_eq!(lm.chunks(), 18);
     assert!((0..18).all(|i| (263..=264).contains(&lm.range(i).len())));
+}
+
+#[test]
+fn guided_split_covers_every_unit_once_long_chunks_first() {
+    for lanes in [1usize, 2, 3, 8] {
+        for units in [0usize, 1, 2, 7, 28, 36, 152, 448, 2688, 4748, 100_000] {
+            for unit_bytes in [1usize, 4096, 14_336, 38_912, 65_536, 1 << 22] {
+                let s = StreamSplit::guided(units, unit_bytes, lanes);
+                let ctx = format!("lanes={lanes} units={units} unit_bytes={unit_bytes}: {s:?}");
+                let max = (STREAM_CHUNK_MAX_BYTES / unit_bytes).max(1);
+                let min = (GUIDED_TAIL_MIN_BYTES / unit_bytes).max(1);
+                // Every unit exactly once, in order, no empty chunk.
+                let mut next = 0;
+                let mut prev = usize::MAX;
+                for i in 0..s.chunks() {
+                    let r = s.range(i);
+                    assert_eq!(r.start, next, "{ctx}: chunk {i}");
+                    assert!(!r.is_empty(), "{ctx}: chunk {i} empty");
+                    assert!(r.len() <= max, "{ctx}: chunk {i} longer than the byte cap");
+                    // Never longer than the chunk before; shorter than the tail minimum only
+                    // as the very last chunk (what is left).
+                    assert!(r.len() <= prev, "{ctx}: chunk {i} grew");
+                    assert!(
+                        r.len() >= min || i + 1 == s.chunks(),
+                        "{ctx}: chunk {i} below the tail minimum"
+                    );
+                    // The guided rule itself: 1 / (2 * lanes) of what is left, clamped.
+                    let want = (units - next).div_ceil(2 * lanes).clamp(min, max);
+                    assert_eq!(r.len(), want.min(units - next), "{ctx}: chunk {i}");
+                    prev = r.len();
+                    next = r.end;
+                }
+                assert_eq!(next, units, "{ctx}: units not covered");
+                assert_eq!(s.chunks() == 0, units == 0, "{ctx}");
+            }
+        }
+    }
+}
+
+#[test]
+fn guided_split_decode_shapes() {
+    // Qwen2-0.5B gate (K=896: 14336 bytes per group, 152 groups), two lanes: a quarter of what
+    // is left each time, a one-group tail.
+    let gate = StreamSplit::guided(152, 14_336, 2);
+    let lens: Vec<usize> = (0..gate.chunks()).map(|i| gate.range(i).len()).collect();
+    assert_eq!(
+        lens,
+        [38, 29, 22, 16, 12, 9, 7, 5, 4, 3, 2, 2, 1, 1, 1],
+        "{gate:?}"
+    );
+    // The schedule knob picks the split M=1 MatMulNBits uses.
+    set_stream_schedule(StreamSchedule::Guided);
+    assert_eq!(StreamSplit::decode(152, 14_336, 2), gate);
+    set_stream_schedule(StreamSchedule::Even);
+    assert_eq!(
+        StreamSplit::decode(152, 14_336, 2),
+        StreamSplit::new(152, 14_336, 2)
+    );
+    set_stream_schedule(StreamSchedule::Guided);
 }

@@ -62,7 +62,7 @@ impl EpInstance {
             } else {
                 pool_for(&pool_cfg)
             };
-        let env = Arc::new(KernelEnv { par });
+        let env = Arc::new(KernelEnv::new(par));
         let mixed = mixed::MixedAdvice::new(entries.iter().map(|(k, v)| (k.as_str(), v.as_str())));
         Ok(EpInstance {
             config,

@@ -10,11 +10,26 @@ use crate::abi::kernel_context::KernelContext;
 use crate::abi::kernel_info::KernelInfo;
 use crate::abi::status::Result;
 use crate::abi::tensor::{ElemType, Tensor};
+use crate::ep::nodes::gemv_chain::Chain;
+use crate::kernels::matmul_nbits::PackedNBits;
+use crate::memory::CachedWeight;
 use crate::runtime::Par;
 
-/// What every kernel instance of one EP shares: the worker lanes it dispatches on.
+/// What every kernel instance of one EP (one session) shares: the worker lanes it dispatches
+/// on, and the order its M=1 MatMulNBits calls ran in (for the idle lanes' prefetch).
 pub struct KernelEnv {
     pub par: Arc<dyn Par + Send + Sync>,
+    pub gemv_chain: Chain<CachedWeight<PackedNBits>>,
+}
+
+impl KernelEnv {
+    /// The environment of kernels dispatching on `par`.
+    pub fn new(par: Arc<dyn Par + Send + Sync>) -> KernelEnv {
+        KernelEnv {
+            par,
+            gemv_chain: Chain::default(),
+        }
+    }
 }
 
 /// One node's kernel.

@@ -65,6 +65,10 @@ counters! {
     caller_moves,
     /// Dispatches that found the pool busy with another thread's dispatch and waited for it.
     contended_dispatches,
+    /// Bytes idle workers hinted into their caches (`Lanes::idle_prefetch`) while spinning.
+    idle_prefetch_bytes,
+    /// Times a spinning worker left part of its idle-prefetch range for a new job.
+    idle_prefetch_cut,
 }
 
 impl Counters {

@@ -12,7 +12,8 @@
 //! build that unifies features with them (`cargo test --workspace`) gets one `Acquire` load of
 //! a per-pool flag per stall point (plain load on x86), on paths that already cost a
 //! publish, a futex, a `sched_yield` or `sched_setaffinity`; the call itself is out of line.
-//! Every point is passed at most once per dispatch or per idle phase, or next to a `yield_now`.
+//! Every point is passed at most once per dispatch or per idle phase, next to a `yield_now`,
+//! or once per idle-prefetch step (16 prefetch instructions).
 
 /// Where a lane can be stalled. Worker points carry the worker's lane index (1..lanes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,6 +33,8 @@ pub enum Point {
     /// A worker announced itself a sleeper and found no job on its re-check; it has not taken
     /// the park mutex yet.
     WorkerParking(usize),
+    /// A spinning worker has just issued one idle-prefetch step (see `park`, "Idle prefetch").
+    WorkerPrefetched(usize),
     /// A worker leaves its loop (the pool shuts down); the thread ends right after.
     WorkerExits(usize),
 }

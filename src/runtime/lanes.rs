@@ -53,7 +53,7 @@ use super::counters::{Counters, PoolCounters};
 use super::hooks::{Hooks, Point};
 use super::lend::FnLender;
 use super::par::{Dispatch, Par};
-use super::park::{Signal, StragglerWait, Wake};
+use super::park::{HintCursor, Signal, StragglerWait, Wake};
 use super::topology::Topology;
 use crate::os;
 use parking_lot::Mutex;
@@ -252,6 +252,19 @@ impl Lanes {
         self.shared.hooks.set(hook)
     }
 
+    /// Asks the idle workers to prefetch `region` into their caches while they spin (at most
+    /// `park::IDLE_PREFETCH_MAX_BYTES`, see "Idle prefetch" in `park`); `None` cancels the
+    /// current hint. A hint only costs memory traffic: it never delays a dispatch by more than
+    /// one prefetch step, and `region` may be freed afterwards (a prefetch never dereferences).
+    /// Nothing with a one-lane pool.
+    pub fn idle_prefetch(&self, region: Option<&[u8]>) {
+        if self.workers.is_empty() {
+            return;
+        }
+        let (addr, len) = region.map_or((0, 0), |r| (r.as_ptr() as usize, r.len()));
+        self.shared.signal.hint(addr, len);
+    }
+
     fn dispatch(&self, kind: Dispatch, n: usize, f: &(dyn Fn(usize) + Sync)) {
         if n == 0 {
             return;
@@ -353,10 +366,11 @@ impl Drop for CallerMove {
 fn worker_main(sh: &Shared, lane: usize) {
     IN_CHUNK.with(|c| c.set(true));
     let mut seen = 0;
+    let mut cur = HintCursor::default();
     loop {
         match sh
             .signal
-            .wait(seen, sh.blocktime, &sh.counters, &sh.hooks, lane)
+            .wait(seen, sh.blocktime, &sh.counters, &sh.hooks, lane, &mut cur)
         {
             Wake::Exit => {
                 sh.hooks.at(Point::WorkerExits(lane));
@@ -385,6 +399,9 @@ impl std::fmt::Debug for Lanes {
 impl Par for Lanes {
     fn lanes(&self) -> usize {
         Lanes::lanes(self)
+    }
+    fn idle_prefetch(&self, region: Option<&[u8]>) {
+        Lanes::idle_prefetch(self, region)
     }
     fn chunks(&self, kind: Dispatch, n: usize, f: &(dyn Fn(usize) + Sync)) {
         self.dispatch(kind, n, f)

@@ -31,6 +31,11 @@ pub trait Par: Sync {
     /// to the caller after all lanes are quiescent. A dispatch issued from inside a running
     /// chunk runs inline on that lane. `kind` only labels the dispatch (see [`Dispatch`]).
     fn chunks(&self, kind: Dispatch, n: usize, f: &(dyn Fn(usize) + Sync));
+
+    /// A hint that the next dispatch will probably stream `region` (its other lanes' first
+    /// chunks): idle lanes may prefetch it (`None` cancels the hint). Never required for
+    /// correctness; the default ignores it.
+    fn idle_prefetch(&self, _region: Option<&[u8]>) {}
 }
 
 /// Bytes a streaming chunk (M=1 decode: a run of weight panels or column groups) reads at most.
@@ -69,6 +74,97 @@ pub fn stream_units_per_chunk(units: usize, unit_bytes: usize, lanes: usize) -> 
 pub struct StreamSplit {
     units: usize,
     chunks: usize,
+    /// `Some` for a guided split (see [`StreamSplit::guided`]).
+    guided: Option<Guided>,
+}
+
+/// The chunk-length rule of a guided split: each chunk takes `remaining / div` units (rounded
+/// up), clamped to `min..=max`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Guided {
+    div: usize,
+    min: usize,
+    max: usize,
+}
+
+impl Guided {
+    fn len(&self, remaining: usize) -> usize {
+        remaining
+            .div_ceil(self.div)
+            .clamp(self.min, self.max)
+            .min(remaining)
+    }
+
+    /// Start and length of chunk `i` of `units` (`(units, 0)` past the last), and the chunk
+    /// count. The rule gives three phases: chunks of `max` while `remaining / div` exceeds it
+    /// (closed form), the shrinking middle (iterated: about `div * ln(max * div / min)` chunks at
+    /// most), then chunks of `min` (closed form), so this is cheap for any unit count.
+    fn walk(&self, units: usize, i: usize) -> (usize, usize, usize) {
+        // Chunk k has length `max` iff units - k * max > (max - 1) * div.
+        let t = (self.max - 1).saturating_mul(self.div);
+        let k1 = if units > t {
+            (units - t).div_ceil(self.max)
+        } else {
+            0
+        };
+        let (mut at, mut j) = (k1 * self.max, k1);
+        let mut found = (i < k1).then(|| (i * self.max, self.max));
+        loop {
+            let len = self.len(units - at);
+            if len == 0 || (units - at).div_ceil(self.div) <= self.min {
+                break;
+            }
+            if found.is_none() && j == i {
+                found = Some((at, len));
+            }
+            at += len;
+            j += 1;
+        }
+        // The rest: chunks of `min`, the last one possibly shorter.
+        let tail = (units - at).div_ceil(self.min);
+        let found = found.unwrap_or_else(|| {
+            let s = at
+                .saturating_add((i - j).saturating_mul(self.min))
+                .min(units);
+            (s, self.min.min(units - s))
+        });
+        (found.0, found.1, j + tail)
+    }
+}
+
+/// Bytes a guided split's chunks shrink to at least (the tail), so the last chunks still stream
+/// a few pages rather than one column group.
+pub const GUIDED_TAIL_MIN_BYTES: usize = 16 << 10;
+
+/// How decode splits ([`StreamSplit::decode`]) cut their units.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamSchedule {
+    /// [`StreamSplit::new`]: equal chunks, a multiple of the lanes.
+    Even,
+    /// [`StreamSplit::guided`]: long chunks first, short ones at the end.
+    Guided,
+}
+
+static SCHEDULE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+/// Sets the schedule [`StreamSplit::decode`] uses, process-wide. Diagnostics only (so that
+/// `examples/decode_anatomy` can compare schedules interleaved in one process); nothing in the
+/// library changes it.
+#[doc(hidden)]
+pub fn set_stream_schedule(s: StreamSchedule) {
+    SCHEDULE.store(
+        s == StreamSchedule::Guided,
+        std::sync::atomic::Ordering::Relaxed,
+    );
+}
+
+/// The schedule [`StreamSplit::decode`] uses now.
+pub fn stream_schedule() -> StreamSchedule {
+    if SCHEDULE.load(std::sync::atomic::Ordering::Relaxed) {
+        StreamSchedule::Guided
+    } else {
+        StreamSchedule::Even
+    }
 }
 
 impl StreamSplit {
@@ -83,7 +179,41 @@ impl StreamSplit {
                 .unwrap_or(chunks)
                 .min(units);
         }
-        StreamSplit { units, chunks }
+        StreamSplit {
+            units,
+            chunks,
+            guided: None,
+        }
+    }
+
+    /// The split an M=1 stream uses: [`StreamSplit::new`] or [`StreamSplit::guided`] per
+    /// [`stream_schedule`].
+    pub fn decode(units: usize, unit_bytes: usize, lanes: usize) -> StreamSplit {
+        match stream_schedule() {
+            StreamSchedule::Even => StreamSplit::new(units, unit_bytes, lanes),
+            StreamSchedule::Guided => StreamSplit::guided(units, unit_bytes, lanes),
+        }
+    }
+
+    /// A guided split (guided self-scheduling): chunk `i` takes `1 / (2 * lanes)` of the units
+    /// the chunks before it left, at most [`STREAM_CHUNK_MAX_BYTES`] and at least
+    /// [`GUIDED_TAIL_MIN_BYTES`] (one unit at least). The chunks are handed out in index order,
+    /// so the lanes stream long runs first and the last chunks are short: a lane that started
+    /// late or ran slow is evened out by the tail instead of leaving the other lane to wait up
+    /// to one equal-sized chunk at the barrier.
+    pub fn guided(units: usize, unit_bytes: usize, lanes: usize) -> StreamSplit {
+        let ub = unit_bytes.max(1);
+        let g = Guided {
+            div: 2 * lanes.clamp(1, usize::MAX / 2),
+            min: (GUIDED_TAIL_MIN_BYTES / ub).max(1),
+            max: (STREAM_CHUNK_MAX_BYTES / ub).max(1),
+        };
+        let chunks = g.walk(units, 0).2;
+        StreamSplit {
+            units,
+            chunks,
+            guided: Some(g),
+        }
     }
 
     /// Number of chunks (0 when there are no units).
@@ -91,8 +221,13 @@ impl StreamSplit {
         self.chunks
     }
 
-    /// The units of chunk `i` (`i < chunks()`): `[i * units / chunks, (i + 1) * units / chunks)`.
+    /// The units of chunk `i` (`i < chunks()`): even splits `[i * units / chunks, (i + 1) *
+    /// units / chunks)`; guided ones the `i`-th run of the guided rule.
     pub fn range(&self, i: usize) -> std::ops::Range<usize> {
+        if let Some(g) = self.guided {
+            let (at, len, _) = g.walk(self.units, i);
+            return at..at + len;
+        }
         // In u128: `i * units` may exceed usize for absurd unit counts, never in u128.
         let at = |j: usize| (j as u128 * self.units as u128 / self.chunks.max(1) as u128) as usize;
         at(i)..at(i + 1)

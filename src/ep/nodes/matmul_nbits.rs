@@ -12,13 +12,15 @@ use crate::abi::tensor::{ElemType, Tensor};
 use crate::ep::op::{types, Decline, KernelEnv, OpDef, OpKernel};
 use crate::kernels::matmul_nbits::reference::{hostile_scales, matmul_dequant_f32};
 use crate::kernels::matmul_nbits::{
-    matmul_packed, matmul_unpacked, try_pack, NBitsInput, NBitsParams, NBitsWeight, PackedNBits,
+    decode_second_chunk, matmul_packed, matmul_unpacked, try_pack, NBitsInput, NBitsParams,
+    NBitsWeight, PackedNBits,
 };
 use crate::kernels::shape::{checked_numel, numel};
 use crate::memory::{params_hash, weight_cache, CachedWeight, KeyDigest, WeightKey};
 use crate::telemetry::ledger;
 
 use super::claim::{input, input_type, only_attrs, require_elem, require_output_elem, F32};
+use super::gemv_chain::Link;
 
 const OP: &str = "MatMulNBits";
 const IN_A: usize = 0;
@@ -131,6 +133,8 @@ struct MatMulNBits {
     zero_points: Option<Vec<u8>>,
     bias: Option<Vec<f32>>,
     packed: Option<Arc<CachedWeight<PackedNBits>>>,
+    /// This node in its session's order of M=1 calls (packed weights only): see `gemv_chain`.
+    link: Option<Arc<Link<CachedWeight<PackedNBits>>>>,
     env: Arc<KernelEnv>,
 }
 
@@ -204,6 +208,7 @@ fn create(info: &KernelInfo<'_>, env: &Arc<KernelEnv>) -> Result<Box<dyn OpKerne
         zero_points,
         bias,
         packed: None,
+        link: None,
         env: env.clone(),
     }))
 }
@@ -264,6 +269,7 @@ impl OpKernel for MatMulNBits {
             |w: &PackedNBits| w.bytes(),
         );
         let got = packed.is_some();
+        self.link = packed.clone().map(Link::new);
         self.packed = packed;
         Ok(got)
     }
@@ -313,7 +319,20 @@ impl OpKernel for MatMulNBits {
         };
         let par = &*self.env.par;
         let variant = match &self.packed {
-            Some(w) => matmul_packed(a, m, w, bias, out, par).map_err(Error::fail)?,
+            Some(w) => {
+                let link = self.link.as_ref().filter(|_| m == 1);
+                if let Some(l) = link {
+                    self.env.gemv_chain.ran(l);
+                }
+                let v = matmul_packed(a, m, w, bias, out, par).map_err(Error::fail)?;
+                // While the caller runs the nodes up to the next M=1 call, the idle lanes may
+                // prefetch the part of its weights they will stream first (or drop the old hint).
+                if let Some(l) = link {
+                    let next = l.next();
+                    par.idle_prefetch(next.as_ref().map(|n| decode_second_chunk(n, par.lanes())));
+                }
+                v
+            }
             None => {
                 let b_t = ctx.required_input(IN_B)?;
                 let s_t = ctx.input(IN_SCALES)?;

@@ -9,6 +9,7 @@ pub mod claim;
 pub mod f32_weight;
 pub mod gather_block_quantized;
 pub mod gemm;
+pub mod gemv_chain;
 pub mod glue_common;
 pub mod group_query_attention;
 pub mod layer_norm;

@@ -1,8 +1,12 @@
 //! Splitting a MatMulNBits call into chunks over `Par`, for packed and unpacked weights.
 //!
-//! Column groups are taken in ranges (`par::StreamSplit`: long runs, a few per lane, a
-//! chunk count that is a multiple of the lanes, lengths within one group of each other). M = 1: `Par::chunks` (`Dispatch::Decode`) over the ranges. M > 1 (packed): `Par::chunks` (`Dispatch::Task`) over (row tile
-//! of [`ROW_TILE`] rows) x (range). Unpacked: chunks are ranges over all rows, each packing one
+//! Column groups are taken in ranges (`par::StreamSplit`). M = 1: `Par::chunks`
+//! (`Dispatch::Decode`) over the ranges of `StreamSplit::decode` (guided: long runs first, then
+//! shorter ones down to a 16 KiB tail, so the lanes finish together instead of one waiting up
+//! to a whole equal-sized chunk at the barrier; `examples/decode_anatomy`). M > 1 (packed):
+//! `Par::chunks` (`Dispatch::Task`) over (row tile of [`ROW_TILE`] rows) x (range of
+//! `StreamSplit::new`: long runs, a few per lane, a chunk count that is a multiple of the
+//! lanes, lengths within one group of each other). Unpacked: chunks are ranges over all rows, each packing one
 //! group at a time into chunk-local scratch.
 //! Rows are always blocked `MR` at a time from row 0, so every output element sees the same
 //! kernel call shape on both paths.
@@ -139,7 +143,11 @@ fn run_fast(
             kernels.f32_tile
         };
         let g_count = groups(&p);
-        let split = StreamSplit::new(g_count, group_weight_bytes(&p), par.lanes());
+        let split = if m == 1 {
+            StreamSplit::decode(g_count, group_weight_bytes(&p), par.lanes())
+        } else {
+            StreamSplit::new(g_count, group_weight_bytes(&p), par.lanes())
+        };
         let col_chunks = split.chunks();
         let dst = DisjointOut::new(out);
         let gemm = kernels.gemm(p.accuracy_level, m);

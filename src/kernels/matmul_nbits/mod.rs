@@ -41,7 +41,23 @@ pub use dispatch::{variant_name, Kernels};
 pub use pack::{pack, pack_threads, try_pack, try_pack_threads, PackedNBits, NR};
 pub use params::{NBitsInput, NBitsParams, NBitsWeight};
 
-use crate::runtime::par::Par;
+use crate::runtime::par::{Par, StreamSplit};
+
+/// The packed weight codes an M=1 call of `packed` over `lanes` lanes streams in its second
+/// chunk: the first chunk another lane claims (the caller claims chunk 0 right after it
+/// publishes the job). Empty when the call has a single chunk (it runs on the caller alone).
+/// What a caller hints to the idle lanes (`Par::idle_prefetch`) before that call.
+pub fn decode_second_chunk(packed: &PackedNBits, lanes: usize) -> &[u8] {
+    let p = packed.params();
+    let wb = pack::group_weight_bytes(p);
+    let split = StreamSplit::decode(pack::groups(p), wb, lanes);
+    if split.chunks() < 2 {
+        return &[];
+    }
+    let r = split.range(1);
+    // In range: the split covers `groups(p)` groups of `wb` code bytes each.
+    &packed.weight_bytes()[r.start * wb..r.end * wb]
+}
 
 /// Rows per tile-kernel call (register blocking along M).
 pub const MR: usize = 4;
