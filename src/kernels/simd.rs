@@ -243,32 +243,6 @@ pub fn unsupported(isa: Isa) -> String {
     format!("ISA {} not supported by this CPU", isa.name())
 }
 
-/// Hints every cache line of the address range `[addr, addr + len)` into the L2 cache
-/// (`prefetcht1`; nothing off x86_64). The addresses are never dereferenced: a prefetch never
-/// faults, so the range may be stale or unmapped (an idle worker's prefetch of the next weight
-/// stream, `runtime::park`, relies on that).
-pub fn prefetch_l2(addr: usize, len: usize) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        #[target_feature(enable = "sse")]
-        fn lines(addr: usize, len: usize) {
-            let end = addr.saturating_add(len);
-            let mut at = addr & !63;
-            while at < end {
-                _mm_prefetch::<_MM_HINT_T1>(at as *const i8);
-                at += 64;
-            }
-        }
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T1};
-        // SAFETY: SSE is part of the x86_64 baseline, so the feature `lines` enables is present
-        // on every CPU this code runs on; `lines` only issues prefetch hints, which neither
-        // dereference nor fault on any address.
-        unsafe { lines(addr, len) }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = (addr, len);
-}
-
 #[cfg(target_arch = "x86_64")]
 pub(crate) use lanes::*;
 

@@ -3,6 +3,7 @@
 //! lives, each block with a `// SAFETY:` comment.
 //!
 //! - [`affinity`]: the calling thread's affinity mask, pinning, the CPU it runs on;
+//! - [`cache`]: cache hints (`prefetcht1`) over an address range, never a dereference;
 //! - [`thread`]: thread id, the calling thread's CPU time, the clock-tick rate of /proc times;
 //! - [`huge_pages`]: memory advice (`madvise(MADV_HUGEPAGE)`) on memory rcpu owns;
 //! - [`mapped`]: 2 MiB-aligned anonymous mappings and the disjoint pieces the weight arena
@@ -13,6 +14,7 @@
 //! Nothing here knows ORT, the runtime or the kernels; every other module may use it.
 
 pub mod affinity;
+pub mod cache;
 pub mod huge_pages;
 pub mod library;
 pub mod mapped;

@@ -179,7 +179,7 @@ impl Signal {
         }
         let n = IDLE_PREFETCH_STEP_BYTES.min(cur.len - cur.at);
         if n != 0 {
-            crate::kernels::simd::prefetch_l2(cur.addr.wrapping_add(cur.at), n);
+            crate::os::cache::prefetch_l2(cur.addr.wrapping_add(cur.at), n);
             cur.at += n;
         }
         n
