@@ -1,0 +1,260 @@
+//! sgemm (every ISA variant, called explicitly) against a naive f64 triple loop.
+//!
+//! Tolerance: |got - ref| <= 1e-5 * (|alpha| * sum_p |op(A)_ip * op(B)_pj| + |beta * C_ij|),
+//! i.e. relative 1e-5 to the magnitude of the terms summed (K <= 257 keeps f32 accumulation
+//! error well inside that). beta == 0 runs with a NaN-filled C; padding columns of C
+//! (between n and ldc) must stay untouched.
+
+use rcpu::kernels::gemm::{sgemm, sgemm_with};
+use rcpu::kernels::isa::Isa;
+use rcpu::runtime::par::{Par, ScopedThreads, Serial};
+
+use crate::gemm_common::{GemmRef, PAD};
+use crate::rng;
+use rng::Rng;
+
+const ISAS: [Isa; 3] = [Isa::Scalar, Isa::Avx2, Isa::Avx512];
+
+struct Case {
+    ta: bool,
+    tb: bool,
+    m: usize,
+    n: usize,
+    k: usize,
+    alpha: f32,
+    beta: f32,
+    extra_ld: usize,
+}
+
+/// Runs one case on `isa` (skipped when unsupported) and checks it; returns the variant name.
+fn check(isa: Isa, c: &Case, par: &dyn Par, seed: u64) -> Option<&'static str> {
+    let Case {
+        ta,
+        tb,
+        m,
+        n,
+        k,
+        alpha,
+        beta,
+        extra_ld,
+    } = *c;
+    let mut rng = Rng(seed | 1);
+    let (ar, ac) = if ta { (k, m) } else { (m, k) };
+    let (br, bc) = if tb { (n, k) } else { (k, n) };
+    let (lda, ldb, ldc) = (ac + extra_ld, bc + extra_ld, n + extra_ld);
+    let a = rng.vec_f32(ar * lda, -1.0, 1.0);
+    let b = rng.vec_f32(br * ldb, -1.0, 1.0);
+    let mut cm = if beta == 0.0 {
+        vec![f32::NAN; m * ldc]
+    } else {
+        rng.vec_f32(m * ldc, -1.0, 1.0)
+    };
+    for i in 0..m {
+        cm[i * ldc + n..(i + 1) * ldc].fill(PAD);
+    }
+    let c0 = cm.clone();
+    let name = match sgemm_with(
+        isa, ta, tb, m, n, k, alpha, &a, lda, &b, ldb, beta, &mut cm, ldc, par,
+    ) {
+        Ok(name) => name,
+        Err(_) => return None,
+    };
+    let call = GemmRef {
+        ta,
+        tb,
+        m,
+        n,
+        k,
+        alpha,
+        beta,
+        a: &a,
+        lda,
+        b: &b,
+        ldb,
+        c0: &c0,
+        ldc,
+    };
+    let ctx =
+        format!("{name} ta={ta} tb={tb} m={m} n={n} k={k} alpha={alpha} beta={beta} ld+{extra_ld}");
+    call.check(&cm, &ctx);
+    let expect = if m == 0 || n == 0 {
+        "empty"
+    } else if k == 0 {
+        "k0-scale"
+    } else if m == 1 {
+        "gemv-m1"
+    } else if n == 1 {
+        "gemv-n1"
+    } else {
+        "gemm"
+    };
+    assert!(
+        name.starts_with(isa.name()) && name.contains(expect),
+        "{name} for {isa:?}, m={m} n={n} k={k}"
+    );
+    Some(name)
+}
+
+const SIZES: [usize; 11] = [0, 1, 2, 3, 7, 16, 17, 33, 64, 100, 257];
+const AB: [(f32, f32); 5] = [(1.0, 0.0), (0.5, 0.0), (1.0, 1.0), (-1.5, 0.25), (0.0, 2.0)];
+
+fn run_all(isa: Isa) {
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut ran = 0;
+    // Fixed edge cases, then a random sample of the size grid.
+    let mut shapes = vec![
+        (0, 5, 7),
+        (5, 0, 7),
+        (7, 5, 0),
+        (1, 1, 1),
+        (1, 257, 100),
+        (100, 1, 257),
+        (257, 33, 17),
+        (64, 64, 64),
+        (17, 100, 257),
+        (3, 2, 33),
+    ];
+    for _ in 0..30 {
+        let pick = |r: &mut Rng| SIZES[(r.next_u64() % SIZES.len() as u64) as usize];
+        let (m, n, k) = (pick(&mut rng), pick(&mut rng), pick(&mut rng));
+        if m * n * k <= 1 << 20 {
+            shapes.push((m, n, k));
+        }
+    }
+    for (si, &(m, n, k)) in shapes.iter().enumerate() {
+        for t in 0..4 {
+            let (alpha, beta) = AB[(si + t) % AB.len()];
+            let case = Case {
+                ta: t & 1 == 1,
+                tb: t & 2 == 2,
+                m,
+                n,
+                k,
+                alpha,
+                beta,
+                extra_ld: (si % 3) * 3,
+            };
+            if check(isa, &case, &Serial, (si * 4 + t) as u64).is_some() {
+                ran += 1;
+            }
+        }
+    }
+    if isa <= Isa::detect_hardware() {
+        assert_eq!(ran, shapes.len() * 4);
+    } else {
+        eprintln!("{isa:?} not supported here; skipped");
+    }
+}
+
+#[test]
+fn scalar_variant() {
+    run_all(Isa::Scalar);
+}
+
+#[test]
+fn avx2_variant() {
+    run_all(Isa::Avx2);
+}
+
+#[test]
+fn avx512_variant() {
+    run_all(Isa::Avx512);
+}
+
+#[test]
+fn every_beta_zero_ignores_nan_c_even_when_k_is_zero() {
+    for isa in ISAS {
+        for &(m, n, k) in &[(7, 5, 0), (9, 40, 3), (1, 40, 3), (40, 1, 3)] {
+            check(
+                isa,
+                &Case {
+                    ta: false,
+                    tb: true,
+                    m,
+                    n,
+                    k,
+                    alpha: 2.0,
+                    beta: 0.0,
+                    extra_ld: 1,
+                },
+                &Serial,
+                7,
+            );
+        }
+    }
+}
+
+#[test]
+fn parallel_grid_and_gemv_chunks() {
+    // Large enough (>= 1M MACs) to split into a tile grid / decode chunks; 3 lanes and serial.
+    let pars: [&dyn Par; 2] = [&ScopedThreads(3), &Serial];
+    for isa in ISAS {
+        for par in pars {
+            for t in 0..4 {
+                let (ta, tb) = (t & 1 == 1, t & 2 == 2);
+                let big = Case {
+                    ta,
+                    tb,
+                    m: 300,
+                    n: 301,
+                    k: 37,
+                    alpha: 0.75,
+                    beta: 0.5,
+                    extra_ld: 2,
+                };
+                check(isa, &big, par, 11);
+                let m1 = Case {
+                    ta,
+                    tb,
+                    m: 1,
+                    n: 3001,
+                    k: 129,
+                    alpha: 1.0,
+                    beta: 0.0,
+                    extra_ld: 0,
+                };
+                check(isa, &m1, par, 12);
+                let n1 = Case {
+                    ta,
+                    tb,
+                    m: 2999,
+                    n: 1,
+                    k: 65,
+                    alpha: 1.0,
+                    beta: 1.0,
+                    extra_ld: 1,
+                };
+                check(isa, &n1, par, 13);
+            }
+        }
+    }
+}
+
+#[test]
+fn dispatched_matches_process_isa() {
+    let (m, n, k) = (5, 6, 7);
+    let mut c = vec![0.0; m * n];
+    let name = sgemm(
+        false,
+        false,
+        m,
+        n,
+        k,
+        1.0,
+        &vec![1.0; m * k],
+        k,
+        &vec![1.0; k * n],
+        n,
+        0.0,
+        &mut c,
+        n,
+        &Serial,
+    )
+    .unwrap();
+    let isa = match Isa::get() {
+        Isa::Avx512Vnni => Isa::Avx512,
+        i => i,
+    };
+    assert!(name.starts_with(isa.name()), "{name}");
+    assert!(c.iter().all(|&v| v == 7.0));
+}
