@@ -1,12 +1,15 @@
-//! The f64 reference of the f32 GEMM tests (`tests/kernels/f32_sgemm.rs`, `f32_weights.rs`),
-//! included with `#[path] mod`.
+//! The operands and the f64 reference of the f32 GEMM tests (`tests/kernels/f32_sgemm.rs`,
+//! `f32_weights.rs`), included with `#[path] mod`; needs `rng` at the crate root.
 #![allow(dead_code)]
+
+use crate::rng::Rng;
 
 /// Value of C's padding columns (between n and ldc): a call must leave them untouched.
 pub(crate) const PAD: f32 = 12345.5;
 
-/// One call `C = alpha op(A) op(B) + beta C0` (row major, with leading dimensions).
-pub(crate) struct GemmRef<'a> {
+/// One call `C = alpha op(A) op(B) + beta C0` (row major, with leading dimensions) and its
+/// drawn operands.
+pub(crate) struct GemmCase {
     pub ta: bool,
     pub tb: bool,
     pub m: usize,
@@ -14,21 +17,37 @@ pub(crate) struct GemmRef<'a> {
     pub k: usize,
     pub alpha: f32,
     pub beta: f32,
-    pub a: &'a [f32],
     pub lda: usize,
-    pub b: &'a [f32],
     pub ldb: usize,
-    /// C before the call (its padding columns hold [`PAD`]).
-    pub c0: &'a [f32],
     pub ldc: usize,
+    pub a: Vec<f32>,
+    pub b: Vec<f32>,
+    /// C before the call: NaN where beta is 0 (must not be read), drawn otherwise; the padding
+    /// columns hold [`PAD`].
+    pub c0: Vec<f32>,
 }
 
-impl GemmRef<'_> {
-    /// Checks `got` (C after the call) against naive f64 sums, `|got - ref| <= 1e-5 (|alpha|
-    /// sum_p |op(A)_ip op(B)_pj| + |beta C0_ij|)`, and the padding columns still [`PAD`]. `ctx`
-    /// names the case in a failure.
-    pub(crate) fn check(&self, got: &[f32], ctx: &str) {
-        let GemmRef {
+impl GemmCase {
+    /// Draws A, B and C0 from `rng` (in that order, uniform in [-1, 1)) for `[ta, tb]`,
+    /// `[m, n, k]`, `[alpha, beta]` and the leading dimensions `[lda, ldb, ldc]`.
+    pub(crate) fn draw(
+        rng: &mut Rng,
+        [ta, tb]: [bool; 2],
+        [m, n, k]: [usize; 3],
+        [alpha, beta]: [f32; 2],
+        [lda, ldb, ldc]: [usize; 3],
+    ) -> GemmCase {
+        let a = rng.vec_f32(if ta { k } else { m } * lda, -1.0, 1.0);
+        let b = rng.vec_f32(if tb { n } else { k } * ldb, -1.0, 1.0);
+        let mut c0 = if beta == 0.0 {
+            vec![f32::NAN; m * ldc]
+        } else {
+            rng.vec_f32(m * ldc, -1.0, 1.0)
+        };
+        for i in 0..m {
+            c0[i * ldc + n..(i + 1) * ldc].fill(PAD);
+        }
+        GemmCase {
             ta,
             tb,
             m,
@@ -36,13 +55,33 @@ impl GemmRef<'_> {
             k,
             alpha,
             beta,
-            a,
             lda,
-            b,
             ldb,
-            c0,
             ldc,
+            a,
+            b,
+            c0,
+        }
+    }
+
+    /// Checks `got` (C after the call) against naive f64 sums, `|got - ref| <= 1e-5 (|alpha|
+    /// sum_p |op(A)_ip op(B)_pj| + |beta C0_ij|)`, and the padding columns still [`PAD`]. `ctx`
+    /// names the case in a failure.
+    pub(crate) fn check(&self, got: &[f32], ctx: &str) {
+        let GemmCase {
+            ta,
+            tb,
+            m,
+            n,
+            k,
+            alpha,
+            beta,
+            lda,
+            ldb,
+            ldc,
+            ..
         } = *self;
+        let (a, b, c0) = (&self.a, &self.b, &self.c0);
         let av = |i: usize, p: usize| if ta { a[p * lda + i] } else { a[i * lda + p] } as f64;
         let bv = |p: usize, j: usize| if tb { b[j * ldb + p] } else { b[p * ldb + j] } as f64;
         for i in 0..m {

@@ -9,7 +9,7 @@ use rcpu::kernels::gemm::{sgemm, sgemm_with};
 use rcpu::kernels::isa::Isa;
 use rcpu::runtime::par::{Par, ScopedThreads, Serial};
 
-use crate::gemm_common::{GemmRef, PAD};
+use crate::gemm_common::GemmCase;
 use crate::rng;
 use rng::Rng;
 
@@ -38,45 +38,28 @@ fn check(isa: Isa, c: &Case, par: &dyn Par, seed: u64) -> Option<&'static str> {
         beta,
         extra_ld,
     } = *c;
-    let mut rng = Rng(seed | 1);
-    let (ar, ac) = if ta { (k, m) } else { (m, k) };
-    let (br, bc) = if tb { (n, k) } else { (k, n) };
+    let (ac, bc) = (if ta { m } else { k }, if tb { k } else { n });
     let (lda, ldb, ldc) = (ac + extra_ld, bc + extra_ld, n + extra_ld);
-    let a = rng.vec_f32(ar * lda, -1.0, 1.0);
-    let b = rng.vec_f32(br * ldb, -1.0, 1.0);
-    let mut cm = if beta == 0.0 {
-        vec![f32::NAN; m * ldc]
-    } else {
-        rng.vec_f32(m * ldc, -1.0, 1.0)
-    };
-    for i in 0..m {
-        cm[i * ldc + n..(i + 1) * ldc].fill(PAD);
-    }
-    let c0 = cm.clone();
+    let g = GemmCase::draw(
+        &mut Rng(seed | 1),
+        [ta, tb],
+        [m, n, k],
+        [alpha, beta],
+        [lda, ldb, ldc],
+    );
+    let mut cm = g.c0.clone();
     let name = match sgemm_with(
-        isa, ta, tb, m, n, k, alpha, &a, lda, &b, ldb, beta, &mut cm, ldc, par,
+        isa, ta, tb, m, n, k, alpha, &g.a, lda, &g.b, ldb, beta, &mut cm, ldc, par,
     ) {
         Ok(name) => name,
         Err(_) => return None,
     };
-    let call = GemmRef {
-        ta,
-        tb,
-        m,
-        n,
-        k,
-        alpha,
-        beta,
-        a: &a,
-        lda,
-        b: &b,
-        ldb,
-        c0: &c0,
-        ldc,
-    };
-    let ctx =
-        format!("{name} ta={ta} tb={tb} m={m} n={n} k={k} alpha={alpha} beta={beta} ld+{extra_ld}");
-    call.check(&cm, &ctx);
+    g.check(
+        &cm,
+        &format!(
+            "{name} ta={ta} tb={tb} m={m} n={n} k={k} alpha={alpha} beta={beta} ld+{extra_ld}"
+        ),
+    );
     let expect = if m == 0 || n == 0 {
         "empty"
     } else if k == 0 {

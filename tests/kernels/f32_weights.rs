@@ -9,7 +9,7 @@ use rcpu::kernels::gemm::{pack_weight, pack_weight_with, sgemm_weight, sgemm_wei
 use rcpu::kernels::isa::Isa;
 use rcpu::runtime::par::{Par, ScopedThreads, Serial};
 
-use crate::gemm_common::{GemmRef, PAD};
+use crate::gemm_common::GemmCase;
 use crate::rng;
 use rng::Rng;
 
@@ -39,28 +39,21 @@ fn check(isa: Isa, c: Case, seed: u64) -> Option<(&'static str, &'static str)> {
         alpha,
         beta,
     } = c;
-    let mut rng = Rng(seed | 1);
     let (lda, ldb, ldc) = (
         if ta { m } else { k } + 1,
         if tb { k } else { n } + 2,
         n + 3,
     );
-    let a = rng.vec_f32(if ta { k } else { m } * lda, -1.0, 1.0);
-    let b = rng.vec_f32(if tb { n } else { k } * ldb, -1.0, 1.0);
-    let mut c0 = if beta == 0.0 {
-        vec![f32::NAN; m * ldc]
-    } else {
-        rng.vec_f32(m * ldc, -1.0, 1.0)
-    };
-    for i in 0..m {
-        c0[i * ldc + n..(i + 1) * ldc].fill(PAD);
-    }
-    let packed = pack_weight_with(isa, tb, k, n, &b, ldb).ok()?;
-    let unpacked = Weight::Unpacked {
-        b: &b,
-        ldb,
-        trans: tb,
-    };
+    let g = GemmCase::draw(
+        &mut Rng(seed | 1),
+        [ta, tb],
+        [m, n, k],
+        [alpha, beta],
+        [lda, ldb, ldc],
+    );
+    let (a, b, c0) = (&g.a, &g.b, &g.c0);
+    let packed = pack_weight_with(isa, tb, k, n, b, ldb).ok()?;
+    let unpacked = Weight::Unpacked { b, ldb, trans: tb };
     let three = ScopedThreads(3);
     let pars: [&dyn Par; 2] = [&Serial, &three];
     let mut names = (None, None);
@@ -69,7 +62,7 @@ fn check(isa: Isa, c: Case, seed: u64) -> Option<(&'static str, &'static str)> {
         for w in [Weight::Packed(&packed), unpacked] {
             let mut cm = c0.clone();
             let name =
-                sgemm_weight_with(isa, ta, m, n, k, alpha, &a, lda, w, beta, &mut cm, ldc, par)
+                sgemm_weight_with(isa, ta, m, n, k, alpha, a, lda, w, beta, &mut cm, ldc, par)
                     .unwrap();
             match w {
                 Weight::Packed(_) => names.0 = Some(name),
@@ -85,23 +78,7 @@ fn check(isa: Isa, c: Case, seed: u64) -> Option<(&'static str, &'static str)> {
             }
         }
     }
-    let got = first.unwrap();
-    let call = GemmRef {
-        ta,
-        tb,
-        m,
-        n,
-        k,
-        alpha,
-        beta,
-        a: &a,
-        lda,
-        b: &b,
-        ldb,
-        c0: &c0,
-        ldc,
-    };
-    call.check(&got, &format!("{isa:?} {c:?}"));
+    g.check(&first.unwrap(), &format!("{isa:?} {c:?}"));
     Some((names.0.unwrap(), names.1.unwrap()))
 }
 
