@@ -13,6 +13,8 @@
 
 #[path = "../tests/common/nbits.rs"]
 mod matmul_nbits_common;
+#[path = "../tests/common/rng.rs"]
+mod rng;
 #[path = "common/timing.rs"]
 mod timing;
 

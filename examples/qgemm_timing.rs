@@ -14,6 +14,8 @@
 mod nbits_common;
 #[path = "../tests/common/qgemm.rs"]
 mod qgemm_common;
+#[path = "../tests/common/rng.rs"]
+mod rng;
 #[path = "common/timing.rs"]
 mod timing;
 

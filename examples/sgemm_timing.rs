@@ -8,6 +8,8 @@
 
 #[path = "../tests/common/nbits.rs"]
 mod nbits_common;
+#[path = "../tests/common/rng.rs"]
+mod rng;
 #[path = "common/timing.rs"]
 mod timing;
 

@@ -1,6 +1,6 @@
 //! Fuzz target: GroupQueryAttention / RotaryEmbedding parameter checks and kernels (see
 //! ../README.md). The property lives in tests/common/attention_fuzz.rs, shared with the stable
-//! smoke test tests/fuzz_attention_smoke.rs; here the draws come from the fuzzer's bytes.
+//! smoke test tests/kernels/fuzz_attention_smoke.rs; here the draws come from the fuzzer's bytes.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;

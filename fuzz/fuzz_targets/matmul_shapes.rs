@@ -1,6 +1,6 @@
 //! Fuzz target: MatMul / QLinearMatMul shape checking and planning (see ../README.md). The
 //! property lives in tests/common/matmul_shapes_fuzz.rs, shared with the stable smoke test
-//! tests/fuzz_matmul_shapes_smoke.rs; here the draws come from the fuzzer's bytes. Run with
+//! tests/serial/fuzz_matmul_shapes_smoke.rs; here the draws come from the fuzzer's bytes. Run with
 //! `-malloc_limit_mb=64` so an allocation sized by the shapes (planning once listed 2^40
 //! offsets) is a finding.
 #![no_main]

@@ -2,7 +2,7 @@
 //! the read-only `OrtEpApi` table), written from the facts in `docs/ort-plugin-abi.md`.
 //!
 //! Layouts are those of ORT API version [`EP_ABI_VERSION`]: that is the `ort_version_supported`
-//! rcpu reports, so ORT never reads a member past the ones declared here. `tests/abi_layout.rs`
+//! rcpu reports, so ORT never reads a member past the ones declared here. `tests/abi/abi_layout.rs`
 //! pins every size and field offset.
 
 use std::ffi::{c_char, c_void};

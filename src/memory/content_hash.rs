@@ -4,7 +4,7 @@
 //!   `WeightKey::params_hash`. The cache key's source identity is NOT this hash: it is the keyed
 //!   BLAKE3 digest of `key_digest.rs`, which a crafted model cannot collide with.
 //! - [`content_hash`] is no longer part of any cache key. It stays as the weak hash that
-//!   `tests/memory_weight_cache.rs` collides on purpose (its steps are invertible) to show a forged
+//!   `tests/memory/memory_weight_cache.rs` collides on purpose (its steps are invertible) to show a forged
 //!   weight is still not served another weight's packed copy. Do not use it for anything an
 //!   attacker controls.
 

@@ -1,5 +1,5 @@
 //! The property of the GroupQueryAttention / RotaryEmbedding parameter fuzzing, shared by the
-//! stable smoke test (`tests/fuzz_attention_smoke.rs`, xorshift draws) and the cargo-fuzz target
+//! stable smoke test (`tests/kernels/fuzz_attention_smoke.rs`, xorshift draws) and the cargo-fuzz target
 //! (`fuzz/fuzz_targets/attention_params.rs`, draws from the fuzzer's bytes).
 //!
 //! Arbitrary heads, head sizes, batch / sequence / past lengths, total_sequence_length,

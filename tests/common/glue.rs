@@ -1,4 +1,5 @@
-// Shared helpers for the glue-op tests (norm, softmax, activation), included with `#[path] mod`.
+// Shared helpers for the glue-op tests (norm, softmax, activation), included with `#[path] mod`;
+// needs `rng` (tests/common/rng.rs) at the crate root.
 #![allow(dead_code)]
 
 use rcpu::kernels::isa::Isa;
@@ -22,11 +23,9 @@ impl Par for CountingPar {
     }
 }
 
-#[path = "rng.rs"]
-mod rng;
-/// The one seeded PRNG (`tests/common/rng.rs`).
+/// The one seeded PRNG (`tests/common/rng.rs`, declared as `rng` at the crate root).
 #[allow(unused_imports)] // not every glue test draws data
-pub(crate) use rng::Rng;
+pub(crate) use crate::rng::Rng;
 
 pub(crate) const ISAS: [Isa; 3] = [Isa::Scalar, Isa::Avx2, Isa::Avx512];
 pub(crate) const COLS: [usize; 7] = [1, 3, 15, 16, 17, 100, 4096];

@@ -1,5 +1,6 @@
-//! Helpers of the lanes tests (`tests/runtime_*.rs`): waits for conditions the code guarantees
-//! will come true (bounded only by a hang guard, never asserted as a duration), and lane identity.
+//! Helpers of the lanes tests (`tests/runtime/`, `tests/serial/runtime_shutdown.rs`): waits for
+//! conditions the code guarantees will come true (bounded only by a hang guard, never asserted as
+//! a duration), and lane identity.
 #![allow(dead_code)]
 
 use rcpu::runtime::Lanes;

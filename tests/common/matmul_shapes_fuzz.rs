@@ -1,5 +1,5 @@
 //! The property of the MatMul / QLinearMatMul shape fuzzing, shared by the stable smoke test
-//! (`tests/fuzz_matmul_shapes_smoke.rs`, xorshift draws, a counting allocator) and the cargo-fuzz
+//! (`tests/serial/fuzz_matmul_shapes_smoke.rs`, xorshift draws, a counting allocator) and the cargo-fuzz
 //! target (`fuzz/fuzz_targets/matmul_shapes.rs`, draws from the fuzzer's bytes, run under
 //! `-malloc_limit_mb`).
 //!

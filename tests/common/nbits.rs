@@ -1,25 +1,13 @@
-// Shared helpers for the matmul_nbits tests (included with `#[path] mod`).
+// Shared helpers for the matmul_nbits tests (included with `#[path] mod`; needs `rng` at the
+// crate root).
 #![allow(dead_code)]
 
 use rcpu::kernels::matmul_nbits::NBitsParams;
 use rcpu::runtime::par::ScopedThreads;
 
-/// xorshift64*: deterministic test data.
-pub(crate) struct Rng(pub u64);
-impl Rng {
-    pub(crate) fn next_u64(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    pub(crate) fn f32(&mut self, lo: f32, hi: f32) -> f32 {
-        lo + (hi - lo) * ((self.next_u64() >> 40) as f32 / (1u64 << 24) as f32)
-    }
-    pub(crate) fn bytes(&mut self, n: usize) -> Vec<u8> {
-        (0..n).map(|_| self.next_u64() as u8).collect()
-    }
-}
+/// The one seeded PRNG (`tests/common/rng.rs`, which the including crate declares as `rng` at its
+/// root, once).
+pub(crate) use crate::rng::Rng;
 
 /// One MatMulNBits problem in ORT's layout.
 pub(crate) struct Problem {
@@ -45,7 +33,7 @@ impl Problem {
         seed: u64,
     ) -> Problem {
         let p = NBitsParams::new(k, n, bs, acc, zp);
-        let mut r = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+        let mut r = Rng::seeded(seed);
         let a = (0..m * k).map(|_| r.f32(-1.0, 1.0)).collect();
         let b = r.bytes(n * p.k_blocks() * p.blob_bytes());
         // Magnitudes 1e-3..0.1 (as real int4 scales), random sign: all f16 normals, so level 4
@@ -122,4 +110,63 @@ pub(crate) fn round_to_f16(s: f32) -> f32 {
     let exp = ((s.to_bits() >> 23) & 0xFF) as i32 - 127;
     let ulp = 2f64.powi(exp - 10);
     ((s as f64 / ulp).round_ties_even() * ulp) as f32
+}
+
+/// A bound, from the data, on the relative L2 distance between accuracy level 4's output `got`
+/// and the fp32 reference `want` (exact f64 sums of `a * w`, `matmul_reference`), given that
+/// `got` is within `rel8` (relative L2) of the level-4 reference `want8`
+/// (`matmul_reference_int8` with the scales of [`acc4_scales`]).
+///
+/// Level 4 computes with A quantised per block to int8 (step `s = max|a| / 127` of the block,
+/// so `|a - a4| <= s / 2` per element; `2^-20 |a|` more covers the f32 arithmetic of the step)
+/// and with the weights `w4 = (q - zp) * s4` of the level-4 scales `s4`. Per output:
+/// `|y4 - y| <= B = sum_k e_k |w4_kn| + |a_k| |w4_kn - w_kn|`, so `||y4 - y|| <= ||B||`, and
+/// `rel_l2(got, want) <= (||B|| + rel8 ||want8|| + 2^-23 (||want|| + ||want8||)) / ||want||`
+/// (the last term: both references are rounded to f32). Bias cancels. The bound holds for any
+/// data; it is loose by about the square root of K because the per-element errors cancel.
+pub(crate) fn acc4_vs_fp32_bound(pr: &Problem, want: &[f32], want8: &[f32], rel8: f64) -> f64 {
+    use rcpu::kernels::matmul_nbits::reference::{weight_code, zero_point};
+    let (p, m) = (&pr.p, pr.m);
+    let (k_len, kbs, bs) = (p.k, p.k_blocks(), p.block_size);
+    let s4 = acc4_scales(&pr.scales, p);
+    // Per element of A: the quantisation error bound e_k.
+    let e: Vec<f64> =
+        pr.a.chunks(k_len)
+            .flat_map(|row| {
+                (0..k_len).map(move |k| {
+                    let blk = (k / bs) * bs..((k / bs + 1) * bs).min(k_len);
+                    let amax = row[blk].iter().fold(0f64, |acc, x| acc.max(x.abs() as f64));
+                    amax / 127.0 / 2.0 + row[k].abs() as f64 * 2f64.powi(-20)
+                })
+            })
+            .collect();
+    let mut b2 = 0f64;
+    for n in 0..p.n {
+        let (w, w4): (Vec<f64>, Vec<f64>) = (0..k_len)
+            .map(|k| {
+                let kb = k / bs;
+                let q = weight_code(&pr.b, p, k, n) as f64
+                    - zero_point(pr.zp.as_deref(), p, n, kb) as f64;
+                (
+                    q * pr.scales[n * kbs + kb] as f64,
+                    q * s4[n * kbs + kb] as f64,
+                )
+            })
+            .unzip();
+        for r in 0..m {
+            let (row, er) = (&pr.a[r * k_len..][..k_len], &e[r * k_len..][..k_len]);
+            let b: f64 = (0..k_len)
+                .map(|k| er[k] * w4[k].abs() + row[k].abs() as f64 * (w4[k] - w[k]).abs())
+                .sum();
+            b2 += b * b;
+        }
+    }
+    let norm = |v: &[f32]| v.iter().map(|&x| (x as f64).powi(2)).sum::<f64>().sqrt();
+    let (nw, n8) = (norm(want), norm(want8));
+    let num = b2.sqrt() + rel8 * n8 + 2f64.powi(-23) * (nw + n8);
+    if nw == 0.0 {
+        num
+    } else {
+        num / nw
+    }
 }

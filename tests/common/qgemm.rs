@@ -63,7 +63,7 @@ impl QCase {
         col_zero: bool,
         seed: u64,
     ) -> QCase {
-        let mut r = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+        let mut r = Rng::seeded(seed);
         let blocks = a_blocks.iter().max().map_or(0, |x| x + 1);
         let a = r.bytes(blocks * m * k);
         let b = r.bytes(batches * k * n);

@@ -1,0 +1,375 @@
+//! MatMulNBits kernels against the scalar references over ORT's layout.
+//!
+//! Tolerances (relative L2 over the whole output):
+//! * accuracy 0 vs the fp32 reference (f64 sums): <= 1e-5;
+//! * accuracy 4 vs the scalar int8 reference (with the f16-rounded scales level 4 uses):
+//!   <= 1e-5, and vs the fp32 reference: <= the bound the data implies (`acc4_vs_fp32_bound` in
+//!   tests/common/nbits.rs: A's int8 quantisation steps and the f16 rounding of the scales).
+//!
+//! Every ISA level the CPU supports is run explicitly (scalar included), each with `Serial`
+//! and with a 3-thread `Par`; the unpacked path must match the packed one bit for bit.
+
+use crate::nbits_common as matmul_nbits_common;
+use matmul_nbits_common::{acc4_scales, acc4_vs_fp32_bound, rel_l2, Problem, THREE};
+
+use rcpu::kernels::matmul_nbits::reference::{matmul_reference, matmul_reference_int8};
+use rcpu::kernels::matmul_nbits::{
+    matmul_packed, matmul_packed_with, matmul_unpacked, matmul_unpacked_with, pack, Kernels,
+    NBitsWeight,
+};
+use rcpu::runtime::par::{Par, Serial};
+
+const KS: [usize; 9] = [16, 17, 31, 32, 33, 100, 256, 1000, 4096];
+const NS: [usize; 7] = [1, 3, 15, 16, 17, 33, 64];
+const MS: [usize; 5] = [1, 2, 5, 33, 1];
+const BSS: [usize; 5] = [16, 32, 64, 128, 256];
+
+fn check(pr: &Problem, label: &str) {
+    let (p, m) = (&pr.p, pr.m);
+    let (zp, bias) = (pr.zp.as_deref(), pr.bias.as_deref());
+    let mut want = vec![0f32; m * p.n];
+    matmul_reference(
+        &pr.a,
+        m,
+        &NBitsWeight {
+            b: &pr.b,
+            scales: &pr.scales,
+            zero_points: zp,
+            p,
+        },
+        bias,
+        &mut want,
+    );
+    let mut want8 = vec![0f32; m * p.n];
+    if p.int8_compute() {
+        // With the scales level 4 computes with (f16 where they fit, see `pack.rs`); the
+        // f16 rounding's own error is bounded in matmul_nbits_f16_scales.rs.
+        let s8 = acc4_scales(&pr.scales, p);
+        matmul_reference_int8(
+            &pr.a,
+            m,
+            &NBitsWeight {
+                b: &pr.b,
+                scales: &s8,
+                zero_points: zp,
+                p,
+            },
+            bias,
+            &mut want8,
+        );
+    }
+    // Level 4 against the fp32 reference: the bound the data implies (A's int8 steps, the f16
+    // scales), given the 1e-5 to the int8 reference.
+    let bound = if p.int8_compute() {
+        acc4_vs_fp32_bound(pr, &want, &want8, 1e-5)
+    } else {
+        0.0
+    };
+    let packed = pack(&pr.b, &pr.scales, zp, p);
+    let pars: [(&str, &dyn Par); 2] = [("serial", &Serial), ("3threads", &THREE)];
+    for kern in Kernels::supported() {
+        for (pname, par) in pars {
+            let ctx = format!(
+                "{label} {} par={pname}",
+                kern.variant_name(p.accuracy_level, m)
+            );
+            let mut got = vec![f32::NAN; m * p.n];
+            let name = matmul_packed_with(kern, &pr.a, m, &packed, bias, &mut got, par).unwrap();
+            assert_eq!(name, kern.variant_name(p.accuracy_level, m));
+            assert!(
+                got.iter().all(|x| x.is_finite()),
+                "{ctx}: unwritten or non-finite output"
+            );
+            let e = rel_l2(&got, &want);
+            if p.int8_compute() {
+                let e8 = rel_l2(&got, &want8);
+                assert!(e8 <= 1e-5, "{ctx}: vs int8 reference rel L2 {e8:e}");
+                assert!(
+                    e <= bound,
+                    "{ctx}: vs fp32 reference rel L2 {e:e} > {bound:e}"
+                );
+            } else {
+                assert!(e <= 1e-5, "{ctx}: vs fp32 reference rel L2 {e:e}");
+            }
+            let mut un = vec![f32::NAN; m * p.n];
+            matmul_unpacked_with(
+                kern,
+                &pr.a,
+                m,
+                &NBitsWeight {
+                    b: &pr.b,
+                    scales: &pr.scales,
+                    zero_points: zp,
+                    p,
+                },
+                bias,
+                &mut un,
+                par,
+            )
+            .unwrap();
+            let same = un.iter().zip(&got).all(|(x, y)| x.to_bits() == y.to_bits());
+            assert!(same, "{ctx}: unpacked differs from packed");
+        }
+    }
+}
+
+/// A sample of the cross product K x N x M x block x zp x bias, both accuracy levels.
+#[test]
+fn sampled_sizes_all_variants() {
+    let mut cases = 0;
+    for (i, &k) in KS.iter().enumerate() {
+        for (j, &n) in NS.iter().enumerate() {
+            let idx = i * NS.len() + j;
+            let m = MS[idx % MS.len()];
+            let bs = BSS[(idx / 2 + i) % BSS.len()];
+            let (zp, bias) = (idx.is_multiple_of(2), (idx / 3).is_multiple_of(2));
+            // Keep the biggest shapes cheap: large K only with modest M.
+            let m = if k >= 1000 && n > 17 { m.min(5) } else { m };
+            for acc in [0, 4] {
+                let pr = Problem::new(k, n, m, bs, acc, zp, bias, idx as u64 * 2 + acc as u64);
+                check(
+                    &pr,
+                    &format!("K={k} N={n} M={m} bs={bs} zp={zp} bias={bias} acc={acc}"),
+                );
+                cases += 1;
+            }
+        }
+    }
+    assert_eq!(cases, 126);
+}
+
+/// Every block size with every flag combination at a K that is not a multiple of the block.
+#[test]
+fn every_block_size_and_flag() {
+    for (s, &bs) in BSS.iter().enumerate() {
+        for flags in 0..8 {
+            let (zp, bias, acc) = (
+                flags & 1 != 0,
+                flags & 2 != 0,
+                if flags & 4 != 0 { 4 } else { 0 },
+            );
+            let k = 3 * bs + 5;
+            let pr = Problem::new(k, 33, 6, bs, acc, zp, bias, (s * 8 + flags) as u64 + 1000);
+            check(
+                &pr,
+                &format!("K={k} N=33 M=6 bs={bs} zp={zp} bias={bias} acc={acc}"),
+            );
+        }
+    }
+}
+
+/// Large M exercises several row tiles and column chunks with the 3-thread Par.
+#[test]
+fn prefill_shape() {
+    for acc in [0, 4] {
+        let pr = Problem::new(1000, 64, 33, 32, acc, true, true, 77 + acc as u64);
+        check(&pr, &format!("prefill acc={acc}"));
+    }
+}
+
+/// Many column groups at M = 1: several decode chunks.
+#[test]
+fn decode_many_chunks() {
+    for acc in [0, 4] {
+        let pr = Problem::new(4096, 257, 1, 32, acc, acc == 0, false, 5 + acc as u64);
+        check(&pr, &format!("decode acc={acc}"));
+    }
+}
+
+/// M = 0 is a no-op; the dispatched entry points report the active variant.
+#[test]
+fn dispatched_entry_points() {
+    let pr = Problem::new(64, 17, 3, 32, 4, true, true, 9);
+    let (zp, bias) = (pr.zp.as_deref(), pr.bias.as_deref());
+    let packed = pack(&pr.b, &pr.scales, zp, &pr.p);
+    assert!(packed.bytes() >= 2 * 64 * 16 / 2);
+    let mut empty: Vec<f32> = vec![];
+    let name = matmul_packed(&[], 0, &packed, bias, &mut empty, &Serial).unwrap();
+    assert_eq!(name, Kernels::active().variant_name(4, 0));
+    let mut y1 = vec![0f32; 3 * 17];
+    let mut y2 = vec![0f32; 3 * 17];
+    let n1 = matmul_packed(&pr.a, 3, &packed, bias, &mut y1, &Serial).unwrap();
+    let n2 = matmul_unpacked(
+        &pr.a,
+        3,
+        &NBitsWeight {
+            b: &pr.b,
+            scales: &pr.scales,
+            zero_points: zp,
+            p: &pr.p,
+        },
+        bias,
+        &mut y2,
+        &THREE,
+    )
+    .unwrap();
+    assert_eq!(n1, n2);
+    assert!(n1.ends_with("-acc4-gemm"), "{n1}");
+    assert_eq!(y1, y2);
+    // Every level up to the hardware's has a kernel set, so the loops above really cover
+    // each variant this CPU can run.
+    use rcpu::kernels::isa::Isa;
+    let hw = Isa::detect_hardware();
+    let levels = [Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Vnni];
+    for l in levels {
+        assert_eq!(Kernels::for_isa(l).is_ok(), l <= hw, "{}", l.name());
+    }
+    // ... plus the AMX set where this process may use AMX.
+    assert_eq!(
+        Kernels::supported().len(),
+        levels.iter().filter(|&&l| l <= hw).count() + Kernels::amx().is_ok() as usize
+    );
+    assert_eq!(Kernels::active().isa, hw.min(Isa::get()));
+    eprintln!(
+        "variants: {:?}",
+        Kernels::supported()
+            .iter()
+            .map(|k| k.label())
+            .collect::<Vec<_>>()
+    );
+}
+
+/// Quantisation ties (a = +-0.5, +-1.5 quanta) must round to even like the reference.
+#[test]
+fn int8_rounding_ties() {
+    let mut pr = Problem::new(32, 16, 2, 32, 4, false, false, 11);
+    // Row 0: max 127 => scale 1, values with exact .5 fractions; row 1: all zero (scale 0).
+    for (i, x) in pr.a[..32].iter_mut().enumerate() {
+        *x = if i == 0 {
+            127.0
+        } else {
+            (i as f32 - 16.0) + 0.5
+        };
+    }
+    pr.a[32..].fill(0.0);
+    check(&pr, "ties");
+}
+
+/// K shorter than one 8-k chunk: every packed chunk is padding or straddles K.
+#[test]
+fn tiny_k() {
+    for (i, k) in [1usize, 5, 7, 9].into_iter().enumerate() {
+        for acc in [0, 4] {
+            let pr = Problem::new(k, 17, 3, 16, acc, i % 2 == 0, true, 300 + i as u64);
+            check(&pr, &format!("tiny K={k} acc={acc}"));
+        }
+    }
+}
+
+/// Every kernel set's A quantiser is bit-identical to the scalar one (random rows, ties,
+/// all-zero blocks, non-finite values, partial last blocks, every block size).
+#[test]
+fn quantiser_matches_scalar_bit_for_bit() {
+    use rcpu::kernels::matmul_nbits::prepare_a::PreparedA;
+    for (i, &bs) in BSS.iter().enumerate() {
+        for k in [bs, 3 * bs, 5 * bs + 7, 1000] {
+            let mut pr = Problem::new(k, 1, 4, bs, 4, false, false, 900 + i as u64 + k as u64);
+            // Row 1: exact .5 quanta (scale 1 where the block max is 127); row 2: zeros.
+            for (j, x) in pr.a[k..2 * k].iter_mut().enumerate() {
+                *x = if j % bs == 0 {
+                    127.0
+                } else {
+                    ((j % 255) as f32 - 127.0) + 0.5
+                };
+            }
+            pr.a[2 * k..3 * k].fill(0.0);
+            // Row 3: non-finite values (NaN is ignored by the block max and coded 0; an infinite
+            // block max gives zero codes), mixed into ordinary blocks.
+            for (j, x) in pr.a[3 * k..].iter_mut().enumerate() {
+                match (j / bs) % 4 {
+                    0 if j % 5 == 0 => *x = f32::NAN,
+                    1 if j % 7 == 0 => *x = f32::INFINITY,
+                    2 if j % 11 == 0 => *x = f32::NEG_INFINITY,
+                    _ => {}
+                }
+            }
+            let want = PreparedA::new(&pr.a, 4, &pr.p);
+            for kern in Kernels::supported() {
+                let got = PreparedA::for_kernels(kern, &pr.a, 4, &pr.p);
+                let ctx = format!("bs={bs} K={k} isa={}", kern.isa.name());
+                assert_eq!(got.q, want.q, "{ctx}: codes");
+                assert_eq!(got.qsum, want.qsum, "{ctx}: sums");
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&got.qscale), bits(&want.qscale), "{ctx}: scales");
+            }
+        }
+    }
+}
+
+/// A row's result does not depend on how many rows share the call: M = 1 (GEMV, one row per
+/// tile call) equals row 0 of M = 2 (two rows per tile call) bit for bit.
+#[test]
+fn gemv_row_equals_gemm_row() {
+    for (i, &bs) in BSS.iter().enumerate() {
+        for acc in [0, 4] {
+            let k = [bs * 3, 1000, 4096][i % 3];
+            let pr = Problem::new(k, 33, 2, bs, acc, i % 2 == 0, i % 3 == 0, 500 + i as u64);
+            let (zp, bias) = (pr.zp.as_deref(), pr.bias.as_deref());
+            let packed = pack(&pr.b, &pr.scales, zp, &pr.p);
+            for kern in Kernels::supported() {
+                let mut y1 = vec![0f32; 33];
+                let mut y2 = vec![0f32; 66];
+                matmul_packed_with(kern, &pr.a[..k], 1, &packed, bias, &mut y1, &Serial).unwrap();
+                matmul_packed_with(kern, &pr.a, 2, &packed, bias, &mut y2, &THREE).unwrap();
+                let same = y1.iter().zip(&y2).all(|(x, y)| x.to_bits() == y.to_bits());
+                assert!(same, "bs={bs} K={k} acc={acc} {}", kern.isa.name());
+            }
+        }
+    }
+}
+
+/// Packing split over threads gives the same packed weight as one thread: same bytes, same
+/// products (scales and zero points included), for group counts below, at and above the
+/// thread count.
+#[test]
+fn threaded_pack_matches_serial_pack() {
+    use rcpu::kernels::matmul_nbits::pack_threads;
+    for (k, n, zp) in [
+        (100, 5, true),
+        (256, 96, true),
+        (1000, 257, false),
+        (33, 64, true),
+    ] {
+        let pr = Problem::new(k, n, 2, 32, 4, zp, false, (k + n) as u64);
+        let z = pr.zp.as_deref();
+        let one = pack_threads(&pr.b, &pr.scales, z, &pr.p, 1);
+        let mut y1 = vec![0f32; 2 * n];
+        matmul_packed(&pr.a, 2, &one, None, &mut y1, &Serial).unwrap();
+        for threads in [2, 3, 8] {
+            let many = pack_threads(&pr.b, &pr.scales, z, &pr.p, threads);
+            let ctx = format!("K={k} N={n} zp={zp} threads={threads}");
+            assert_eq!(one.weight_bytes(), many.weight_bytes(), "{ctx}");
+            assert_eq!(one.bytes(), many.bytes(), "{ctx}");
+            let mut y = vec![0f32; 2 * n];
+            matmul_packed(&pr.a, 2, &many, None, &mut y, &Serial).unwrap();
+            assert_eq!(y1, y, "{ctx}");
+        }
+    }
+}
+
+/// Extreme magnitudes: every code 15, zero points 0 (or none: 8), A all +1 or all -1 (int8 +-127
+/// everywhere), the largest block. The integer partial sums reach their bounds here (i16 sums of
+/// `vpmaddubsw` pairs, `vpdpbusd` over unmasked bytes, the zero-point seeds), which random data
+/// never does.
+#[test]
+fn int8_extreme_magnitudes() {
+    for (bs, zp_byte, sign, m) in [
+        (256, Some(0u8), 1.0, 1),
+        (256, None, -1.0, 5),
+        (32, Some(0), -1.0, 2),
+    ] {
+        for acc in [0, 4] {
+            let mut pr = Problem::new(3 * bs, 40, m, bs, acc, zp_byte.is_some(), false, 3);
+            pr.b.fill(0xFF);
+            if let (Some(z), Some(v)) = (pr.zp.as_mut(), zp_byte) {
+                z.fill(v);
+            }
+            pr.a.fill(sign);
+            pr.scales.fill(0.01);
+            check(
+                &pr,
+                &format!("extreme bs={bs} zp={zp_byte:?} a={sign} M={m} acc={acc}"),
+            );
+        }
+    }
+}

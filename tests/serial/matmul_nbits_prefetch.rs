@@ -1,0 +1,53 @@
+//! The software prefetch distance of the MatMulNBits tile kernels (`matmul_nbits::prefetch`)
+//! changes no result, and a prefetch far past the weights (unmapped memory) is harmless: it
+//! must never become a load. Every kernel set the CPU supports, both accuracy levels, M = 1 and
+//! M > 1, K not a multiple of the block, N not a multiple of the 32-column group.
+//! (In `tests/serial/`: the distance is process-wide.)
+
+use crate::nbits_common as matmul_nbits_common;
+use matmul_nbits_common::{Problem, THREE};
+
+use rcpu::kernels::matmul_nbits::prefetch::{set_prefetch_bytes, DEFAULT_PREFETCH_BYTES};
+use rcpu::kernels::matmul_nbits::{matmul_packed_with, pack, Kernels};
+
+#[test]
+fn prefetch_distance_changes_no_result() {
+    let _serial = crate::serial();
+    // 1 << 36: 64 GiB past the weights, far outside any mapping of this process.
+    let dists = [64, DEFAULT_PREFETCH_BYTES, 1 << 36];
+    let shapes = [
+        (100, 33, 1, 32),
+        (896, 1152, 1, 32),
+        (1000, 17, 5, 64),
+        (64, 64, 2, 16),
+    ];
+    for (i, &(k, n, m, bs)) in shapes.iter().enumerate() {
+        for acc in [0, 4] {
+            let pr = Problem::new(k, n, m, bs, acc, i % 2 == 0, i % 3 == 0, 11 + i as u64);
+            let packed = pack(&pr.b, &pr.scales, pr.zp.as_deref(), &pr.p);
+            for kern in Kernels::supported() {
+                let run = |dist: usize| {
+                    set_prefetch_bytes(dist);
+                    let mut out = vec![f32::NAN; m * n];
+                    let bias = pr.bias.as_deref();
+                    matmul_packed_with(kern, &pr.a, m, &packed, bias, &mut out, &THREE).unwrap();
+                    out
+                };
+                let base = run(0);
+                for d in dists {
+                    let got = run(d);
+                    let same = got
+                        .iter()
+                        .zip(&base)
+                        .all(|(x, y)| x.to_bits() == y.to_bits());
+                    assert!(
+                        same,
+                        "K={k} N={n} M={m} acc={acc} {}: prefetch {d} bytes changed the result",
+                        kern.variant_name(acc, m)
+                    );
+                }
+            }
+        }
+    }
+    set_prefetch_bytes(DEFAULT_PREFETCH_BYTES);
+}
