@@ -64,7 +64,7 @@ fn check(isa: Isa, c: Case, seed: u64) -> Option<(GemmRoute, GemmRoute)> {
     for par in pars {
         for w in [Weight::Packed(&packed), unpacked] {
             let mut cm = c0.clone();
-            let call = Sgemm::new(m, n, k, &a)
+            let call = Sgemm::new(m, n, k, a)
                 .lda(lda, ta)
                 .alpha(alpha)
                 .beta(beta)
