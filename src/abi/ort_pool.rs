@@ -12,13 +12,13 @@
 use std::any::Any;
 use std::cell::Cell;
 use std::ffi::c_void;
-use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::panic::resume_unwind;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use super::api::api;
 use super::ep_types::OrtKernelContext;
-use super::status::check;
+use super::status::{check, guard_payload};
 use crate::runtime::par::{Dispatch, Par};
 
 thread_local! {
@@ -84,7 +84,7 @@ unsafe extern "C" fn run_chunk(data: *mut c_void, i: usize) {
     // No panic may unwind into ORT's pool: keep the first, re-raise it on the dispatcher.
     // A chunk that dispatches again runs that dispatch inline: no context on this thread.
     let scope_free = CURRENT.with(|c| c.replace(std::ptr::null()));
-    let r = catch_unwind(AssertUnwindSafe(|| (job.f)(i)));
+    let r = guard_payload(|| (job.f)(i));
     CURRENT.with(|c| c.set(scope_free));
     if let Err(p) = r {
         let mut slot = job.panicked.lock().unwrap_or_else(|e| e.into_inner());

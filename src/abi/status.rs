@@ -149,6 +149,13 @@ pub fn guard_node(what: &str, label: &str, f: impl FnOnce() -> Result<()>) -> St
     }
 }
 
+/// Runs `f` for an `extern "C"` entry whose panic is re-raised elsewhere (a chunk ORT's pool
+/// runs for rcpu: the dispatching thread resumes it after the parallel-for returns): a panic in
+/// `f` stops here and its payload is returned instead of unwinding into ORT.
+pub fn guard_payload(f: impl FnOnce()) -> std::result::Result<(), Box<dyn std::any::Any + Send>> {
+    catch_unwind(AssertUnwindSafe(f))
+}
+
 /// Runs `f` for an `extern "C"` entry that cannot return a status; a panic yields `fallback`
 /// and is reported through `log` (ORT's logger).
 pub fn guard_value<T>(what: &str, fallback: T, f: impl FnOnce() -> T) -> T {

@@ -14,7 +14,7 @@ use std::panic::{catch_unwind, panic_any, AssertUnwindSafe};
 use std::path::Path;
 use std::process::Command;
 
-use rcpu::abi::status::{guard, guard_node, guard_value, Error};
+use rcpu::abi::status::{guard, guard_node, guard_payload, guard_value, Error};
 use rcpu::runtime::{pool_for, Dispatch, Par, PoolConfig};
 
 const CHILD_ENV: &str = "RCPU_PANIC_GUARD_CHILD";
@@ -63,6 +63,10 @@ fn child_guards_panics() {
         guard_value("TestValue", 7, || -> i32 { panic!("boom-value") }),
         7
     );
+    // A pool chunk's guard hands the payload back for the dispatcher to re-raise.
+    let payload = guard_payload(|| panic_any("boom-payload")).expect_err("the panic was lost");
+    assert_eq!(payload.downcast_ref::<&str>(), Some(&"boom-payload"));
+    assert!(guard_payload(|| ()).is_ok());
     println!("CHILD-DONE");
 }
 
@@ -151,7 +155,7 @@ fn fn_bodies(src: &str) -> Vec<(String, String, bool)> {
 }
 
 fn guarded(body: &str, all: &HashMap<String, Vec<String>>, depth: usize) -> bool {
-    if ["guard(", "guard_value(", "guard_node("]
+    if ["guard(", "guard_value(", "guard_node(", "guard_payload("]
         .iter()
         .any(|g| body.contains(g))
     {
