@@ -29,6 +29,7 @@ pub mod prepare_a;
 #[cfg(target_arch = "x86_64")]
 mod quant_avx512;
 pub mod reference;
+mod route;
 #[cfg(target_arch = "x86_64")]
 mod tile_amx;
 #[cfg(target_arch = "x86_64")]
@@ -37,9 +38,10 @@ mod tile_avx2;
 mod tile_avx512;
 mod tile_scalar;
 
-pub use dispatch::{variant_name, Kernels};
+pub use dispatch::{route, Kernels};
 pub use pack::{pack, pack_threads, try_pack, try_pack_threads, PackedNBits, NR};
 pub use params::{NBitsInput, NBitsParams, NBitsWeight};
+pub use route::{NBitsPath, NBitsRoute};
 
 use crate::runtime::par::{Par, StreamSplit};
 
@@ -62,7 +64,7 @@ pub fn decode_second_chunk(packed: &PackedNBits, lanes: usize) -> &[u8] {
 /// Rows per tile-kernel call (register blocking along M).
 pub const MR: usize = 4;
 
-/// Y = A W (+ bias) from a prepacked weight with the process's kernels; returns the variant name,
+/// Y = A W (+ bias) from a prepacked weight with the process's kernels; returns the route,
 /// or `Err` when a scratch buffer cannot be allocated.
 /// `a` holds `m` rows of `K`, `out` `m` rows of `N`. `m == 0` is a no-op.
 pub fn matmul_packed(
@@ -72,7 +74,7 @@ pub fn matmul_packed(
     bias: Option<&[f32]>,
     out: &mut [f32],
     par: &dyn Par,
-) -> Result<&'static str, String> {
+) -> Result<NBitsRoute, String> {
     matmul_packed_with(Kernels::active(), a, m, packed, bias, out, par)
 }
 
@@ -85,7 +87,7 @@ pub fn matmul_packed_with(
     bias: Option<&[f32]>,
     out: &mut [f32],
     par: &dyn Par,
-) -> Result<&'static str, String> {
+) -> Result<NBitsRoute, String> {
     driver::run(
         kernels,
         a,
@@ -106,7 +108,7 @@ pub fn matmul_unpacked(
     bias: Option<&[f32]>,
     out: &mut [f32],
     par: &dyn Par,
-) -> Result<&'static str, String> {
+) -> Result<NBitsRoute, String> {
     matmul_unpacked_with(Kernels::active(), a, m, w, bias, out, par)
 }
 
@@ -119,7 +121,7 @@ pub fn matmul_unpacked_with(
     bias: Option<&[f32]>,
     out: &mut [f32],
     par: &dyn Par,
-) -> Result<&'static str, String> {
+) -> Result<NBitsRoute, String> {
     w.check_sizes(None).unwrap_or_else(|e| panic!("{e}"));
     driver::run(kernels, a, m, driver::Source::Unpacked(*w), bias, out, par)
 }
