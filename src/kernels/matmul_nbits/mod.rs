@@ -11,7 +11,8 @@
 //!   the CPU and the OS allow AMX): a whole column group for all rows of a call, the group's
 //!   weights unpacked once into a B-tile panel; bit-identical to the VNNI tile.
 //! * [`prefetch`]: the software prefetch distance of the AVX-512 kernels' weight stream.
-//! * [`dispatch`]: the per-process kernel table and ledger names.
+//! * [`dispatch`]: the per-process kernel table and the route of a call.
+//! * `route`: the typed route ([`NBitsRoute`]) and its ledger text.
 //! * `driver`: chunking over `Par` and the unpacked fallback.
 //! * `nonfinite`: rows of A with NaN / infinities, answered as ORT answers them.
 //!
