@@ -22,6 +22,7 @@ use matmul_nbits_common::Problem;
 use rcpu::kernels::isa::Isa;
 use rcpu::kernels::matmul_nbits::{matmul_packed_with, pack, Kernels};
 use rcpu::runtime::par::Serial;
+use rcpu::telemetry::ledger::Variant;
 use timing::Clock;
 
 fn compare(k: usize, n: usize, m: usize, rounds: usize, amx: &Kernels, vnni: &Kernels) {
@@ -59,7 +60,7 @@ fn compare(k: usize, n: usize, m: usize, rounds: usize, amx: &Kernels, vnni: &Ke
         "M={m:<4} K={k:<5} N={n:<6}: vnni {:10.1} us ({:6.1} GMAC/s)  {} {:10.1} us ({:6.1} GMAC/s)  vnni/amx {:5.2}{}",
         med[0] * 1e6,
         gmac(med[0]),
-        amx.variant_name(4, m),
+        amx.route(4, m).text(),
         med[1] * 1e6,
         gmac(med[1]),
         med[0] / med[1],

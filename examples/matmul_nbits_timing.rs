@@ -13,6 +13,7 @@ use rcpu::kernels::matmul_nbits::{
     matmul_packed_with, matmul_unpacked_with, pack, pack_threads, Kernels, NBitsParams, NBitsWeight,
 };
 use rcpu::runtime::par::Serial;
+use rcpu::telemetry::ledger::Variant;
 use timing::best_secs;
 
 fn main() {
@@ -78,7 +79,7 @@ fn main() {
         let packed = pack(&b, &scales, Some(&zp), &p);
         let wbytes = packed.bytes() as f64;
         for kern in Kernels::supported() {
-            let name = kern.variant_name(acc, 1);
+            let name = kern.route(acc, 1).text();
             let t1 = best_secs(iters, || {
                 matmul_packed_with(kern, &a[..k], 1, &packed, None, &mut out[..n], &Serial)
                     .unwrap();

@@ -22,6 +22,7 @@ mod timing;
 use qgemm_common::QCase;
 use rcpu::kernels::qgemm::{pack, run, BSource, Kernels, Signs};
 use rcpu::runtime::par::{Par, Serial};
+use rcpu::telemetry::ledger::Variant;
 use timing::Clock;
 
 /// Seconds per call of a u8 x s8 problem on `par`, sorted, 9 repeats of `iters` calls.
@@ -42,7 +43,7 @@ fn time(m: usize, k: usize, n: usize, iters: usize) -> f64 {
     let gmac = (m * k * n) as f64 / med / 1e9;
     println!(
         "{} m={m} k={k} n={n}: {:.1} us/call (best {:.1}), B {:.1} GB/s, {gmac:.1} GMAC/s",
-        Kernels::active().variant_name(m),
+        Kernels::active().route(m).text(),
         med * 1e6,
         t[0] * 1e6,
         (k * n) as f64 / med / 1e9,

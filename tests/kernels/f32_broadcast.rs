@@ -2,10 +2,11 @@
 //! (same shape, scalar either side, row broadcast, general N-d), every ISA variant this CPU
 //! has, serial and with a 3-lane test Par; results must be bit-identical.
 
-use rcpu::kernels::elementwise::{binary_f32, binary_f32_with, BinaryOp};
+use rcpu::kernels::elementwise::{binary_f32, binary_f32_with, BinaryOp, BinaryPath, BinaryRoute};
 use rcpu::kernels::isa::Isa;
 use rcpu::kernels::shape::{broadcast_shapes, broadcast_strides, coalesce};
 use rcpu::runtime::par::{Par, ScopedThreads, Serial};
+use rcpu::telemetry::ledger::Variant;
 
 use crate::rng;
 use rng::Rng;
@@ -64,8 +65,8 @@ fn same_bits(x: f32, y: f32) -> bool {
     x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan())
 }
 
-/// Runs one shape pair through every op, ISA and Par; returns the variant names seen.
-fn check(sa: &[usize], sb: &[usize], seed: u64) -> Vec<&'static str> {
+/// Runs one shape pair through every op, ISA and Par; returns the routes seen.
+fn check(sa: &[usize], sb: &[usize], seed: u64) -> Vec<BinaryRoute> {
     let mut rng = Rng(seed | 1);
     let a = rng.vec_f32(sa.iter().product(), -2.0, 2.0);
     let b = rng.vec_f32(sb.iter().product(), -2.0, 2.0);
@@ -77,12 +78,13 @@ fn check(sa: &[usize], sb: &[usize], seed: u64) -> Vec<&'static str> {
         for isa in ISAS {
             for par in pars {
                 let mut out = vec![f32::from_bits(0x7fc0_dead); want.len()];
-                let name = match binary_f32_with(isa, op, &a, sa, &b, sb, &mut out, par) {
+                let route = match binary_f32_with(isa, op, &a, sa, &b, sb, &mut out, par) {
                     Ok(n) => n,
                     Err(e) if e.contains("not supported") => continue,
                     Err(e) => panic!("{sa:?} {op:?} {sb:?}: {e}"),
                 };
-                assert!(name.starts_with(isa.name()), "{name} for {isa:?}");
+                assert_eq!(route.isa, isa, "{route:?}");
+                let name = route.text();
                 for (i, (g, w)) in out.iter().zip(&want).enumerate() {
                     assert!(
                         same_bits(*g, *w),
@@ -90,7 +92,7 @@ fn check(sa: &[usize], sb: &[usize], seed: u64) -> Vec<&'static str> {
                         par.lanes()
                     );
                 }
-                names.push(name);
+                names.push(route);
             }
         }
         // The dispatched entry point agrees too.
@@ -101,31 +103,31 @@ fn check(sa: &[usize], sb: &[usize], seed: u64) -> Vec<&'static str> {
     names
 }
 
-fn path_of(names: &[&str]) -> String {
-    let first = names[0].split_once('-').unwrap().1.to_string();
+fn path_of(routes: &[BinaryRoute]) -> BinaryPath {
+    let first = routes[0].path;
     assert!(
-        names.iter().all(|n| n.ends_with(&first)),
-        "paths differ: {names:?}"
+        routes.iter().all(|r| r.path == first),
+        "paths differ: {routes:?}"
     );
     first
 }
 
 #[test]
 fn same_shape() {
-    assert_eq!(path_of(&check(&[4, 5], &[4, 5], 1)), "same-shape");
+    assert_eq!(path_of(&check(&[4, 5], &[4, 5], 1)), BinaryPath::SameShape);
     assert_eq!(
         path_of(&check(&[2, 3, 37], &[1, 2, 3, 37], 2)),
-        "same-shape"
+        BinaryPath::SameShape
     );
-    assert_eq!(path_of(&check(&[1], &[1], 3)), "same-shape");
+    assert_eq!(path_of(&check(&[1], &[1], 3)), BinaryPath::SameShape);
 }
 
 #[test]
 fn scalars_both_sides_and_rank0() {
-    assert_eq!(path_of(&check(&[], &[3, 4], 4)), "scalar-lhs");
-    assert_eq!(path_of(&check(&[3, 19], &[], 5)), "scalar-rhs");
-    assert_eq!(path_of(&check(&[1], &[2, 3], 6)), "scalar-lhs");
-    assert_eq!(path_of(&check(&[2, 3], &[1, 1], 7)), "scalar-rhs");
+    assert_eq!(path_of(&check(&[], &[3, 4], 4)), BinaryPath::ScalarLhs);
+    assert_eq!(path_of(&check(&[3, 19], &[], 5)), BinaryPath::ScalarRhs);
+    assert_eq!(path_of(&check(&[1], &[2, 3], 6)), BinaryPath::ScalarLhs);
+    assert_eq!(path_of(&check(&[2, 3], &[1, 1], 7)), BinaryPath::ScalarRhs);
     // Rank 0 with rank 0: one element, shape [].
     check(&[], &[], 8);
     assert_eq!(broadcast_shapes(&[], &[]).unwrap(), Vec::<usize>::new());
@@ -133,32 +135,44 @@ fn scalars_both_sides_and_rank0() {
 
 #[test]
 fn row_broadcast() {
-    assert_eq!(path_of(&check(&[7, 33], &[33], 9)), "row-broadcast");
-    assert_eq!(path_of(&check(&[33], &[7, 33], 10)), "row-broadcast");
+    assert_eq!(
+        path_of(&check(&[7, 33], &[33], 9)),
+        BinaryPath::RowBroadcast
+    );
+    assert_eq!(
+        path_of(&check(&[33], &[7, 33], 10)),
+        BinaryPath::RowBroadcast
+    );
     assert_eq!(
         path_of(&check(&[2, 3, 17], &[1, 3, 17], 11)),
-        "row-broadcast"
+        BinaryPath::RowBroadcast
     );
 }
 
 #[test]
 fn general_broadcast() {
-    assert_eq!(path_of(&check(&[3, 1, 5], &[4, 1], 12)), "broadcast");
-    assert_eq!(path_of(&check(&[7, 1], &[7, 33], 13)), "broadcast");
+    assert_eq!(
+        path_of(&check(&[3, 1, 5], &[4, 1], 12)),
+        BinaryPath::Broadcast
+    );
+    assert_eq!(
+        path_of(&check(&[7, 1], &[7, 33], 13)),
+        BinaryPath::Broadcast
+    );
     assert_eq!(
         path_of(&check(&[2, 1, 3, 1, 4], &[1, 5, 1, 2, 1], 14)),
-        "broadcast"
+        BinaryPath::Broadcast
     );
     assert_eq!(
         path_of(&check(&[2, 3, 1, 4, 5], &[3, 4, 1], 15)),
-        "broadcast"
+        BinaryPath::Broadcast
     );
     check(&[1, 17], &[19, 1], 16);
 }
 
 #[test]
 fn zero_sized_dims() {
-    assert_eq!(path_of(&check(&[0, 3], &[3], 17)), "empty");
+    assert_eq!(path_of(&check(&[0, 3], &[3], 17)), BinaryPath::Empty);
     check(&[2, 0], &[1], 18);
     check(&[0], &[], 19);
     assert_eq!(broadcast_shapes(&[0, 3], &[1, 3]).unwrap(), vec![0, 3]);
@@ -168,12 +182,24 @@ fn zero_sized_dims() {
 #[test]
 fn big_outputs_hit_parallel_chunks() {
     // All >= 64K outputs, sizes not multiples of the chunk or SIMD width.
-    assert_eq!(path_of(&check(&[301, 257], &[301, 257], 20)), "same-shape");
-    assert_eq!(path_of(&check(&[70001], &[], 21)), "scalar-rhs");
-    assert_eq!(path_of(&check(&[], &[70001], 22)), "scalar-lhs");
-    assert_eq!(path_of(&check(&[301, 257], &[257], 23)), "row-broadcast");
-    assert_eq!(path_of(&check(&[257, 1, 301], &[3, 1], 24)), "broadcast");
-    assert_eq!(path_of(&check(&[70003, 1], &[1, 2], 25)), "broadcast");
+    assert_eq!(
+        path_of(&check(&[301, 257], &[301, 257], 20)),
+        BinaryPath::SameShape
+    );
+    assert_eq!(path_of(&check(&[70001], &[], 21)), BinaryPath::ScalarRhs);
+    assert_eq!(path_of(&check(&[], &[70001], 22)), BinaryPath::ScalarLhs);
+    assert_eq!(
+        path_of(&check(&[301, 257], &[257], 23)),
+        BinaryPath::RowBroadcast
+    );
+    assert_eq!(
+        path_of(&check(&[257, 1, 301], &[3, 1], 24)),
+        BinaryPath::Broadcast
+    );
+    assert_eq!(
+        path_of(&check(&[70003, 1], &[1, 2], 25)),
+        BinaryPath::Broadcast
+    );
 }
 
 #[test]
@@ -226,4 +252,51 @@ fn strides_and_coalesce() {
     assert_eq!(s, vec![vec![12, 1], vec![0, 1]]);
     let (d, s) = coalesce(&[], &[vec![], vec![]]);
     assert_eq!((d, s), (vec![1], vec![vec![0], vec![0]]));
+}
+
+/// The ledger text of every binary elementwise route: what rcpu-bench, pytest and the e2e tests
+/// read, byte for byte.
+#[test]
+fn route_texts_are_the_ledger_names() {
+    use BinaryPath::*;
+    let paths = [
+        Empty,
+        SameShape,
+        ScalarLhs,
+        ScalarRhs,
+        RowBroadcast,
+        Broadcast,
+    ];
+    let mut got = Vec::new();
+    for isa in [Isa::Scalar, Isa::Avx2, Isa::Avx512] {
+        for path in paths {
+            got.push(BinaryRoute { isa, path }.text());
+        }
+    }
+    let want = [
+        "scalar-empty",
+        "scalar-same-shape",
+        "scalar-scalar-lhs",
+        "scalar-scalar-rhs",
+        "scalar-row-broadcast",
+        "scalar-broadcast",
+        "avx2-empty",
+        "avx2-same-shape",
+        "avx2-scalar-lhs",
+        "avx2-scalar-rhs",
+        "avx2-row-broadcast",
+        "avx2-broadcast",
+        "avx512-empty",
+        "avx512-same-shape",
+        "avx512-scalar-lhs",
+        "avx512-scalar-rhs",
+        "avx512-row-broadcast",
+        "avx512-broadcast",
+    ];
+    assert_eq!(got, want);
+    let vnni = BinaryRoute {
+        isa: Isa::Avx512Vnni,
+        path: SameShape,
+    };
+    assert_eq!(vnni.text(), "avx512-same-shape");
 }

@@ -5,8 +5,10 @@
 use crate::glue_common;
 use glue_common::*;
 
-use rcpu::kernels::softmax::{softmax_f32, softmax_f32_with};
+use rcpu::kernels::isa::Isa;
+use rcpu::kernels::softmax::{softmax_f32, softmax_f32_with, SoftmaxPath, SoftmaxRoute};
 use rcpu::runtime::par::{Par, Serial};
+use rcpu::telemetry::ledger::Variant;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 const RTOL: f64 = 1e-5;
@@ -42,13 +44,26 @@ fn check(x: &[f32], outer: usize, dim: usize, inner: usize, what: &str) {
         for (pname, par) in [("serial", &Serial as &dyn Par), ("3-lane", &THREE)] {
             let mut y = vec![f32::MAX; x.len()];
             match softmax_f32_with(isa, x, outer, dim, inner, &mut y, par) {
-                Ok(_) => {}
+                Ok(route) => {
+                    // The family has no VNNI table: the AVX-512 one serves that level.
+                    let table = if isa == Isa::Avx512Vnni {
+                        Isa::Avx512
+                    } else {
+                        isa
+                    };
+                    let path = if inner == 1 {
+                        SoftmaxPath::LastAxis
+                    } else {
+                        SoftmaxPath::Strided
+                    };
+                    assert_eq!(route, SoftmaxRoute { isa: table, path }, "{what}");
+                }
                 Err(e) if e.contains("not supported") => continue,
                 Err(e) => panic!("{e}"),
             }
             let w = format!("{what} {isa:?} {pname}");
             assert_close(&w, &y, &want, RTOL, ATOL);
-            if isa == rcpu::kernels::isa::Isa::get() {
+            if isa == Isa::get() {
                 assert_same(&format!("{w} vs default serial"), &y, &serial);
             }
         }
@@ -127,4 +142,27 @@ fn many_rows_take_the_parallel_path() {
 fn rejects_bad_lengths() {
     let mut y = vec![0.0f32; 5];
     assert!(softmax_f32(&[0.0; 6], 2, 3, 1, &mut y, &Serial).is_err());
+}
+
+/// The ledger text of every Softmax route: what rcpu-bench, pytest and the e2e tests read, byte
+/// for byte.
+#[test]
+fn route_texts_are_the_ledger_names() {
+    let mut got = Vec::new();
+    for isa in [Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Vnni] {
+        for path in [SoftmaxPath::LastAxis, SoftmaxPath::Strided] {
+            got.push(SoftmaxRoute { isa, path }.text());
+        }
+    }
+    let want = [
+        "scalar-last-axis",
+        "scalar-strided",
+        "avx2-last-axis",
+        "scalar-strided",
+        "avx512-last-axis",
+        "scalar-strided",
+        "avx512-last-axis",
+        "scalar-strided",
+    ];
+    assert_eq!(got, want);
 }

@@ -16,7 +16,7 @@ use rcpu::kernels::isa::Isa;
 use rcpu::kernels::matmul_nbits::dispatch::AMX_MIN_M;
 use rcpu::kernels::matmul_nbits::reference::matmul_reference_int8;
 use rcpu::kernels::matmul_nbits::{
-    matmul_packed_with, matmul_unpacked_with, pack, Kernels, NBitsWeight,
+    matmul_packed_with, matmul_unpacked_with, pack, Kernels, NBitsPath, NBitsRoute, NBitsWeight,
 };
 use rcpu::runtime::par::{Par, Serial};
 
@@ -50,7 +50,7 @@ fn run_pair(amx: &Kernels, vnni: &Kernels, pr: &Problem, label: &str) -> Vec<f32
     let (p, m) = (&pr.p, pr.m);
     let (zp, bias) = (pr.zp.as_deref(), pr.bias.as_deref());
     let packed = pack(&pr.b, &pr.scales, zp, p);
-    let want_name = amx.variant_name(4, m);
+    let want_name = amx.route(4, m);
     let mut first: Option<Vec<f32>> = None;
     let pars: [(&str, &dyn Par); 2] = [("serial", &Serial), ("3threads", &THREE)];
     for (pname, par) in pars {
@@ -60,7 +60,11 @@ fn run_pair(amx: &Kernels, vnni: &Kernels, pr: &Problem, label: &str) -> Vec<f32
         assert_eq!(name, want_name, "{ctx}");
         let mut base = vec![f32::NAN; m * p.n];
         let vname = matmul_packed_with(vnni, &pr.a, m, &packed, bias, &mut base, par).unwrap();
-        assert_eq!(vname, "avx512vnni-acc4-gemm", "{ctx}");
+        let want_vnni = NBitsRoute {
+            isa: Isa::Avx512Vnni,
+            path: NBitsPath::Int8Gemm,
+        };
+        assert_eq!(vname, want_vnni, "{ctx}");
         assert!(bits_equal(&got, &base), "{ctx}: AMX differs from VNNI");
         let mut un = vec![f32::NAN; m * p.n];
         let uname = matmul_unpacked_with(
@@ -225,10 +229,14 @@ fn routes() {
     }
     let amx = Kernels::amx().unwrap();
     assert!(amx.has_amx() && amx.isa == Isa::Avx512Vnni);
-    assert_eq!(amx.variant_name(4, 1), "avx512vnni-acc4-gemv");
-    assert_eq!(amx.variant_name(4, AMX_MIN_M - 1), "avx512vnni-acc4-gemm");
-    assert_eq!(amx.variant_name(4, AMX_MIN_M), "amx-acc4-gemm");
-    assert_eq!(amx.variant_name(0, 64), "avx512vnni-acc0-gemm");
+    let route = |path| NBitsRoute {
+        isa: Isa::Avx512Vnni,
+        path,
+    };
+    assert_eq!(amx.route(4, 1), route(NBitsPath::Int8Gemv));
+    assert_eq!(amx.route(4, AMX_MIN_M - 1), route(NBitsPath::Int8Gemm));
+    assert_eq!(amx.route(4, AMX_MIN_M), route(NBitsPath::AmxGemm));
+    assert_eq!(amx.route(0, 64), route(NBitsPath::F32Gemm));
     let off = std::env::var("RCPU_AMX").is_ok_and(|v| v.trim() == "0");
     let capped = Isa::get() < Isa::Avx512Vnni;
     assert_eq!(Kernels::active().has_amx(), !off && !capped);

@@ -15,9 +15,10 @@ use matmul_nbits_common::{acc4_scales, acc4_vs_fp32_bound, rel_l2, Problem, THRE
 use rcpu::kernels::matmul_nbits::reference::{matmul_reference, matmul_reference_int8};
 use rcpu::kernels::matmul_nbits::{
     matmul_packed, matmul_packed_with, matmul_unpacked, matmul_unpacked_with, pack, Kernels,
-    NBitsWeight,
+    NBitsPath, NBitsRoute, NBitsWeight,
 };
 use rcpu::runtime::par::{Par, Serial};
+use rcpu::telemetry::ledger::Variant;
 
 const KS: [usize; 9] = [16, 17, 31, 32, 33, 100, 256, 1000, 4096];
 const NS: [usize; 7] = [1, 3, 15, 16, 17, 33, 64];
@@ -71,11 +72,11 @@ fn check(pr: &Problem, label: &str) {
         for (pname, par) in pars {
             let ctx = format!(
                 "{label} {} par={pname}",
-                kern.variant_name(p.accuracy_level, m)
+                kern.route(p.accuracy_level, m).text()
             );
             let mut got = vec![f32::NAN; m * p.n];
             let name = matmul_packed_with(kern, &pr.a, m, &packed, bias, &mut got, par).unwrap();
-            assert_eq!(name, kern.variant_name(p.accuracy_level, m));
+            assert_eq!(name, kern.route(p.accuracy_level, m));
             assert!(
                 got.iter().all(|x| x.is_finite()),
                 "{ctx}: unwritten or non-finite output"
@@ -185,7 +186,7 @@ fn dispatched_entry_points() {
     assert!(packed.bytes() >= 2 * 64 * 16 / 2);
     let mut empty: Vec<f32> = vec![];
     let name = matmul_packed(&[], 0, &packed, bias, &mut empty, &Serial).unwrap();
-    assert_eq!(name, Kernels::active().variant_name(4, 0));
+    assert_eq!(name, Kernels::active().route(4, 0));
     let mut y1 = vec![0f32; 3 * 17];
     let mut y2 = vec![0f32; 3 * 17];
     let n1 = matmul_packed(&pr.a, 3, &packed, bias, &mut y1, &Serial).unwrap();
@@ -204,7 +205,11 @@ fn dispatched_entry_points() {
     )
     .unwrap();
     assert_eq!(n1, n2);
-    assert!(n1.ends_with("-acc4-gemm"), "{n1}");
+    let int8_gemm = NBitsRoute {
+        isa: Kernels::active().isa,
+        path: NBitsPath::Int8Gemm,
+    };
+    assert_eq!(n1, int8_gemm);
     assert_eq!(y1, y2);
     // Every level up to the hardware's has a kernel set, so the loops above really cover
     // each variant this CPU can run.
@@ -372,4 +377,45 @@ fn int8_extreme_magnitudes() {
             );
         }
     }
+}
+
+/// The ledger text of every MatMulNBits route: what rcpu-bench, pytest and the e2e tests read,
+/// byte for byte.
+#[test]
+fn route_texts_are_the_ledger_names() {
+    use rcpu::kernels::isa::Isa;
+    use NBitsPath::*;
+    let mut got = Vec::new();
+    for isa in [Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Vnni] {
+        for path in [F32Gemv, F32Gemm, Int8Gemv, Int8Gemm] {
+            got.push(NBitsRoute { isa, path }.text());
+        }
+    }
+    got.push(
+        NBitsRoute {
+            isa: Isa::Avx512Vnni,
+            path: AmxGemm,
+        }
+        .text(),
+    );
+    let want = [
+        "scalar-acc0-gemv",
+        "scalar-acc0-gemm",
+        "scalar-acc4-gemv",
+        "scalar-acc4-gemm",
+        "avx2-acc0-gemv",
+        "avx2-acc0-gemm",
+        "avx2-acc4-gemv",
+        "avx2-acc4-gemm",
+        "avx512-acc0-gemv",
+        "avx512-acc0-gemm",
+        "avx512-acc4-gemv",
+        "avx512-acc4-gemm",
+        "avx512vnni-acc0-gemv",
+        "avx512vnni-acc0-gemm",
+        "avx512vnni-acc4-gemv",
+        "avx512vnni-acc4-gemm",
+        "amx-acc4-gemm",
+    ];
+    assert_eq!(got, want);
 }

@@ -6,8 +6,9 @@ use crate::qgemm_common;
 
 use qgemm_common::{QCase, ALL_SIGNS};
 use rcpu::kernels::isa::Isa;
-use rcpu::kernels::qgemm::{pack, run_with, BSource, Kernels};
+use rcpu::kernels::qgemm::{pack, run_with, BSource, Kernels, QGemmPath, QGemmRoute};
 use rcpu::runtime::par::{Par, ScopedThreads, Serial};
+use rcpu::telemetry::ledger::Variant;
 
 fn kernel_sets() -> Vec<(Isa, &'static Kernels)> {
     [Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Vnni]
@@ -26,7 +27,17 @@ fn check(c: &QCase, par: &dyn Par, what: &str) {
             (BSource::Raw(&c.b), "raw"),
         ] {
             let mut got = vec![0xA5u8; c.out_len()];
-            run_with(kern, &c.call(src), &mut got, par).unwrap();
+            let call = c.call(src);
+            let route = run_with(kern, &call, &mut got, par).unwrap();
+            // AVX-512 without VNNI runs the AVX2 table.
+            let table = if isa == Isa::Avx512 { Isa::Avx2 } else { isa };
+            let rows = call.prods.a_offsets.len() * call.prods.m;
+            let path = if rows > 1 {
+                QGemmPath::Gemm
+            } else {
+                QGemmPath::Gemv
+            };
+            assert_eq!(route, QGemmRoute { isa: table, path }, "{what} m={}", c.m);
             if let Some(i) = (0..want.len()).find(|&i| got[i] != want[i]) {
                 panic!(
                     "{what} {:?} m={} k={} n={} isa={} B {label}: first mismatch at {i} (row {}, col {}): got {} want {}",
@@ -169,4 +180,27 @@ fn packed_b_is_cache_line_aligned() {
             );
         }
     }
+}
+
+/// The ledger text of every QGemm route: what rcpu-bench, pytest and the e2e tests read, byte
+/// for byte.
+#[test]
+fn route_texts_are_the_ledger_names() {
+    let mut got = Vec::new();
+    for isa in [Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Vnni] {
+        for path in [QGemmPath::Gemv, QGemmPath::Gemm] {
+            got.push(QGemmRoute { isa, path }.text());
+        }
+    }
+    let want = [
+        "scalar-gemv",
+        "scalar-gemm",
+        "avx2-gemv",
+        "avx2-gemm",
+        "avx2-gemv",
+        "avx2-gemm",
+        "avx512vnni-gemv",
+        "avx512vnni-gemm",
+    ];
+    assert_eq!(got, want);
 }

@@ -9,6 +9,7 @@ use matmul_nbits_common::{Problem, THREE};
 
 use rcpu::kernels::matmul_nbits::prefetch::{set_prefetch_bytes, DEFAULT_PREFETCH_BYTES};
 use rcpu::kernels::matmul_nbits::{matmul_packed_with, pack, Kernels};
+use rcpu::telemetry::ledger::Variant;
 
 #[test]
 fn prefetch_distance_changes_no_result() {
@@ -43,7 +44,7 @@ fn prefetch_distance_changes_no_result() {
                     assert!(
                         same,
                         "K={k} N={n} M={m} acc={acc} {}: prefetch {d} bytes changed the result",
-                        kern.variant_name(acc, m)
+                        kern.route(acc, m).text()
                     );
                 }
             }

@@ -376,7 +376,8 @@ impl OpKernel for MatMulNBits {
                     // Infinite, NaN or overflowing scales: the op's definition taken literally
                     // (the fast paths would hide the infinities the dequantisation makes).
                     matmul_dequant_f32(a, m, &w, bias, out).map_err(Error::fail)?;
-                    "dequant-f32-literal"
+                    ledger::record(OP, "dequant-f32-literal", par.lanes());
+                    return Ok(());
                 } else {
                     matmul_unpacked(a, m, &w, bias, out, par).map_err(Error::fail)?
                 }

@@ -10,6 +10,7 @@
 //! Outputs of at least [`PAR_MIN_ELEMS`] elements are split into contiguous chunks of the output
 //! and dispatched with `Par::chunks` (`Dispatch::Task`).
 
+mod route;
 mod scalar;
 #[cfg(target_arch = "x86_64")]
 mod x86;
@@ -19,6 +20,8 @@ use crate::kernels::shape::{broadcast_shapes, broadcast_strides, checked_numel, 
 use crate::runtime::par::{Dispatch, Par};
 use parking_lot::Mutex;
 use std::sync::LazyLock;
+
+pub use route::{BinaryPath, BinaryRoute};
 
 /// The four binary arithmetic ops.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -38,57 +41,36 @@ type VvFn = fn(BinaryOp, &[f32], &[f32], &mut [f32]);
 type SvFn = fn(BinaryOp, f32, &[f32], &mut [f32]);
 type VsFn = fn(BinaryOp, &[f32], f32, &mut [f32]);
 
-/// One ISA variant: the three contiguous loops and the ledger names of each path.
+/// One ISA variant: the three contiguous loops.
 struct Kernels {
+    /// The level this table needs.
+    isa: Isa,
     vv: VvFn,
     sv: SvFn,
     vs: VsFn,
-    /// empty, same-shape, scalar-lhs, scalar-rhs, row-broadcast, broadcast.
-    names: [&'static str; 6],
 }
 
 const SCALAR: Kernels = Kernels {
+    isa: Isa::Scalar,
     vv: scalar::vv,
     sv: scalar::sv,
     vs: scalar::vs,
-    names: [
-        "scalar-empty",
-        "scalar-same-shape",
-        "scalar-scalar-lhs",
-        "scalar-scalar-rhs",
-        "scalar-row-broadcast",
-        "scalar-broadcast",
-    ],
 };
 
 #[cfg(target_arch = "x86_64")]
 const AVX2: Kernels = Kernels {
+    isa: Isa::Avx2,
     vv: x86::vv_avx2,
     sv: x86::sv_avx2,
     vs: x86::vs_avx2,
-    names: [
-        "avx2-empty",
-        "avx2-same-shape",
-        "avx2-scalar-lhs",
-        "avx2-scalar-rhs",
-        "avx2-row-broadcast",
-        "avx2-broadcast",
-    ],
 };
 
 #[cfg(target_arch = "x86_64")]
 const AVX512: Kernels = Kernels {
+    isa: Isa::Avx512,
     vv: x86::vv_avx512,
     sv: x86::sv_avx512,
     vs: x86::vs_avx512,
-    names: [
-        "avx512-empty",
-        "avx512-same-shape",
-        "avx512-scalar-lhs",
-        "avx512-scalar-rhs",
-        "avx512-row-broadcast",
-        "avx512-broadcast",
-    ],
 };
 
 /// This family's kernel tables, one per ISA level.
@@ -98,7 +80,7 @@ static TABLES: crate::kernels::isa::IsaTables<Kernels> = crate::isa_tables!(SCAL
 static DISPATCH: LazyLock<&'static Kernels> = LazyLock::new(|| TABLES.active());
 
 /// `out = a op b` with numpy broadcasting; `out` must hold the broadcast shape's element count.
-/// Returns the variant that ran (e.g. `"avx512-same-shape"`, `"scalar-broadcast"`).
+/// Returns the route that ran (ledger text e.g. `avx512-same-shape`, `scalar-broadcast`).
 pub fn binary_f32(
     op: BinaryOp,
     a: &[f32],
@@ -107,7 +89,7 @@ pub fn binary_f32(
     b_shape: &[usize],
     out: &mut [f32],
     par: &dyn Par,
-) -> Result<&'static str, String> {
+) -> Result<BinaryRoute, String> {
     run(*DISPATCH, op, a, a_shape, b, b_shape, out, par)
 }
 
@@ -122,7 +104,7 @@ pub fn binary_f32_with(
     b_shape: &[usize],
     out: &mut [f32],
     par: &dyn Par,
-) -> Result<&'static str, String> {
+) -> Result<BinaryRoute, String> {
     let k = TABLES.for_isa(isa)?;
     run(k, op, a, a_shape, b, b_shape, out, par)
 }
@@ -137,7 +119,8 @@ fn run(
     b_shape: &[usize],
     out: &mut [f32],
     par: &dyn Par,
-) -> Result<&'static str, String> {
+) -> Result<BinaryRoute, String> {
+    let route = |path| BinaryRoute { isa: k.isa, path };
     let out_shape = broadcast_shapes(a_shape, b_shape)?;
     let na = checked_numel("input a", a_shape)?;
     let nb = checked_numel("input b", b_shape)?;
@@ -152,28 +135,28 @@ fn run(
         ));
     }
     if n == 0 {
-        return Ok(k.names[0]);
+        return Ok(route(BinaryPath::Empty));
     }
     // Same shape up to leading 1s: equal element counts mean nothing is broadcast.
     if na == n && nb == n {
         chunked(par, out, CHUNK_ELEMS, |start, o| {
             (k.vv)(op, &a[start..], &b[start..], o)
         });
-        return Ok(k.names[1]);
+        return Ok(route(BinaryPath::SameShape));
     }
     if na == 1 {
         let s = a[0];
         chunked(par, out, CHUNK_ELEMS, |start, o| {
             (k.sv)(op, s, &b[start..], o)
         });
-        return Ok(k.names[2]);
+        return Ok(route(BinaryPath::ScalarLhs));
     }
     if nb == 1 {
         let s = b[0];
         chunked(par, out, CHUNK_ELEMS, |start, o| {
             (k.vs)(op, &a[start..], s, o)
         });
-        return Ok(k.names[3]);
+        return Ok(route(BinaryPath::ScalarRhs));
     }
     // Row broadcast: the smaller operand is a suffix of the output shape, repeated.
     if na == n && is_suffix(b_shape, &out_shape) {
@@ -184,7 +167,7 @@ fn run(
                 (k.vv)(op, &a[at..at + nb], b, orow);
             }
         });
-        return Ok(k.names[4]);
+        return Ok(route(BinaryPath::RowBroadcast));
     }
     if nb == n && is_suffix(a_shape, &out_shape) {
         let rows = row_chunk(na);
@@ -194,10 +177,10 @@ fn run(
                 (k.vv)(op, a, &b[at..at + na], orow);
             }
         });
-        return Ok(k.names[4]);
+        return Ok(route(BinaryPath::RowBroadcast));
     }
     general(k, op, a, a_shape, b, b_shape, &out_shape, out, par);
-    Ok(k.names[5])
+    Ok(route(BinaryPath::Broadcast))
 }
 
 /// `small` (leading 1s ignored) equals the trailing dims of `out`.

@@ -1,10 +1,11 @@
-//! The per-process choice of tile kernels, and the variant names recorded in the ledger.
+//! The per-process choice of tile kernels, and the route each call takes.
 
 use std::ops::Range;
 use std::sync::LazyLock;
 
 use super::pack::{GroupView, NR};
 use super::prepare_a::{quantize_row_scalar, PreparedA, QuantRowFn};
+use super::route::{NBitsPath, NBitsRoute};
 use super::{tile_scalar, MR};
 use crate::kernels::isa::{Isa, IsaTables};
 use crate::kernels::simd::{plain_entry, Level};
@@ -49,9 +50,6 @@ pub(crate) fn amx_scratch_len(kp: usize) -> usize {
     amx_panel_len(kp) + 16
 }
 
-/// Ledger name of the AMX route.
-const AMX_GEMM_NAME: &str = "amx-acc4-gemm";
-
 /// The kernels of one ISA level.
 pub struct Kernels {
     /// The level these kernels need.
@@ -67,19 +65,6 @@ pub struct Kernels {
     amx_min_m: usize,
     /// A last partial AMX row tile shorter than this goes to the tile kernel.
     pub(crate) amx_tail_min: usize,
-    /// [f32 gemv, f32 gemm, int8 gemv, int8 gemm]
-    names: [&'static str; 4],
-}
-
-macro_rules! names {
-    ($isa:literal) => {
-        [
-            concat!($isa, "-acc0-gemv"),
-            concat!($isa, "-acc0-gemm"),
-            concat!($isa, "-acc4-gemv"),
-            concat!($isa, "-acc4-gemm"),
-        ]
-    };
 }
 
 /// The table entries: each takes its level's token from the caller's Level and runs the kernel
@@ -149,7 +134,6 @@ const SCALAR: Kernels = Kernels {
     i8_gemm: None,
     amx_min_m: usize::MAX,
     amx_tail_min: 0,
-    names: names!("scalar"),
 };
 
 #[cfg(target_arch = "x86_64")]
@@ -161,7 +145,6 @@ const AVX2: Kernels = Kernels {
     i8_gemm: None,
     amx_min_m: usize::MAX,
     amx_tail_min: 0,
-    names: names!("avx2"),
 };
 
 #[cfg(target_arch = "x86_64")]
@@ -173,7 +156,6 @@ const AVX512: Kernels = Kernels {
     i8_gemm: None,
     amx_min_m: usize::MAX,
     amx_tail_min: 0,
-    names: names!("avx512"),
 };
 
 #[cfg(target_arch = "x86_64")]
@@ -185,7 +167,6 @@ const AVX512VNNI: Kernels = Kernels {
     i8_gemm: None,
     amx_min_m: usize::MAX,
     amx_tail_min: 0,
-    names: names!("avx512vnni"),
 };
 
 /// [`AVX512VNNI`] with the AMX GEMM from [`AMX_MIN_M`] rows (handed out only under the `Amx`
@@ -304,17 +285,27 @@ impl Kernels {
         &SUPPORTED
     }
 
-    /// Ledger name of the route for `accuracy_level` and `m` rows, e.g. `avx512vnni-acc4-gemv`.
-    pub fn variant_name(&self, accuracy_level: usize, m: usize) -> &'static str {
-        if self.gemm(accuracy_level, m).is_some() {
-            return AMX_GEMM_NAME;
+    /// The route of a call at `accuracy_level` with `m` rows (ledger text e.g.
+    /// `avx512vnni-acc4-gemv`).
+    pub fn route(&self, accuracy_level: usize, m: usize) -> NBitsRoute {
+        let path = if self.gemm(accuracy_level, m).is_some() {
+            NBitsPath::AmxGemm
+        } else {
+            match (accuracy_level == 4, m > 1) {
+                (false, false) => NBitsPath::F32Gemv,
+                (false, true) => NBitsPath::F32Gemm,
+                (true, false) => NBitsPath::Int8Gemv,
+                (true, true) => NBitsPath::Int8Gemm,
+            }
+        };
+        NBitsRoute {
+            isa: self.isa,
+            path,
         }
-        let int8 = accuracy_level == 4;
-        self.names[2 * int8 as usize + (m > 1) as usize]
     }
 }
 
-/// Ledger name of the route the active kernels take for `accuracy_level` and `m` rows.
-pub fn variant_name(accuracy_level: usize, m: usize) -> &'static str {
-    Kernels::active().variant_name(accuracy_level, m)
+/// The route the active kernels take for `accuracy_level` and `m` rows.
+pub fn route(accuracy_level: usize, m: usize) -> NBitsRoute {
+    Kernels::active().route(accuracy_level, m)
 }

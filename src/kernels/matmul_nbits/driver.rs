@@ -22,6 +22,7 @@ use super::pack::{
 };
 use super::params::{NBitsParams, NBitsWeight};
 use super::prepare_a::{with_prepared, PreparedA};
+use super::route::NBitsRoute;
 use super::MR;
 use crate::kernels::disjoint::DisjointOut;
 use crate::kernels::simd::Level;
@@ -51,7 +52,7 @@ pub(crate) fn run(
     bias: Option<&[f32]>,
     out: &mut [f32],
     par: &dyn Par,
-) -> Result<&'static str, String> {
+) -> Result<NBitsRoute, String> {
     let name = run_fast(kernels, a, m, src, bias, out, par)?;
     let p = match &src {
         Source::Packed(pk) => pk.params,
@@ -102,12 +103,12 @@ fn run_fast(
     bias: Option<&[f32]>,
     out: &mut [f32],
     par: &dyn Par,
-) -> Result<&'static str, String> {
+) -> Result<NBitsRoute, String> {
     let p = match &src {
         Source::Packed(pk) => pk.params,
         Source::Unpacked(w) => *w.p,
     };
-    let name = kernels.variant_name(p.accuracy_level, m);
+    let name = kernels.route(p.accuracy_level, m);
     if m == 0 {
         return Ok(name);
     }

@@ -11,7 +11,8 @@
 //!   the CPU and the OS allow AMX): a whole column group for all rows of a call, the group's
 //!   weights unpacked once into a B-tile panel; bit-identical to the VNNI tile.
 //! * [`prefetch`]: the software prefetch distance of the AVX-512 kernels' weight stream.
-//! * [`dispatch`]: the per-process kernel table and ledger names.
+//! * [`dispatch`]: the per-process kernel table and the route of a call.
+//! * `route`: the typed route ([`NBitsRoute`]) and its ledger text.
 //! * `driver`: chunking over `Par` and the unpacked fallback.
 //! * `nonfinite`: rows of A with NaN / infinities, answered as ORT answers them.
 //!
@@ -29,6 +30,7 @@ pub mod prepare_a;
 #[cfg(target_arch = "x86_64")]
 mod quant_avx512;
 pub mod reference;
+mod route;
 #[cfg(target_arch = "x86_64")]
 mod tile_amx;
 #[cfg(target_arch = "x86_64")]
@@ -37,9 +39,10 @@ mod tile_avx2;
 mod tile_avx512;
 mod tile_scalar;
 
-pub use dispatch::{variant_name, Kernels};
+pub use dispatch::{route, Kernels};
 pub use pack::{pack, pack_threads, try_pack, try_pack_threads, PackedNBits, NR};
 pub use params::{NBitsInput, NBitsParams, NBitsWeight};
+pub use route::{NBitsPath, NBitsRoute};
 
 use crate::runtime::par::{Par, StreamSplit};
 
@@ -62,7 +65,7 @@ pub fn decode_second_chunk(packed: &PackedNBits, lanes: usize) -> &[u8] {
 /// Rows per tile-kernel call (register blocking along M).
 pub const MR: usize = 4;
 
-/// Y = A W (+ bias) from a prepacked weight with the process's kernels; returns the variant name,
+/// Y = A W (+ bias) from a prepacked weight with the process's kernels; returns the route,
 /// or `Err` when a scratch buffer cannot be allocated.
 /// `a` holds `m` rows of `K`, `out` `m` rows of `N`. `m == 0` is a no-op.
 pub fn matmul_packed(
@@ -72,7 +75,7 @@ pub fn matmul_packed(
     bias: Option<&[f32]>,
     out: &mut [f32],
     par: &dyn Par,
-) -> Result<&'static str, String> {
+) -> Result<NBitsRoute, String> {
     matmul_packed_with(Kernels::active(), a, m, packed, bias, out, par)
 }
 
@@ -85,7 +88,7 @@ pub fn matmul_packed_with(
     bias: Option<&[f32]>,
     out: &mut [f32],
     par: &dyn Par,
-) -> Result<&'static str, String> {
+) -> Result<NBitsRoute, String> {
     driver::run(
         kernels,
         a,
@@ -106,7 +109,7 @@ pub fn matmul_unpacked(
     bias: Option<&[f32]>,
     out: &mut [f32],
     par: &dyn Par,
-) -> Result<&'static str, String> {
+) -> Result<NBitsRoute, String> {
     matmul_unpacked_with(Kernels::active(), a, m, w, bias, out, par)
 }
 
@@ -119,7 +122,7 @@ pub fn matmul_unpacked_with(
     bias: Option<&[f32]>,
     out: &mut [f32],
     par: &dyn Par,
-) -> Result<&'static str, String> {
+) -> Result<NBitsRoute, String> {
     w.check_sizes(None).unwrap_or_else(|e| panic!("{e}"));
     driver::run(kernels, a, m, driver::Source::Unpacked(*w), bias, out, par)
 }

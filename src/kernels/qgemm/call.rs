@@ -5,7 +5,7 @@
 use super::driver::{qgemm_with, Products};
 use super::pack::{pack_into, packed_sizes, PackedView};
 use super::requant::{Cols, Requant};
-use super::{Kernels, Signs};
+use super::{Kernels, QGemmRoute, Signs};
 use crate::memory::scratch::{
     scratch_error, try_with_scratch_f32, try_with_scratch_i32, try_with_scratch_u8,
 };
@@ -81,7 +81,7 @@ impl Call<'_> {
 }
 
 /// Runs `call` into `out` (bit patterns of the output bytes) with the process's kernels.
-pub fn run(call: &Call<'_>, out: &mut [u8], par: &dyn Par) -> Result<&'static str, String> {
+pub fn run(call: &Call<'_>, out: &mut [u8], par: &dyn Par) -> Result<QGemmRoute, String> {
     run_with(Kernels::active(), call, out, par)
 }
 
@@ -91,7 +91,7 @@ pub fn run_with(
     call: &Call<'_>,
     out: &mut [u8],
     par: &dyn Par,
-) -> Result<&'static str, String> {
+) -> Result<QGemmRoute, String> {
     call.check()?;
     let q = &call.quant;
     let cols = call.batches * call.n;

@@ -9,7 +9,7 @@
 
 use super::pack::PackedView;
 use super::requant::{Cols, Requant};
-use super::{Kernels, MR, PANEL};
+use super::{Kernels, QGemmRoute, MR, PANEL};
 use crate::kernels::disjoint::DisjointOut;
 use crate::kernels::simd::Level;
 use crate::runtime::par::{Dispatch, Par};
@@ -43,7 +43,7 @@ pub fn qgemm(
     rowsums: &mut [i32],
     out: &mut [u8],
     par: &dyn Par,
-) -> Result<&'static str, String> {
+) -> Result<QGemmRoute, String> {
     qgemm_with(Kernels::active(), a, prods, b, q, rowsums, out, par)
 }
 
@@ -58,11 +58,11 @@ pub fn qgemm_with(
     rowsums: &mut [i32],
     out: &mut [u8],
     par: &dyn Par,
-) -> Result<&'static str, String> {
+) -> Result<QGemmRoute, String> {
     let (m, k, n) = (prods.m, b.k, b.n);
     let np = prods.a_offsets.len();
     let rows_total = np * m;
-    let name = kern.variant_name(rows_total);
+    let name = kern.route(rows_total);
     check(a, prods, b, q, rowsums, out);
     if rows_total == 0 || n == 0 {
         return Ok(name);

@@ -24,6 +24,7 @@ mod driver;
 pub mod pack;
 pub mod reference;
 pub mod requant;
+mod route;
 mod scalar;
 
 #[cfg(target_arch = "x86_64")]
@@ -37,6 +38,7 @@ pub use pack::{
     checked_packed_sizes, pack, pack_into, packed_sizes, try_pack, PackedB, PackedView,
 };
 pub use requant::{Cols, Requant};
+pub use route::{QGemmPath, QGemmRoute};
 
 use crate::kernels::isa::Isa;
 use crate::kernels::simd::{plain_entry, Level};
@@ -137,14 +139,20 @@ pub struct Kernels {
     pub(crate) tile: TileFn,
     pub(crate) requant: RequantFn,
     pub(crate) row_sum: RowSumFn,
-    /// Ledger names: [M = 1, M > 1].
-    names: [&'static str; 2],
 }
 
 impl Kernels {
-    /// Ledger name of the route for `m` rows, e.g. `avx512vnni-gemv`.
-    pub fn variant_name(&self, m: usize) -> &'static str {
-        self.names[(m > 1) as usize]
+    /// The route of a call with `m` rows in all (ledger text e.g. `avx512vnni-gemv`).
+    pub fn route(&self, m: usize) -> QGemmRoute {
+        let path = if m > 1 {
+            QGemmPath::Gemm
+        } else {
+            QGemmPath::Gemv
+        };
+        QGemmRoute {
+            isa: self.isa,
+            path,
+        }
     }
 
     /// The kernels this process uses (picked once from `Isa::get()`).
@@ -172,7 +180,6 @@ const SCALAR: Kernels = Kernels {
     tile: tile_scalar,
     requant: requant_scalar,
     row_sum: row_sum_scalar,
-    names: ["scalar-gemv", "scalar-gemm"],
 };
 
 #[cfg(target_arch = "x86_64")]
@@ -181,7 +188,6 @@ const AVX2: Kernels = Kernels {
     tile: avx2::tile_entry,
     requant: requant_scalar,
     row_sum: avx2::row_sum_entry,
-    names: ["avx2-gemv", "avx2-gemm"],
 };
 
 #[cfg(target_arch = "x86_64")]
@@ -190,7 +196,6 @@ const AVX512VNNI: Kernels = Kernels {
     tile: avx512::tile_entry,
     requant: avx512::requant_row_entry,
     row_sum: avx512::row_sum_entry,
-    names: ["avx512vnni-gemv", "avx512vnni-gemm"],
 };
 
 /// AVX-512 without VNNI runs the AVX2 kernels (widening multiply-add).

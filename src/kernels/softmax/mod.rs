@@ -7,6 +7,7 @@
 //!
 //! Row blocks of at least [`PAR_MIN_ELEMS`] elements in total are split over lanes.
 
+mod route;
 mod scalar;
 #[cfg(target_arch = "x86_64")]
 mod x86;
@@ -17,6 +18,8 @@ use std::sync::LazyLock;
 use crate::kernels::isa::Isa;
 use crate::runtime::par::{Dispatch, Par};
 
+pub use route::{SoftmaxPath, SoftmaxRoute};
+
 pub const PAR_MIN_ELEMS: usize = 1 << 15;
 const CHUNK_ELEMS: usize = 1 << 14;
 
@@ -24,23 +27,24 @@ const CHUNK_ELEMS: usize = 1 << 14;
 pub(crate) type RowFn = fn(&[f32], &mut [f32], usize);
 
 struct Kernels {
+    /// The level this table needs.
+    isa: Isa,
     row: RowFn,
-    names: [&'static str; 2],
 }
 
 const SCALAR: Kernels = Kernels {
+    isa: Isa::Scalar,
     row: scalar::row,
-    names: ["scalar-last-axis", "scalar-strided"],
 };
 #[cfg(target_arch = "x86_64")]
 const AVX2: Kernels = Kernels {
+    isa: Isa::Avx2,
     row: x86::row_avx2,
-    names: ["avx2-last-axis", "scalar-strided"],
 };
 #[cfg(target_arch = "x86_64")]
 const AVX512: Kernels = Kernels {
+    isa: Isa::Avx512,
     row: x86::row_avx512,
-    names: ["avx512-last-axis", "scalar-strided"],
 };
 
 /// This family's kernel tables, one per ISA level.
@@ -48,7 +52,7 @@ static TABLES: crate::kernels::isa::IsaTables<Kernels> = crate::isa_tables!(SCAL
 
 static DISPATCH: LazyLock<&'static Kernels> = LazyLock::new(|| TABLES.active());
 
-/// Softmax of `x` viewed as `[outer, dim, inner]` along `dim`. Returns the variant that ran.
+/// Softmax of `x` viewed as `[outer, dim, inner]` along `dim`. Returns the route that ran.
 pub fn softmax_f32(
     x: &[f32],
     outer: usize,
@@ -56,7 +60,7 @@ pub fn softmax_f32(
     inner: usize,
     out: &mut [f32],
     par: &dyn Par,
-) -> Result<&'static str, String> {
+) -> Result<SoftmaxRoute, String> {
     run(*DISPATCH, x, outer, dim, inner, out, par)
 }
 
@@ -69,7 +73,7 @@ pub fn softmax_f32_with(
     inner: usize,
     out: &mut [f32],
     par: &dyn Par,
-) -> Result<&'static str, String> {
+) -> Result<SoftmaxRoute, String> {
     let k = TABLES.for_isa(isa)?;
     run(k, x, outer, dim, inner, out, par)
 }
@@ -88,7 +92,7 @@ fn run(
     inner: usize,
     out: &mut [f32],
     par: &dyn Par,
-) -> Result<&'static str, String> {
+) -> Result<SoftmaxRoute, String> {
     let n = outer
         .checked_mul(dim)
         .and_then(|v| v.checked_mul(inner))
@@ -100,8 +104,16 @@ fn run(
             out.len()
         ));
     }
+    let route = SoftmaxRoute {
+        isa: k.isa,
+        path: if inner == 1 {
+            SoftmaxPath::LastAxis
+        } else {
+            SoftmaxPath::Strided
+        },
+    };
     if n == 0 {
-        return Ok(k.names[(inner != 1) as usize]);
+        return Ok(route);
     }
     // One "block" = one outer index: `dim * inner` contiguous elements.
     let block = dim * inner;
@@ -127,5 +139,5 @@ fn run(
             f(i * per_chunk, &mut piece)
         });
     }
-    Ok(k.names[(inner != 1) as usize])
+    Ok(route)
 }

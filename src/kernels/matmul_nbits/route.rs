@@ -1,0 +1,65 @@
+//! The typed route of a MatMulNBits call: which kernel table ran and which path it took. Calls
+//! return an [`NBitsRoute`]; its text (`avx512vnni-acc4-gemv`, `amx-acc4-gemm`, ...) is made only
+//! when the dispatch ledger records it ([`Variant`]).
+
+use crate::kernels::isa::Isa;
+use crate::telemetry::ledger::Variant;
+
+/// The path of one call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum NBitsPath {
+    /// Accuracy level 0 (f32 A), M <= 1: the tile kernel, one row.
+    F32Gemv,
+    /// Accuracy level 0 (f32 A), M > 1: the tile kernel over row blocks.
+    F32Gemm,
+    /// Accuracy level 4 (int8 A), M <= 1.
+    Int8Gemv,
+    /// Accuracy level 4 (int8 A), M > 1, through the tile kernel.
+    Int8Gemm,
+    /// Accuracy level 4 from the AMX threshold: the AMX whole-group GEMM.
+    AmxGemm,
+}
+
+/// A MatMulNBits call's route: the kernel table's ISA level and the path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct NBitsRoute {
+    pub isa: Isa,
+    pub path: NBitsPath,
+}
+
+/// The ledger texts of one level's tile paths, in [`NBitsPath`] order up to `Int8Gemm`.
+macro_rules! texts {
+    ($isa:literal) => {
+        [
+            concat!($isa, "-acc0-gemv"),
+            concat!($isa, "-acc0-gemm"),
+            concat!($isa, "-acc4-gemv"),
+            concat!($isa, "-acc4-gemm"),
+        ]
+    };
+}
+
+static SCALAR: [&str; 4] = texts!("scalar");
+static AVX2: [&str; 4] = texts!("avx2");
+static AVX512: [&str; 4] = texts!("avx512");
+static AVX512VNNI: [&str; 4] = texts!("avx512vnni");
+
+impl Variant for NBitsRoute {
+    fn text(self) -> &'static str {
+        let i = match self.path {
+            NBitsPath::F32Gemv => 0,
+            NBitsPath::F32Gemm => 1,
+            NBitsPath::Int8Gemv => 2,
+            NBitsPath::Int8Gemm => 3,
+            // One AMX table (over the VNNI level): its text names no level.
+            NBitsPath::AmxGemm => return "amx-acc4-gemm",
+        };
+        let t = match self.isa {
+            Isa::Scalar => &SCALAR,
+            Isa::Avx2 => &AVX2,
+            Isa::Avx512 => &AVX512,
+            Isa::Avx512Vnni => &AVX512VNNI,
+        };
+        t[i]
+    }
+}
