@@ -2,8 +2,11 @@
 // crate root).
 #![allow(dead_code)]
 
-use rcpu::kernels::matmul_nbits::NBitsParams;
-use rcpu::runtime::par::ScopedThreads;
+use rcpu::kernels::matmul_nbits::reference::matmul_reference_int8;
+use rcpu::kernels::matmul_nbits::{
+    matmul_unpacked_with, Kernels, NBitsParams, NBitsRoute, NBitsWeight,
+};
+use rcpu::runtime::par::{Par, ScopedThreads};
 
 /// The one seeded PRNG (`tests/common/rng.rs`, which the including crate declares as `rng` at its
 /// root, once).
@@ -59,6 +62,53 @@ impl Problem {
             zp,
             bias,
         }
+    }
+
+    /// The weight in ORT's layout with `scales` (the problem's own, or the ones a level computes
+    /// with).
+    pub(crate) fn weight_with<'a>(&'a self, scales: &'a [f32]) -> NBitsWeight<'a> {
+        NBitsWeight {
+            b: &self.b,
+            scales,
+            zero_points: self.zp.as_deref(),
+            p: &self.p,
+        }
+    }
+
+    /// The weight in ORT's layout with the problem's own scales.
+    pub(crate) fn weight(&self) -> NBitsWeight<'_> {
+        self.weight_with(&self.scales)
+    }
+
+    /// The problem through `kern` from the unpacked weight on `par`: the route and the output.
+    pub(crate) fn unpacked(&self, kern: &Kernels, par: &dyn Par) -> (NBitsRoute, Vec<f32>) {
+        let mut out = vec![f32::NAN; self.m * self.p.n];
+        let route = matmul_unpacked_with(
+            kern,
+            &self.a,
+            self.m,
+            &self.weight(),
+            self.bias.as_deref(),
+            &mut out,
+            par,
+        )
+        .unwrap();
+        (route, out)
+    }
+
+    /// The int8 reference (bias included) with the scales accuracy level 4 computes with
+    /// ([`acc4_scales`]).
+    pub(crate) fn int8_reference(&self) -> Vec<f32> {
+        let s8 = acc4_scales(&self.scales, &self.p);
+        let mut want = vec![0f32; self.m * self.p.n];
+        matmul_reference_int8(
+            &self.a,
+            self.m,
+            &self.weight_with(&s8),
+            self.bias.as_deref(),
+            &mut want,
+        );
+        want
     }
 }
 

@@ -10,14 +10,11 @@
 //!
 //! Skipped, with a note, where this process cannot use AMX.
 
-use crate::nbits_common::{acc4_scales, rel_l2, Problem, THREE};
+use crate::nbits_common::{rel_l2, Problem, THREE};
 
 use rcpu::kernels::isa::Isa;
 use rcpu::kernels::matmul_nbits::dispatch::AMX_MIN_M;
-use rcpu::kernels::matmul_nbits::reference::matmul_reference_int8;
-use rcpu::kernels::matmul_nbits::{
-    matmul_packed_with, matmul_unpacked_with, pack, Kernels, NBitsPath, NBitsRoute, NBitsWeight,
-};
+use rcpu::kernels::matmul_nbits::{matmul_packed_with, pack, Kernels, NBitsPath, NBitsRoute};
 use rcpu::runtime::par::{Par, Serial};
 
 /// The AMX set that takes AMX for every M > 1 (so the kernel itself is checked at every M) and
@@ -66,22 +63,7 @@ fn run_pair(amx: &Kernels, vnni: &Kernels, pr: &Problem, label: &str) -> Vec<f32
         };
         assert_eq!(vname, want_vnni, "{ctx}");
         assert!(bits_equal(&got, &base), "{ctx}: AMX differs from VNNI");
-        let mut un = vec![f32::NAN; m * p.n];
-        let uname = matmul_unpacked_with(
-            amx,
-            &pr.a,
-            m,
-            &NBitsWeight {
-                b: &pr.b,
-                scales: &pr.scales,
-                zero_points: zp,
-                p,
-            },
-            bias,
-            &mut un,
-            par,
-        )
-        .unwrap();
+        let (uname, un) = pr.unpacked(amx, par);
         assert_eq!(uname, want_name, "{ctx}");
         assert!(bits_equal(&un, &got), "{ctx}: unpacked differs from packed");
         if let Some(f) = &first {
@@ -116,22 +98,7 @@ fn random_data_matches_reference_and_vnni() {
                 let pr = Problem::new(k, n, m, bs, 4, zp, bias, 4000 + case);
                 let label = format!("K={k} N={n} M={m} bs={bs} zp={zp} bias={bias}");
                 let got = run_both(&pr, &label);
-                let s8 = acc4_scales(&pr.scales, &pr.p);
-                let mut want = vec![0f32; m * n];
-                let (z, b) = (pr.zp.as_deref(), pr.bias.as_deref());
-                matmul_reference_int8(
-                    &pr.a,
-                    m,
-                    &NBitsWeight {
-                        b: &pr.b,
-                        scales: &s8,
-                        zero_points: z,
-                        p: &pr.p,
-                    },
-                    b,
-                    &mut want,
-                );
-                let e = rel_l2(&got, &want);
+                let e = rel_l2(&got, &pr.int8_reference());
                 assert!(e <= 1e-5, "{label}: vs int8 reference rel L2 {e:e}");
             }
         }
@@ -164,20 +131,8 @@ fn exact_integer_block_sums() {
                 pr.scales.fill(1.0);
                 let label = format!("exact K={k} N={n} M={m} bs={bs} zp={zp}");
                 let got = run_both(&pr, &label);
-                let mut want = vec![0f32; m * n];
-                let z = pr.zp.as_deref();
-                matmul_reference_int8(
-                    &pr.a,
-                    m,
-                    &NBitsWeight {
-                        b: &pr.b,
-                        scales: &pr.scales,
-                        zero_points: z,
-                        p: &pr.p,
-                    },
-                    None,
-                    &mut want,
-                );
+                // Scales 1 are f16-exact, so the level-4 scales are the problem's own.
+                let want = pr.int8_reference();
                 for (i, (g, w)) in got.iter().zip(&want).enumerate() {
                     assert!(
                         g.to_bits() == w.to_bits() && g.fract() == 0.0,
@@ -200,22 +155,7 @@ fn route_set_with_vnni_tails() {
     for m in [AMX_MIN_M - 1, AMX_MIN_M, 40, 47, 48, 63, 64, 65, 300] {
         let pr = Problem::new(200, 40, m, 32, 4, m % 2 == 0, true, 9000 + m as u64);
         let got = run_pair(amx, vnni, &pr, &format!("route M={m}"));
-        let s8 = acc4_scales(&pr.scales, &pr.p);
-        let mut want = vec![0f32; m * 40];
-        let (z, b) = (pr.zp.as_deref(), pr.bias.as_deref());
-        matmul_reference_int8(
-            &pr.a,
-            m,
-            &NBitsWeight {
-                b: &pr.b,
-                scales: &s8,
-                zero_points: z,
-                p: &pr.p,
-            },
-            b,
-            &mut want,
-        );
-        let e = rel_l2(&got, &want);
+        let e = rel_l2(&got, &pr.int8_reference());
         assert!(e <= 1e-5, "route M={m}: vs int8 reference rel L2 {e:e}");
     }
 }

@@ -21,9 +21,7 @@ use rcpu::kernels::matmul_nbits::prepare_a::PreparedA;
 use rcpu::kernels::matmul_nbits::reference::{
     matmul_reference, matmul_reference_int8, weight_code, zero_point,
 };
-use rcpu::kernels::matmul_nbits::{
-    matmul_packed_with, matmul_unpacked_with, pack, Kernels, NBitsWeight,
-};
+use rcpu::kernels::matmul_nbits::{matmul_packed_with, pack, Kernels, NBitsWeight};
 use rcpu::runtime::par::{Par, Serial};
 
 /// Per output: (y with the f32 scales, S = sum of |t_b|), both in f64 (see the module doc).
@@ -64,25 +62,10 @@ fn check_bound(pr: &Problem, label: &str) -> f64 {
     for kern in Kernels::supported() {
         for (pname, par) in pars {
             let ctx = format!("{label} {} {pname}", kern.isa.name());
-            let (zp, bias) = (pr.zp.as_deref(), pr.bias.as_deref());
+            let bias = pr.bias.as_deref();
             let mut got = vec![f32::NAN; m * p.n];
             matmul_packed_with(kern, &pr.a, m, &packed, bias, &mut got, par).unwrap();
-            let mut un = vec![f32::NAN; m * p.n];
-            matmul_unpacked_with(
-                kern,
-                &pr.a,
-                m,
-                &NBitsWeight {
-                    b: &pr.b,
-                    scales: &pr.scales,
-                    zero_points: zp,
-                    p,
-                },
-                bias,
-                &mut un,
-                par,
-            )
-            .unwrap();
+            let (_, un) = pr.unpacked(kern, par);
             let same = un.iter().zip(&got).all(|(x, y)| x.to_bits() == y.to_bits());
             assert!(same, "{ctx}: unpacked differs from packed");
             for (i, (&g, &(y, s))) in got.iter().zip(&want).enumerate() {

@@ -10,12 +10,12 @@
 //! and with a 3-thread `Par`; the unpacked path must match the packed one bit for bit.
 
 use crate::nbits_common as matmul_nbits_common;
-use matmul_nbits_common::{acc4_scales, acc4_vs_fp32_bound, rel_l2, Problem, THREE};
+use matmul_nbits_common::{acc4_vs_fp32_bound, rel_l2, Problem, THREE};
 
-use rcpu::kernels::matmul_nbits::reference::{matmul_reference, matmul_reference_int8};
+use rcpu::kernels::matmul_nbits::reference::matmul_reference;
 use rcpu::kernels::matmul_nbits::{
-    matmul_packed, matmul_packed_with, matmul_unpacked, matmul_unpacked_with, pack, Kernels,
-    NBitsPath, NBitsRoute, NBitsWeight,
+    matmul_packed, matmul_packed_with, matmul_unpacked, pack, Kernels, NBitsPath, NBitsRoute,
+    NBitsWeight,
 };
 use rcpu::runtime::par::{Par, Serial};
 use rcpu::telemetry::ledger::Variant;
@@ -29,36 +29,14 @@ fn check(pr: &Problem, label: &str) {
     let (p, m) = (&pr.p, pr.m);
     let (zp, bias) = (pr.zp.as_deref(), pr.bias.as_deref());
     let mut want = vec![0f32; m * p.n];
-    matmul_reference(
-        &pr.a,
-        m,
-        &NBitsWeight {
-            b: &pr.b,
-            scales: &pr.scales,
-            zero_points: zp,
-            p,
-        },
-        bias,
-        &mut want,
-    );
-    let mut want8 = vec![0f32; m * p.n];
-    if p.int8_compute() {
-        // With the scales level 4 computes with (f16 where they fit, see `pack.rs`); the
-        // f16 rounding's own error is bounded in matmul_nbits_f16_scales.rs.
-        let s8 = acc4_scales(&pr.scales, p);
-        matmul_reference_int8(
-            &pr.a,
-            m,
-            &NBitsWeight {
-                b: &pr.b,
-                scales: &s8,
-                zero_points: zp,
-                p,
-            },
-            bias,
-            &mut want8,
-        );
-    }
+    matmul_reference(&pr.a, m, &pr.weight(), bias, &mut want);
+    // With the scales level 4 computes with (f16 where they fit, see `pack.rs`); the f16
+    // rounding's own error is bounded in matmul_nbits_f16_scales.rs.
+    let want8 = if p.int8_compute() {
+        pr.int8_reference()
+    } else {
+        vec![0f32; m * p.n]
+    };
     // Level 4 against the fp32 reference: the bound the data implies (A's int8 steps, the f16
     // scales), given the 1e-5 to the int8 reference.
     let bound = if p.int8_compute() {
@@ -92,22 +70,7 @@ fn check(pr: &Problem, label: &str) {
             } else {
                 assert!(e <= 1e-5, "{ctx}: vs fp32 reference rel L2 {e:e}");
             }
-            let mut un = vec![f32::NAN; m * p.n];
-            matmul_unpacked_with(
-                kern,
-                &pr.a,
-                m,
-                &NBitsWeight {
-                    b: &pr.b,
-                    scales: &pr.scales,
-                    zero_points: zp,
-                    p,
-                },
-                bias,
-                &mut un,
-                par,
-            )
-            .unwrap();
+            let (_, un) = pr.unpacked(kern, par);
             let same = un.iter().zip(&got).all(|(x, y)| x.to_bits() == y.to_bits());
             assert!(same, "{ctx}: unpacked differs from packed");
         }
