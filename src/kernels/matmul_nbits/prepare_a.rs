@@ -164,7 +164,8 @@ pub fn with_prepared<R>(
     let before = prep.held_bytes();
     // The AMX GEMM reads whole row tiles: zero rows up to the next multiple of `AMX_ROWS`.
     let rows = if kernels.gemm(p.accuracy_level, m).is_some() {
-        m.next_multiple_of(AMX_ROWS)
+        m.checked_next_multiple_of(AMX_ROWS)
+            .ok_or_else(|| format!("MatMulNBits: M={m} rows cannot be padded to {AMX_ROWS}"))?
     } else {
         m
     };
