@@ -196,12 +196,8 @@ pub fn run(o: &Opts) -> Result<i32, String> {
         "rcpu-bench llm: {} | {} | threads={threads} cpus={cpus:?} rounds={} iters={} warmup={} null={}",
         t.label, t.path, o.rounds, o.iters, o.warmup, o.null_arm
     );
-    println!(
-        "weight bytes per token: {} ({:.1} MB): every initializer but the embedding table and the \
-         rotary caches, plus one table row and one cos/sin row",
-        t.weight_bytes,
-        t.weight_bytes as f64 / 1e6
-    );
+    let bytes = read_bytes(&t, &mut arms)?;
+    println!("{}", describe_read_bytes(&t, &bytes));
     progress(&format!(
         "read bandwidth for a {:.1} MB buffer on {threads} threads",
         t.weight_bytes as f64 / 1e6
@@ -213,7 +209,7 @@ pub fn run(o: &Opts) -> Result<i32, String> {
     let mut results = vec![];
     let mut code = 0;
     for case in cases(o) {
-        let r = run_case(o, &mut arms, &case, &t, vocab, bw, tol, &cpus)?;
+        let r = run_case(o, &mut arms, &case, &t, &bytes, vocab, bw, tol, &cpus)?;
         if r["parity_ok"] == false {
             code = 2;
         }
@@ -221,7 +217,7 @@ pub fn run(o: &Opts) -> Result<i32, String> {
     }
     if let Some(path) = &o.json {
         let doc = json!({"model": t.label, "path": t.path, "threads": threads, "cpus": cpus,
-            "weight_bytes_per_token": t.weight_bytes, "read_gbps": bw,
+            "weight_bytes_per_token": t.weight_bytes, "read_bytes_per_token": bytes, "read_gbps": bw,
             "read_gbps_4k_pages": bw_ref.small_pages, "read_gbps_huge_pages": bw_ref.huge_pages,
             "cases": results});
         std::fs::write(
@@ -231,6 +227,45 @@ pub fn run(o: &Opts) -> Result<i32, String> {
         .map_err(|e| format!("{path}: {e}"))?;
     }
     Ok(code)
+}
+
+/// The weight bytes a token reads on each arm (`[ort, rcpu, null]`): the model's initializers
+/// (every one but the embedding table and the rotary caches, plus one row of each; gen_llm.rs)
+/// for an arm that reads them as they are (ORT), and for an arm that repacks MatMulNBits weights
+/// (rcpu: f16 scales at accuracy level 4) the same with the MatMulNBits initializers replaced by
+/// what its weight cache holds (`memory.weight_cache.live_bytes` of its stats). The bandwidth
+/// fraction of an arm divides its own bytes, so fewer bytes never count as more bandwidth.
+fn read_bytes(t: &Target, arms: &mut [Worker]) -> Result<[u64; 3], String> {
+    let mut out = [t.weight_bytes; 3];
+    for (i, a) in arms.iter_mut().enumerate() {
+        let stats = a.cmd("stats")?;
+        let packed = stats["memory"]["weight_cache"]["live_bytes"].as_u64();
+        out[i] = token_bytes(t.weight_bytes, t.info.nbits_bytes, packed);
+    }
+    Ok(out)
+}
+
+/// `model` bytes a token reads, with the `nbits` MatMulNBits part of them replaced by the
+/// `packed` bytes an EP's weight cache holds instead (none or 0: read as they are).
+pub(super) fn token_bytes(model: u64, nbits: u64, packed: Option<u64>) -> u64 {
+    match packed {
+        Some(p) if p > 0 => model.saturating_sub(nbits).saturating_add(p),
+        _ => model,
+    }
+}
+
+fn describe_read_bytes(t: &Target, b: &[u64; 3]) -> String {
+    let mb = |x: u64| x as f64 / 1e6;
+    format!(
+        "weight bytes a token reads: ORT {:.1} MB (the model's initializers but the embedding table \
+         and the rotary caches, plus one row of each; MatMulNBits {:.1} MB of them), rcpu {:.1} MB \
+         (its packed MatMulNBits weights in place of the model's), null {:.1} MB; GB/s and \
+         \"of read bw\" below divide each arm's own bytes",
+        mb(b[0]),
+        mb(t.info.nbits_bytes),
+        mb(b[1]),
+        mb(b[2])
+    )
 }
 
 /// Runs per round of a step of `seq` tokens: `iters` for decode, fewer for long prefills
@@ -288,6 +323,7 @@ fn run_case(
     arms: &mut [Worker],
     case: &Case,
     t: &Target,
+    bytes: &[u64; 3],
     vocab: usize,
     bw: f64,
     tol: f64,
@@ -395,7 +431,7 @@ fn run_case(
         samples,
         foreign,
     };
-    let mut summary = summarize(o, &case.name(), per_token, t, bw, &timed, &stats);
+    let mut summary = summarize(o, &case.name(), per_token, t, bytes, bw, &timed, &stats);
     let mut prof = json!(null);
     if o.profile_iters > 0 {
         progress(&format!(
@@ -449,5 +485,27 @@ mod tests {
         assert_eq!(cases(&o)[2].name(), "decode past=3");
         assert_eq!(spec_of(&o), "llm:preset=qwen2-0.5b,layers=2");
         assert_eq!([1, 5, 64, 512].map(|s| step_iters(10, s)), [10, 10, 2, 1]);
+    }
+
+    /// The bytes an arm reads: the model's MatMulNBits initializers (each counted once, the tied
+    /// lm_head's table too) replaced by what the EP packed.
+    #[test]
+    fn read_bytes_replace_the_matmulnbits_initializers_by_the_packed_ones() {
+        let l = Llm::parse("s", "preset=qwen2-0.5b,layers=1,vocab=256,acc=4").unwrap();
+        let g = l.generate();
+        let info = super::super::model::ModelInfo::parse(&g.bytes).unwrap();
+        let d = &l.layer;
+        let (q, kv) = (d.heads * d.head, d.kv * d.head);
+        let one = |k: usize, n: usize| (n * k.div_ceil(d.block) * (d.block / 2 + 4)) as u64;
+        let expected = one(d.hidden, q + 2 * kv)
+            + one(q, d.hidden)
+            + 2 * one(d.hidden, d.inter)
+            + one(d.inter, d.hidden)
+            + one(d.hidden, l.vocab);
+        assert_eq!(info.nbits_bytes, expected);
+        assert!(info.nbits_bytes < info.weight_bytes);
+        assert_eq!(token_bytes(1000, 900, Some(800)), 900);
+        assert_eq!(token_bytes(1000, 900, None), 1000);
+        assert_eq!(token_bytes(1000, 900, Some(0)), 1000);
     }
 }

@@ -91,6 +91,7 @@ pub fn summarize(
     case: &str,
     per_token: f64,
     t: &Target,
+    bytes: &[u64; 3],
     bw: f64,
     timed: &Timed,
     stats: &Value,
@@ -114,14 +115,14 @@ pub fn summarize(
         let toks = samples[i] as f64 * per_token;
         let cpu_ms = cpu[i] * 1e3 / toks.max(1.0);
         // Prefill reads the weights once for all its tokens: GB/s per run, not per token.
-        let gbps = t.weight_bytes as f64 / (p50 * per_token * 1e-3) / 1e9;
+        let gbps = bytes[i] as f64 / (p50 * per_token * 1e-3) / 1e9;
         println!(
             "{:<6} {p50:>10.3} {p90:>10.3} {cpu_ms:>12.3} {:>11.1} {gbps:>8.2} {:>11.1}%",
             names[i],
-            t.weight_bytes as f64 / 1e6,
+            bytes[i] as f64 / 1e6,
             gbps / bw * 100.0
         );
-        arm_json.push(json!({"arm": names[i], "p50_ms_per_token": p50, "p90_ms_per_token": p90, "cpu_ms_per_token": cpu_ms, "gbps": gbps, "fraction_of_read_bw": gbps / bw}));
+        arm_json.push(json!({"arm": names[i], "p50_ms_per_token": p50, "p90_ms_per_token": p90, "cpu_ms_per_token": cpu_ms, "read_bytes_per_token": bytes[i], "gbps": gbps, "fraction_of_read_bw": gbps / bw}));
     }
     let h = Headline::of(o, p50s);
     println!(

@@ -31,6 +31,10 @@ pub struct ModelInfo {
     pub ops: Vec<String>,
     /// Sum of initializer raw bytes (what an M=1 decode step streams).
     pub weight_bytes: u64,
+    /// The part of `weight_bytes` that MatMulNBits nodes hold as their weight, scales and zero
+    /// points (inputs 1..=3), each initializer counted once: what an EP that repacks those
+    /// weights reads in another form (see `read_bytes`).
+    pub nbits_bytes: u64,
     /// Highest MatMulNBits accuracy_level (None: no MatMulNBits).
     pub nbits_acc: Option<i64>,
 }
@@ -104,10 +108,25 @@ impl ModelInfo {
             }
         }
         let weight_bytes = g.initializer.iter().map(|t| t.raw_data.len() as u64).sum();
+        let size: std::collections::HashMap<&str, u64> = g
+            .initializer
+            .iter()
+            .map(|t| (t.name.as_str(), t.raw_data.len() as u64))
+            .collect();
+        let nbits_inits: std::collections::BTreeSet<&str> = g
+            .node
+            .iter()
+            .filter(|n| n.op_type == "MatMulNBits")
+            .flat_map(|n| n.input.iter().skip(1).take(3))
+            .map(|s| s.as_str())
+            .filter(|s| size.contains_key(s))
+            .collect();
+        let nbits_bytes = nbits_inits.iter().map(|s| size[s]).sum();
         Ok(ModelInfo {
             inputs,
             ops,
             weight_bytes,
+            nbits_bytes,
             nbits_acc,
         })
     }
