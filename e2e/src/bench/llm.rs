@@ -19,7 +19,7 @@ use super::args::Opts;
 use super::arm::{null_worker, ArmKind, Worker, WorkerCfg};
 use super::conditions::{foreign_share, pct, CpuTicks};
 use super::gen_llm::Llm;
-use super::llm_report::{summarize, Timed};
+use super::llm_report::{summarize, ReadFloor, Timed};
 use super::quant::{median, quantile};
 use super::target::{placement, progress, Target};
 use super::{membw, profile, rounds};
@@ -209,7 +209,8 @@ pub fn run(o: &Opts) -> Result<i32, String> {
     let mut results = vec![];
     let mut code = 0;
     for case in cases(o) {
-        let r = run_case(o, &mut arms, &case, &t, &bytes, vocab, bw, tol, &cpus)?;
+        let floor = ReadFloor { bytes, gbps: bw };
+        let r = run_case(o, &mut arms, &case, &t, &floor, vocab, tol, &cpus)?;
         if r["parity_ok"] == false {
             code = 2;
         }
@@ -323,9 +324,8 @@ fn run_case(
     arms: &mut [Worker],
     case: &Case,
     t: &Target,
-    bytes: &[u64; 3],
+    floor: &ReadFloor,
     vocab: usize,
-    bw: f64,
     tol: f64,
     cpus: &[usize],
 ) -> Result<Value, String> {
@@ -431,7 +431,7 @@ fn run_case(
         samples,
         foreign,
     };
-    let mut summary = summarize(o, &case.name(), per_token, t, bytes, bw, &timed, &stats);
+    let mut summary = summarize(o, &case.name(), per_token, t, floor, &timed, &stats);
     let mut prof = json!(null);
     if o.profile_iters > 0 {
         progress(&format!(

@@ -85,14 +85,20 @@ fn steady_word(o: &Opts, per_round: &[Vec<f64>], n: usize) -> String {
     }
 }
 
+/// What the bandwidth figures divide: the weight bytes a token reads on each arm
+/// (`[ort, rcpu, null]`, `llm.rs` `read_bytes`) and the same-run read bandwidth (GB/s).
+pub struct ReadFloor {
+    pub bytes: [u64; 3],
+    pub gbps: f64,
+}
+
 /// Prints the case's summary; returns its JSON (without the profile).
 pub fn summarize(
     o: &Opts,
     case: &str,
     per_token: f64,
     t: &Target,
-    bytes: &[u64; 3],
-    bw: f64,
+    floor: &ReadFloor,
     timed: &Timed,
     stats: &Value,
 ) -> Value {
@@ -115,6 +121,7 @@ pub fn summarize(
         let toks = samples[i] as f64 * per_token;
         let cpu_ms = cpu[i] * 1e3 / toks.max(1.0);
         // Prefill reads the weights once for all its tokens: GB/s per run, not per token.
+        let (bytes, bw) = (&floor.bytes, floor.gbps);
         let gbps = bytes[i] as f64 / (p50 * per_token * 1e-3) / 1e9;
         println!(
             "{:<6} {p50:>10.3} {p90:>10.3} {cpu_ms:>12.3} {:>11.1} {gbps:>8.2} {:>11.1}%",
