@@ -9,6 +9,7 @@ use ort_sys::{OrtTensorTypeAndShapeInfo, OrtTypeInfo};
 use super::api::api;
 use super::ep_types::OrtValue;
 use super::status::{check, Error, Result};
+use crate::kernels::dims::Dims;
 
 /// Element type and dimensions (-1 or symbolic dims as -1) of a tensor.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -108,8 +109,10 @@ pub(crate) unsafe fn read_type_info(ti: *const OrtTypeInfo) -> Result<Option<Ten
 /// A read-only view of a tensor owned by ORT for the lifetime `'a`.
 pub struct Tensor<'a> {
     data: *const c_void,
-    ty: TensorType,
-    shape: Vec<usize>,
+    elem: ElemType,
+    /// Inline (no allocation) for up to `dims::INLINE` dims: this runs for every input of
+    /// every kernel call.
+    shape: Dims,
     _life: PhantomData<&'a OrtValue>,
 }
 
@@ -151,26 +154,21 @@ impl<'a> Tensor<'a> {
         }
         // SAFETY: value valid (caller contract).
         let (elem, dims) = unsafe { elem_and_dims(value)? };
-        let ty = TensorType {
-            elem,
-            dims: dims.to_vec(),
-        };
-        let shape = ty.static_dims().ok_or_else(|| {
-            Error::invalid_argument(format!("tensor has negative dims {:?}", ty.dims))
-        })?;
+        let shape = Dims::try_from_iter(dims.len(), dims.iter().map(|&d| usize::try_from(d)))
+            .map_err(|_| Error::invalid_argument(format!("tensor has negative dims {dims:?}")))?;
         let mut data: *const c_void = std::ptr::null();
         // SAFETY: value is a tensor; GetTensorData yields its buffer (may be NULL when empty).
         unsafe { check((ort.GetTensorData)(value, &mut data))? };
         Ok(Tensor {
             data,
-            ty,
+            elem,
             shape,
             _life: PhantomData,
         })
     }
 
     pub fn elem(&self) -> ElemType {
-        self.ty.elem
+        self.elem
     }
     pub fn shape(&self) -> &[usize] {
         &self.shape
@@ -190,11 +188,11 @@ impl<'a> Tensor<'a> {
 
     /// The data as a typed slice; error if the element type differs.
     pub fn data<T: Element>(&self) -> Result<&'a [T]> {
-        if self.ty.elem != T::ELEM {
+        if self.elem != T::ELEM {
             return Err(Error::invalid_argument(format!(
                 "expected a {} tensor, got {}",
                 elem_name(T::ELEM),
-                elem_name(self.ty.elem)
+                elem_name(self.elem)
             )));
         }
         let n = self.len();
@@ -212,10 +210,10 @@ impl<'a> Tensor<'a> {
     /// The raw bytes of a tensor of 1-byte elements (uint8 or int8), for kernels that read both
     /// signednesses through one byte path; error for any other element type.
     pub fn bytes(&self) -> Result<&'a [u8]> {
-        if !is_byte_elem(self.ty.elem) {
+        if !is_byte_elem(self.elem) {
             return Err(Error::invalid_argument(format!(
                 "expected a uint8 or int8 tensor, got {}",
-                elem_name(self.ty.elem)
+                elem_name(self.elem)
             )));
         }
         let n = self.len();
@@ -232,7 +230,7 @@ impl<'a> Tensor<'a> {
 
     /// The data as raw bytes (any numeric element type), e.g. to key a weight by content.
     pub fn raw_bytes(&self) -> Result<&'a [u8]> {
-        let width = match self.ty.elem {
+        let width = match self.elem {
             ElemType::ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT
             | ElemType::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32
             | ElemType::ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT32 => 4,
@@ -270,7 +268,7 @@ pub fn is_byte_elem(e: ElemType) -> bool {
 /// A writable view of an output tensor ORT allocated for this kernel call.
 pub struct TensorMut<'a> {
     data: *mut c_void,
-    shape: Vec<usize>,
+    shape: Dims,
     elem: ElemType,
     _life: PhantomData<&'a mut OrtValue>,
 }
@@ -280,7 +278,7 @@ impl<'a> TensorMut<'a> {
     /// `value` must be a valid, writable tensor `OrtValue` exclusively ours for `'a`.
     pub(crate) unsafe fn from_value(
         value: *mut OrtValue,
-        shape: Vec<usize>,
+        shape: &[usize],
     ) -> Result<TensorMut<'a>> {
         let ort = api().ort;
         // SAFETY: caller contract; reading the type of a live value.
@@ -290,7 +288,7 @@ impl<'a> TensorMut<'a> {
         unsafe { check((ort.GetTensorMutableData)(value, &mut data))? };
         Ok(TensorMut {
             data,
-            shape,
+            shape: Dims::from_slice(shape),
             elem,
             _life: PhantomData,
         })

@@ -16,7 +16,7 @@ mod scalar;
 mod x86;
 
 use crate::kernels::isa::Isa;
-use crate::kernels::shape::{broadcast_shapes, broadcast_strides, checked_numel, coalesce};
+use crate::kernels::shape::{broadcast_dims, broadcast_strides, checked_numel, coalesce};
 use crate::runtime::par::{Dispatch, Par};
 use parking_lot::Mutex;
 use std::sync::LazyLock;
@@ -121,7 +121,7 @@ fn run(
     par: &dyn Par,
 ) -> Result<BinaryRoute, String> {
     let route = |path| BinaryRoute { isa: k.isa, path };
-    let out_shape = broadcast_shapes(a_shape, b_shape)?;
+    let out_shape = broadcast_dims(a_shape, b_shape)?;
     let na = checked_numel("input a", a_shape)?;
     let nb = checked_numel("input b", b_shape)?;
     let n = checked_numel("the output", &out_shape)?;
