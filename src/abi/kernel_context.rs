@@ -6,8 +6,7 @@ use std::marker::PhantomData;
 use super::api::api;
 use super::ep_types::{OrtKernelContext, OrtValue};
 use super::status::{check, Error, Result};
-use super::tensor::{Tensor, TensorMut};
-use crate::kernels::dims::Dims;
+use super::tensor::{dims_as_i64, Tensor, TensorMut};
 
 /// The context of one `Compute` call. Not `Send`: it is only valid on the calling thread for the
 /// duration of the call, although the tensors it hands out may be read from worker lanes.
@@ -70,10 +69,9 @@ impl<'a> KernelContext<'a> {
 
     /// Allocates output `i` with `shape` and returns a writable view.
     pub fn output(&self, i: usize, shape: &[usize]) -> Result<TensorMut<'a>> {
-        // Inline for the ranks models use: no allocation on the per-call path.
-        let dims: Dims<i64> =
-            Dims::try_from_iter(shape.len(), shape.iter().map(|&d| i64::try_from(d)))
-                .map_err(|_| Error::invalid_argument("output dimension overflows int64"))?;
+        // In place: no copy or allocation per call.
+        let dims = dims_as_i64(shape)
+            .ok_or_else(|| Error::invalid_argument("output dimension overflows int64"))?;
         let mut v: *mut OrtValue = std::ptr::null_mut();
         // SAFETY: ctx valid; dims has dims.len() entries; ORT owns the returned value.
         unsafe {

@@ -1,9 +1,10 @@
 //! [`Dims`]: a tensor shape held inline up to [`INLINE`] dimensions (every shape of the models
-//! rcpu runs), on the heap beyond. The per-call path of a small node (a decode-shaped Mul, norm
-//! or activation: well under a microsecond of arithmetic) reads its inputs' shapes, computes an
-//! output shape and allocates the output; with `Vec` shapes that was four to eight `malloc` /
+//! rcpu runs), on the heap beyond, for the shapes a kernel computes per call (a broadcast output,
+//! per-row statistics). The per-call path of a small node (a decode-shaped Mul, norm or
+//! activation: well under a microsecond of arithmetic) used `Vec` shapes, four to eight `malloc` /
 //! `free` pairs per call, measured by `perf` as ~15% of a chain of 4864-float Muls (issue 17,
-//! `rcpu-bench compare --gen glue:op=mul,...`).
+//! `rcpu-bench compare --gen glue:op=mul,...`); input and output shapes are now borrowed from ORT
+//! (`abi::tensor`), computed ones live here.
 
 use std::fmt;
 use std::ops::{Deref, DerefMut};
