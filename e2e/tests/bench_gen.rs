@@ -84,11 +84,15 @@ fn generated_matmulnbits_runs_on_ort_and_matches_reference_dequantization() {
 }
 
 #[test]
-fn generated_chains_with_k_ne_n_and_f32_matmul_run_on_ort() {
+fn generated_chains_with_k_ne_n_f32_matmul_and_glue_run_on_ort() {
     let ort = Ort::get();
     for spec in [
         "nbits:k=64,n=96,layers=3,block=32,acc=4",
         "matmul:k=32,n=48,layers=2,m=3",
+        "glue:op=mix,n=64,layers=3,m=2",
+        "glue:op=skipnorm,n=48,layers=5",
+        "glue:op=mul,n=40,layers=7",
+        "glue:op=sigmoid,n=33,layers=4",
     ] {
         let s = Spec::parse(spec).unwrap();
         let sess = ort

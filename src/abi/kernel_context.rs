@@ -1,16 +1,19 @@
 //! Safe view of `OrtKernelContext`: the inputs and outputs of one kernel call.
 
+use std::cell::Cell;
 use std::marker::PhantomData;
 
 use super::api::api;
 use super::ep_types::{OrtKernelContext, OrtValue};
 use super::status::{check, Error, Result};
-use super::tensor::{Tensor, TensorMut};
+use super::tensor::{dims_as_i64, Tensor, TensorMut};
 
 /// The context of one `Compute` call. Not `Send`: it is only valid on the calling thread for the
 /// duration of the call, although the tensors it hands out may be read from worker lanes.
 pub struct KernelContext<'a> {
     ctx: *mut OrtKernelContext,
+    /// The input count, asked of ORT once per call (every `input` needs it).
+    inputs: Cell<Option<usize>>,
     _life: PhantomData<&'a mut OrtKernelContext>,
 }
 
@@ -20,14 +23,19 @@ impl<'a> KernelContext<'a> {
     pub unsafe fn new(ctx: *mut OrtKernelContext) -> Self {
         KernelContext {
             ctx,
+            inputs: Cell::new(None),
             _life: PhantomData,
         }
     }
 
     pub fn input_count(&self) -> Result<usize> {
+        if let Some(n) = self.inputs.get() {
+            return Ok(n);
+        }
         let mut n = 0usize;
         // SAFETY: ctx valid for 'a.
         unsafe { check((api().ort.KernelContext_GetInputCount)(self.ctx, &mut n))? };
+        self.inputs.set(Some(n));
         Ok(n)
     }
 
@@ -61,13 +69,9 @@ impl<'a> KernelContext<'a> {
 
     /// Allocates output `i` with `shape` and returns a writable view.
     pub fn output(&self, i: usize, shape: &[usize]) -> Result<TensorMut<'a>> {
-        let dims: Vec<i64> = shape
-            .iter()
-            .map(|&d| {
-                i64::try_from(d)
-                    .map_err(|_| Error::invalid_argument("output dimension overflows int64"))
-            })
-            .collect::<Result<_>>()?;
+        // In place: no copy or allocation per call.
+        let dims = dims_as_i64(shape)
+            .ok_or_else(|| Error::invalid_argument("output dimension overflows int64"))?;
         let mut v: *mut OrtValue = std::ptr::null_mut();
         // SAFETY: ctx valid; dims has dims.len() entries; ORT owns the returned value.
         unsafe {
@@ -85,6 +89,6 @@ impl<'a> KernelContext<'a> {
             )));
         }
         // SAFETY: freshly allocated output, exclusively ours for this call.
-        unsafe { TensorMut::from_value(v, shape.to_vec()) }
+        unsafe { TensorMut::from_value(v, shape) }
     }
 }

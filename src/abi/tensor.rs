@@ -89,6 +89,33 @@ unsafe fn elem_and_dims<'v>(value: *const OrtValue) -> Result<(ElemType, &'v [i6
     Ok((elem, unsafe { std::slice::from_raw_parts(dims, n) }))
 }
 
+// rcpu builds for 64-bit targets only: ORT's int64 dims are read in place as `usize` (and the
+// other way round) by the two functions below.
+const _: () = assert!(
+    std::mem::size_of::<usize>() == std::mem::size_of::<i64>()
+        && std::mem::align_of::<usize>() == std::mem::align_of::<i64>()
+);
+
+/// ORT's dims as `usize`, in place (no copy: this runs for every input and output of every kernel
+/// call); `None` when one is negative (a symbolic or unknown dim).
+pub(crate) fn dims_as_usize(dims: &[i64]) -> Option<&[usize]> {
+    if dims.iter().any(|&d| d < 0) {
+        return None;
+    }
+    // SAFETY: usize and i64 have the same size and alignment (asserted above); every value is
+    // non-negative, so each reads as the same number; the borrow keeps `dims`' lifetime.
+    Some(unsafe { std::slice::from_raw_parts(dims.as_ptr().cast::<usize>(), dims.len()) })
+}
+
+/// A shape as ORT's int64 dims, in place; `None` when a dim exceeds `i64::MAX`.
+pub(crate) fn dims_as_i64(shape: &[usize]) -> Option<&[i64]> {
+    if shape.iter().any(|&d| i64::try_from(d).is_err()) {
+        return None;
+    }
+    // SAFETY: as in `dims_as_usize`: same size and alignment, every value fits in i64 (checked).
+    Some(unsafe { std::slice::from_raw_parts(shape.as_ptr().cast::<i64>(), shape.len()) })
+}
+
 /// Reads the tensor type of a type info; `None` when it is not a tensor (sequence, map, ...).
 ///
 /// # Safety
@@ -108,8 +135,9 @@ pub(crate) unsafe fn read_type_info(ti: *const OrtTypeInfo) -> Result<Option<Ten
 /// A read-only view of a tensor owned by ORT for the lifetime `'a`.
 pub struct Tensor<'a> {
     data: *const c_void,
-    ty: TensorType,
-    shape: Vec<usize>,
+    elem: ElemType,
+    /// The value's own dims, borrowed from ORT for `'a` (no copy, no allocation per call).
+    shape: &'a [usize],
     _life: PhantomData<&'a OrtValue>,
 }
 
@@ -151,29 +179,24 @@ impl<'a> Tensor<'a> {
         }
         // SAFETY: value valid (caller contract).
         let (elem, dims) = unsafe { elem_and_dims(value)? };
-        let ty = TensorType {
-            elem,
-            dims: dims.to_vec(),
-        };
-        let shape = ty.static_dims().ok_or_else(|| {
-            Error::invalid_argument(format!("tensor has negative dims {:?}", ty.dims))
-        })?;
+        let shape = dims_as_usize(dims)
+            .ok_or_else(|| Error::invalid_argument(format!("tensor has negative dims {dims:?}")))?;
         let mut data: *const c_void = std::ptr::null();
         // SAFETY: value is a tensor; GetTensorData yields its buffer (may be NULL when empty).
         unsafe { check((ort.GetTensorData)(value, &mut data))? };
         Ok(Tensor {
             data,
-            ty,
+            elem,
             shape,
             _life: PhantomData,
         })
     }
 
     pub fn elem(&self) -> ElemType {
-        self.ty.elem
+        self.elem
     }
     pub fn shape(&self) -> &[usize] {
-        &self.shape
+        self.shape
     }
     pub fn len(&self) -> usize {
         self.shape.iter().product()
@@ -190,11 +213,11 @@ impl<'a> Tensor<'a> {
 
     /// The data as a typed slice; error if the element type differs.
     pub fn data<T: Element>(&self) -> Result<&'a [T]> {
-        if self.ty.elem != T::ELEM {
+        if self.elem != T::ELEM {
             return Err(Error::invalid_argument(format!(
                 "expected a {} tensor, got {}",
                 elem_name(T::ELEM),
-                elem_name(self.ty.elem)
+                elem_name(self.elem)
             )));
         }
         let n = self.len();
@@ -212,10 +235,10 @@ impl<'a> Tensor<'a> {
     /// The raw bytes of a tensor of 1-byte elements (uint8 or int8), for kernels that read both
     /// signednesses through one byte path; error for any other element type.
     pub fn bytes(&self) -> Result<&'a [u8]> {
-        if !is_byte_elem(self.ty.elem) {
+        if !is_byte_elem(self.elem) {
             return Err(Error::invalid_argument(format!(
                 "expected a uint8 or int8 tensor, got {}",
-                elem_name(self.ty.elem)
+                elem_name(self.elem)
             )));
         }
         let n = self.len();
@@ -232,7 +255,7 @@ impl<'a> Tensor<'a> {
 
     /// The data as raw bytes (any numeric element type), e.g. to key a weight by content.
     pub fn raw_bytes(&self) -> Result<&'a [u8]> {
-        let width = match self.ty.elem {
+        let width = match self.elem {
             ElemType::ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT
             | ElemType::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32
             | ElemType::ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT32 => 4,
@@ -270,7 +293,8 @@ pub fn is_byte_elem(e: ElemType) -> bool {
 /// A writable view of an output tensor ORT allocated for this kernel call.
 pub struct TensorMut<'a> {
     data: *mut c_void,
-    shape: Vec<usize>,
+    /// The output's dims as ORT allocated them, borrowed for `'a`.
+    shape: &'a [usize],
     elem: ElemType,
     _life: PhantomData<&'a mut OrtValue>,
 }
@@ -280,24 +304,29 @@ impl<'a> TensorMut<'a> {
     /// `value` must be a valid, writable tensor `OrtValue` exclusively ours for `'a`.
     pub(crate) unsafe fn from_value(
         value: *mut OrtValue,
-        shape: Vec<usize>,
+        shape: &[usize],
     ) -> Result<TensorMut<'a>> {
         let ort = api().ort;
-        // SAFETY: caller contract; reading the type of a live value.
-        let (elem, _) = unsafe { elem_and_dims(value)? };
+        // SAFETY: caller contract; the value (and so its dims) lives and keeps its shape for 'a.
+        let (elem, dims) = unsafe { elem_and_dims::<'a>(value)? };
+        let got = dims_as_usize(dims).filter(|&d| d == shape).ok_or_else(|| {
+            Error::fail(format!(
+                "ORT allocated an output of shape {dims:?}, the kernel asked for {shape:?}"
+            ))
+        })?;
         let mut data: *mut c_void = std::ptr::null_mut();
         // SAFETY: value is a tensor we own for this call.
         unsafe { check((ort.GetTensorMutableData)(value, &mut data))? };
         Ok(TensorMut {
             data,
-            shape,
+            shape: got,
             elem,
             _life: PhantomData,
         })
     }
 
     pub fn shape(&self) -> &[usize] {
-        &self.shape
+        self.shape
     }
 
     /// The buffer's address (see [`Tensor::data_addr`]).
@@ -344,5 +373,30 @@ impl<'a> TensorMut<'a> {
         // SAFETY: ORT allocated n one-byte elements for this output (checked), exclusively ours
         // for 'a (constructor contract); any byte pattern is a valid u8 and i8.
         Ok(unsafe { std::slice::from_raw_parts_mut(self.data as *mut u8, n) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dims_are_read_in_place_and_out_of_range_dims_refused() {
+        let ort = [2i64, 0, 896, 1];
+        let s = dims_as_usize(&ort).unwrap();
+        assert_eq!(s, [2usize, 0, 896, 1]);
+        assert_eq!(s.as_ptr() as usize, ort.as_ptr() as usize, "not in place");
+        assert_eq!(dims_as_usize(&[]).unwrap(), [0usize; 0]);
+        assert!(
+            dims_as_usize(&[3, -1]).is_none(),
+            "a negative dim must be refused"
+        );
+        let shape = [1usize, 4864];
+        assert_eq!(dims_as_i64(&shape).unwrap(), [1i64, 4864]);
+        assert!(
+            dims_as_i64(&[1, i64::MAX as usize + 1]).is_none(),
+            "must not wrap negative"
+        );
+        assert_eq!(dims_as_i64(&[i64::MAX as usize]).unwrap(), [i64::MAX]);
     }
 }

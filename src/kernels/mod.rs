@@ -5,6 +5,7 @@
 pub mod activation;
 pub mod attention;
 pub mod cast;
+pub mod dims;
 pub(crate) mod disjoint;
 pub mod elementwise;
 pub mod fp_env;

@@ -1,10 +1,17 @@
 //! Shape arithmetic shared by the f32 kernels: numpy multidirectional broadcasting, stride
 //! computation, coalescing of contiguous dimensions, and numpy.matmul shape planning.
 
+use super::dims::Dims;
+
 /// The numpy broadcast of two shapes (right-aligned; each dim pair equal or one of them 1).
 pub fn broadcast_shapes(a: &[usize], b: &[usize]) -> Result<Vec<usize>, String> {
+    broadcast_dims(a, b).map(|d| d.to_vec())
+}
+
+/// [`broadcast_shapes`] into an inline [`Dims`] (no allocation on a kernel's per-call path).
+pub fn broadcast_dims(a: &[usize], b: &[usize]) -> Result<Dims, String> {
     let rank = a.len().max(b.len());
-    let mut out = vec![0; rank];
+    let mut out = Dims::zeros(rank);
     for (i, o) in out.iter_mut().enumerate() {
         // Dimension counted from the right; missing leading dims act as 1.
         let da = dim_from_right(a, rank - 1 - i);

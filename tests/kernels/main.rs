@@ -27,6 +27,7 @@ mod fuzz_attention_smoke;
 mod fuzz_nbits_smoke;
 mod gather_quant;
 mod glue_activation;
+mod glue_decode_serial;
 mod glue_norm;
 mod glue_softmax;
 mod matmul_nbits_amx;

@@ -15,6 +15,7 @@ SPEC: nbits:k=4096,n=4096,layers=1,block=32,acc=4,m=1[,zp=0|1][,sym]
       or matmul:k=2048,n=2048,m=1[,layers=L]
       or mixed:k=4096,n=4096,layers=4,block=32,acc=4,m=1 (per layer an int4 MatMulNBits on rcpu and
          an int8 DynamicQuantizeMatMul left to ORT's CPU EP)
+      or glue:op=skipnorm|mul|sigmoid|mix,n=896,layers=64,m=1 (a chain of small glue nodes only)
       or llm:preset=qwen2-0.5b,layers=24,vocab=151936,tied=1,acc=4,block=32,seed=1[,ctx=4096][,emb=q4|f32|f16]
       (llm specs are benchmarked with `llm` and `demo`; `gen` also writes genai_config.json)
 

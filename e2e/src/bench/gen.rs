@@ -9,6 +9,8 @@
 //!   `QLinearMatMul` with a constant 8-bit B (see `gen_qlinear`); the input is 8-bit.
 //! - `decoder:hidden=896,heads=14,kv=2,inter=4864,...`: one decoder layer (gen_decoder.rs).
 //! - `llm:preset=qwen2-0.5b|llama-3.2-1b,...`: a whole genai-builder-shaped LLM (gen_llm.rs).
+//! - `glue:op=skipnorm|mul|sigmoid|mix,n=896,layers=64`: a chain of small glue nodes only
+//!   (gen_glue.rs): the per-node cost of the two arms.
 //! - `mixed:k=4096,n=4096,layers=4,block=32,acc=4,m=1[,zp=0|1][,sym]`: per layer an int4
 //!   MatMulNBits K->N (rcpu) and an int8 `DynamicQuantizeMatMul` N->K that stays on ORT's CPU EP
 //!   (gen_mixed.rs): rcpu's lanes and ORT's intra-op pool take turns.
@@ -21,6 +23,7 @@
 use crate::onnx::{dtype, Attr, Dim, GraphBuilder};
 
 use super::gen_decoder::Decoder;
+use super::gen_glue::Glue;
 use super::gen_llm::Llm;
 
 #[derive(Debug, Clone, PartialEq)]
@@ -34,6 +37,8 @@ pub enum Kind {
     QLinear(super::gen_qlinear::QLinear),
     Decoder(Decoder),
     Llm(Box<Llm>),
+    /// A chain of small glue nodes (gen_glue.rs).
+    Glue(Glue),
     /// MatMulNBits (rcpu) alternating with DynamicQuantizeMatMul (ORT) per layer.
     Mixed {
         block: usize,
@@ -63,7 +68,7 @@ impl Spec {
     pub fn parse(s: &str) -> Result<Spec, String> {
         let (kind, rest) = s.split_once(':').ok_or_else(|| {
             format!(
-                "bad --gen spec '{s}': expected nbits:..., matmul:..., qlinear:..., mixed:..., decoder:... or llm:..."
+                "bad --gen spec '{s}': expected nbits:..., matmul:..., qlinear:..., mixed:..., decoder:..., glue:... or llm:..."
             )
         })?;
         if kind == "llm" {
@@ -75,6 +80,17 @@ impl Spec {
                 m: 1,
                 seed: l.seed,
                 kind: Kind::Llm(Box::new(l)),
+            });
+        }
+        if kind == "glue" {
+            let (g, m, seed) = Glue::parse(s, rest)?;
+            return Ok(Spec {
+                k: g.n,
+                n: g.n,
+                layers: g.layers,
+                m,
+                seed,
+                kind: Kind::Glue(g),
             });
         }
         if kind == "decoder" {
@@ -159,7 +175,7 @@ impl Spec {
             }
             _ => {
                 return Err(format!(
-                    "bad --gen spec '{s}': unknown kind '{kind}' (nbits|matmul|qlinear|mixed|decoder|llm)"
+                    "bad --gen spec '{s}': unknown kind '{kind}' (nbits|matmul|qlinear|mixed|decoder|glue|llm)"
                 ))
             }
         };
@@ -201,6 +217,7 @@ impl Spec {
                 self.m
             ),
             Kind::Decoder(d) => d.label(self.m),
+            Kind::Glue(g) => g.label(self.m),
             Kind::Llm(l) => l.label(),
             Kind::Mixed {
                 block,
@@ -232,6 +249,7 @@ impl Spec {
         match &self.kind {
             Kind::Decoder(d) => return d.generate(self.m, self.seed),
             Kind::Llm(l) => return l.generate(),
+            Kind::Glue(g) => return g.generate(self.seed),
             _ => {}
         }
         let mut g = GraphBuilder::new("rcpu_bench", 17);
@@ -305,7 +323,7 @@ impl Spec {
                         seed ^ 0x9e37,
                     );
                 }
-                Kind::Decoder(_) | Kind::Llm(_) => unreachable!("generated above"),
+                Kind::Decoder(_) | Kind::Llm(_) | Kind::Glue(_) => unreachable!("generated above"),
                 Kind::MatMul => {
                     let scale = (3.0 / kin as f32).sqrt();
                     let w: Vec<f32> = crate::rand_f32(kin * nout, seed)

@@ -3,7 +3,7 @@
 //! placement), os (the few unsafe OS calls), conditions (/proc, /sys), quant (quantiles), steady
 //! (steady-state window), verdict (null band), membw (bandwidth floor), gen_llm / llm_model /
 //! llm (whole LLMs: generator, cache and feeds, the llm subcommand), gen_mixed (rcpu's nodes
-//! alternating with heavy nodes left to ORT), ort_opts (ORT's own session options of an arm), demo (the generation demo),
+//! alternating with heavy nodes left to ORT), gen_glue (chains of small glue nodes), ort_opts (ORT's own session options of an arm), demo (the generation demo),
 //! profile (ORT's profiler), report (the compare report and JSON), counters (ledger and pool
 //! report), arm/worker (one process per arm), rounds (one interleaved round of the arms, shared
 //! by compare, llm and demo), svg (plots), and one file per subcommand.
@@ -19,6 +19,7 @@ pub mod demo;
 pub mod gap;
 pub mod gen;
 pub mod gen_decoder;
+pub mod gen_glue;
 pub mod gen_llm;
 pub mod gen_mixed;
 pub mod gen_qlinear;

@@ -31,14 +31,14 @@ impl OpKernel for Act {
         } else {
             None
         };
-        let shape = x.shape().to_vec();
+        let shape = x.shape();
         if self.has_bias_input && shape.is_empty() {
             // As ORT 1.31.1's FastGelu (a scalar has no hidden dimension).
             return Err(Error::invalid_argument(
                 "input 0 is expected to have 1 or more dimensions, got 0",
             ));
         }
-        let out = ctx.output(0, &shape)?.into_data::<f32>()?;
+        let out = ctx.output(0, shape)?.into_data::<f32>()?;
         let b = match &bias {
             Some(b) => {
                 let last = shape.last().copied().unwrap_or(1);

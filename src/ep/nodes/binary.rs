@@ -8,7 +8,7 @@ use crate::abi::kernel_info::KernelInfo;
 use crate::abi::status::{Error, Result};
 use crate::ep::op::{types, Decline, KernelEnv, OpDef, OpKernel};
 use crate::kernels::elementwise::{binary_f32, BinaryOp};
-use crate::kernels::shape::broadcast_shapes;
+use crate::kernels::shape::{broadcast_dims, broadcast_shapes};
 use crate::telemetry::ledger;
 
 use super::claim::{known_dims, only_attrs, require_elem, require_output_elem, F32};
@@ -23,7 +23,7 @@ impl OpKernel for Binary {
     fn compute(&self, ctx: &KernelContext<'_>) -> Result<()> {
         let a = ctx.required_input(0)?;
         let b = ctx.required_input(1)?;
-        let shape = broadcast_shapes(a.shape(), b.shape()).map_err(Error::invalid_argument)?;
+        let shape = broadcast_dims(a.shape(), b.shape()).map_err(Error::invalid_argument)?;
         let out = ctx.output(0, &shape)?.into_data::<f32>()?;
         let variant = binary_f32(
             self.op,

@@ -27,8 +27,8 @@ struct Cast {
 impl OpKernel for Cast {
     fn compute(&self, ctx: &KernelContext<'_>) -> Result<()> {
         let x = ctx.required_input(0)?;
-        let shape = x.shape().to_vec();
-        let out = ctx.output(0, &shape)?;
+        let shape = x.shape();
+        let out = ctx.output(0, shape)?;
         let par = &*self.env.par;
         let variant = if self.to_f16 {
             f32_to_f16_buf(x.data::<f32>()?, out.into_data::<F16Bits>()?, par)

@@ -9,6 +9,7 @@ use crate::abi::kernel_context::KernelContext;
 use crate::abi::kernel_info::KernelInfo;
 use crate::abi::status::{Error, Result};
 use crate::ep::op::{types, Decline, KernelEnv, OpDef, OpKernel};
+use crate::kernels::dims::Dims;
 use crate::kernels::norm::{norm_f32, NormInputs, NormOutputs, NormParams};
 use crate::kernels::shape::checked_numel;
 use crate::telemetry::ledger;
@@ -33,16 +34,13 @@ impl OpKernel for LayerNorm {
         let x = ctx.required_input(0)?;
         let scale = ctx.required_input(1)?;
         let bias = if self.simplified { None } else { ctx.input(2)? };
-        let shape = x.shape().to_vec();
+        let shape = x.shape();
         let axis = norm_axis(self.axis, shape.len()).map_err(Error::invalid_argument)?;
         // Checked: an empty X may carry dims whose product does not fit (e.g. [0, 2^40, 2^40]).
         let n = checked_numel("X.shape[axis:]", &shape[axis..]).map_err(Error::invalid_argument)?;
-        let stat_shape: Vec<usize> = shape
-            .iter()
-            .enumerate()
-            .map(|(i, &d)| if i < axis { d } else { 1 })
-            .collect();
-        let y = ctx.output(0, &shape)?.into_data::<f32>()?;
+        let mut stat_shape = Dims::from_slice(shape);
+        stat_shape[axis..].fill(1);
+        let y = ctx.output(0, shape)?.into_data::<f32>()?;
         // Simplified has no Mean output: its inv_std_var is output 1.
         let (mean, inv_std) = if self.simplified {
             (None, optional_output(ctx, 1, &stat_shape)?)

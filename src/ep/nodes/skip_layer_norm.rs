@@ -47,8 +47,8 @@ impl OpKernel for SkipNorm {
         let skip = ctx.required_input(1)?;
         let gamma = ctx.required_input(2)?;
         let bias = ctx.input(3)?;
-        let shape = x.shape().to_vec();
-        check_shapes(&shape, skip.shape()).map_err(Error::invalid_argument)?;
+        let shape = x.shape();
+        check_shapes(shape, skip.shape()).map_err(Error::invalid_argument)?;
         let n = *shape.last().unwrap_or(&0);
         if n == 0 {
             // As ORT 1.31.1, which refuses an empty hidden dimension whatever the batch.
@@ -66,8 +66,8 @@ impl OpKernel for SkipNorm {
                 }
             }
         }
-        let y = ctx.output(0, &shape)?.into_data::<f32>()?;
-        let sum = optional_output(ctx, 3, &shape)?;
+        let y = ctx.output(0, shape)?.into_data::<f32>()?;
+        let sum = optional_output(ctx, 3, shape)?;
         let xs = x.data::<f32>()?;
         if xs.is_empty() {
             ledger::record(OP, "empty", self.env.par.lanes());

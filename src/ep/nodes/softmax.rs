@@ -23,8 +23,8 @@ struct Softmax {
 impl OpKernel for Softmax {
     fn compute(&self, ctx: &KernelContext<'_>) -> Result<()> {
         let x = ctx.required_input(0)?;
-        let shape = x.shape().to_vec();
-        let out = ctx.output(0, &shape)?.into_data::<f32>()?;
+        let shape = x.shape();
+        let out = ctx.output(0, shape)?.into_data::<f32>()?;
         // Rank 0 has no valid axis: an error, as from ORT's own kernel.
         let a = norm_axis(self.axis, shape.len()).map_err(Error::invalid_argument)?;
         let numel =

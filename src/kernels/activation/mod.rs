@@ -30,7 +30,10 @@ pub enum Activation {
     GeluTanh,
 }
 
-/// Outputs at least this large are split over lanes.
+/// Outputs at least this large are split over lanes. Measured with `cargo run --release --example
+/// glue_split_timing` (2 lanes, serial and split arms alternating, a 2-vCPU Xeon under ~50% foreign
+/// load): Sigmoid serial/split was 0.97-1.08 at 8192, 0.99 at 16384, 1.61 at 32768; a decode step's
+/// activations (4864 elements) stay on the calling lane.
 pub const PAR_MIN_ELEMS: usize = 1 << 14;
 const CHUNK_ELEMS: usize = 1 << 13;
 
