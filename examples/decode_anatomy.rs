@@ -18,10 +18,12 @@
 //! returning), the call's own work outside the dispatch (preparing A, the after-call scans),
 //! and the first-chunk ramp (a lane's first chunk time over the median chunk time of the same
 //! dispatch: about 1 for the even schedule, whose chunks are within one column group of each
-//! other; the guided schedule's first chunks are longer by design, so its ramp reads high).
+//! other; the guided schedule's first chunks are longer by design, so its ramp reads high; the
+//! segmented one has one chunk per lane, so its ramp reads 1).
 //!
-//! `--arms=even,guided,guided+hint` interleaves arms pass by pass in the same process: the
-//! decode chunk schedule of `par::StreamSplit` (`par::set_stream_schedule`, diagnostics only),
+//! `--arms=even,guided,segmented+hint` (default `guided+hint,segmented+hint`) interleaves arms
+//! pass by pass in the same process: the decode chunk schedule of `par::StreamSplit`
+//! (`par::set_stream_schedule`, diagnostics only; segmented is the library's default),
 //! and with `+hint`, after each call the idle worker is asked to prefetch the next call's
 //! second chunk (`Lanes::idle_prefetch` with `matmul_nbits::decode_second_chunk`, what the
 //! MatMulNBits node does once it has seen the order of its session's calls twice); the hint is
@@ -232,11 +234,13 @@ fn main() {
     let arms: Vec<(String, StreamSchedule, bool)> = args
         .iter()
         .find_map(|a| a.strip_prefix("--arms="))
-        .unwrap_or("even,guided,guided+hint")
+        .unwrap_or("guided+hint,segmented+hint")
         .split(',')
         .map(|s| {
             let sched = if s.starts_with("guided") {
                 StreamSchedule::Guided
+            } else if s.starts_with("segmented") {
+                StreamSchedule::Segmented
             } else {
                 StreamSchedule::Even
             };
