@@ -21,17 +21,22 @@
 //! other; the guided schedule's first chunks are longer by design, so its ramp reads high; the
 //! segmented one has one chunk per lane, so its ramp reads 1).
 //!
-//! `--arms=even,guided,segmented+hint` (default `guided+hint,segmented+hint`) interleaves arms
-//! pass by pass in the same process: the decode chunk schedule of `par::StreamSplit`
-//! (`par::set_stream_schedule`, diagnostics only; segmented is the library's default),
-//! and with `+hint`, after each call the idle worker is asked to prefetch the next call's
-//! second chunk (`Lanes::idle_prefetch` with `matmul_nbits::decode_second_chunk`, what the
-//! MatMulNBits node does once it has seen the order of its session's calls twice); the hint is
-//! cancelled as each call starts.
+//! `--q=0.1` prints the per-shape columns at that quantile (default 0.5, the median); the
+//! last column is the plain read's time over the call's at that quantile.
+//!
+//! `--arms=even,guided,segmented+hint` (default `guided+hint-l2,segmented+hint`: the library
+//! before and after issue 17's changes) interleaves arms pass by pass in the same process: the
+//! decode chunk schedule of `par::StreamSplit` (`par::set_stream_schedule`, diagnostics only;
+//! segmented is the library's default); with `+hint`, after each call the idle worker is asked
+//! to prefetch the next call's second chunk (`Lanes::idle_prefetch` with
+//! `matmul_nbits::decode_second_chunk`, what the MatMulNBits node does once it has seen the
+//! order of its session's calls twice; the hint is cancelled as each call starts); with `-l2`,
+//! the VNNI tile's L2 prefetch is off (`prefetch::set_l2_prefetch_bytes(0)`).
 
 #[path = "../tests/common/rng.rs"]
 mod rng_common;
 
+use rcpu::kernels::matmul_nbits::prefetch::{set_l2_prefetch_bytes, DEFAULT_L2_PREFETCH_BYTES};
 use rcpu::kernels::matmul_nbits::{
     decode_second_chunk, matmul_packed, pack, NBitsParams, PackedNBits,
 };
@@ -231,10 +236,16 @@ fn main() {
     } else {
         vec![0, 10]
     };
-    let arms: Vec<(String, StreamSchedule, bool)> = args
+    // Quantile of the per-shape columns (`--q=0.1`: p10, what survives a loaded machine).
+    let qq: f64 = args
+        .iter()
+        .find_map(|a| a.strip_prefix("--q="))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.5);
+    let arms: Vec<(String, StreamSchedule, bool, bool)> = args
         .iter()
         .find_map(|a| a.strip_prefix("--arms="))
-        .unwrap_or("guided+hint,segmented+hint")
+        .unwrap_or("guided+hint-l2,segmented+hint")
         .split(',')
         .map(|s| {
             let sched = if s.starts_with("guided") {
@@ -244,7 +255,12 @@ fn main() {
             } else {
                 StreamSchedule::Even
             };
-            (s.to_string(), sched, s.ends_with("+hint"))
+            (
+                s.to_string(),
+                sched,
+                s.contains("+hint"),
+                !s.contains("-l2"),
+            )
         })
         .collect();
 
@@ -316,6 +332,11 @@ fn main() {
                 let arm = (j + pass) % n_arms;
                 let hint = arms[arm].2;
                 set_stream_schedule(arms[arm].1);
+                set_l2_prefetch_bytes(if arms[arm].3 {
+                    DEFAULT_L2_PREFETCH_BYTES
+                } else {
+                    0
+                });
                 let s0 = Instant::now();
                 let mut in_gemv = 0.0;
                 for (idx, (shape, m)) in seq.iter().enumerate() {
@@ -374,7 +395,7 @@ fn main() {
             gb(total, read_t.q(0.5) - glue),
             gb(total, all_t.q(0.5)),
         );
-        for (arm, (name, _, _)) in arms.iter().enumerate() {
+        for (arm, (name, _, _, _)) in arms.iter().enumerate() {
             println!(
                 "-- arm {name}: whole sequence p10 {:.2} p50 {:.2} ms incl. glue {:.2} ms; \
                  inside the calls p50 {:.2} ms = {:.1} GB/s = {:.1}% of the one-read ceiling",
@@ -386,7 +407,7 @@ fn main() {
                 100.0 * all_t.q(0.5) / gemv_sum[arm].q(0.5),
             );
             println!(
-                "{:>7} {:>6} {:>9} {:>9} {:>7} {:>8} {:>8} {:>8} {:>9} {:>8} {:>6} {:>5}",
+                "{:>7} {:>6} {:>9} {:>9} {:>7} {:>8} {:>8} {:>8} {:>9} {:>8} {:>6} {:>5} {:>9}",
                 "shape",
                 "chunks",
                 "call us",
@@ -398,30 +419,32 @@ fn main() {
                 "c/w wait",
                 "exit",
                 "ramp",
-                "GB/s"
+                "GB/s",
+                "read/call"
             );
             for (i, x) in st[arm].iter_mut().enumerate() {
                 let bytes = seq
                     .iter()
                     .find(|(s, _)| *s == i)
                     .map_or(0, |(_, m)| m.bytes());
-                let call = x.call.q(0.5);
+                let call = x.call.q(qq);
                 println!(
                     "{:>7} {:>6} {:>9.1} {:>9.1} {:>7.2} {:>8.2} {:>8.2} {:>8.2} {:>4}/{:<4} \
-                     {:>8.2} {:>6.2} {:>5.1}",
+                     {:>8.2} {:>6.2} {:>5.1} {:>9.3}",
                     names[i],
                     x.chunks,
                     call * 1e6,
-                    read_shape[i].q(0.5) * 1e6,
-                    x.outside.q(0.5) * 1e6,
-                    x.caller_start.q(0.5) * 1e6,
-                    x.worker_start.q(0.5) * 1e6,
-                    x.imbalance.q(0.5) * 1e6,
+                    read_shape[i].q(qq) * 1e6,
+                    x.outside.q(qq) * 1e6,
+                    x.caller_start.q(qq) * 1e6,
+                    x.worker_start.q(qq) * 1e6,
+                    x.imbalance.q(qq) * 1e6,
                     x.caller_waits,
                     x.worker_waits,
-                    x.exit.q(0.5) * 1e6,
-                    x.ramp.q(0.5),
-                    gb(bytes, call)
+                    x.exit.q(qq) * 1e6,
+                    x.ramp.q(qq),
+                    gb(bytes, call),
+                    read_shape[i].q(qq) / call
                 );
             }
         }

@@ -20,6 +20,18 @@
 //! -> 126.0; K=896 N=151936 2885 -> 2814 us. 3072 was no better than 2048; prefill (M=64) is
 //! indifferent (no prefetch 1214 us, 1024: 1076, 2048: 1127, p10 of 20 rounds).
 //!
+//! Issue 17, after the segmented decode split (`runtime::segments`), every call streaming from
+//! DRAM (200 copies, about 490 MB, past L3; p10 over 60 rounds of 8 calls, arms interleaved:
+//! `examples/matmul_nbits_stream -- --sweep 896 4864 2 60 200 4 1
+//! --pf=2048/0,2048/4096,guided:2048/0,read`): perf put about 70% of the VNNI tile's samples on
+//! its two weight loads, so the tile waits on memory, not on arithmetic. A second prefetch
+//! into L2 (`prefetcht2`) at twice the distance keeps more lines coming: K=896 N=4864 83.4 ->
+//! 79.8 and 78.8 -> 75.6 us (plain read of the codes in the same runs 69.6 and 65.3 us, the
+//! kernel now at 98% / 97% of the read's GB/s over its 12% more bytes), K=4864 N=896 81.5 ->
+//! 79.1 and 82.2 -> 80.5, K=896 N=1152 21.8 -> 20.9 and 21.5 -> 20.8. L1 3072 / L2 6144 was
+//! within 1% of 2048 / 4096, 4096 / 8192 worse (76.0 vs 74.5 us). The fp32 tile (acc 0) got
+//! slower with it (91.1 -> 93.0, 89.1 -> 92.0 us), so only the VNNI tile issues it.
+//!
 //! The distance is a process-wide setting so that diagnostics can compare distances
 //! interleaved in one process (the only comparison that survives a noisy shared machine);
 //! nothing in the library changes it.
@@ -28,8 +40,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Default distance, in bytes ahead of the 64-byte chunk being loaded.
 pub const DEFAULT_PREFETCH_BYTES: usize = 2048;
+/// Default distance of the second, L2 (`prefetcht2`) prefetch.
+pub const DEFAULT_L2_PREFETCH_BYTES: usize = 2 * DEFAULT_PREFETCH_BYTES;
 
 static DISTANCE: AtomicUsize = AtomicUsize::new(DEFAULT_PREFETCH_BYTES);
+static L2_DISTANCE: AtomicUsize = AtomicUsize::new(DEFAULT_L2_PREFETCH_BYTES);
 
 /// Sets the prefetch distance in bytes (0 turns software prefetch off). Diagnostics only.
 #[doc(hidden)]
@@ -40,4 +55,15 @@ pub fn set_prefetch_bytes(bytes: usize) {
 /// The current prefetch distance in bytes (0: off).
 pub fn prefetch_bytes() -> usize {
     DISTANCE.load(Ordering::Relaxed)
+}
+
+/// Sets the L2 prefetch distance in bytes (0 turns it off). Diagnostics only.
+#[doc(hidden)]
+pub fn set_l2_prefetch_bytes(bytes: usize) {
+    L2_DISTANCE.store(bytes, Ordering::Relaxed);
+}
+
+/// The current L2 prefetch distance in bytes (0: off).
+pub fn l2_prefetch_bytes() -> usize {
+    L2_DISTANCE.load(Ordering::Relaxed)
 }
