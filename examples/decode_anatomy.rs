@@ -31,12 +31,14 @@
 //! to prefetch the next call's second chunk (`Lanes::idle_prefetch` with
 //! `matmul_nbits::decode_second_chunk`, what the MatMulNBits node does once it has seen the
 //! order of its session's calls twice; the hint is cancelled as each call starts); with `-l2`,
-//! the VNNI tile's L2 prefetch is off (`prefetch::set_l2_prefetch_bytes(0)`).
+//! the tiles prefetch as before issue 17 (L1 2048 bytes ahead, no L2 prefetch; `prefetch`).
 
 #[path = "../tests/common/rng.rs"]
 mod rng_common;
 
-use rcpu::kernels::matmul_nbits::prefetch::{set_l2_prefetch_bytes, DEFAULT_L2_PREFETCH_BYTES};
+use rcpu::kernels::matmul_nbits::prefetch::{
+    reset_prefetch, set_l2_prefetch_bytes, set_prefetch_bytes, DEFAULT_PREFETCH_BYTES,
+};
 use rcpu::kernels::matmul_nbits::{
     decode_second_chunk, matmul_packed, pack, NBitsParams, PackedNBits,
 };
@@ -332,11 +334,12 @@ fn main() {
                 let arm = (j + pass) % n_arms;
                 let hint = arms[arm].2;
                 set_stream_schedule(arms[arm].1);
-                set_l2_prefetch_bytes(if arms[arm].3 {
-                    DEFAULT_L2_PREFETCH_BYTES
+                if arms[arm].3 {
+                    reset_prefetch();
                 } else {
-                    0
-                });
+                    set_prefetch_bytes(DEFAULT_PREFETCH_BYTES);
+                    set_l2_prefetch_bytes(0);
+                }
                 let s0 = Instant::now();
                 let mut in_gemv = 0.0;
                 for (idx, (shape, m)) in seq.iter().enumerate() {

@@ -34,7 +34,7 @@
 mod timing;
 
 use rcpu::kernels::matmul_nbits::prefetch::{
-    set_l2_prefetch_bytes, set_prefetch_bytes, DEFAULT_L2_PREFETCH_BYTES, DEFAULT_PREFETCH_BYTES,
+    reset_prefetch, set_l2_prefetch_bytes, set_prefetch_bytes, DEFAULT_L2_PREFETCH_BYTES,
 };
 use rcpu::kernels::matmul_nbits::{matmul_packed, pack, NBitsParams, PackedNBits, NR};
 use rcpu::memory::AlignedBuf;
@@ -360,8 +360,7 @@ fn sweep(
             }
         }
     }
-    set_prefetch_bytes(DEFAULT_PREFETCH_BYTES);
-    set_l2_prefetch_bytes(DEFAULT_L2_PREFETCH_BYTES);
+    reset_prefetch();
     set_stream_schedule(StreamSchedule::Segmented);
     for (ai, arm) in arms.iter().enumerate() {
         let bytes = match arm {

@@ -36,7 +36,7 @@
 use std::arch::x86_64::*;
 
 use super::pack::{GroupView, Scales, CHUNK_K, LANES, NR};
-use super::prefetch::{l2_prefetch_bytes, prefetch_bytes};
+use super::prefetch::{prefetch_bytes, vnni_prefetch_bytes};
 use super::prepare_a::PreparedA;
 use super::MR;
 use crate::kernels::x86_asm::fma_bcast;
@@ -337,7 +337,7 @@ unsafe fn i8_vnni_rows<const R: usize, const F16: bool>(
     let (s32, s16) = g.scales.split();
     check_i8_sizes!(g, a, r0, R);
     let bs = g.block_size;
-    let (pf, pf2) = (prefetch_bytes(), l2_prefetch_bytes());
+    let (pf, pf2) = vnni_prefetch_bytes();
     let sa = scale_blocks_ahead(pf, bs);
     let mask = _mm512_set1_epi8(0x0F);
     let mut total = [[_mm512_setzero_ps(); 2]; R];
