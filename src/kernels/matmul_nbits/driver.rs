@@ -60,8 +60,11 @@ pub(crate) fn run(
         Source::Packed(pk) => pk.params,
         Source::Unpacked(w) => *w.p,
     };
+    // The scans of A take the table's `abs_max` (the same bits at every level).
+    let lv = Level::require(kernels.isa)?;
+    let abs_max = |row: &[f32]| (kernels.abs_max)(lv, row);
     // Rows with NaN / infinities: ORT's answers (see `nonfinite`).
-    let fixes = match nonfinite::scan(a, m, &p) {
+    let fixes = match nonfinite::scan(a, m, &p, &abs_max) {
         Ok(f) => f,
         // Only the list of rows failed to allocate: answer every row that needs it NaN.
         Err(_) => (0..m)
@@ -92,7 +95,7 @@ pub(crate) fn run(
         // Rarely used (packing declined): keep the full output scan.
         Source::Unpacked(_) => None,
     };
-    nonfinite::rescale_overflowed_rows(a, m, &p, scale_max, bias, out, &gemm)?;
+    nonfinite::rescale_overflowed_rows(a, m, &p, scale_max, bias, out, &gemm, &abs_max)?;
     Ok(name)
 }
 
