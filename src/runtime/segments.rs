@@ -30,7 +30,9 @@ pub const MAX_SEGMENTS: usize = 16;
 const RUN_DIV: usize = 4;
 
 /// One segment's counters, on a cache line pair of their own: a lane claiming runs of its
-/// own segment does not contend with the other owners.
+/// own segment does not contend with the other owners. (With the counters packed side by side,
+/// a plain two-lane read through this split took 72.7-73.1 us at K=896 N=4864 against
+/// 66.3-66.7 us padded and 65.0-65.4 us for two fixed halves, interleaved in one process.)
 #[derive(Debug, Default)]
 #[repr(align(128))]
 struct Counters {
