@@ -18,18 +18,27 @@
 //! returning), the call's own work outside the dispatch (preparing A, the after-call scans),
 //! and the first-chunk ramp (a lane's first chunk time over the median chunk time of the same
 //! dispatch: about 1 for the even schedule, whose chunks are within one column group of each
-//! other; the guided schedule's first chunks are longer by design, so its ramp reads high).
+//! other; the guided schedule's first chunks are longer by design, so its ramp reads high; the
+//! segmented one has one chunk per lane, so its ramp reads 1).
 //!
-//! `--arms=even,guided,guided+hint` interleaves arms pass by pass in the same process: the
-//! decode chunk schedule of `par::StreamSplit` (`par::set_stream_schedule`, diagnostics only),
-//! and with `+hint`, after each call the idle worker is asked to prefetch the next call's
-//! second chunk (`Lanes::idle_prefetch` with `matmul_nbits::decode_second_chunk`, what the
-//! MatMulNBits node does once it has seen the order of its session's calls twice); the hint is
-//! cancelled as each call starts.
+//! `--q=0.1` prints the per-shape columns at that quantile (default 0.5, the median); the
+//! last column is the plain read's time over the call's at that quantile.
+//!
+//! `--arms=even,guided,segmented+hint` (default `guided+hint-l2,segmented+hint`: the library
+//! before and after issue 17's changes) interleaves arms pass by pass in the same process: the
+//! decode chunk schedule of `par::StreamSplit` (`par::set_stream_schedule`, diagnostics only;
+//! segmented is the library's default); with `+hint`, after each call the idle worker is asked
+//! to prefetch the next call's second chunk (`Lanes::idle_prefetch` with
+//! `matmul_nbits::decode_second_chunk`, what the MatMulNBits node does once it has seen the
+//! order of its session's calls twice; the hint is cancelled as each call starts); with `-l2`,
+//! the tiles prefetch as before issue 17 (L1 2048 bytes ahead, no L2 prefetch; `prefetch`).
 
 #[path = "../tests/common/rng.rs"]
 mod rng_common;
 
+use rcpu::kernels::matmul_nbits::prefetch::{
+    reset_prefetch, set_l2_prefetch_bytes, set_prefetch_bytes, DEFAULT_PREFETCH_BYTES,
+};
 use rcpu::kernels::matmul_nbits::{
     decode_second_chunk, matmul_packed, pack, NBitsParams, PackedNBits,
 };
@@ -229,18 +238,31 @@ fn main() {
     } else {
         vec![0, 10]
     };
-    let arms: Vec<(String, StreamSchedule, bool)> = args
+    // Quantile of the per-shape columns (`--q=0.1`: p10, what survives a loaded machine).
+    let qq: f64 = args
+        .iter()
+        .find_map(|a| a.strip_prefix("--q="))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.5);
+    let arms: Vec<(String, StreamSchedule, bool, bool)> = args
         .iter()
         .find_map(|a| a.strip_prefix("--arms="))
-        .unwrap_or("even,guided,guided+hint")
+        .unwrap_or("guided+hint-l2,segmented+hint")
         .split(',')
         .map(|s| {
             let sched = if s.starts_with("guided") {
                 StreamSchedule::Guided
+            } else if s.starts_with("segmented") {
+                StreamSchedule::Segmented
             } else {
                 StreamSchedule::Even
             };
-            (s.to_string(), sched, s.ends_with("+hint"))
+            (
+                s.to_string(),
+                sched,
+                s.contains("+hint"),
+                !s.contains("-l2"),
+            )
         })
         .collect();
 
@@ -312,6 +334,12 @@ fn main() {
                 let arm = (j + pass) % n_arms;
                 let hint = arms[arm].2;
                 set_stream_schedule(arms[arm].1);
+                if arms[arm].3 {
+                    reset_prefetch();
+                } else {
+                    set_prefetch_bytes(DEFAULT_PREFETCH_BYTES);
+                    set_l2_prefetch_bytes(0);
+                }
                 let s0 = Instant::now();
                 let mut in_gemv = 0.0;
                 for (idx, (shape, m)) in seq.iter().enumerate() {
@@ -370,7 +398,7 @@ fn main() {
             gb(total, read_t.q(0.5) - glue),
             gb(total, all_t.q(0.5)),
         );
-        for (arm, (name, _, _)) in arms.iter().enumerate() {
+        for (arm, (name, _, _, _)) in arms.iter().enumerate() {
             println!(
                 "-- arm {name}: whole sequence p10 {:.2} p50 {:.2} ms incl. glue {:.2} ms; \
                  inside the calls p50 {:.2} ms = {:.1} GB/s = {:.1}% of the one-read ceiling",
@@ -382,7 +410,7 @@ fn main() {
                 100.0 * all_t.q(0.5) / gemv_sum[arm].q(0.5),
             );
             println!(
-                "{:>7} {:>6} {:>9} {:>9} {:>7} {:>8} {:>8} {:>8} {:>9} {:>8} {:>6} {:>5}",
+                "{:>7} {:>6} {:>9} {:>9} {:>7} {:>8} {:>8} {:>8} {:>9} {:>8} {:>6} {:>5} {:>9}",
                 "shape",
                 "chunks",
                 "call us",
@@ -394,30 +422,32 @@ fn main() {
                 "c/w wait",
                 "exit",
                 "ramp",
-                "GB/s"
+                "GB/s",
+                "read/call"
             );
             for (i, x) in st[arm].iter_mut().enumerate() {
                 let bytes = seq
                     .iter()
                     .find(|(s, _)| *s == i)
                     .map_or(0, |(_, m)| m.bytes());
-                let call = x.call.q(0.5);
+                let call = x.call.q(qq);
                 println!(
                     "{:>7} {:>6} {:>9.1} {:>9.1} {:>7.2} {:>8.2} {:>8.2} {:>8.2} {:>4}/{:<4} \
-                     {:>8.2} {:>6.2} {:>5.1}",
+                     {:>8.2} {:>6.2} {:>5.1} {:>9.3}",
                     names[i],
                     x.chunks,
                     call * 1e6,
-                    read_shape[i].q(0.5) * 1e6,
-                    x.outside.q(0.5) * 1e6,
-                    x.caller_start.q(0.5) * 1e6,
-                    x.worker_start.q(0.5) * 1e6,
-                    x.imbalance.q(0.5) * 1e6,
+                    read_shape[i].q(qq) * 1e6,
+                    x.outside.q(qq) * 1e6,
+                    x.caller_start.q(qq) * 1e6,
+                    x.worker_start.q(qq) * 1e6,
+                    x.imbalance.q(qq) * 1e6,
                     x.caller_waits,
                     x.worker_waits,
-                    x.exit.q(0.5) * 1e6,
-                    x.ramp.q(0.5),
-                    gb(bytes, call)
+                    x.exit.q(qq) * 1e6,
+                    x.ramp.q(qq),
+                    gb(bytes, call),
+                    read_shape[i].q(qq) / call
                 );
             }
         }

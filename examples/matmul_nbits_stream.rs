@@ -23,17 +23,23 @@
 //! `... -- --sweep [K N threads rounds copies acc M] [--pf=0,512,1024,2048]` (default 896
 //! 4864 2 20 24 4 1): the kernel at each software prefetch distance
 //! (`matmul_nbits::prefetch`), interleaved call by call in one process over `copies` copies of
-//! the weight (so each call streams bytes the previous calls did not touch); p10 / p50 per
-//! distance.
+//! the weight (so each call streams bytes the previous calls did not touch; past L3 takes
+//! several hundred MB, e.g. 200 copies at K=896 N=4864); p10 / p50 per arm. An arm is
+//! `L1[/L2]` (the L1 and the `prefetcht2` distance, L2 defaulting to
+//! `DEFAULT_L2_PREFETCH_BYTES`; 0 = off), `guided:L1[/L2]` (the same on the guided split
+//! instead of the segmented one), or `read` (a plain two-lane read of the packed codes in two
+//! contiguous halves, the rate to compare with).
 
 #[path = "common/timing.rs"]
 mod timing;
 
-use rcpu::kernels::matmul_nbits::prefetch::{set_prefetch_bytes, DEFAULT_PREFETCH_BYTES};
+use rcpu::kernels::matmul_nbits::prefetch::{
+    reset_prefetch, set_l2_prefetch_bytes, set_prefetch_bytes, DEFAULT_L2_PREFETCH_BYTES,
+};
 use rcpu::kernels::matmul_nbits::{matmul_packed, pack, NBitsParams, PackedNBits, NR};
 use rcpu::memory::AlignedBuf;
 use rcpu::runtime::lanes::{Lanes, PoolConfig};
-use rcpu::runtime::par::{Dispatch, Par, StreamSplit};
+use rcpu::runtime::par::{set_stream_schedule, Dispatch, Par, StreamSchedule, StreamSplit};
 use rcpu::runtime::registry::pool_for;
 use std::time::Instant;
 
@@ -94,11 +100,11 @@ fn main() {
         .collect();
     let arg = |i: usize, d: usize| *args.get(i).unwrap_or(&d);
     if std::env::args().any(|a| a == "--sweep") {
-        let dists: Vec<usize> = std::env::args()
+        let arms: Vec<Arm> = std::env::args()
             .find_map(|a| a.strip_prefix("--pf=").map(String::from))
             .unwrap_or("0,512,1024,2048".into())
             .split(',')
-            .filter_map(|d| d.parse().ok())
+            .filter_map(Arm::parse)
             .collect();
         let (k, n, th) = (arg(0, 896), arg(1, 4864), arg(2, 2));
         sweep(
@@ -109,7 +115,7 @@ fn main() {
             arg(3, 20),
             arg(4, 24),
             arg(5, 4),
-            &dists,
+            &arms,
         );
         return;
     }
@@ -263,8 +269,47 @@ fn decoder(layers: usize, h: usize, inter: usize, threads: usize, passes: usize)
     }
 }
 
-/// The kernel at each software prefetch distance in `dists`, interleaved call by call in one
-/// process (order rotated every round) over `copies` copies of the weight.
+/// One arm of `--sweep`.
+#[derive(Clone, Copy)]
+enum Arm {
+    /// The kernel with the L1 and L2 prefetch distances, on the guided split when `guided`.
+    Kernel { l1: usize, l2: usize, guided: bool },
+    /// A plain two-lane read of the weight codes in two contiguous halves.
+    Read,
+}
+
+impl Arm {
+    /// `read`, or `[guided:]L1[/L2]` (L2 defaults to `DEFAULT_L2_PREFETCH_BYTES`).
+    fn parse(s: &str) -> Option<Arm> {
+        if s == "read" {
+            return Some(Arm::Read);
+        }
+        let (guided, s) = match s.strip_prefix("guided:") {
+            Some(rest) => (true, rest),
+            None => (false, s),
+        };
+        let (l1, l2) = match s.split_once('/') {
+            Some((a, b)) => (a.parse().ok()?, b.parse().ok()?),
+            None => (s.parse().ok()?, DEFAULT_L2_PREFETCH_BYTES),
+        };
+        Some(Arm::Kernel { l1, l2, guided })
+    }
+
+    fn label(&self) -> String {
+        match *self {
+            Arm::Read => "plain read (codes)".into(),
+            Arm::Kernel { l1, l2, guided } => {
+                let split = if guided { "guided" } else { "segmented" };
+                format!("pf={l1:>5}/{l2:<5} {split:>9}")
+            }
+        }
+    }
+}
+
+/// The kernel at each arm's prefetch distances and split (and the plain read), interleaved
+/// call by call in one process (order rotated every round) over `copies` copies of the weight.
+/// GB/s count the bytes each arm streams (the read: the codes only, so its rate compares with
+/// the kernel's over all packed bytes).
 #[allow(clippy::too_many_arguments)]
 fn sweep(
     k: usize,
@@ -274,43 +319,60 @@ fn sweep(
     reps: usize,
     layers: usize,
     acc: usize,
-    dists: &[usize],
+    arms: &[Arm],
 ) {
     let mut rnd = rng();
     // `layers` copies so that each call streams weights no other call just touched.
     let mats: Vec<PackedNBits> = (0..layers)
         .map(|_| packed(k, n, acc, false, &mut rnd))
         .collect();
-    let bytes = mats[0].bytes();
     let a: Vec<f32> = (0..k * rows).map(|i| (i % 13) as f32 * 0.1 - 0.6).collect();
     let mut out = vec![0f32; n * rows];
     let lanes = pool_for(&PoolConfig {
         threads,
         ..Default::default()
     });
-    let mut t: Vec<Vec<f64>> = vec![vec![]; dists.len()];
+    let mut t: Vec<Vec<f64>> = vec![vec![]; arms.len()];
     let mut j = 0;
     for r in 0..reps {
-        for i in 0..dists.len() {
-            let di = (i + r) % dists.len();
-            set_prefetch_bytes(dists[di]);
+        for i in 0..arms.len() {
+            let ai = (i + r) % arms.len();
+            if let Arm::Kernel { l1, l2, guided } = arms[ai] {
+                set_prefetch_bytes(l1);
+                set_l2_prefetch_bytes(l2);
+                set_stream_schedule(if guided {
+                    StreamSchedule::Guided
+                } else {
+                    StreamSchedule::Segmented
+                });
+            }
             for _ in 0..layers.min(8) {
                 let m = &mats[j % layers];
                 j += 1;
                 let s = Instant::now();
-                matmul_packed(&a, rows, m, None, &mut out, &*lanes).unwrap();
-                t[di].push(s.elapsed().as_secs_f64());
+                match arms[ai] {
+                    Arm::Read => read(&lanes, m.weight_bytes(), 2),
+                    Arm::Kernel { .. } => {
+                        matmul_packed(&a, rows, m, None, &mut out, &*lanes).unwrap();
+                    }
+                }
+                t[ai].push(s.elapsed().as_secs_f64());
             }
         }
     }
-    set_prefetch_bytes(DEFAULT_PREFETCH_BYTES);
-    for (di, d) in dists.iter().enumerate() {
-        let v = &mut t[di];
+    reset_prefetch();
+    set_stream_schedule(StreamSchedule::Segmented);
+    for (ai, arm) in arms.iter().enumerate() {
+        let bytes = match arm {
+            Arm::Read => mats[0].weight_bytes().len(),
+            Arm::Kernel { .. } => mats[0].bytes(),
+        };
+        let v = &mut t[ai];
         v.sort_by(f64::total_cmp);
         let q = |x: f64| v[((v.len() - 1) as f64 * x) as usize];
-
         println!(
-            "K={k} N={n} M={rows} acc={acc} lanes={threads} pf={d:>5}: p10 {:.1} us ({:.1} GB/s) p50 {:.1} us ({:.1} GB/s)",
+            "K={k} N={n} M={rows} acc={acc} lanes={threads} {}: p10 {:.1} us ({:.1} GB/s) p50 {:.1} us ({:.1} GB/s)",
+            arm.label(),
             q(0.1) * 1e6,
             bytes as f64 / q(0.1) / 1e9,
             q(0.5) * 1e6,

@@ -5,6 +5,7 @@
 //! - [`lanes`]: the pool (caller + pinned workers) implementing [`Par`];
 //! - [`lend`]: lending each dispatch's borrowed closure to the workers (the one `unsafe` file);
 //! - [`park`]: how idle workers spin, yield and park (the wake-up protocol);
+//! - [`segments`]: the segmented M=1 split's claims (each lane streams its own segment);
 //! - [`counters`]: per-pool counters; [`registry`]: process-wide sharing of pools;
 //! - [`hooks`]: test-only stall points (compiled in only with the `test-hooks` feature).
 //!
@@ -18,6 +19,7 @@ pub mod lend;
 pub mod par;
 pub mod park;
 pub mod registry;
+pub mod segments;
 pub mod topology;
 
 pub use affinity::{Affinity, AffinityParseError, PinError};

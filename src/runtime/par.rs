@@ -20,6 +20,10 @@ pub enum Dispatch {
     Task,
 }
 
+pub use super::segments::SegmentClaims;
+use super::segments::{Segments, MAX_SEGMENTS};
+use std::ops::Range;
+
 /// A way to run `n` independent chunks of work, possibly in parallel.
 pub trait Par: Sync {
     /// Number of lanes (the calling thread included) work may be spread over.
@@ -76,6 +80,8 @@ pub struct StreamSplit {
     chunks: usize,
     /// `Some` for a guided split (see [`StreamSplit::guided`]).
     guided: Option<Guided>,
+    /// `Some` for a segmented split (see [`StreamSplit::segmented`]).
+    segments: Option<Segments>,
 }
 
 /// The chunk-length rule of a guided split: each chunk takes `remaining / div` units (rounded
@@ -143,27 +149,27 @@ pub enum StreamSchedule {
     Even,
     /// [`StreamSplit::guided`]: long chunks first, short ones at the end.
     Guided,
+    /// [`StreamSplit::segmented`]: one contiguous segment per lane, the rest claimed from the
+    /// far ends (the default).
+    Segmented,
 }
 
-static SCHEDULE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+static SCHEDULE: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(2);
 
 /// Sets the schedule [`StreamSplit::decode`] uses, process-wide. Diagnostics only (so that
 /// `examples/decode_anatomy` can compare schedules interleaved in one process); nothing in the
 /// library changes it.
 #[doc(hidden)]
 pub fn set_stream_schedule(s: StreamSchedule) {
-    SCHEDULE.store(
-        s == StreamSchedule::Guided,
-        std::sync::atomic::Ordering::Relaxed,
-    );
+    SCHEDULE.store(s as u8, std::sync::atomic::Ordering::Relaxed);
 }
 
 /// The schedule [`StreamSplit::decode`] uses now.
 pub fn stream_schedule() -> StreamSchedule {
-    if SCHEDULE.load(std::sync::atomic::Ordering::Relaxed) {
-        StreamSchedule::Guided
-    } else {
-        StreamSchedule::Even
+    match SCHEDULE.load(std::sync::atomic::Ordering::Relaxed) {
+        0 => StreamSchedule::Even,
+        1 => StreamSchedule::Guided,
+        _ => StreamSchedule::Segmented,
     }
 }
 
@@ -183,6 +189,7 @@ impl StreamSplit {
             units,
             chunks,
             guided: None,
+            segments: None,
         }
     }
 
@@ -192,6 +199,55 @@ impl StreamSplit {
         match stream_schedule() {
             StreamSchedule::Even => StreamSplit::new(units, unit_bytes, lanes),
             StreamSchedule::Guided => StreamSplit::guided(units, unit_bytes, lanes),
+            StreamSchedule::Segmented if lanes <= MAX_SEGMENTS => {
+                StreamSplit::segmented(units, unit_bytes, lanes)
+            }
+            StreamSchedule::Segmented => StreamSplit::guided(units, unit_bytes, lanes),
+        }
+    }
+
+    /// A segmented split: one chunk per lane (at most [`MAX_SEGMENTS`], at most one per unit),
+    /// chunk `i` owning the `i`-th of that many equal contiguous segments. Run through
+    /// [`StreamSplit::run`], a chunk claims its own segment front to back in runs of a quarter
+    /// of what is left of it (at most [`STREAM_CHUNK_MAX_BYTES`], at least
+    /// [`GUIDED_TAIL_MIN_BYTES`], one unit at least), then what is left of the other segments
+    /// from their far ends (see [`crate::runtime::segments`]).
+    pub fn segmented(units: usize, unit_bytes: usize, lanes: usize) -> StreamSplit {
+        let ub = unit_bytes.max(1);
+        let chunks = lanes.clamp(1, MAX_SEGMENTS).min(units);
+        StreamSplit {
+            units,
+            chunks,
+            guided: None,
+            segments: Some(Segments {
+                segments: chunks,
+                min: (GUIDED_TAIL_MIN_BYTES / ub).max(1),
+                max: (STREAM_CHUNK_MAX_BYTES / ub).max(1),
+            }),
+        }
+    }
+
+    /// Runs chunk `i` (`i < chunks()`): calls `f` on each run of units it takes. Even and guided
+    /// splits: the one run [`StreamSplit::range`]`(i)`; segmented ones: the runs it claims in
+    /// `claims` (one `SegmentClaims` shared by every chunk of one call, fresh per call). Over all
+    /// chunks of a call, every unit is in exactly one run.
+    pub fn run(&self, i: usize, claims: &SegmentClaims, f: &mut dyn FnMut(Range<usize>)) {
+        match self.segments {
+            Some(s) => s.run(self.units, i, claims, f),
+            None => f(self.range(i)),
+        }
+    }
+
+    /// The first run chunk `i` streams when its lane claims it first: [`StreamSplit::range`]
+    /// for even and guided splits; the first run of segment `i` for segmented ones (what an
+    /// idle lane can prefetch before the call).
+    pub fn first_run(&self, i: usize) -> Range<usize> {
+        match self.segments {
+            Some(s) => {
+                let seg = s.segment(self.units, i);
+                seg.start..seg.start + s.run_len(seg.len()).min(seg.len())
+            }
+            None => self.range(i),
         }
     }
 
@@ -213,6 +269,7 @@ impl StreamSplit {
             units,
             chunks,
             guided: Some(g),
+            segments: None,
         }
     }
 
@@ -222,8 +279,12 @@ impl StreamSplit {
     }
 
     /// The units of chunk `i` (`i < chunks()`): even splits `[i * units / chunks, (i + 1) *
-    /// units / chunks)`; guided ones the `i`-th run of the guided rule.
-    pub fn range(&self, i: usize) -> std::ops::Range<usize> {
+    /// units / chunks)`; guided ones the `i`-th run of the guided rule; segmented ones segment
+    /// `i` (which [`StreamSplit::run`] may share with other chunks).
+    pub fn range(&self, i: usize) -> Range<usize> {
+        if let Some(s) = self.segments {
+            return s.segment(self.units, i);
+        }
         if let Some(g) = self.guided {
             let (at, len, _) = g.walk(self.units, i);
             return at..at + len;

@@ -264,6 +264,47 @@ fn quantiser_matches_scalar_bit_for_bit() {
     }
 }
 
+/// Every kernel set's scan of A (`Kernels::row_abs_max`: the non-finite and overflow checks
+/// after each call) gives the same bits as the integer max of the magnitude bits: every length
+/// around the SIMD widths (64 per step, a masked tail), the largest value, an infinity, NaNs
+/// (either sign, payloads), subnormals and -0 at sampled positions.
+#[test]
+fn row_abs_max_matches_the_magnitude_bits_max() {
+    let mut r = matmul_nbits_common::Rng::seeded(4242);
+    let specials = [
+        -3.0e38f32,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        -f32::NAN,
+        f32::from_bits(0x7fc0_1234),
+        f32::from_bits(0xff80_0001),
+        f32::from_bits(0x0000_0001),
+        -0.0,
+    ];
+    let lens = (0usize..=80).chain([127, 128, 129, 896, 4864, 4867]);
+    for len in lens {
+        let base: Vec<f32> = (0..len).map(|_| r.f32(-2.0, 2.0)).collect();
+        let mut cases = vec![base.clone()];
+        for (s, &x) in specials.iter().enumerate() {
+            for at in [0, len / 3, len.saturating_sub(1), (s * 7) % len.max(1)] {
+                if at < len {
+                    let mut v = base.clone();
+                    v[at] = x;
+                    cases.push(v);
+                }
+            }
+        }
+        for v in &cases {
+            let want = v.iter().fold(0u32, |m, x| m.max(x.to_bits() & 0x7fff_ffff));
+            for kern in Kernels::supported() {
+                let got = kern.row_abs_max(v).unwrap();
+                assert_eq!(got.to_bits(), want, "len={len} isa={}", kern.isa.name());
+            }
+        }
+    }
+}
+
 /// A row's result does not depend on how many rows share the call: M = 1 (GEMV, one row per
 /// tile call) equals row 0 of M = 2 (two rows per tile call) bit for bit.
 #[test]

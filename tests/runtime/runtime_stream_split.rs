@@ -3,9 +3,12 @@
 //! same runs spread evenly over a chunk count that is a multiple of the lanes.
 
 use rcpu::runtime::par::{
-    set_stream_schedule, stream_units_per_chunk, StreamSchedule, StreamSplit,
-    GUIDED_TAIL_MIN_BYTES, STREAM_CHUNK_MAX_BYTES, STREAM_MIN_CHUNKS_PER_LANE,
+    set_stream_schedule, stream_units_per_chunk, Par, ScopedThreads, SegmentClaims, StreamSchedule,
+    StreamSplit, GUIDED_TAIL_MIN_BYTES, STREAM_CHUNK_MAX_BYTES, STREAM_MIN_CHUNKS_PER_LANE,
 };
+use rcpu::runtime::segments::MAX_SEGMENTS;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 #[test]
 fn chunks_are_long_but_leave_every_lane_several() {
@@ -149,5 +152,117 @@ fn guided_split_decode_shapes() {
         StreamSplit::decode(152, 14_336, 2),
         StreamSplit::new(152, 14_336, 2)
     );
-    set_stream_schedule(StreamSchedule::Guided);
+    set_stream_schedule(StreamSchedule::Segmented);
+}
+
+/// Runs every chunk of a segmented split of `units` in `order` (one lane) and returns each
+/// chunk's runs.
+fn runs_in_order(s: &StreamSplit, order: &[usize]) -> Vec<Vec<std::ops::Range<usize>>> {
+    let claims = SegmentClaims::new();
+    let mut out = vec![vec![]; s.chunks()];
+    for &i in order {
+        s.run(i, &claims, &mut |r| out[i].push(r));
+    }
+    out
+}
+
+#[test]
+fn segmented_split_covers_every_unit_once_in_any_chunk_order() {
+    for lanes in [1usize, 2, 3, 8, MAX_SEGMENTS, MAX_SEGMENTS + 1] {
+        for units in [0usize, 1, 2, 7, 28, 36, 152, 448, 4748, 100_000] {
+            for unit_bytes in [1usize, 14_336, 77_824, 1 << 22] {
+                let s = StreamSplit::segmented(units, unit_bytes, lanes);
+                let ctx = format!("lanes={lanes} units={units} unit_bytes={unit_bytes}: {s:?}");
+                assert_eq!(s.chunks(), lanes.min(MAX_SEGMENTS).min(units), "{ctx}");
+                let max = (STREAM_CHUNK_MAX_BYTES / unit_bytes).max(1);
+                let n = s.chunks();
+                // In index order, reversed, and rotated: whoever runs first takes its own
+                // segment and what the others left.
+                let orders: [Vec<usize>; 3] = [
+                    (0..n).collect(),
+                    (0..n).rev().collect(),
+                    (0..n).map(|i| (i + n / 2) % n.max(1)).collect(),
+                ];
+                for (o, order) in orders.iter().enumerate() {
+                    let runs = runs_in_order(&s, order);
+                    let mut seen = vec![0u8; units];
+                    for (i, rs) in runs.iter().enumerate() {
+                        for r in rs {
+                            assert!(!r.is_empty() && r.len() <= max, "{ctx} order {o}: {r:?}");
+                            for u in r.clone() {
+                                seen[u] += 1;
+                            }
+                        }
+                        // A chunk's first runs are its own segment, front to back, contiguous.
+                        let seg = s.range(i);
+                        let mut at = seg.start;
+                        for r in rs.iter().take_while(|r| seg.contains(&r.start)) {
+                            if r.start != at {
+                                break;
+                            }
+                            at = r.end;
+                        }
+                        if o == 0 && i == 0 {
+                            // Ran first: its whole segment in one contiguous pass.
+                            assert_eq!(at, seg.end, "{ctx}: chunk 0 did not stream its segment");
+                        }
+                    }
+                    assert!(seen.iter().all(|&c| c == 1), "{ctx} order {o}: {seen:?}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn segmented_split_first_runs_and_shapes() {
+    // Qwen2-0.5B gate (152 groups of 14336 bytes), two lanes: segments of 76 groups, each
+    // claimed front to back in quarters of what is left.
+    let gate = StreamSplit::segmented(152, 14_336, 2);
+    assert_eq!(gate.chunks(), 2);
+    assert_eq!((gate.range(0), gate.range(1)), (0..76, 76..152));
+    assert_eq!(gate.first_run(1), 76..95);
+    let runs = runs_in_order(&gate, &[0, 1]);
+    let lens: Vec<usize> = runs[0].iter().map(|r| r.len()).collect();
+    let quarters = [19, 15, 11, 8, 6, 5, 3, 3, 2, 1, 1, 1, 1];
+    assert_eq!(lens, [quarters, quarters].concat(), "{runs:?}");
+    // Chunk 0 ran alone first: its own segment front to back, then all of segment 1 from the
+    // far end (runs in descending order); chunk 1 found nothing left.
+    assert_eq!(runs[0][..2], [0..19, 19..34], "{runs:?}");
+    assert_eq!(runs[0][13..15], [133..152, 118..133], "{runs:?}");
+    assert_eq!(runs[0].last(), Some(&(76..77)), "{runs:?}");
+    assert!(runs[1].is_empty());
+    // The default decode schedule is segmented; with more lanes than segments it is guided.
+    set_stream_schedule(StreamSchedule::Segmented);
+    assert_eq!(StreamSplit::decode(152, 14_336, 2), gate);
+    assert_eq!(
+        StreamSplit::decode(152, 14_336, MAX_SEGMENTS + 1),
+        StreamSplit::guided(152, 14_336, MAX_SEGMENTS + 1)
+    );
+}
+
+#[test]
+fn segmented_split_is_exact_under_concurrency() {
+    // Real threads race for the same segments: still every unit exactly once.
+    for threads in [2usize, 3, 4] {
+        for units in [3usize, 152, 1000] {
+            for _ in 0..50 {
+                let s = StreamSplit::segmented(units, 14_336, threads);
+                let claims = SegmentClaims::new();
+                let hits: Vec<AtomicUsize> = (0..units).map(|_| AtomicUsize::new(0)).collect();
+                let runs = Mutex::new(0usize);
+                ScopedThreads(threads).chunks(rcpu::runtime::Dispatch::Decode, s.chunks(), &|i| {
+                    s.run(i, &claims, &mut |r| {
+                        *runs.lock().unwrap() += 1;
+                        for u in r {
+                            hits[u].fetch_add(1, Ordering::Relaxed);
+                        }
+                    });
+                });
+                let ctx = format!("threads={threads} units={units}");
+                assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1), "{ctx}");
+                assert!(*runs.lock().unwrap() >= s.chunks(), "{ctx}");
+            }
+        }
+    }
 }

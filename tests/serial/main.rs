@@ -36,14 +36,12 @@ mod runtime_shutdown;
 
 /// Runs the calling test alone in this process: held until the guard drops (a failed test's
 /// poison is cleared). On entry it puts back what the tests here change: the default
-/// scratch budget, no weight-arena mapping limit, the default prefetch distance.
+/// scratch budget, no weight-arena mapping limit, the default prefetch distances.
 pub(crate) fn serial() -> MutexGuard<'static, ()> {
     static ONE: Mutex<()> = Mutex::new(());
     let guard = ONE.lock().unwrap_or_else(|e| e.into_inner());
     rcpu::memory::configure(None, Some(rcpu::memory::default_scratch_budget()));
     rcpu::memory::weight_arena().set_mapped_limit(None);
-    rcpu::kernels::matmul_nbits::prefetch::set_prefetch_bytes(
-        rcpu::kernels::matmul_nbits::prefetch::DEFAULT_PREFETCH_BYTES,
-    );
+    rcpu::kernels::matmul_nbits::prefetch::reset_prefetch();
     guard
 }

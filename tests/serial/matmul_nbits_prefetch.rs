@@ -1,13 +1,16 @@
-//! The software prefetch distance of the MatMulNBits tile kernels (`matmul_nbits::prefetch`)
-//! changes no result, and a prefetch far past the weights (unmapped memory) is harmless: it
-//! must never become a load. Every kernel set the CPU supports, both accuracy levels, M = 1 and
+//! The software prefetch distances of the MatMulNBits tile kernels (`matmul_nbits::prefetch`:
+//! L1, and the VNNI tile's L2) change no result, and a prefetch far past the weights (unmapped
+//! memory) is harmless: it must never become a load. Every kernel set the CPU supports, both accuracy levels, M = 1 and
 //! M > 1, K not a multiple of the block, N not a multiple of the 32-column group.
 //! (In `tests/serial/`: the distance is process-wide.)
 
 use crate::nbits_common as matmul_nbits_common;
 use matmul_nbits_common::{Problem, THREE};
 
-use rcpu::kernels::matmul_nbits::prefetch::{set_prefetch_bytes, DEFAULT_PREFETCH_BYTES};
+use rcpu::kernels::matmul_nbits::prefetch::{
+    reset_prefetch, set_l2_prefetch_bytes, set_prefetch_bytes, DEFAULT_L2_PREFETCH_BYTES,
+    DEFAULT_PREFETCH_BYTES, DEFAULT_VNNI_PREFETCH_BYTES,
+};
 use rcpu::kernels::matmul_nbits::{matmul_packed_with, pack, Kernels};
 use rcpu::telemetry::ledger::Variant;
 
@@ -15,7 +18,15 @@ use rcpu::telemetry::ledger::Variant;
 fn prefetch_distance_changes_no_result() {
     let _serial = crate::serial();
     // 1 << 36: 64 GiB past the weights, far outside any mapping of this process.
-    let dists = [64, DEFAULT_PREFETCH_BYTES, 1 << 36];
+    // (L1, L2) pairs.
+    let dists = [
+        (64, 0),
+        (DEFAULT_PREFETCH_BYTES, 0),
+        (DEFAULT_VNNI_PREFETCH_BYTES, DEFAULT_L2_PREFETCH_BYTES),
+        (0, 64),
+        (1 << 36, 0),
+        (DEFAULT_VNNI_PREFETCH_BYTES, 1 << 36),
+    ];
     let shapes = [
         (100, 33, 1, 32),
         (896, 1152, 1, 32),
@@ -27,14 +38,15 @@ fn prefetch_distance_changes_no_result() {
             let pr = Problem::new(k, n, m, bs, acc, i % 2 == 0, i % 3 == 0, 11 + i as u64);
             let packed = pack(&pr.b, &pr.scales, pr.zp.as_deref(), &pr.p);
             for kern in Kernels::supported() {
-                let run = |dist: usize| {
+                let run = |(dist, l2): (usize, usize)| {
                     set_prefetch_bytes(dist);
+                    set_l2_prefetch_bytes(l2);
                     let mut out = vec![f32::NAN; m * n];
                     let bias = pr.bias.as_deref();
                     matmul_packed_with(kern, &pr.a, m, &packed, bias, &mut out, &THREE).unwrap();
                     out
                 };
-                let base = run(0);
+                let base = run((0, 0));
                 for d in dists {
                     let got = run(d);
                     let same = got
@@ -43,12 +55,12 @@ fn prefetch_distance_changes_no_result() {
                         .all(|(x, y)| x.to_bits() == y.to_bits());
                     assert!(
                         same,
-                        "K={k} N={n} M={m} acc={acc} {}: prefetch {d} bytes changed the result",
+                        "K={k} N={n} M={m} acc={acc} {}: prefetch {d:?} bytes changed the result",
                         kern.route(acc, m).text()
                     );
                 }
             }
         }
     }
-    set_prefetch_bytes(DEFAULT_PREFETCH_BYTES);
+    reset_prefetch();
 }

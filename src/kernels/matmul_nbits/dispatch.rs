@@ -6,7 +6,7 @@ use std::sync::LazyLock;
 use super::pack::{GroupView, NR};
 use super::prepare_a::{quantize_row_scalar, PreparedA, QuantRowFn};
 use super::route::{NBitsPath, NBitsRoute};
-use super::{tile_scalar, MR};
+use super::{nonfinite, tile_scalar, MR};
 use crate::kernels::isa::{Isa, IsaTables};
 use crate::kernels::simd::{plain_entry, Level};
 
@@ -15,6 +15,9 @@ use crate::kernels::simd::{plain_entry, Level};
 /// token (`kernels/simd.rs`), so calling one is safe on any CPU.
 /// The leading [`Level`] is the one the driver minted for the call (`kernels/simd.rs`).
 pub(crate) type TileFn = fn(Level, &GroupView, &PreparedA, usize, usize, &mut [[f32; NR]; MR]);
+
+/// Largest |x| of a row (the `abs_max` entry of [`Kernels`]).
+pub(crate) type AbsMaxFn = fn(Level, &[f32]) -> f32;
 
 /// A whole-group GEMM (the AMX one, `tile_amx`): rows `rows` (from a multiple of
 /// [`AMX_ROWS`](super::tile_amx::AMX_ROWS)) of prepared A, padded with zero rows to a multiple of
@@ -58,6 +61,9 @@ pub struct Kernels {
     pub(crate) i8_tile: TileFn,
     /// Per-row int8 quantiser of A (accuracy level 4).
     pub(crate) quant_row: QuantRowFn,
+    /// Largest |x| of a row of A (`nonfinite::abs_max`, bit-identical at every level): the
+    /// per-call non-finite and overflow scans.
+    pub(crate) abs_max: AbsMaxFn,
     /// Accuracy level 4 from [`AMX_MIN_M`] rows: the AMX GEMM (only in the tables
     /// [`Kernels::amx`] and [`Kernels::amx_every_m`] hand out, minted from the `Amx` token).
     i8_gemm: Option<GemmFn>,
@@ -111,6 +117,7 @@ mod entries {
         // token exists, which proves all of them (it is minted only above the VNNI level).
         unsafe { tile_amx::group_i8(g, a, rows, panel, emit) }
     }
+    simd_entry!(pub(super) fn abs_max_avx512(v: &[f32]) -> f32 = Avx512 => quant_avx512::abs_max);
     simd_entry!(pub(super) fn quant_avx512(
         row: &[f32], bs: usize, q: &mut [i8], qscale: &mut [f32], qsum: &mut [i32],
     ) = Avx512 => quant_avx512::quantize_row);
@@ -122,6 +129,7 @@ plain_entry!(fn f32_scalar(
 plain_entry!(fn i8_scalar(
     g: &GroupView, a: &PreparedA, r0: usize, nr: usize, res: &mut [[f32; NR]; MR],
 ) => tile_scalar::tile_i8);
+plain_entry!(fn abs_max_scalar(v: &[f32]) -> f32 => nonfinite::abs_max);
 plain_entry!(fn quant_scalar(
     row: &[f32], bs: usize, q: &mut [i8], qscale: &mut [f32], qsum: &mut [i32],
 ) => quantize_row_scalar);
@@ -131,6 +139,7 @@ const SCALAR: Kernels = Kernels {
     f32_tile: f32_scalar,
     i8_tile: i8_scalar,
     quant_row: quant_scalar,
+    abs_max: abs_max_scalar,
     i8_gemm: None,
     amx_min_m: usize::MAX,
     amx_tail_min: 0,
@@ -142,6 +151,7 @@ const AVX2: Kernels = Kernels {
     f32_tile: entries::f32_avx2,
     i8_tile: entries::i8_avx2,
     quant_row: quant_scalar,
+    abs_max: abs_max_scalar,
     i8_gemm: None,
     amx_min_m: usize::MAX,
     amx_tail_min: 0,
@@ -153,6 +163,7 @@ const AVX512: Kernels = Kernels {
     f32_tile: entries::f32_avx512,
     i8_tile: entries::i8_avx512,
     quant_row: entries::quant_avx512,
+    abs_max: entries::abs_max_avx512,
     i8_gemm: None,
     amx_min_m: usize::MAX,
     amx_tail_min: 0,
@@ -164,6 +175,7 @@ const AVX512VNNI: Kernels = Kernels {
     f32_tile: entries::f32_avx512,
     i8_tile: entries::i8_avx512vnni,
     quant_row: entries::quant_avx512,
+    abs_max: entries::abs_max_avx512,
     i8_gemm: None,
     amx_min_m: usize::MAX,
     amx_tail_min: 0,
@@ -240,6 +252,13 @@ impl Kernels {
     /// The kernels this process uses.
     pub fn active() -> &'static Kernels {
         &ACTIVE
+    }
+
+    /// Largest |x| of `v` (the maximum of the magnitude bits: +inf or NaN when `v` holds one)
+    /// with this table's scan of A; the same bits at every level. `Err` when the CPU lacks the
+    /// table's level.
+    pub fn row_abs_max(&self, v: &[f32]) -> Result<f32, String> {
+        Ok((self.abs_max)(Level::require(self.isa)?, v))
     }
 
     /// The kernels of `isa`; `Err` when the CPU lacks it.

@@ -1,9 +1,11 @@
 //! Splitting a MatMulNBits call into chunks over `Par`, for packed and unpacked weights.
 //!
 //! Column groups are taken in ranges (`par::StreamSplit`). M = 1: `Par::chunks`
-//! (`Dispatch::Decode`) over the ranges of `StreamSplit::decode` (guided: long runs first, then
-//! shorter ones down to a 16 KiB tail, so the lanes finish together instead of one waiting up
-//! to a whole equal-sized chunk at the barrier; `examples/decode_anatomy`). M > 1 (packed):
+//! (`Dispatch::Decode`) over the chunks of `StreamSplit::decode` (segmented: one chunk per lane,
+//! each streaming its own contiguous segment of groups front to back and then claiming what is
+//! left of the others from their far ends, `runtime::segments`, so each lane reads one long
+//! run and the lanes still finish together; `StreamSplit::run` hands a chunk its runs).
+//! M > 1 (packed):
 //! `Par::chunks` (`Dispatch::Task`) over (row tile of [`ROW_TILE`] rows) x (range of
 //! `StreamSplit::new`: long runs, a few per lane, a chunk count that is a multiple of the
 //! lanes, lengths within one group of each other). Unpacked: chunks are ranges over all rows, each packing one
@@ -30,7 +32,7 @@ use crate::memory::scratch::{
     try_with_scratch_f32, try_with_scratch_i32, try_with_scratch_u16, try_with_scratch_u8,
     Shortfall,
 };
-use crate::runtime::par::{Dispatch, Par, StreamSplit};
+use crate::runtime::par::{Dispatch, Par, SegmentClaims, StreamSplit};
 
 /// Rows per M > 1 task tile.
 pub(crate) const ROW_TILE: usize = 16;
@@ -58,8 +60,11 @@ pub(crate) fn run(
         Source::Packed(pk) => pk.params,
         Source::Unpacked(w) => *w.p,
     };
+    // The scans of A take the table's `abs_max` (the same bits at every level).
+    let lv = Level::require(kernels.isa)?;
+    let abs_max = |row: &[f32]| (kernels.abs_max)(lv, row);
     // Rows with NaN / infinities: ORT's answers (see `nonfinite`).
-    let fixes = match nonfinite::scan(a, m, &p) {
+    let fixes = match nonfinite::scan(a, m, &p, &abs_max) {
         Ok(f) => f,
         // Only the list of rows failed to allocate: answer every row that needs it NaN.
         Err(_) => (0..m)
@@ -90,7 +95,7 @@ pub(crate) fn run(
         // Rarely used (packing declined): keep the full output scan.
         Source::Unpacked(_) => None,
     };
-    nonfinite::rescale_overflowed_rows(a, m, &p, scale_max, bias, out, &gemm)?;
+    nonfinite::rescale_overflowed_rows(a, m, &p, scale_max, bias, out, &gemm, &abs_max)?;
     Ok(name)
 }
 
@@ -150,6 +155,8 @@ fn run_fast(
             StreamSplit::new(g_count, group_weight_bytes(&p), par.lanes())
         };
         let col_chunks = split.chunks();
+        // The segmented split's claim counters for this call (unused by the other splits).
+        let claims = SegmentClaims::new();
         let dst = DisjointOut::new(out);
         let gemm = kernels.gemm(p.accuracy_level, m);
         let ctx = Ctx {
@@ -174,9 +181,11 @@ fn run_fast(
                 let body = |ci: usize| {
                     let (rt, cc) = (ci / col_chunks, ci % col_chunks);
                     let rows = rt * row_tile..((rt + 1) * row_tile).min(m);
-                    for g in split.range(cc) {
-                        ctx.group(&pk.group(g), g, rows.clone());
-                    }
+                    split.run(cc, &claims, &mut |run| {
+                        for g in run {
+                            ctx.group(&pk.group(g), g, rows.clone());
+                        }
+                    });
                 };
                 if m == 1 {
                     par.chunks(Dispatch::Decode, col_chunks, &body);
@@ -203,18 +212,24 @@ fn run_fast(
                             try_with_scratch_u16(h_len, |h| {
                                 let (w, z) = bytes.split_at_mut(wb);
                                 let mut z = zero_points.map(|_| z);
-                                for g in split.range(cc) {
-                                    let zm = z.as_deref_mut();
-                                    let half = pack_group(&weight, g, w, s, h, zm);
-                                    let view = GroupView {
-                                        w,
-                                        scales: if half { Scales::F16(h) } else { Scales::F32(s) },
-                                        zps: z.as_deref(),
-                                        k_blocks: kbs,
-                                        block_size: p.block_size,
-                                    };
-                                    ctx.group(&view, g, 0..m);
-                                }
+                                split.run(cc, &claims, &mut |run| {
+                                    for g in run {
+                                        let zm = z.as_deref_mut();
+                                        let half = pack_group(&weight, g, w, s, h, zm);
+                                        let view = GroupView {
+                                            w,
+                                            scales: if half {
+                                                Scales::F16(h)
+                                            } else {
+                                                Scales::F32(s)
+                                            },
+                                            zps: z.as_deref(),
+                                            k_blocks: kbs,
+                                            block_size: p.block_size,
+                                        };
+                                        ctx.group(&view, g, 0..m);
+                                    }
+                                });
                             })
                         })
                     });

@@ -46,9 +46,9 @@ pub use route::{NBitsPath, NBitsRoute};
 
 use crate::runtime::par::{Par, StreamSplit};
 
-/// The packed weight codes an M=1 call of `packed` over `lanes` lanes streams in its second
-/// chunk: the first chunk another lane claims (the caller claims chunk 0 right after it
-/// publishes the job). Empty when the call has a single chunk (it runs on the caller alone).
+/// The packed weight codes an M=1 call of `packed` over `lanes` lanes streams first in its
+/// second chunk (`StreamSplit::first_run`): the first chunk another lane claims (the caller
+/// claims chunk 0 right after it publishes the job). Empty when the call has a single chunk (it runs on the caller alone).
 /// What a caller hints to the idle lanes (`Par::idle_prefetch`) before that call.
 pub fn decode_second_chunk(packed: &PackedNBits, lanes: usize) -> &[u8] {
     let p = packed.params();
@@ -57,7 +57,7 @@ pub fn decode_second_chunk(packed: &PackedNBits, lanes: usize) -> &[u8] {
     if split.chunks() < 2 {
         return &[];
     }
-    let r = split.range(1);
+    let r = split.first_run(1);
     // In range: the split covers `groups(p)` groups of `wb` code bytes each.
     &packed.weight_bytes()[r.start * wb..r.end * wb]
 }

@@ -32,8 +32,14 @@ pub(crate) enum RowFix {
     Infinities,
 }
 
-/// Rows of `a` (`m` rows of `p.k`) whose answers differ from the fast path's, with their fix.
-pub(crate) fn scan(a: &[f32], m: usize, p: &NBitsParams) -> Result<Vec<(usize, RowFix)>, String> {
+/// Rows of `a` (`m` rows of `p.k`) whose answers differ from the fast path's, with their fix;
+/// `abs_max` is the kernel table's scan of a row ([`abs_max`] bit for bit).
+pub(crate) fn scan(
+    a: &[f32],
+    m: usize,
+    p: &NBitsParams,
+    abs_max: &dyn Fn(&[f32]) -> f32,
+) -> Result<Vec<(usize, RowFix)>, String> {
     let mut out = Vec::new();
     for r in 0..m {
         let row = &a[r * p.k..(r + 1) * p.k];
@@ -118,8 +124,9 @@ pub(crate) fn infinite_row(
 }
 
 /// Largest |x| of `v` (0 when empty); +inf or NaN when `v` holds one (as the bit pattern's
-/// maximum: an integer max over the magnitude bits, which vectorises, so the per-call scans of A
-/// stay far below the weight stream). Finite exactly when every value is.
+/// maximum: an integer max over the magnitude bits). Finite exactly when every value is. The
+/// scalar table's scan of A; the AVX-512 tables use `quant_avx512::abs_max` (the same bits,
+/// several times faster: at the baseline target this fold has no unsigned max).
 pub(crate) fn abs_max(v: &[f32]) -> f32 {
     f32::from_bits(v.iter().fold(0u32, |m, x| m.max(x.to_bits() & 0x7fff_ffff)))
 }
@@ -143,6 +150,8 @@ pub(crate) fn cannot_overflow(amax: f32, smax: f32, k: usize) -> bool {
 /// two (exact) to the unit range, the result scaled back, then the bias added:
 /// `y = 2^e * fast(a * 2^-e) + bias`. A row whose non-finite outputs come from the weights or the
 /// bias (NaN scales, a NaN bias) gets the same answer again. Allocates two rows (fallibly).
+// The call's inputs, its output, and the two kernels it needs (the fast path, the scan of A).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn rescale_overflowed_rows(
     a: &[f32],
     m: usize,
@@ -151,6 +160,7 @@ pub(crate) fn rescale_overflowed_rows(
     bias: Option<&[f32]>,
     out: &mut [f32],
     gemm: &FastGemm<'_>,
+    abs_max: &dyn Fn(&[f32]) -> f32,
 ) -> Result<(), String> {
     let (k, n) = (p.k, p.n);
     let mut scaled: Vec<f32> = Vec::new();

@@ -20,24 +20,71 @@
 //! -> 126.0; K=896 N=151936 2885 -> 2814 us. 3072 was no better than 2048; prefill (M=64) is
 //! indifferent (no prefetch 1214 us, 1024: 1076, 2048: 1127, p10 of 20 rounds).
 //!
+//! Issue 17, after the segmented decode split (`runtime::segments`), every call streaming from
+//! DRAM (200 copies, about 490 MB, past L3; p10 over 60 rounds of 8 calls, arms interleaved:
+//! `examples/matmul_nbits_stream -- --sweep 896 4864 2 60 200 4 1
+//! --pf=2048/0,2048/4096,guided:2048/0,read`): perf put about 70% of the VNNI tile's samples on
+//! its two weight loads, so the tile waits on memory, not on arithmetic. A second prefetch
+//! into L2 (`prefetcht2`) at twice the distance keeps more lines coming: K=896 N=4864 83.4 ->
+//! 79.8 and 78.8 -> 75.6 us (plain read of the codes in the same runs 69.6 and 65.3 us, the
+//! kernel now at 98% / 97% of the read's GB/s over its 12% more bytes), K=4864 N=896 81.5 ->
+//! 79.1 and 82.2 -> 80.5, K=896 N=1152 21.8 -> 20.9 and 21.5 -> 20.8. The fp32 tile (acc 0) got
+//! slower with it (91.1 -> 93.0, 89.1 -> 92.0 us), so only the VNNI tile issues it. Against
+//! L1 2048 / L2 4096, the VNNI tile's L1 3072 / L2 6144 was faster or equal in every one of 9
+//! interleaved comparisons (`--pf=2048/4096,3072/6144,...`): K=896 N=4864 75.9 -> 73.6, 74.5
+//! -> 73.6, 73.7 -> 73.4 us; K=4864 N=896 81.0 -> 78.2, 79.0 -> 78.1, 81.1 -> 80.8; K=896
+//! N=896 15.6 -> 15.3; K=896 N=1152 20.7 -> 20.0, 20.8 -> 20.8. 2048 / 6144 and 1024 / 4096
+//! were no better than 2048 / 4096, 4096 / 8192 worse. The fp32 tile keeps 2048 (3072: 91.7
+//! -> 91.9 and 90.7 -> 92.7 us at acc 0).
+//!
 //! The distance is a process-wide setting so that diagnostics can compare distances
 //! interleaved in one process (the only comparison that survives a noisy shared machine);
 //! nothing in the library changes it.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-/// Default distance, in bytes ahead of the 64-byte chunk being loaded.
+/// Default L1 distance of the fp32 and `vpmaddubsw` tiles, in bytes ahead of the 64-byte chunk
+/// being loaded.
 pub const DEFAULT_PREFETCH_BYTES: usize = 2048;
+/// Default L1 distance of the VNNI tile.
+pub const DEFAULT_VNNI_PREFETCH_BYTES: usize = 3072;
+/// Default distance of the VNNI tile's second, L2 (`prefetcht2`) prefetch.
+pub const DEFAULT_L2_PREFETCH_BYTES: usize = 6144;
 
 static DISTANCE: AtomicUsize = AtomicUsize::new(DEFAULT_PREFETCH_BYTES);
+static VNNI_DISTANCE: AtomicUsize = AtomicUsize::new(DEFAULT_VNNI_PREFETCH_BYTES);
+static L2_DISTANCE: AtomicUsize = AtomicUsize::new(DEFAULT_L2_PREFETCH_BYTES);
 
-/// Sets the prefetch distance in bytes (0 turns software prefetch off). Diagnostics only.
+/// Sets every tile's L1 prefetch distance in bytes (0 turns it off). Diagnostics only.
 #[doc(hidden)]
 pub fn set_prefetch_bytes(bytes: usize) {
     DISTANCE.store(bytes, Ordering::Relaxed);
+    VNNI_DISTANCE.store(bytes, Ordering::Relaxed);
 }
 
-/// The current prefetch distance in bytes (0: off).
+/// Sets the VNNI tile's L2 prefetch distance in bytes (0 turns it off). Diagnostics only.
+#[doc(hidden)]
+pub fn set_l2_prefetch_bytes(bytes: usize) {
+    L2_DISTANCE.store(bytes, Ordering::Relaxed);
+}
+
+/// Puts every distance back to its default. Diagnostics only.
+#[doc(hidden)]
+pub fn reset_prefetch() {
+    DISTANCE.store(DEFAULT_PREFETCH_BYTES, Ordering::Relaxed);
+    VNNI_DISTANCE.store(DEFAULT_VNNI_PREFETCH_BYTES, Ordering::Relaxed);
+    L2_DISTANCE.store(DEFAULT_L2_PREFETCH_BYTES, Ordering::Relaxed);
+}
+
+/// The fp32 and `vpmaddubsw` tiles' L1 distance in bytes (0: off).
 pub fn prefetch_bytes() -> usize {
     DISTANCE.load(Ordering::Relaxed)
+}
+
+/// The VNNI tile's (L1, L2) distances in bytes (0: off).
+pub fn vnni_prefetch_bytes() -> (usize, usize) {
+    (
+        VNNI_DISTANCE.load(Ordering::Relaxed),
+        L2_DISTANCE.load(Ordering::Relaxed),
+    )
 }

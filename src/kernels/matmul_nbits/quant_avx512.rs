@@ -70,3 +70,40 @@ pub(crate) unsafe fn quantize_row(
         qsum[b] = _mm512_reduce_add_epi32(sum);
     }
 }
+
+/// Largest |x| of `v` as [`super::nonfinite::abs_max`] computes it (the maximum of the
+/// magnitude bits, so +inf or NaN when `v` holds one), bit-identical: an integer max is exact
+/// in any order. Four 16-lane running maxima and a masked last load. The baseline-target fold
+/// (SSE2 has no unsigned max) made the two scans of a K=4864 row about 2.6 us per call, more
+/// than the int8 quantiser and twice the VNNI tile on the same row's L2-resident group (issue
+/// 17, perf of `matmul_nbits_stream --sweep 4864 32 1 100000 1`).
+///
+/// # Safety
+/// The CPU must support AVX-512 F.
+#[target_feature(enable = "avx512f")]
+pub(crate) unsafe fn abs_max(v: &[f32]) -> f32 {
+    let mag = _mm512_set1_epi32(0x7fff_ffff);
+    let p = v.as_ptr() as *const i32;
+    let mut m = [_mm512_setzero_si512(); 4];
+    let mut i = 0;
+    while i + 64 <= v.len() {
+        for (j, mj) in m.iter_mut().enumerate() {
+            // SAFETY: i + 16 * j + 16 <= i + 64 <= v.len().
+            let x = unsafe { _mm512_loadu_si512(p.add(i + 16 * j) as *const _) };
+            *mj = _mm512_max_epu32(*mj, _mm512_and_si512(x, mag));
+        }
+        i += 64;
+    }
+    while i < v.len() {
+        let n = (v.len() - i).min(16);
+        let k: __mmask16 = if n == 16 { !0 } else { (1u16 << n) - 1 };
+        // SAFETY: the mask enables only lanes i..i + n <= v.len(); masked-off lanes are not
+        // read (no fault past the slice).
+        let x = unsafe { _mm512_maskz_loadu_epi32(k, p.add(i)) };
+        m[0] = _mm512_max_epu32(m[0], _mm512_and_si512(x, mag));
+        i += n;
+    }
+    let m01 = _mm512_max_epu32(m[0], m[1]);
+    let m23 = _mm512_max_epu32(m[2], m[3]);
+    f32::from_bits(_mm512_reduce_max_epu32(_mm512_max_epu32(m01, m23)))
+}

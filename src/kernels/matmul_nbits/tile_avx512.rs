@@ -15,6 +15,19 @@
 //! Both int8 variants give the exact integer `dot - zp * sum_a8` per (block, column), then
 //! `total += f32(that) * (scale * scale_a)`.
 //! Per-row arithmetic does not depend on how many rows share a call.
+//!
+//! What the M=1 VNNI tile costs beyond its bytes (issue 17): diagnostic variants of it (not
+//! kept), interleaved with it call by call in one process on weights streamed from DRAM
+//! (`examples/matmul_nbits_stream --sweep`, 200 copies, p10 of 480 calls; K=896 N=4864 and
+//! K=4864 N=896): the same loads and prefetches with no arithmetic at all 85.4 and 82.4-84.7 us
+//! against the tile's 87.5 and 84.0-86.9, so the arithmetic (two `vpdpbusd` per 64 bytes, the
+//! per-block epilogue) costs 2-3% and trimming it cannot pay much; the weight loads alone,
+//! without the scale stream, 76.5 and 73.1-73.7 us: the scales (11-12% of the bytes) cost their
+//! share of the bytes and no more, so a second stream per lane is not what slows the tile (see
+//! `pack`). (A variant reading block 0's scales for every block, a hot buffer, came out slower,
+//! 94-100 and 96-98 us; not understood.) What did cost was the decode split (the guided split's
+//! alternating runs, `runtime::segments`) and too few lines in flight (the L2 prefetch,
+//! `prefetch`).
 
 // AVX-512 intrinsics are stable since Rust 1.89, above the workspace's declared MSRV (1.85):
 // building this module needs 1.89+, so the workspace `rust-version` should be raised.
@@ -23,7 +36,7 @@
 use std::arch::x86_64::*;
 
 use super::pack::{GroupView, Scales, CHUNK_K, LANES, NR};
-use super::prefetch::prefetch_bytes;
+use super::prefetch::{prefetch_bytes, vnni_prefetch_bytes};
 use super::prepare_a::PreparedA;
 use super::MR;
 use crate::kernels::x86_asm::fma_bcast;
@@ -62,15 +75,19 @@ fn nib<const SH: u32>(v: __m512i, lut: __m512) -> __m512 {
 // the distance is a runtime setting so that a machine can be re-checked with
 // `examples/matmul_nbits_stream --sweep`.
 
-/// Prefetches the cache line `dist` bytes past chunk `k0` (nothing when `dist` is 0). The
-/// address may lie past the group or the whole buffer: a prefetch never faults, and the pointer
-/// is only computed (wrapping), never dereferenced.
+/// Prefetches the cache line `dist` bytes past chunk `k0` into L1 and the one `far` bytes past
+/// it into L2 (`prefetcht2`; nothing for a distance of 0). The address may lie past the group
+/// or the whole buffer: a prefetch never faults, and the pointer is only computed (wrapping),
+/// never dereferenced.
 #[inline]
 #[target_feature(enable = "avx512f")]
-fn prefetch(g: &GroupView, k0: usize, dist: usize) {
+fn prefetch(g: &GroupView, k0: usize, dist: usize, far: usize) {
+    let at = g.w.as_ptr().wrapping_add(k0 * NR / 2);
     if dist != 0 {
-        let p = g.w.as_ptr().wrapping_add(k0 * NR / 2 + dist);
-        _mm_prefetch::<_MM_HINT_T0>(p as *const i8);
+        _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(dist) as *const i8);
+    }
+    if far != 0 {
+        _mm_prefetch::<_MM_HINT_T2>(at.wrapping_add(far) as *const i8);
     }
 }
 
@@ -206,6 +223,8 @@ unsafe fn f32_rows<const R: usize, const F16: bool>(
 ) {
     let (s32, s16) = g.scales.split();
     let bs = g.block_size;
+    // No L2 prefetch here: on top of the L1 one it cost this compute-heavier tile 2-3% (see
+    // `prefetch`).
     let pf = prefetch_bytes();
     let sa = scale_blocks_ahead(pf, bs);
     assert!(g.w.len() >= g.k_blocks * bs * NR / 2 && g.scales.len() >= g.k_blocks * NR);
@@ -222,7 +241,7 @@ unsafe fn f32_rows<const R: usize, const F16: bool>(
         let mut acc = [[[_mm512_setzero_ps(); 2]; 2]; R];
         for c in 0..bs / CHUNK_K {
             let k0 = kb * bs + c * CHUNK_K;
-            prefetch(g, k0, pf);
+            prefetch(g, k0, pf, 0);
             // SAFETY: k0 + 4 <= k_blocks * bs (asserted length above).
             let v = unsafe { chunk(g, k0) };
             // w[2j] = low columns at k0 + j, w[2j + 1] = high columns.
@@ -318,7 +337,7 @@ unsafe fn i8_vnni_rows<const R: usize, const F16: bool>(
     let (s32, s16) = g.scales.split();
     check_i8_sizes!(g, a, r0, R);
     let bs = g.block_size;
-    let pf = prefetch_bytes();
+    let (pf, pf2) = vnni_prefetch_bytes();
     let sa = scale_blocks_ahead(pf, bs);
     let mask = _mm512_set1_epi8(0x0F);
     let mut total = [[_mm512_setzero_ps(); 2]; R];
@@ -339,7 +358,7 @@ unsafe fn i8_vnni_rows<const R: usize, const F16: bool>(
         for c in (0..bs / CHUNK_K).step_by(2) {
             for ch in 0..2 {
                 let k0 = kb * bs + (c + ch) * CHUNK_K;
-                prefetch(g, k0, pf);
+                prefetch(g, k0, pf, pf2);
                 // SAFETY: k0 + 4 <= k_blocks * bs (asserted length).
                 let v = unsafe { chunk(g, k0) };
                 let v_lo = _mm512_and_si512(v, mask);
@@ -374,6 +393,7 @@ unsafe fn i8_maddubs_rows<const R: usize, const F16: bool>(
     let (s32, s16) = g.scales.split();
     check_i8_sizes!(g, a, r0, R);
     let bs = g.block_size;
+    // The L2 prefetch is measured for the VNNI tile only (see `prefetch`).
     let pf = prefetch_bytes();
     let sa = scale_blocks_ahead(pf, bs);
     let mask = _mm512_set1_epi8(0x0F);
@@ -387,7 +407,7 @@ unsafe fn i8_maddubs_rows<const R: usize, const F16: bool>(
             std::array::from_fn(|r| [zp_seed(zh[0], qsum(r)), zp_seed(zh[1], qsum(r))]);
         for c in 0..bs / CHUNK_K {
             let k0 = kb * bs + c * CHUNK_K;
-            prefetch(g, k0, pf);
+            prefetch(g, k0, pf, 0);
             // SAFETY: k0 + 4 <= k_blocks * bs (asserted length).
             let v = unsafe { chunk(g, k0) };
             let halves = [
