@@ -8,6 +8,8 @@ test can prove that the nodes it targets really ran on rcpu (not on ORT's kernel
 
 from __future__ import annotations
 
+import ctypes
+import json
 import os
 import pathlib
 
@@ -119,6 +121,34 @@ def assert_on_cpu(sess, names) -> None:
     got = assignment(sess)
     missing = names - got.get("CPUExecutionProvider", set())
     assert not missing, f"nodes {sorted(missing)} were expected on CPUExecutionProvider; assignment: {got}"
+
+
+class RcpuStats:
+    """rcpu's statistics through RcpuEp_StatsJson / RcpuEp_ResetStats (dlopen of the loaded plugin: the
+    same instance ORT runs)."""
+
+    def __init__(self, plugin_path):
+        self.lib = ctypes.CDLL(str(plugin_path))
+        self.lib.RcpuEp_StatsJson.restype = ctypes.c_size_t
+        self.lib.RcpuEp_StatsJson.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+
+    def reset(self):
+        self.lib.RcpuEp_ResetStats()
+
+    def ledger(self) -> list[dict]:
+        """The route ledger's rows ({op, variant, lanes, calls})."""
+        n = self.lib.RcpuEp_StatsJson(None, 0) + 4096
+        buf = ctypes.create_string_buffer(n)
+        m = self.lib.RcpuEp_StatsJson(buf, n)
+        return json.loads(buf.raw[:m])["ledger"]
+
+    def variants(self, op):
+        return {r["variant"] for r in self.ledger() if r["op"] == op and r["calls"] > 0}
+
+
+@pytest.fixture(scope="module")
+def stats(plugin_path, rcpu_devices):
+    return RcpuStats(plugin_path)
 
 
 def rel_l2(a, b) -> float:

@@ -9,9 +9,6 @@ same kernels in the same order; only where B is read from differs).
 
 from __future__ import annotations
 
-import ctypes
-import json
-
 import numpy as np
 import pytest
 
@@ -36,30 +33,6 @@ def _f32(rng, shape):
 
 def _unpacked(model, rcpu_devices, threads=2):
     return rcpu_session(model.SerializeToString(), rcpu_devices, {"threads": threads, "weight_cache_mb": 0})
-
-
-class _Stats:
-    """rcpu's ledger through RcpuEp_StatsJson (dlopen of the loaded plugin: the same instance)."""
-
-    def __init__(self, plugin_path):
-        self.lib = ctypes.CDLL(str(plugin_path))
-        self.lib.RcpuEp_StatsJson.restype = ctypes.c_size_t
-        self.lib.RcpuEp_StatsJson.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
-
-    def reset(self):
-        self.lib.RcpuEp_ResetStats()
-
-    def variants(self, op):
-        n = self.lib.RcpuEp_StatsJson(None, 0) + 4096
-        buf = ctypes.create_string_buffer(n)
-        m = self.lib.RcpuEp_StatsJson(buf, n)
-        rows = json.loads(buf.raw[:m])["ledger"]
-        return {r["variant"] for r in rows if r["op"] == op and r["calls"] > 0}
-
-
-@pytest.fixture(scope="module")
-def stats(plugin_path, rcpu_devices):
-    return _Stats(plugin_path)
 
 
 def _assert_route(stats, op, form):

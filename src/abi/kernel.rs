@@ -39,6 +39,8 @@ unsafe extern "C" fn kernel_compute(
         let _scope = unsafe { super::ort_pool::ComputeScope::enter(ctx) };
         // SAFETY: as above.
         let ctx = unsafe { KernelContext::new(ctx) };
+        // The ledger records the lanes this call's dispatches used: count from here.
+        crate::runtime::par::take_lanes_used();
         shell.kernel.compute(&ctx)
     })
 }

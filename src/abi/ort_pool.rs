@@ -103,6 +103,7 @@ impl Par for OrtPoolPar {
             (0..n).for_each(f);
             return;
         }
+        crate::runtime::par::note_lanes_used(self.lanes.min(n));
         let job = Job {
             f,
             panicked: Mutex::new(None),

@@ -294,6 +294,7 @@ impl Lanes {
             }
         };
         let _placed = self.place_caller();
+        super::par::note_lanes_used((self.workers.len() + 1).min(n));
         let next = AtomicUsize::new(0);
         let panicked: Mutex<Option<Box<dyn Any + Send>>> = Mutex::new(None);
         let job = |_lane: usize| loop {

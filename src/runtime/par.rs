@@ -42,6 +42,27 @@ pub trait Par: Sync {
     fn idle_prefetch(&self, _region: Option<&[u8]>) {}
 }
 
+thread_local! {
+    /// The most lanes a dispatch issued from this thread was split over since the last
+    /// [`take_lanes_used`] (1: none went parallel). Per thread because a node's compute and its
+    /// dispatches run on the calling thread; nested dispatches inside chunks run inline and note
+    /// nothing.
+    static LANES_USED: std::cell::Cell<usize> = const { std::cell::Cell::new(1) };
+}
+
+/// Notes that a dispatch issued from this thread was split over `lanes` lanes (implementations of
+/// [`Par`] call it when they hand chunks to other lanes).
+pub fn note_lanes_used(lanes: usize) {
+    LANES_USED.with(|c| c.set(c.get().max(lanes)));
+}
+
+/// The most lanes any dispatch from this thread was split over since the previous call (1 when
+/// everything ran on the caller), and starts counting afresh: what a node records in the route
+/// ledger as the lanes its call ran on.
+pub fn take_lanes_used() -> usize {
+    LANES_USED.with(|c| c.replace(1))
+}
+
 /// Bytes a streaming chunk (M=1 decode: a run of weight panels or column groups) reads at most.
 pub const STREAM_CHUNK_MAX_BYTES: usize = 4 << 20;
 /// Chunks per lane a streaming split keeps at least (when there are that many units), so the
@@ -340,6 +361,9 @@ impl Par for ScopedThreads {
         self.0.max(1)
     }
     fn chunks(&self, _kind: Dispatch, n: usize, f: &(dyn Fn(usize) + Sync)) {
+        if n > 1 {
+            note_lanes_used(self.lanes().min(n));
+        }
         self.run(n, f)
     }
 }

@@ -10,6 +10,7 @@ use crate::abi::kernel_info::KernelInfo;
 use crate::abi::status::{Error, Result};
 use crate::ep::op::{types, Decline, KernelEnv, OpDef, OpKernel};
 use crate::kernels::activation::{activation_f32, Activation};
+use crate::runtime::par::take_lanes_used;
 use crate::telemetry::ledger;
 
 use super::claim::{input_type, only_attrs, require_elem, require_output_elem, F32};
@@ -54,7 +55,7 @@ impl OpKernel for Act {
         };
         let variant = activation_f32(self.act, x.data::<f32>()?, b, out, &*self.env.par)
             .map_err(Error::invalid_argument)?;
-        ledger::record(self.op, variant, self.env.par.lanes());
+        ledger::record(self.op, variant, take_lanes_used());
         Ok(())
     }
 }

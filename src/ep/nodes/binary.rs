@@ -9,6 +9,7 @@ use crate::abi::status::{Error, Result};
 use crate::ep::op::{types, Decline, KernelEnv, OpDef, OpKernel};
 use crate::kernels::elementwise::{binary_f32, BinaryOp};
 use crate::kernels::shape::{broadcast_dims, broadcast_shapes};
+use crate::runtime::par::take_lanes_used;
 use crate::telemetry::ledger;
 
 use super::claim::{known_dims, only_attrs, require_elem, require_output_elem, F32};
@@ -35,7 +36,7 @@ impl OpKernel for Binary {
             &*self.env.par,
         )
         .map_err(Error::invalid_argument)?;
-        ledger::record(self.name, variant, self.env.par.lanes());
+        ledger::record(self.name, variant, take_lanes_used());
         Ok(())
     }
 }

@@ -13,6 +13,7 @@ use crate::abi::status::{Error, Result};
 use crate::abi::tensor::{elem_name, ElemType, F16Bits};
 use crate::ep::op::{types, Decline, KernelEnv, OpDef, OpKernel};
 use crate::kernels::cast::{f16_to_f32_buf, f32_to_f16_buf};
+use crate::runtime::par::take_lanes_used;
 use crate::telemetry::ledger;
 
 use super::claim::{input_type, only_attrs, require_output_elem, F32};
@@ -41,7 +42,7 @@ impl OpKernel for Cast {
         } else {
             "Cast(f16->f32)"
         };
-        ledger::record(op, variant, par.lanes());
+        ledger::record(op, variant, take_lanes_used());
         Ok(())
     }
 }

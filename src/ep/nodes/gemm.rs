@@ -11,6 +11,7 @@ use crate::abi::tensor::Tensor;
 use crate::ep::op::{types, Decline, KernelEnv, OpDef, OpKernel};
 use crate::kernels::gemm::{Op, Sgemm};
 use crate::kernels::shape::broadcast_shapes;
+use crate::runtime::par::take_lanes_used;
 use crate::telemetry::ledger;
 
 use super::claim::{input_type, only_attrs, require_elem, require_output_elem, F32};
@@ -113,7 +114,7 @@ impl OpKernel for Gemm {
                 call.run(b, out).map_err(Error::fail)?
             }
         };
-        ledger::record("Gemm", variant, par.lanes());
+        ledger::record("Gemm", variant, take_lanes_used());
         Ok(())
     }
 }

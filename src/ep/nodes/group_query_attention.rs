@@ -17,6 +17,7 @@ use crate::abi::tensor::{ElemType, Tensor};
 use crate::ep::op::{types, Decline, KernelEnv, OpDef, OpKernel};
 use crate::kernels::attention::gqa::{gqa_f32, GqaInputs, GqaOutputs, GqaRotary, GqaShape};
 use crate::kernels::attention::gqa_plan::{plan, GqaDims};
+use crate::runtime::par::take_lanes_used;
 use crate::telemetry::ledger;
 
 use super::claim::{input, only_attrs, require_elem, require_output_elem, F32};
@@ -136,7 +137,7 @@ impl OpKernel for Gqa {
             shared: k_shared,
         };
         let variant = gqa_f32(&sh, &inputs, outs, &*self.env.par).map_err(bad)?;
-        ledger::record(OP, variant, self.env.par.lanes());
+        ledger::record(OP, variant, take_lanes_used());
         Ok(())
     }
 }

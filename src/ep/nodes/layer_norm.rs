@@ -12,6 +12,7 @@ use crate::ep::op::{types, Decline, KernelEnv, OpDef, OpKernel};
 use crate::kernels::dims::Dims;
 use crate::kernels::norm::{norm_f32, NormInputs, NormOutputs, NormParams};
 use crate::kernels::shape::checked_numel;
+use crate::runtime::par::take_lanes_used;
 use crate::telemetry::ledger;
 
 use super::claim::{input_type, only_attrs, require_elem, require_output_elem, F32};
@@ -76,7 +77,7 @@ impl OpKernel for LayerNorm {
         let xs = x.data::<f32>()?;
         if xs.is_empty() {
             // No rows: nothing to write.
-            ledger::record(self.op, "empty", self.env.par.lanes());
+            ledger::record(self.op, "empty", take_lanes_used());
             return Ok(());
         }
         let params = NormParams {
@@ -111,7 +112,7 @@ impl OpKernel for LayerNorm {
             };
             let variant = norm_f32(params, n, inputs, outs, &*self.env.par)
                 .map_err(Error::invalid_argument)?;
-            ledger::record(self.op, variant, self.env.par.lanes());
+            ledger::record(self.op, variant, take_lanes_used());
             return Ok(());
         }
         let mut st: Vec<&[usize]> = vec![&s_st];
@@ -146,7 +147,7 @@ impl OpKernel for LayerNorm {
             variant = norm_f32(params, n, inputs, outs, &*self.env.par)
                 .map_err(Error::invalid_argument)?;
         }
-        ledger::record(self.op, variant, self.env.par.lanes());
+        ledger::record(self.op, variant, take_lanes_used());
         Ok(())
     }
 }

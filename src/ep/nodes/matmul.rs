@@ -12,6 +12,7 @@ use crate::abi::tensor::Tensor;
 use crate::ep::op::{types, Decline, KernelEnv, OpDef, OpKernel};
 use crate::kernels::gemm::{matmul_f32, Sgemm};
 use crate::kernels::shape::{checked_numel, matmul_shapes};
+use crate::runtime::par::take_lanes_used;
 use crate::telemetry::ledger;
 
 use super::claim::{known_dims, only_attrs, require_elem, require_output_elem, F32};
@@ -48,7 +49,7 @@ impl MatMul {
         let par = &*self.env.par;
         let call = Sgemm::new(rows, n, k, a).par(par);
         let variant = w.with(ctx, 1, |b| call.run_weight(b, out).map_err(Error::fail))?;
-        ledger::record("MatMul", variant, par.lanes());
+        ledger::record("MatMul", variant, take_lanes_used());
         Ok(())
     }
 }
@@ -79,7 +80,7 @@ impl OpKernel for MatMul {
             &*self.env.par,
         )
         .map_err(Error::invalid_argument)?;
-        ledger::record("MatMul", variant, self.env.par.lanes());
+        ledger::record("MatMul", variant, take_lanes_used());
         Ok(())
     }
 }

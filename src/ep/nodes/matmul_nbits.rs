@@ -17,6 +17,7 @@ use crate::kernels::matmul_nbits::{
 };
 use crate::kernels::shape::{checked_numel, numel};
 use crate::memory::{params_hash, weight_cache, CachedWeight, KeyDigest, WeightKey};
+use crate::runtime::par::take_lanes_used;
 use crate::telemetry::ledger;
 
 use super::claim::{input, input_type, only_attrs, require_elem, require_output_elem, F32};
@@ -376,14 +377,14 @@ impl OpKernel for MatMulNBits {
                     // Infinite, NaN or overflowing scales: the op's definition taken literally
                     // (the fast paths would hide the infinities the dequantisation makes).
                     matmul_dequant_f32(a, m, &w, bias, out).map_err(Error::fail)?;
-                    ledger::record(OP, "dequant-f32-literal", par.lanes());
+                    ledger::record(OP, "dequant-f32-literal", take_lanes_used());
                     return Ok(());
                 } else {
                     matmul_unpacked(a, m, &w, bias, out, par).map_err(Error::fail)?
                 }
             }
         };
-        ledger::record(OP, variant, par.lanes());
+        ledger::record(OP, variant, take_lanes_used());
         Ok(())
     }
 }

@@ -24,6 +24,7 @@ use crate::kernels::qgemm::{
 };
 use crate::kernels::shape::{checked_numel, matmul_shapes};
 use crate::memory::{params_hash, weight_cache, CachedWeight, WeightKey};
+use crate::runtime::par::take_lanes_used;
 use crate::telemetry::ledger;
 
 use super::claim::{input_type, known_dims, only_attrs, require_elem, require_output_elem, F32};
@@ -397,7 +398,7 @@ impl OpKernel for QLinearMatMul {
         };
         let par = &*self.env.par;
         let variant = qgemm::run(&call, out, par).map_err(bad)?;
-        ledger::record(OP, variant, par.lanes());
+        ledger::record(OP, variant, take_lanes_used());
         Ok(())
     }
 }

@@ -15,6 +15,7 @@ use crate::abi::kernel_info::KernelInfo;
 use crate::abi::status::{Error, Result};
 use crate::ep::op::{types, Decline, KernelEnv, OpDef, OpKernel};
 use crate::kernels::attention::rotary::{rotary_f32, Positions, RotaryInputs, RotaryShape};
+use crate::runtime::par::take_lanes_used;
 use crate::telemetry::ledger;
 
 use super::claim::{only_attrs, require_elem, require_output_elem, F32};
@@ -136,7 +137,7 @@ impl OpKernel for Rotary {
         };
         let variant =
             rotary_f32(&sh, &inputs, out, &*self.env.par).map_err(Error::invalid_argument)?;
-        ledger::record(OP, variant, self.env.par.lanes());
+        ledger::record(OP, variant, take_lanes_used());
         Ok(())
     }
 }

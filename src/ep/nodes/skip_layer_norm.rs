@@ -12,6 +12,7 @@ use crate::abi::kernel_info::KernelInfo;
 use crate::abi::status::{Error, Result};
 use crate::ep::op::{types, Decline, KernelEnv, OpDef, OpKernel};
 use crate::kernels::norm::{norm_f32, NormInputs, NormOutputs, NormParams};
+use crate::runtime::par::take_lanes_used;
 use crate::telemetry::ledger;
 
 use super::claim::{input_type, only_attrs, require_elem, require_output_elem, F32};
@@ -70,7 +71,7 @@ impl OpKernel for SkipNorm {
         let sum = optional_output(ctx, 3, shape)?;
         let xs = x.data::<f32>()?;
         if xs.is_empty() {
-            ledger::record(OP, "empty", self.env.par.lanes());
+            ledger::record(OP, "empty", take_lanes_used());
             return Ok(());
         }
         let b = match &bias {
@@ -99,7 +100,7 @@ impl OpKernel for SkipNorm {
             &*self.env.par,
         )
         .map_err(Error::invalid_argument)?;
-        ledger::record(OP, variant, self.env.par.lanes());
+        ledger::record(OP, variant, take_lanes_used());
         Ok(())
     }
 }

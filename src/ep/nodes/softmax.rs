@@ -10,6 +10,7 @@ use crate::abi::status::{Error, Result};
 use crate::ep::op::{types, Decline, KernelEnv, OpDef, OpKernel};
 use crate::kernels::shape::checked_numel;
 use crate::kernels::softmax::softmax_f32;
+use crate::runtime::par::take_lanes_used;
 use crate::telemetry::ledger;
 
 use super::claim::{only_attrs, require_elem, require_output_elem, F32};
@@ -36,7 +37,7 @@ impl OpKernel for Softmax {
         );
         let variant = softmax_f32(x.data::<f32>()?, outer, dim, inner, out, &*self.env.par)
             .map_err(Error::invalid_argument)?;
-        ledger::record("Softmax", variant, self.env.par.lanes());
+        ledger::record("Softmax", variant, take_lanes_used());
         Ok(())
     }
 }
