@@ -12,51 +12,39 @@ use std::ops::{Deref, DerefMut};
 /// Dimensions kept without a heap allocation.
 pub const INLINE: usize = 8;
 
-/// A shape (`usize` or `i64` dims): derefs to a slice; equal when the slices are.
+/// A shape: derefs to a slice; equal when the slices are.
 #[derive(Clone)]
-pub struct Dims<T: Copy + Default = usize> {
+pub struct Dims {
     len: usize,
-    inline: [T; INLINE],
+    inline: [usize; INLINE],
     /// Used only when `len > INLINE` (an empty `Vec` does not allocate).
-    heap: Vec<T>,
+    heap: Vec<usize>,
 }
 
-impl<T: Copy + Default> Dims<T> {
-    /// `rank` dims, all `T::default()` (zero).
-    pub fn zeros(rank: usize) -> Dims<T> {
+impl Dims {
+    /// `rank` dims, all zero.
+    pub fn zeros(rank: usize) -> Dims {
         Dims {
             len: rank,
-            inline: [T::default(); INLINE],
+            inline: [0; INLINE],
             heap: if rank > INLINE {
-                vec![T::default(); rank]
+                vec![0; rank]
             } else {
                 Vec::new()
             },
         }
     }
 
-    pub fn from_slice(s: &[T]) -> Dims<T> {
+    pub fn from_slice(s: &[usize]) -> Dims {
         let mut d = Dims::zeros(s.len());
         d.copy_from_slice(s);
         d
     }
-
-    /// Dims from fallible per-dimension conversions; the first error is returned.
-    pub fn try_from_iter<E>(
-        rank: usize,
-        it: impl IntoIterator<Item = Result<T, E>>,
-    ) -> Result<Dims<T>, E> {
-        let mut d = Dims::zeros(rank);
-        for (o, v) in d.iter_mut().zip(it) {
-            *o = v?;
-        }
-        Ok(d)
-    }
 }
 
-impl<T: Copy + Default> Deref for Dims<T> {
-    type Target = [T];
-    fn deref(&self) -> &[T] {
+impl Deref for Dims {
+    type Target = [usize];
+    fn deref(&self) -> &[usize] {
         if self.len > INLINE {
             &self.heap
         } else {
@@ -65,8 +53,8 @@ impl<T: Copy + Default> Deref for Dims<T> {
     }
 }
 
-impl<T: Copy + Default> DerefMut for Dims<T> {
-    fn deref_mut(&mut self) -> &mut [T] {
+impl DerefMut for Dims {
+    fn deref_mut(&mut self) -> &mut [usize] {
         if self.len > INLINE {
             &mut self.heap
         } else {
@@ -75,15 +63,15 @@ impl<T: Copy + Default> DerefMut for Dims<T> {
     }
 }
 
-impl<T: Copy + Default + PartialEq> PartialEq for Dims<T> {
+impl PartialEq for Dims {
     fn eq(&self, other: &Self) -> bool {
         **self == **other
     }
 }
 
-impl<T: Copy + Default + Eq> Eq for Dims<T> {}
+impl Eq for Dims {}
 
-impl<T: Copy + Default + fmt::Debug> fmt::Debug for Dims<T> {
+impl fmt::Debug for Dims {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Debug::fmt(&**self, f)
     }
@@ -100,12 +88,10 @@ mod tests {
             let d = Dims::from_slice(&v);
             assert_eq!(&*d, &v[..], "rank {rank}");
             assert_eq!(d.len(), rank);
-            let mut z: Dims<i64> = Dims::zeros(rank);
-            z.iter_mut().enumerate().for_each(|(i, x)| *x = i as i64);
-            assert_eq!(z.iter().sum::<i64>(), (0..rank as i64).sum::<i64>());
+            let mut z = Dims::zeros(rank);
+            z.iter_mut().enumerate().for_each(|(i, x)| *x = i);
+            assert_eq!(z.iter().sum::<usize>(), (0..rank).sum::<usize>());
         }
-        let e: Result<Dims<i64>, &str> = Dims::try_from_iter(3, [Ok(1), Err("bad"), Ok(2)]);
-        assert_eq!(e.unwrap_err(), "bad");
         assert_eq!(Dims::from_slice(&[2usize, 3]), Dims::from_slice(&[2, 3]));
         assert_ne!(Dims::from_slice(&[2usize, 3]), Dims::from_slice(&[2, 3, 1]));
     }
