@@ -13,10 +13,23 @@ pub fn find_def(domain: &str, op: &str, since: i32) -> Option<&'static OpDef> {
         .find(|d| d.domain == domain && d.op == op && d.since <= since && since <= d.until)
 }
 
+/// `RCPU_DECLINE=Op1,Op2,..` (diagnostics only: bisecting a difference from ORT by op family)
+/// leaves nodes of those op types to ORT. Read at every claim, so a process can change it between
+/// sessions.
+const DECLINE_ENV: &str = "RCPU_DECLINE";
+
+/// Whether `op` is in the comma-separated `list` (names compared exactly, blanks around them ignored).
+fn listed(list: &str, op: &str) -> bool {
+    list.split(',').any(|o| o.trim() == op)
+}
+
 /// `Ok(())` when rcpu claims `node`, else the reason it stays on ORT.
 pub fn claim(node: &Node<'_>) -> Result<(), Decline> {
     let e = |e: crate::abi::status::Error| e.msg;
     let op = node.op_type().map_err(e)?;
+    if std::env::var(DECLINE_ENV).is_ok_and(|l| listed(&l, &op)) {
+        return Err(format!("{op} is listed in {DECLINE_ENV}"));
+    }
     let domain = node.domain().map_err(e)?;
     let since = node.since_version().map_err(e)?;
     let def = find_def(&domain, &op, since)
@@ -30,4 +43,21 @@ pub fn claim(node: &Node<'_>) -> Result<(), Decline> {
         }
     }
     (def.claim)(node)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::listed;
+
+    #[test]
+    fn decline_list_matches_whole_op_names() {
+        assert!(listed("Sigmoid", "Sigmoid"));
+        assert!(listed("Mul, Sigmoid ,Gemm", "Sigmoid"));
+        assert!(!listed(
+            "SkipSimplifiedLayerNormalization",
+            "SimplifiedLayerNormalization"
+        ));
+        assert!(!listed("", "Sigmoid"));
+        assert!(!listed("sigmoid", "Sigmoid"));
+    }
 }
