@@ -331,7 +331,8 @@ unsafe extern "C" fn compute(
 }
 
 unsafe extern "C" fn release_state(_this: *mut OrtNodeComputeInfo, _state: *mut c_void) {
-    // The state is the plan itself, released with the compute info.
+    // The state is the plan itself, released with the compute info: nothing to do.
+    guard_value("NodeComputeInfo::ReleaseState", (), || ());
 }
 
 /// `OrtEp::Compile` for rcpu's EP: one compute info per fused node.
