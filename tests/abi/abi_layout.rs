@@ -69,7 +69,10 @@ fn node_compute_info_and_fusion_options_layout() {
     assert_eq!(offset_of!(OrtNodeComputeInfo, release_state), 3 * P);
     assert_eq!(size_of::<OrtNodeComputeInfo>(), 4 * P);
     assert_eq!(offset_of!(OrtNodeFusionOptions, ort_version_supported), 0);
-    assert_eq!(offset_of!(OrtNodeFusionOptions, drop_constant_initializers), 4);
+    assert_eq!(
+        offset_of!(OrtNodeFusionOptions, drop_constant_initializers),
+        4
+    );
     assert_eq!(size_of::<OrtNodeFusionOptions>(), 8);
 }
 
@@ -90,7 +93,10 @@ fn ep_api_table_indices() {
     assert_eq!(idx(offset_of!(OrtEpApi, create_ep_device)), 0);
     assert_eq!(idx(offset_of!(OrtEpApi, release_ep_device)), 1);
     assert_eq!(
-        idx(offset_of!(OrtEpApi, ep_graph_support_info_add_nodes_to_fuse)),
+        idx(offset_of!(
+            OrtEpApi,
+            ep_graph_support_info_add_nodes_to_fuse
+        )),
         2
     );
     assert_eq!(

@@ -112,8 +112,5 @@ fn groups_are_convex_and_ordered_on_random_graphs() {
 fn a_cycle_leaves_single_nodes() {
     let preds = vec![vec![1], vec![0], vec![]];
     assert!(order(&preds, &[true, true, true]).is_none());
-    assert_eq!(
-        groups(&preds, &[true, true, false]),
-        vec![vec![0], vec![1]]
-    );
+    assert_eq!(groups(&preds, &[true, true, false]), vec![vec![0], vec![1]]);
 }
