@@ -6,7 +6,6 @@ node must be named; concurrent runs of one session must stay correct."""
 from __future__ import annotations
 
 import concurrent.futures
-import pathlib
 import subprocess
 
 import numpy as np
@@ -15,7 +14,7 @@ import pytest
 from onnx import helper, numpy_helper
 
 import models
-from conftest import EP_NAME, REPO, assignment, rcpu_session
+from conftest import EP_NAME, REPO, assignment, rcpu_session, rel_l2
 
 BENCH = REPO / "target" / "release" / "rcpu-bench"
 
@@ -65,10 +64,6 @@ def qwen_feeds(rng, sess, past: int, seq: int) -> dict:
         else:
             f[i.name] = rng.standard_normal((1, i.shape[1], past, i.shape[3])).astype(np.float32)
     return f
-
-
-def rel_l2(a, b) -> float:
-    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
 
 
 def test_qwen_is_one_partition_and_matches_per_node_path_and_ort(small_qwen, make_sessions, rcpu_devices):
