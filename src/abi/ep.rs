@@ -11,6 +11,7 @@ use super::graph::{Graph, Node};
 use super::kernel::Registry;
 use super::log_bridge::Logger;
 use super::status::{check_raw, guard, guard_value, Error, Result};
+use super::tensor::elem_width;
 use crate::ep::{capability, mixed, partition, EpInstance, EP_NAME};
 
 /// `OrtEp` first so a `*mut OrtEp` from ORT is a `*mut EpShell`.
@@ -114,17 +115,30 @@ unsafe extern "C" fn get_capability(
     })
 }
 
-/// The fused partitions of a graph's claimed nodes (`ep::partition`); a node whose outputs
-/// are not all typed tensors (the fused frame needs their element types) stays a single node.
+/// The fused partitions of a graph's claimed nodes (`ep::partition`). A node stays a single
+/// node when the fused frame could not hold one of its values: an output that is not a typed
+/// tensor (the frame allocates by element type) or a constant input of an element type rcpu
+/// cannot copy (the fused node does not get constants from ORT).
 fn fusion_groups(nodes: &[Node<'_>], claimed: &[bool]) -> Result<Vec<Vec<usize>>> {
     let mut producer: HashMap<String, usize> = HashMap::new();
     let mut fusable = claimed.to_vec();
     for (i, n) in nodes.iter().enumerate() {
         for v in n.outputs()?.into_iter().flatten() {
-            if claimed[i] && v.tensor_type()?.is_none() {
+            let t = v.tensor_type()?;
+            if t.is_none_or(|t| elem_width(t.elem).is_none()) {
                 fusable[i] = false;
             }
             producer.insert(v.name()?, i);
+        }
+        if fusable[i] {
+            for v in n.inputs()?.into_iter().flatten() {
+                if v.is_constant_initializer()
+                    && v.tensor_type()?
+                        .is_none_or(|t| elem_width(t.elem).is_none())
+                {
+                    fusable[i] = false;
+                }
+            }
         }
     }
     let mut preds = Vec::with_capacity(nodes.len());
