@@ -48,6 +48,11 @@ extern "C" {
 #define RCPU_OPT_SCRATCH_CACHE_MB "scratch_cache_mb"
 /* The former name of scratch_cache_mb, still accepted with the same meaning (not both at once). */
 #define RCPU_OPT_ACCUMULATOR_CACHE_MB "accumulator_cache_mb"
+/* "on" (default): rcpu claims each maximal group of its nodes that can run together as ONE fused
+ * node and runs the group's nodes itself (one ORT node per group per run, rcpu's own buffers
+ * between them); "off": every claimed node is its own ORT node (the per-node path). Results are
+ * the same either way. */
+#define RCPU_OPT_FUSE "fuse"
 
 /*
  * Writes rcpu's statistics (dispatch ledger, pool counters, memory figures) as a JSON document

@@ -36,11 +36,9 @@ opaque!(
     OrtDataType,
     OrtMemoryDevice,
     OrtNodeComputeContext,
-    OrtNodeComputeInfo,
     OrtSharedPrePackedWeightCache,
     OrtDataTransferImpl,
     OrtSyncStreamImpl,
-    OrtNodeFusionOptions,
     OrtDeviceEpIncompatibilityDetails,
     OrtExternalResourceImporterImpl,
     OrtCustomOpDomain,
@@ -113,8 +111,19 @@ pub struct OrtEp {
             info: *mut OrtEpGraphSupportInfo,
         ) -> StatusPtr,
     >,
-    pub compile: Option<unsafe extern "C" fn()>,
-    pub release_node_compute_infos: Option<unsafe extern "C" fn()>,
+    pub compile: Option<
+        unsafe extern "C" fn(
+            this: *mut OrtEp,
+            graphs: *const *const OrtGraph,
+            fused_nodes: *const *const OrtNode,
+            count: usize,
+            node_compute_infos: *mut *mut OrtNodeComputeInfo,
+            ep_context_nodes: *mut *mut OrtNode,
+        ) -> StatusPtr,
+    >,
+    pub release_node_compute_infos: Option<
+        unsafe extern "C" fn(this: *mut OrtEp, infos: *mut *mut OrtNodeComputeInfo, n: usize),
+    >,
     pub get_preferred_data_layout: Option<unsafe extern "C" fn()>,
     pub should_convert_data_layout_for_op: Option<unsafe extern "C" fn()>,
     pub set_dynamic_options: Option<unsafe extern "C" fn()>,
@@ -128,6 +137,37 @@ pub struct OrtEp {
     >,
     pub is_concurrent_run_supported:
         Option<unsafe extern "C" fn(this: *mut OrtEp, out: *mut bool) -> StatusPtr>,
+}
+
+/// `OrtNodeFusionOptions` (1.23): how ORT fuses a group of nodes an EP claimed together.
+#[repr(C)]
+pub struct OrtNodeFusionOptions {
+    pub ort_version_supported: u32,
+    /// The EP keeps its own copy of the constant initializers it needs: ORT does not pass them
+    /// as inputs of the fused node and may release those no other node uses.
+    pub drop_constant_initializers: bool,
+}
+
+/// `OrtNodeComputeInfo` (1.23): the compute functions of one compiled (fused) node.
+#[repr(C)]
+pub struct OrtNodeComputeInfo {
+    pub ort_version_supported: u32,
+    pub create_state: Option<
+        unsafe extern "C" fn(
+            this: *mut OrtNodeComputeInfo,
+            ctx: *mut OrtNodeComputeContext,
+            state: *mut *mut c_void,
+        ) -> StatusPtr,
+    >,
+    pub compute: Option<
+        unsafe extern "C" fn(
+            this: *mut OrtNodeComputeInfo,
+            state: *mut c_void,
+            ctx: *mut OrtKernelContext,
+        ) -> StatusPtr,
+    >,
+    pub release_state:
+        Option<unsafe extern "C" fn(this: *mut OrtNodeComputeInfo, state: *mut c_void)>,
 }
 
 /// `OrtKernelImpl` (1.24 release layout).
@@ -179,7 +219,12 @@ pub struct OrtEpApi {
         out: *mut *mut OrtEpDevice,
     ) -> StatusPtr,
     pub release_ep_device: unsafe extern "C" fn(d: *mut OrtEpDevice),
-    pub ep_graph_support_info_add_nodes_to_fuse: *const c_void,
+    pub ep_graph_support_info_add_nodes_to_fuse: unsafe extern "C" fn(
+        info: *mut OrtEpGraphSupportInfo,
+        nodes: *const *const OrtNode,
+        n: usize,
+        options: *const OrtNodeFusionOptions,
+    ) -> StatusPtr,
     pub ep_graph_support_info_add_single_node:
         unsafe extern "C" fn(info: *mut OrtEpGraphSupportInfo, node: *const OrtNode) -> StatusPtr,
     pub _slots_4_17: [*const c_void; 14],

@@ -1,4 +1,4 @@
-//! Safe views of `OrtGraph`, `OrtNode` and `OrtValueInfo` for `GetCapability`.
+//! Safe views of `OrtGraph`, `OrtNode` and `OrtValueInfo` for `GetCapability` and `Compile`.
 
 use std::ffi::{c_char, c_void, CStr, CString};
 
@@ -43,7 +43,7 @@ unsafe fn string_at(p: *const c_char) -> String {
 
 impl<'a> Graph<'a> {
     /// # Safety
-    /// `g` must be the live graph ORT passed to `GetCapability`.
+    /// `g` must be the live graph ORT passed to `GetCapability` (or `Compile`), valid for `'a`.
     pub unsafe fn new(g: *const OrtGraph) -> Self {
         Graph {
             g,
@@ -83,6 +83,15 @@ macro_rules! node_string {
 }
 
 impl<'a> Node<'a> {
+    /// # Safety
+    /// `raw` must be a live node (of a graph, or a fused node ORT passes to `Compile`) for `'a`.
+    pub unsafe fn from_raw(raw: *const OrtNode) -> Self {
+        Node {
+            raw,
+            _life: std::marker::PhantomData,
+        }
+    }
+
     node_string!(name, Node_GetName);
     node_string!(op_type, Node_GetOperatorType);
     node_string!(domain, Node_GetDomain);

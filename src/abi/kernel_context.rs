@@ -1,10 +1,13 @@
-//! Safe view of `OrtKernelContext`: the inputs and outputs of one kernel call.
+//! Safe view of the inputs and outputs of one kernel call: ORT's `OrtKernelContext` (the per-node
+//! path) or, for a node inside a fused partition, the partition's frame (`abi::frame`), whose
+//! inputs and outputs may in turn be the fused node's own (ORT's) ones.
 
 use std::cell::Cell;
 use std::marker::PhantomData;
 
 use super::api::api;
 use super::ep_types::{OrtKernelContext, OrtValue};
+use super::frame::NodeFrame;
 use super::status::{check, Error, Result};
 use super::tensor::{dims_as_i64, Tensor, TensorMut};
 
@@ -14,6 +17,8 @@ pub struct KernelContext<'a> {
     ctx: *mut OrtKernelContext,
     /// The input count, asked of ORT once per call (every `input` needs it).
     inputs: Cell<Option<usize>>,
+    /// Set for a node of a fused partition: every query goes to the frame (`ctx` is NULL).
+    frame: Option<&'a NodeFrame<'a>>,
     _life: PhantomData<&'a mut OrtKernelContext>,
 }
 
@@ -24,11 +29,25 @@ impl<'a> KernelContext<'a> {
         KernelContext {
             ctx,
             inputs: Cell::new(None),
+            frame: None,
+            _life: PhantomData,
+        }
+    }
+
+    /// The context of a node inside a fused partition, reading the run's frame.
+    pub(crate) fn from_frame(frame: &'a NodeFrame<'a>) -> Self {
+        KernelContext {
+            ctx: std::ptr::null_mut(),
+            inputs: Cell::new(None),
+            frame: Some(frame),
             _life: PhantomData,
         }
     }
 
     pub fn input_count(&self) -> Result<usize> {
+        if let Some(f) = self.frame {
+            return Ok(f.input_count());
+        }
         if let Some(n) = self.inputs.get() {
             return Ok(n);
         }
@@ -40,6 +59,9 @@ impl<'a> KernelContext<'a> {
     }
 
     pub fn output_count(&self) -> Result<usize> {
+        if let Some(f) = self.frame {
+            return Ok(f.output_count());
+        }
         let mut n = 0usize;
         // SAFETY: ctx valid for 'a.
         unsafe { check((api().ort.KernelContext_GetOutputCount)(self.ctx, &mut n))? };
@@ -48,6 +70,9 @@ impl<'a> KernelContext<'a> {
 
     /// Input `i`, or `None` when it is an omitted optional input.
     pub fn input(&self, i: usize) -> Result<Option<Tensor<'a>>> {
+        if let Some(f) = self.frame {
+            return f.input(i);
+        }
         if i >= self.input_count()? {
             return Ok(None);
         }
@@ -69,6 +94,9 @@ impl<'a> KernelContext<'a> {
 
     /// Allocates output `i` with `shape` and returns a writable view.
     pub fn output(&self, i: usize, shape: &[usize]) -> Result<TensorMut<'a>> {
+        if let Some(f) = self.frame {
+            return f.output(i, shape);
+        }
         // In place: no copy or allocation per call.
         let dims = dims_as_i64(shape)
             .ok_or_else(|| Error::invalid_argument("output dimension overflows int64"))?;

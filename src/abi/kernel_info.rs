@@ -1,15 +1,21 @@
-//! Safe view of `OrtKernelInfo`: a node's attributes, name and constant inputs at kernel creation.
+//! Safe view of a node at kernel creation: its attributes, name, input types and constant inputs.
+//! Backed by ORT's `OrtKernelInfo` (the per-node path: ORT creates the kernel) or by the node of
+//! a fused subgraph during `Compile` (the fused path: rcpu creates the kernel, `abi::fused`).
 
 use std::ffi::{c_char, CString};
 
 use super::api::api;
 use super::ep_types::{OrtKernelInfo, OrtValue};
+use super::graph::Node;
 use super::status::{check, Error, Result};
 use super::tensor::{read_type_info, Tensor, TensorType};
 
-/// Borrowed kernel info, valid during the kernel-create callback.
+/// Borrowed kernel info, valid during the kernel-create callback (or `Compile`).
 pub struct KernelInfo<'a> {
     info: *const OrtKernelInfo,
+    /// Set on the fused path: the node of the subgraph ORT hands to `Compile` (then `info` is
+    /// NULL and every query reads the node instead).
+    node: Option<Node<'a>>,
     _life: std::marker::PhantomData<&'a OrtKernelInfo>,
 }
 
@@ -23,12 +29,31 @@ impl<'a> KernelInfo<'a> {
     pub unsafe fn new(info: *const OrtKernelInfo) -> Self {
         KernelInfo {
             info,
+            node: None,
             _life: std::marker::PhantomData,
         }
     }
 
+    /// The kernel info of a node of a fused subgraph (valid while the graph is, i.e. during
+    /// `Compile`).
+    pub fn from_node(node: Node<'a>) -> Self {
+        KernelInfo {
+            info: std::ptr::null(),
+            node: Some(node),
+            _life: std::marker::PhantomData,
+        }
+    }
+
+    /// The node's input `i` on the fused path (`None`: omitted or past the end).
+    fn node_input(&self, node: &Node<'a>, i: usize) -> Result<Option<super::graph::ValueInfo<'a>>> {
+        Ok(node.inputs()?.get(i).copied().flatten())
+    }
+
     /// The node's name (may be empty).
     pub fn node_name(&self) -> String {
+        if let Some(n) = &self.node {
+            return n.name().unwrap_or_default();
+        }
         self.read_string(|buf, len| {
             // SAFETY: info valid; size protocol of KernelInfo_GetNodeName (query then fill).
             unsafe { (api().ort.KernelInfo_GetNodeName)(self.info, buf, len) }
@@ -52,6 +77,9 @@ impl<'a> KernelInfo<'a> {
 
     /// Integer attribute, `None` when absent.
     pub fn attr_i64(&self, name: &str) -> Option<i64> {
+        if let Some(node) = &self.node {
+            return node.attr_i64(name);
+        }
         let n = cstr(name);
         let mut v = 0i64;
         // SAFETY: info valid; out is a live local. An absent attribute returns an error status.
@@ -68,6 +96,9 @@ impl<'a> KernelInfo<'a> {
 
     /// Float attribute, `None` when absent.
     pub fn attr_f32(&self, name: &str) -> Option<f32> {
+        if let Some(node) = &self.node {
+            return node.attr_f32(name);
+        }
         let n = cstr(name);
         let mut v = 0f32;
         // SAFETY: as attr_i64.
@@ -84,6 +115,9 @@ impl<'a> KernelInfo<'a> {
 
     /// String attribute, `None` when absent.
     pub fn attr_string(&self, name: &str) -> Option<String> {
+        if let Some(node) = &self.node {
+            return node.attr_string(name);
+        }
         let n = cstr(name);
         self.read_string(|buf, len| {
             // SAFETY: info valid; size protocol as documented for string attributes.
@@ -94,6 +128,9 @@ impl<'a> KernelInfo<'a> {
 
     /// Number of inputs the node declares.
     pub fn input_count(&self) -> Result<usize> {
+        if let Some(node) = &self.node {
+            return Ok(node.inputs()?.len());
+        }
         let mut n = 0usize;
         // SAFETY: info valid.
         unsafe { check((api().ort.KernelInfo_GetInputCount)(self.info, &mut n))? };
@@ -102,6 +139,12 @@ impl<'a> KernelInfo<'a> {
 
     /// The declared type of input `i` (`None` for a non-tensor input).
     pub fn input_type(&self, i: usize) -> Result<Option<TensorType>> {
+        if let Some(node) = &self.node {
+            return match self.node_input(node, i)? {
+                Some(v) => v.tensor_type(),
+                None => Ok(None),
+            };
+        }
         let ort = api().ort;
         let mut ti = std::ptr::null_mut();
         // SAFETY: info valid; ti is released below.
@@ -119,6 +162,12 @@ impl<'a> KernelInfo<'a> {
     /// Input `i` when it is a constant initializer, else `None`. The tensor is valid while the
     /// kernel lives (ORT keeps constant initializers alive unless the kernel prepacks them).
     pub fn constant_input(&self, i: usize) -> Result<Option<Tensor<'a>>> {
+        if let Some(node) = &self.node {
+            return match self.node_input(node, i)? {
+                Some(v) => v.constant_value(),
+                None => Ok(None),
+            };
+        }
         let mut is_const = 0i32;
         let mut v: *const OrtValue = std::ptr::null();
         // SAFETY: info valid; out-pointers are live locals.

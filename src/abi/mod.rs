@@ -9,6 +9,8 @@ pub mod ep;
 pub mod ep_types;
 pub mod exports;
 pub mod factory;
+pub(crate) mod frame;
+pub(crate) mod fused;
 pub mod graph;
 pub mod kernel;
 pub mod kernel_context;

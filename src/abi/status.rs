@@ -111,7 +111,7 @@ pub unsafe fn check_raw(status: StatusPtr) -> Result<()> {
     unsafe { check(ort_sys::OrtStatusPtr(status)) }
 }
 
-fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+pub(crate) fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
     if let Some(s) = p.downcast_ref::<&str>() {
         (*s).to_string()
     } else if let Some(s) = p.downcast_ref::<String>() {

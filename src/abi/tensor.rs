@@ -41,6 +41,28 @@ pub fn elem_name(e: ElemType) -> &'static str {
     }
 }
 
+/// Bytes per element of the element types rcpu's tensors can hold; `None` for strings and
+/// sub-byte or unknown types.
+pub fn elem_width(e: ElemType) -> Option<usize> {
+    use ElemType::*;
+    match e {
+        ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8
+        | ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8
+        | ONNX_TENSOR_ELEMENT_DATA_TYPE_BOOL => Some(1),
+        ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16
+        | ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16
+        | ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT16
+        | ONNX_TENSOR_ELEMENT_DATA_TYPE_INT16 => Some(2),
+        ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT
+        | ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32
+        | ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT32 => Some(4),
+        ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE
+        | ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64
+        | ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT64 => Some(8),
+        _ => None,
+    }
+}
+
 /// Reads element type and dims from a tensor type-and-shape info.
 ///
 /// # Safety
@@ -192,6 +214,48 @@ impl<'a> Tensor<'a> {
         })
     }
 
+    /// A view of memory rcpu owns (the fused path's copies of constant initializers and its
+    /// intermediate values, `abi::frame`).
+    ///
+    /// # Safety
+    /// `data` must hold `shape`'s element count of `elem` (64-byte aligned or NULL when empty),
+    /// live and unwritten for `'a`.
+    pub(crate) unsafe fn from_parts(
+        data: *const c_void,
+        elem: ElemType,
+        shape: &'a [usize],
+    ) -> Tensor<'a> {
+        Tensor {
+            data,
+            elem,
+            shape,
+            _life: PhantomData,
+        }
+    }
+
+    /// All bytes of the tensor (any element type of known width), e.g. to copy a constant.
+    pub fn all_bytes(&self) -> Result<&'a [u8]> {
+        let width = elem_width(self.elem).ok_or_else(|| {
+            Error::invalid_argument(format!(
+                "tensors of {} elements are not supported",
+                elem_name(self.elem)
+            ))
+        })?;
+        let n = self
+            .len()
+            .checked_mul(width)
+            .ok_or_else(|| Error::invalid_argument("tensor byte size overflows"))?;
+        if n == 0 {
+            return Ok(&[]);
+        }
+        if self.data.is_null() {
+            return Err(Error::fail("tensor data pointer is NULL"));
+        }
+        // SAFETY: the buffer holds len() elements of `width` bytes that live for 'a
+        // (constructor contract); u8 has no alignment or validity requirement.
+        Ok(unsafe { std::slice::from_raw_parts(self.data as *const u8, n) })
+    }
+
     pub fn elem(&self) -> ElemType {
         self.elem
     }
@@ -327,6 +391,29 @@ impl<'a> TensorMut<'a> {
 
     pub fn shape(&self) -> &[usize] {
         self.shape
+    }
+
+    /// A writable view of memory rcpu owns (an intermediate value of a fused partition).
+    ///
+    /// # Safety
+    /// `data` must hold `shape`'s element count of `elem` (64-byte aligned or NULL when empty),
+    /// live and exclusively ours for `'a`.
+    pub(crate) unsafe fn from_parts(
+        data: *mut c_void,
+        elem: ElemType,
+        shape: &'a [usize],
+    ) -> TensorMut<'a> {
+        TensorMut {
+            data,
+            shape,
+            elem,
+            _life: PhantomData,
+        }
+    }
+
+    /// The element type ORT (or the fused frame) allocated.
+    pub fn elem(&self) -> ElemType {
+        self.elem
     }
 
     /// The buffer's address (see [`Tensor::data_addr`]).

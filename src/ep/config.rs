@@ -17,7 +17,7 @@ mod header {
 }
 
 /// Every provider option rcpu accepts (generated from `include/rcpu_ep.h`).
-pub const OPTION_KEYS: [&str; 6] = header::HEADER_OPTION_KEYS;
+pub const OPTION_KEYS: [&str; 7] = header::HEADER_OPTION_KEYS;
 
 /// The EP name as the public header declares it (`ep::EP_NAME` must equal it; tested).
 pub const HEADER_EP_NAME: &str = header::HEADER_EP_NAME;
@@ -38,6 +38,8 @@ pub struct Config {
     /// weight groups, work buffers, prepared A), over all threads (None: default). Option
     /// `scratch_cache_mb`, or its former name `accumulator_cache_mb`.
     pub scratch_cache_mb: Option<u64>,
+    /// Run maximal groups of claimed nodes as fused partitions (option `fuse`, default on).
+    pub fuse: bool,
 }
 
 impl Default for Config {
@@ -48,6 +50,7 @@ impl Default for Config {
             blocktime_us: DEFAULT_BLOCKTIME_US,
             weight_cache_mb: None,
             scratch_cache_mb: None,
+            fuse: true,
         }
     }
 }
@@ -113,6 +116,17 @@ impl Config {
                     }
                     scratch_key = Some(key);
                     c.scratch_cache_mb = Some(parse_u64(key, value, 1 << 30)?)
+                }
+                "fuse" => {
+                    c.fuse = match value.trim() {
+                        "on" => true,
+                        "off" => false,
+                        _ => {
+                            return Err(format!(
+                                "rcpu: provider option 'fuse' must be 'on' or 'off', got '{value}'"
+                            ))
+                        }
+                    }
                 }
                 other => {
                     return Err(format!(

@@ -9,6 +9,7 @@ pub mod mixed;
 pub mod nodes;
 pub mod op;
 pub mod ops;
+pub mod partition;
 
 use std::sync::Arc;
 

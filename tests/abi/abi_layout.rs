@@ -60,6 +60,22 @@ fn ep_layout() {
     assert_eq!(size_of::<OrtEp>(), P * 15);
 }
 
+/// The structs of the fused path (`OrtEp::Compile`): 1.23 layouts.
+#[test]
+fn node_compute_info_and_fusion_options_layout() {
+    assert_eq!(offset_of!(OrtNodeComputeInfo, ort_version_supported), 0);
+    assert_eq!(offset_of!(OrtNodeComputeInfo, create_state), P);
+    assert_eq!(offset_of!(OrtNodeComputeInfo, compute), 2 * P);
+    assert_eq!(offset_of!(OrtNodeComputeInfo, release_state), 3 * P);
+    assert_eq!(size_of::<OrtNodeComputeInfo>(), 4 * P);
+    assert_eq!(offset_of!(OrtNodeFusionOptions, ort_version_supported), 0);
+    assert_eq!(
+        offset_of!(OrtNodeFusionOptions, drop_constant_initializers),
+        4
+    );
+    assert_eq!(size_of::<OrtNodeFusionOptions>(), 8);
+}
+
 #[test]
 fn kernel_impl_layout() {
     assert_eq!(offset_of!(OrtKernelImpl, ort_version_supported), 0);
@@ -76,6 +92,13 @@ fn ep_api_table_indices() {
     let idx = |off: usize| off / P;
     assert_eq!(idx(offset_of!(OrtEpApi, create_ep_device)), 0);
     assert_eq!(idx(offset_of!(OrtEpApi, release_ep_device)), 1);
+    assert_eq!(
+        idx(offset_of!(
+            OrtEpApi,
+            ep_graph_support_info_add_nodes_to_fuse
+        )),
+        2
+    );
     assert_eq!(
         idx(offset_of!(OrtEpApi, ep_graph_support_info_add_single_node)),
         3

@@ -19,6 +19,21 @@ fn defaults() {
     assert_eq!(c.blocktime_us, DEFAULT_BLOCKTIME_US);
     assert_eq!(c.weight_cache_mb, None);
     assert_eq!(c.scratch_cache_mb, None);
+    assert!(c.fuse, "fuse defaults to on");
+}
+
+/// `fuse` takes exactly `on` or `off`; anything else is refused naming the key and the values.
+#[test]
+fn fuse_is_on_or_off() {
+    assert!(parse(&[("fuse", "on")]).unwrap().fuse);
+    assert!(!parse(&[("fuse", "off")]).unwrap().fuse);
+    for bad in ["", "1", "true", "ON", "maybe"] {
+        let err = parse(&[("fuse", bad)]).expect_err(bad);
+        assert!(
+            err.contains("'fuse'") && err.contains("'on' or 'off'"),
+            "{bad:?}: {err}"
+        );
+    }
 }
 
 #[test]

@@ -54,7 +54,10 @@ fn header_names_match_the_code() {
     // Every key the header declares is accepted by the parser (and nothing else is).
     for key in rcpu::ep::config::OPTION_KEYS {
         let full = format!("{}{key}", rcpu::ep::config::CONFIG_PREFIX);
-        let value = if key == "affinity" { "off" } else { "1" };
+        let value = match key {
+            "affinity" | "fuse" => "off",
+            _ => "1",
+        };
         rcpu::ep::Config::from_entries([(full.as_str(), value)])
             .unwrap_or_else(|e| panic!("{key}: {e}"));
     }

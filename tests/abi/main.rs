@@ -9,4 +9,5 @@ mod header;
 mod module_seams;
 mod negotiation;
 mod panic_guard;
+mod partition;
 mod telemetry_ledger;

@@ -12,7 +12,7 @@ use super::llm_model::{generate, step_feeds};
 use super::model::ModelInfo;
 use super::os;
 use crate::stats::PluginStats;
-use crate::{Ort, Session, SessionSpec, Tensor};
+use crate::{Ort, Provider, Session, SessionSpec, Tensor};
 
 #[derive(Debug)]
 pub struct WorkerArgs {
@@ -207,6 +207,13 @@ fn handle(st: &mut State, req: &Value) -> Result<Value, String> {
                 std::process::id()
             ));
             spec.profile = Some(prefix.display().to_string());
+            // ORT's profiler times ORT nodes: a fused partition would be one entry, so the
+            // per-op attribution is taken on rcpu's per-node path (same kernels, same results).
+            if let Provider::Rcpu(opts) = &mut spec.provider {
+                if !opts.iter().any(|(k, _)| k == "fuse") {
+                    opts.push(("fuse".into(), "off".into()));
+                }
+            }
             let model =
                 std::fs::read(&st.args.model).map_err(|e| format!("{}: {e}", st.args.model))?;
             let s = ort.session(&model, &spec)?;

@@ -1,0 +1,126 @@
+"""Fused partitions (provider option `fuse`, default `on`): rcpu claims each maximal group of its
+nodes as one fused node and runs the group itself (`abi/fused.rs`). The results must equal the
+per-node path (`fuse=off`) exactly and ORT's CPU EP within each op's tolerance; a failing inner
+node must be named; concurrent runs of one session must stay correct."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import subprocess
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper, numpy_helper
+
+import models
+from conftest import EP_NAME, REPO, assignment, rcpu_session, rel_l2
+
+BENCH = REPO / "target" / "release" / "rcpu-bench"
+
+
+def rcpu_groups(sess) -> list[set[str]]:
+    """The node sets of the subgraphs ORT assigned to rcpu (one per fused node or single node)."""
+    return [set(n.name for n in sg.get_nodes()) for sg in sess.get_provider_graph_assignment_info()
+            if sg.ep_name == EP_NAME]
+
+
+def two_partitions(rng: np.random.Generator, k: int = 16, n: int = 24) -> onnx.ModelProto:
+    """mm0 -> add0 -> relu0 (ORT) -> mul1 -> sig0, with add0's output also read by mul1 and
+    returned as a graph output: rcpu gets two fused partitions, {mm0, add0} and {mul1, sig0}.
+    X's inner dim is symbolic so a bad feed reaches rcpu's MatMul."""
+    w = numpy_helper.from_array(rng.standard_normal((k, n)).astype(np.float32), "W")
+    b = numpy_helper.from_array(rng.standard_normal((n,)).astype(np.float32), "B")
+    nodes = [
+        helper.make_node("MatMul", ["X", "W"], ["t0"], name="mm0"),
+        helper.make_node("Add", ["t0", "B"], ["T1"], name="add0"),
+        helper.make_node("Relu", ["T1"], ["t2"], name="relu0"),
+        helper.make_node("Mul", ["t2", "T1"], ["t3"], name="mul1"),
+        helper.make_node("Sigmoid", ["t3"], ["Y"], name="sig0"),
+    ]
+    return models._model(nodes, [models._vi("X", ["M", "K"])], [models._vi("Y", None), models._vi("T1", None)],
+                         [w, b])
+
+
+@pytest.fixture(scope="module")
+def small_qwen(tmp_path_factory) -> bytes:
+    """A genai-builder-shaped Qwen2 decoder (2 layers, vocab 512) from rcpu-bench gen."""
+    if not BENCH.is_file():
+        pytest.fail(f"{BENCH} missing: `cargo build --release --workspace` first", pytrace=False)
+    d = tmp_path_factory.mktemp("qwen")
+    spec = "llm:preset=qwen2-0.5b,layers=2,vocab=512,acc=4,seed=5"
+    out = subprocess.run([str(BENCH), "gen", spec, "--out", str(d / "model.onnx")], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    return (d / "model.onnx").read_bytes()
+
+
+def qwen_feeds(rng, sess, past: int, seq: int) -> dict:
+    f = {}
+    for i in sess.get_inputs():
+        if i.name == "input_ids":
+            f[i.name] = rng.integers(0, 512, (1, seq)).astype(np.int64)
+        elif i.name == "attention_mask":
+            f[i.name] = np.ones((1, past + seq), np.int64)
+        else:
+            f[i.name] = rng.standard_normal((1, i.shape[1], past, i.shape[3])).astype(np.float32)
+    return f
+
+
+def test_qwen_is_one_partition_and_matches_per_node_path_and_ort(small_qwen, make_sessions, rcpu_devices):
+    cpu, fused = make_sessions(small_qwen, {"fuse": "on"})
+    per_node = rcpu_session(small_qwen, rcpu_devices, {"fuse": "off"})
+    groups = rcpu_groups(fused)
+    singles = rcpu_groups(per_node)
+    assert len(groups) == 1, f"the decoder must be ONE fused partition, got {len(groups)}: {groups}"
+    assert all(len(g) == 1 for g in singles), "fuse=off must leave every rcpu node its own node"
+    assert groups[0] == set().union(*singles), "fusion must claim exactly the per-node path's nodes"
+    assert len(groups[0]) > 20
+    rng = np.random.default_rng(3)
+    for past, seq in [(8, 1), (0, 7), (5, 3)]:
+        f = qwen_feeds(rng, cpu, past, seq)
+        want, got, ref = cpu.run(None, f), fused.run(None, f), per_node.run(None, f)
+        for o, (w, g, r) in enumerate(zip(want, got, ref)):
+            np.testing.assert_array_equal(g, r, err_msg=f"past={past} seq={seq} output {o}: fused != per-node")
+            # accuracy_level 4 quantizes activations to int8: rcpu-bench's logits tolerance.
+            assert rel_l2(g, w) < 2e-2, f"past={past} seq={seq} output {o} vs ORT: {rel_l2(g, w)}"
+
+
+def test_ort_nodes_between_rcpu_nodes_give_several_partitions(make_sessions, rcpu_devices):
+    rng = np.random.default_rng(11)
+    m = two_partitions(rng).SerializeToString()
+    cpu, fused = make_sessions(m)
+    per_node = rcpu_session(m, rcpu_devices, {"fuse": "off"})
+    assert sorted(map(sorted, rcpu_groups(fused))) == [["add0", "mm0"], ["mul1", "sig0"]]
+    assert assignment(fused)["CPUExecutionProvider"] == {"relu0"}
+    for m_rows in (1, 5, 33):
+        x = rng.standard_normal((m_rows, 16)).astype(np.float32)
+        want, got, ref = cpu.run(None, {"X": x}), fused.run(None, {"X": x}), per_node.run(None, {"X": x})
+        for w, g, r in zip(want, got, ref):
+            np.testing.assert_array_equal(g, r)
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
+def test_bad_input_inside_a_partition_names_the_inner_node(make_sessions):
+    _, fused = make_sessions(two_partitions(np.random.default_rng(1)).SerializeToString())
+    assert ["add0", "mm0"] in [sorted(g) for g in rcpu_groups(fused)]
+    with pytest.raises(Exception) as ei:
+        fused.run(None, {"X": np.ones((2, 17), np.float32)})  # K=17, W has 16 rows
+    msg = str(ei.value)
+    assert "MatMul node 'mm0'" in msg, msg
+    # The session stays usable after the failed run (its frame went back clean).
+    ok = fused.run(None, {"X": np.ones((2, 16), np.float32)})
+    assert ok[0].shape == (2, 24)
+
+
+def test_concurrent_runs_of_one_fused_session(small_qwen, make_sessions):
+    _, fused = make_sessions(small_qwen)
+    rng = np.random.default_rng(5)
+    # Different shapes per job, so concurrent runs need different intermediate buffers.
+    jobs = [qwen_feeds(rng, fused, past, seq) for past, seq in [(4, 1), (0, 9), (7, 2), (2, 5)] * 3]
+    want = [fused.run(None, f) for f in jobs]
+    with concurrent.futures.ThreadPoolExecutor(4) as ex:
+        for _ in range(3):
+            got = list(ex.map(lambda f: fused.run(None, f), jobs))
+            for w, g in zip(want, got):
+                for a, b in zip(w, g):
+                    np.testing.assert_array_equal(a, b)

@@ -1,0 +1,417 @@
+//! The fused path: `OrtEp::Compile` turns each partition rcpu claimed as a group
+//! (`ep::partition`) into an `OrtNodeComputeInfo` whose `Compute` runs the partition's nodes
+//! itself, one ORT node per partition per run.
+//!
+//! At `Compile` each inner node gets the same `OpKernel` the per-node path would create (its
+//! `KernelInfo` reads the subgraph's node), its constant inputs are offered to `prepack` as ORT
+//! would offer them, and rcpu copies the constants a kernel did not pack: the partition is fused
+//! with `drop_constant_initializers`, so ORT neither passes them per run nor has to keep them
+//! (the subgraph is only valid during `Compile`). At `Compute` the nodes run in a topological
+//! order of the subgraph over a frame (`abi::frame`); an inner node's error or panic names that
+//! node, as on the per-node path.
+
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Arc, Mutex};
+
+use super::ep_types::*;
+use super::frame::{Frame, NodeFrame, OwnedConst, SlotSrc, Slots, Wiring};
+use super::graph::{Graph, Node};
+use super::kernel_context::KernelContext;
+use super::kernel_info::KernelInfo;
+use super::status::{guard, guard_value, Error, Result};
+use crate::ep::capability::find_def;
+use crate::ep::op::{KernelEnv, OpKernel};
+use crate::memory::AlignedBuf;
+
+/// One inner node: its kernel, "Op node 'name'" for errors, its wiring.
+struct Step {
+    kernel: Box<dyn OpKernel>,
+    label: String,
+    wiring: Wiring,
+}
+
+/// A compiled partition.
+struct Plan {
+    steps: Vec<Step>,
+    slots: Slots,
+    /// Frames not in use by a run (one per concurrent run at most).
+    frames: Mutex<Vec<Frame>>,
+}
+
+/// `OrtNodeComputeInfo` first, so ORT's pointer is a pointer to this.
+#[repr(C)]
+struct FusedShell {
+    base: OrtNodeComputeInfo,
+    plan: Plan,
+}
+
+fn label_of(node: &Node<'_>) -> String {
+    format!(
+        "{} node '{}'",
+        node.op_type().unwrap_or_default(),
+        node.name().unwrap_or_default()
+    )
+}
+
+/// Builds the plan of one fused node from its subgraph.
+fn build(graph: Graph<'_>, fused: Node<'_>, env: &Arc<KernelEnv>) -> Result<Plan> {
+    let nodes = graph.nodes()?;
+    // The fused node's inputs and outputs, by value name (ORT passes them in this order).
+    let mut outer_in: HashMap<String, usize> = HashMap::new();
+    for (k, v) in fused.inputs()?.iter().enumerate() {
+        if let Some(v) = v {
+            outer_in.entry(v.name()?).or_insert(k);
+        }
+    }
+    let mut outer_out: HashMap<String, usize> = HashMap::new();
+    for (k, v) in fused.outputs()?.iter().enumerate() {
+        if let Some(v) = v {
+            outer_out.insert(v.name()?, k);
+        }
+    }
+    // A topological order of the subgraph (ORT's node order is not relied on).
+    let mut producer: HashMap<String, usize> = HashMap::new();
+    for (i, n) in nodes.iter().enumerate() {
+        for v in n.outputs()?.into_iter().flatten() {
+            producer.insert(v.name()?, i);
+        }
+    }
+    let mut preds = Vec::with_capacity(nodes.len());
+    for n in &nodes {
+        let mut p = Vec::new();
+        for v in n.inputs()?.into_iter().flatten() {
+            if let Some(&i) = producer.get(&v.name()?) {
+                p.push(i);
+            }
+        }
+        preds.push(p);
+    }
+    let order = crate::ep::partition::order(&preds, &vec![true; nodes.len()])
+        .ok_or_else(|| Error::fail("the fused subgraph has a cycle"))?;
+
+    let mut slots = Slots {
+        src: Vec::new(),
+        names: Vec::new(),
+        consts: Vec::new(),
+    };
+    let mut slot_of: HashMap<String, usize> = HashMap::new();
+    // Per constant: whether some kernel still reads it (did not prepack it).
+    let mut const_needed: Vec<bool> = Vec::new();
+    let mut const_src = Vec::new();
+    let mut steps = Vec::with_capacity(order.len());
+    for &ni in &order {
+        let node = nodes[ni];
+        let label = label_of(&node);
+        let op = node.op_type()?;
+        let domain = node.domain()?;
+        let since = node.since_version()?;
+        let def = find_def(&domain, &op, since).ok_or_else(|| {
+            Error::fail(format!(
+                "{label}: no rcpu kernel for {domain}:{op} opset {since}"
+            ))
+        })?;
+        let mut kernel =
+            (def.create)(&KernelInfo::from_node(node), env).map_err(|e| e.context(&label))?;
+        let mut inputs = Vec::new();
+        for (i, v) in node.inputs()?.into_iter().enumerate() {
+            let Some(v) = v else {
+                inputs.push(None);
+                continue;
+            };
+            let name = v.name()?;
+            let s = match slot_of.get(&name) {
+                Some(&s) => s,
+                None => {
+                    let src = if let Some(&k) = outer_in.get(&name) {
+                        SlotSrc::Outer(k)
+                    } else if v.is_constant_initializer() {
+                        const_needed.push(false);
+                        const_src.push(v);
+                        SlotSrc::Const(const_needed.len() - 1)
+                    } else {
+                        return Err(Error::fail(format!(
+                            "{label}: input {i} ('{name}') is neither an input of the fused \
+                             node, a constant nor an earlier node's output"
+                        )));
+                    };
+                    slots.src.push(src);
+                    slots.names.push(name.clone());
+                    slot_of.insert(name, slots.src.len() - 1);
+                    slots.src.len() - 1
+                }
+            };
+            if let SlotSrc::Const(k) = slots.src[s] {
+                // Offered for prepacking as ORT offers a constant input on the per-node path.
+                let t = v.constant_value()?.ok_or_else(|| {
+                    Error::fail(format!("{label}: constant input {i} has no value"))
+                })?;
+                let packed = kernel.prepack(i, &t).map_err(|e| e.context(&label))?;
+                if !packed {
+                    const_needed[k] = true;
+                }
+            }
+            inputs.push(Some(s));
+        }
+        let mut outputs = Vec::new();
+        for (i, v) in node.outputs()?.into_iter().enumerate() {
+            let Some(v) = v else {
+                outputs.push(None);
+                continue;
+            };
+            let name = v.name()?;
+            if slot_of.contains_key(&name) {
+                return Err(Error::fail(format!(
+                    "{label}: output {i} ('{name}') is written twice"
+                )));
+            }
+            let elem = v
+                .tensor_type()?
+                .ok_or_else(|| {
+                    Error::fail(format!(
+                        "{label}: output {i} ('{name}') is not a typed tensor"
+                    ))
+                })?
+                .elem;
+            slots.src.push(SlotSrc::Inner {
+                elem,
+                outer: outer_out.get(&name).copied(),
+            });
+            slots.names.push(name.clone());
+            slot_of.insert(name, slots.src.len() - 1);
+            outputs.push(Some(slots.src.len() - 1));
+        }
+        steps.push(Step {
+            kernel,
+            label,
+            wiring: Wiring {
+                inputs,
+                outputs,
+                release: Vec::new(),
+            },
+        });
+    }
+    // rcpu's copies of the constants some kernel still reads.
+    for (k, v) in const_src.iter().enumerate() {
+        let t = v
+            .constant_value()?
+            .ok_or_else(|| Error::fail("constant has no value"))?;
+        let name = v.name()?;
+        let data = if const_needed[k] {
+            let bytes = t
+                .all_bytes()
+                .map_err(|e| e.context(format!("constant '{name}'")))?;
+            let mut buf = AlignedBuf::<u8>::try_zeroed(bytes.len()).map_err(|e| {
+                Error::fail(format!(
+                    "cannot copy constant '{name}' ({} bytes): {e}",
+                    bytes.len()
+                ))
+            })?;
+            buf.as_mut_slice().copy_from_slice(bytes);
+            Some(buf)
+        } else {
+            None
+        };
+        let mut shape = Vec::new();
+        shape
+            .try_reserve(t.shape().len())
+            .map_err(|_| Error::fail("cannot allocate a shape"))?;
+        shape.extend_from_slice(t.shape());
+        slots.consts.push(OwnedConst {
+            name,
+            elem: t.elem(),
+            shape,
+            data,
+        });
+    }
+    // Each inner value's buffer returns to the pool after its last reader (or its producer,
+    // when nothing in the partition reads it).
+    let mut last = vec![None; slots.src.len()];
+    for (si, st) in steps.iter().enumerate() {
+        for s in st.wiring.inputs.iter().chain(&st.wiring.outputs).flatten() {
+            last[*s] = Some(si);
+        }
+    }
+    for (s, l) in last.iter().enumerate() {
+        if let (Some(si), SlotSrc::Inner { outer: None, .. }) = (l, slots.src[s]) {
+            steps[*si].wiring.release.push(s);
+        }
+    }
+    Ok(Plan {
+        steps,
+        slots,
+        frames: Mutex::new(Vec::new()),
+    })
+}
+
+impl Plan {
+    /// One run over `outer`, the fused node's context.
+    fn run(&self, outer: &KernelContext<'_>) -> Result<()> {
+        let taken = self.frames.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let mut frame = match taken {
+            Some(f) => f,
+            None => Frame::new(self.slots.src.len())?,
+        };
+        let r = self.steps_over(&mut frame, outer);
+        frame.reset();
+        self.frames
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(frame);
+        r
+    }
+
+    fn steps_over(&self, frame: &mut Frame, outer: &KernelContext<'_>) -> Result<()> {
+        for st in &self.steps {
+            let r = {
+                let nf = NodeFrame {
+                    frame,
+                    slots: &self.slots,
+                    wiring: &st.wiring,
+                    outer,
+                };
+                let ctx = KernelContext::from_frame(&nf);
+                // The ledger records the lanes this node's dispatches used: count from here.
+                crate::runtime::par::take_lanes_used();
+                catch_unwind(AssertUnwindSafe(|| st.kernel.compute(&ctx)))
+            };
+            match r {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return Err(e.context(&st.label)),
+                Err(p) => {
+                    return Err(Error::ep_fail(format!(
+                        "{}: rcpu: internal panic in Compute: {}",
+                        st.label,
+                        super::status::panic_message(&*p)
+                    )))
+                }
+            }
+            for &s in &st.wiring.release {
+                frame.release(s);
+            }
+        }
+        Ok(())
+    }
+}
+
+unsafe extern "C" fn create_state(
+    this: *mut OrtNodeComputeInfo,
+    _ctx: *mut OrtNodeComputeContext,
+    state: *mut *mut c_void,
+) -> StatusPtr {
+    guard("NodeComputeInfo::CreateState", || {
+        if state.is_null() {
+            return Err(Error::invalid_argument("CreateState: NULL out"));
+        }
+        // SAFETY: non-NULL out-pointer. The plan is the state: runs share it (frames per run).
+        unsafe { *state = this as *mut c_void };
+        Ok(())
+    })
+}
+
+unsafe extern "C" fn compute(
+    this: *mut OrtNodeComputeInfo,
+    _state: *mut c_void,
+    ctx: *mut OrtKernelContext,
+) -> StatusPtr {
+    guard("fused Compute", || {
+        if this.is_null() || ctx.is_null() {
+            return Err(Error::invalid_argument("fused Compute: NULL argument"));
+        }
+        // SAFETY: `this` is a FusedShell made by `compile`, alive until ReleaseNodeComputeInfos,
+        // which ORT does not call during a run; only shared access (runs may be concurrent).
+        let shell = unsafe { &*(this as *const FusedShell) };
+        // SAFETY: ctx is the live context of this call; the scope ends before we return.
+        let _scope = unsafe { super::ort_pool::ComputeScope::enter(ctx) };
+        // SAFETY: as above.
+        let outer = unsafe { KernelContext::new(ctx) };
+        shell.plan.run(&outer)
+    })
+}
+
+unsafe extern "C" fn release_state(_this: *mut OrtNodeComputeInfo, _state: *mut c_void) {
+    // The state is the plan itself, released with the compute info: nothing to do.
+    guard_value("NodeComputeInfo::ReleaseState", (), || ());
+}
+
+/// `OrtEp::Compile` for rcpu's EP: one compute info per fused node.
+///
+/// # Safety
+/// The arguments are ORT's for this call: `count` graphs and fused nodes, an output array of
+/// `count` entries, all valid during the call.
+pub(crate) unsafe fn compile(
+    env: &Arc<KernelEnv>,
+    graphs: *const *const OrtGraph,
+    fused_nodes: *const *const OrtNode,
+    count: usize,
+    infos: *mut *mut OrtNodeComputeInfo,
+) -> Result<()> {
+    if count == 0 {
+        return Ok(());
+    }
+    if graphs.is_null() || fused_nodes.is_null() || infos.is_null() {
+        return Err(Error::invalid_argument("Compile: NULL argument"));
+    }
+    // SAFETY: ORT passes arrays of `count` entries, valid for the call.
+    let (gs, fs, outs) = unsafe {
+        (
+            std::slice::from_raw_parts(graphs, count),
+            std::slice::from_raw_parts(fused_nodes, count),
+            std::slice::from_raw_parts_mut(infos, count),
+        )
+    };
+    outs.iter_mut().for_each(|o| *o = std::ptr::null_mut());
+    let mut made: Vec<*mut OrtNodeComputeInfo> = Vec::with_capacity(count);
+    let r = (|| {
+        for (&g, &f) in gs.iter().zip(fs) {
+            // SAFETY: graph and fused node valid during Compile.
+            let (graph, fused) = unsafe { (Graph::new(g), Node::from_raw(f)) };
+            let plan = build(graph, fused, env).map_err(|e| {
+                e.context(format!("fused node '{}'", fused.name().unwrap_or_default()))
+            })?;
+            let shell = Box::new(FusedShell {
+                base: OrtNodeComputeInfo {
+                    ort_version_supported: EP_ABI_VERSION,
+                    create_state: Some(create_state),
+                    compute: Some(compute),
+                    release_state: Some(release_state),
+                },
+                plan,
+            });
+            made.push(Box::into_raw(shell) as *mut OrtNodeComputeInfo);
+        }
+        Ok(())
+    })();
+    if r.is_err() {
+        for p in made {
+            // SAFETY: made by Box::into_raw above and never handed to ORT.
+            drop(unsafe { Box::from_raw(p as *mut FusedShell) });
+        }
+        return r;
+    }
+    for (o, p) in outs.iter_mut().zip(made) {
+        *o = p;
+    }
+    Ok(())
+}
+
+/// `OrtEp::ReleaseNodeComputeInfos`.
+///
+/// # Safety
+/// `infos` holds `n` pointers made by [`compile`] (or NULL), each released once.
+pub(crate) unsafe fn release(infos: *mut *mut OrtNodeComputeInfo, n: usize) {
+    guard_value("ReleaseNodeComputeInfos", (), || {
+        if infos.is_null() {
+            return;
+        }
+        // SAFETY: ORT passes `n` entries.
+        let all = unsafe { std::slice::from_raw_parts(infos, n) };
+        for &p in all {
+            if !p.is_null() {
+                // SAFETY: made by Box::into_raw in compile; ORT releases each once.
+                drop(unsafe { Box::from_raw(p as *mut FusedShell) });
+            }
+        }
+    })
+}
