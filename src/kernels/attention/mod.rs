@@ -8,6 +8,7 @@
 //! (batch, query position, query head) for the attention itself.
 
 pub mod gqa;
+mod gqa_decode;
 pub mod gqa_plan;
 pub mod rotary;
 mod scalar;
@@ -27,11 +28,15 @@ type ScoresFn = fn(&[f32], &[f32], f32, &mut [f32]);
 type RowsFn = fn(&[f32], &[f32], usize, f32, &mut [f32]);
 /// One rotary row: `(x, cos, sin, interleaved, out)`; rotates `2 * cos.len()` leading elements.
 type RopeFn = fn(&[f32], &[f32], &[f32], bool, &mut [f32]);
+/// `dst = src` (equal lengths) with streaming stores that bypass the caches where the ISA has
+/// them; the stores are fenced before it returns.
+type CopyFn = fn(&[f32], &mut [f32]);
 
 pub(crate) struct Kernels {
     scores: ScoresFn,
     rows: RowsFn,
     rope: RopeFn,
+    copy_nt: CopyFn,
     isa: Isa,
     name: &'static str,
 }
@@ -40,6 +45,7 @@ const SCALAR: Kernels = Kernels {
     scores: scalar::scores,
     rows: scalar::rows,
     rope: scalar::rope_row,
+    copy_nt: scalar::copy,
     isa: Isa::Scalar,
     name: "scalar",
 };
@@ -48,6 +54,7 @@ const AVX2: Kernels = Kernels {
     scores: x86::scores_avx2,
     rows: x86::rows_avx2,
     rope: x86::rope_avx2,
+    copy_nt: x86::copy_nt_avx2,
     isa: Isa::Avx2,
     name: "avx2",
 };
@@ -56,6 +63,7 @@ const AVX512: Kernels = Kernels {
     scores: x86::scores_avx512,
     rows: x86::rows_avx512,
     rope: x86::rope_avx512,
+    copy_nt: x86::copy_nt_avx512,
     isa: Isa::Avx512,
     name: "avx512",
 };
