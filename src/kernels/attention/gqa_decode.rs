@@ -1,14 +1,18 @@
 //! GroupQueryAttention's decode step (one new token per batch), fused per (batch, kv head):
 //! the lane that takes a unit writes its present rows (past rows copied, the new key rotated,
-//! zeros after) and then attends that kv head's whole query group over them, so the rows it
-//! reads come from its own cache, written a moment before, and each past row is read from
-//! memory once. Same kernels and the same per-row arithmetic as the general path in
-//! [`super::gqa`] (results are bit-identical to it).
+//! zeros after) and then attends that kv head's whole query group, so each past row is read
+//! from memory once, by the lane that uses it, and no lane reads rows another lane just wrote.
+//! The old split (the caller writing all present rows, then both lanes attending over them)
+//! measured 24.2 us per call inside the Qwen2-0.5B decode (past 64, 2 lanes) against 18.5 us
+//! for this one (node time, medians of 1440 calls, the two alternating per token).
 //!
-//! Order inside a unit: keys, then every query head's scores and softmax, then values (the
-//! past values are prefetched into L2 before the scores start), then every head's weighted sum
-//! of value rows. The subnormal flush covers the attention arithmetic only, as in the general
-//! path; present rows are written in the caller's FP environment.
+//! Order inside a unit: keys, then every query head's scores and softmax, then values, then
+//! every head's weighted sum of value rows. Scores and sums read the past rows from the past
+//! input (the copy just brought them into this lane's cache) and the new row apart from them.
+//! Same kernels as the general path in [`super::gqa`]; the new value row is added after the
+//! past rows' sum (one rounding more than there). The subnormal flush covers the attention
+//! arithmetic only, as in the general path; present rows are written in the caller's FP
+//! environment.
 
 use parking_lot::Mutex;
 
@@ -137,9 +141,8 @@ impl Decode<'_, '_> {
     }
 
     /// Present rows of kv head `n` of batch `b` (`which` 0: keys, rotated; 1: values): the `p`
-    /// past rows (unless present is the past buffer; streamed past the caches, as nothing in
-    /// this call reads them back from there), the new row at `p`, zeros after it. Returns the
-    /// `p` past rows to read (the past input's when there is one) and the new row.
+    /// past rows (unless present is the past buffer), the new row at `p`, zeros after it.
+    /// Returns the `p` past rows to read (the past input's when there is one) and the new row.
     fn present<'s>(
         &'s self,
         which: usize,
@@ -155,7 +158,7 @@ impl Decode<'_, '_> {
                 let src = if which == 0 { pk } else { pv };
                 let at = (b * self.sh.kv_heads + n) * past_len * head;
                 let rows = &src[at..at + p * head];
-                (self.k.copy_nt)(rows, &mut d[..p * head]);
+                d[..p * head].copy_from_slice(rows);
                 old = Some(rows);
             }
             d[(p + 1) * head..].fill(0.0);

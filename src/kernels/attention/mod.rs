@@ -5,7 +5,10 @@
 //! Per ISA one table: scaled QK scores (a dot product per key row), weighted row sums (scores
 //! along transposed keys; probabilities times V rows), the rotary row; the softmax between them is the softmax family's row kernel of the same ISA.
 //! Work is split over the lanes by output rows: (batch, kv head) for the KV cache update and
-//! (batch, query position, query head) for the attention itself.
+//! (batch, query position, query head) for the attention itself; a decode step (one new token)
+//! runs both in one dispatch over (batch, kv head) units instead (`gqa_decode`): a lane copies a
+//! unit's past rows into present and then attends the unit's query heads, reading the past
+//! rows once from memory.
 
 pub mod gqa;
 mod gqa_decode;
@@ -28,15 +31,11 @@ type ScoresFn = fn(&[f32], &[f32], f32, &mut [f32]);
 type RowsFn = fn(&[f32], &[f32], usize, f32, &mut [f32]);
 /// One rotary row: `(x, cos, sin, interleaved, out)`; rotates `2 * cos.len()` leading elements.
 type RopeFn = fn(&[f32], &[f32], &[f32], bool, &mut [f32]);
-/// `dst = src` (equal lengths) with streaming stores that bypass the caches where the ISA has
-/// them; the stores are fenced before it returns.
-type CopyFn = fn(&[f32], &mut [f32]);
 
 pub(crate) struct Kernels {
     scores: ScoresFn,
     rows: RowsFn,
     rope: RopeFn,
-    copy_nt: CopyFn,
     isa: Isa,
     name: &'static str,
 }
@@ -45,7 +44,6 @@ const SCALAR: Kernels = Kernels {
     scores: scalar::scores,
     rows: scalar::rows,
     rope: scalar::rope_row,
-    copy_nt: scalar::copy,
     isa: Isa::Scalar,
     name: "scalar",
 };
@@ -54,7 +52,6 @@ const AVX2: Kernels = Kernels {
     scores: x86::scores_avx2,
     rows: x86::rows_avx2,
     rope: x86::rope_avx2,
-    copy_nt: x86::copy_nt_avx2,
     isa: Isa::Avx2,
     name: "avx2",
 };
@@ -63,7 +60,6 @@ const AVX512: Kernels = Kernels {
     scores: x86::scores_avx512,
     rows: x86::rows_avx512,
     rope: x86::rope_avx512,
-    copy_nt: x86::copy_nt_avx512,
     isa: Isa::Avx512,
     name: "avx512",
 };

@@ -37,8 +37,3 @@ pub(super) fn rope_row(x: &[f32], cos: &[f32], sin: &[f32], interleaved: bool, o
     }
     out[rot..].copy_from_slice(&x[rot..]);
 }
-
-/// `dst = src` (equal lengths): the scalar level has no streaming stores.
-pub(super) fn copy(src: &[f32], dst: &mut [f32]) {
-    dst.copy_from_slice(src);
-}

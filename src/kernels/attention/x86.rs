@@ -6,10 +6,6 @@
 #![cfg(target_arch = "x86_64")]
 
 use crate::kernels::simd::{isa_entry, Avx2, Avx512, Simd};
-use std::arch::x86_64::{
-    __m256, __m512, _mm256_loadu_ps, _mm256_stream_ps, _mm512_loadu_ps, _mm512_stream_ps,
-    _mm_sfence,
-};
 
 #[inline(always)]
 fn dot_generic<S: Simd>(s: S, a: &[f32], b: &[f32]) -> f32 {
@@ -122,60 +118,3 @@ isa_entry!(rows_avx2, Avx2, "avx2,fma", rows_generic,
     (coef: &[f32], m: &[f32], ld: usize, scale: f32, out: &mut [f32]));
 isa_entry!(rows_avx512, Avx512, "avx512f,avx512dq,avx2,fma", rows_generic,
     (coef: &[f32], m: &[f32], ld: usize, scale: f32, out: &mut [f32]));
-
-/// `dst = src` with `W`-float streaming stores (`load` / `stream` one vector) over the part of
-/// `dst` aligned to whole vectors, plain copies before and after it, then `sfence`: the streamed
-/// lines are globally visible before the caller goes on (e.g. signals another lane).
-#[inline(always)]
-fn copy_nt_generic<V, const W: usize>(
-    src: &[f32],
-    dst: &mut [f32],
-    load: impl Fn(*const f32) -> V,
-    stream: impl Fn(*mut f32, V),
-) {
-    let n = src.len().min(dst.len());
-    let head = dst.as_ptr().align_offset(W * 4).min(n);
-    let body = head + (n - head) / W * W;
-    dst[..head].copy_from_slice(&src[..head]);
-    let (s, d) = (src.as_ptr(), dst.as_mut_ptr());
-    let mut i = head;
-    while i < body {
-        // SAFETY: `i + W <= body <= n`, in bounds of both slices; `d + i` is `4 W`-byte aligned
-        // (`head` aligns it and `i - head` is a multiple of `W`).
-        stream(unsafe { d.add(i) }, load(unsafe { s.add(i) }));
-        i += W;
-    }
-    dst[body..n].copy_from_slice(&src[body..n]);
-    // SAFETY: `sfence` has no operands; SSE is part of the x86_64 baseline.
-    unsafe { _mm_sfence() };
-}
-
-#[inline(always)]
-fn copy_nt_512(_s: Avx512, src: &[f32], dst: &mut [f32]) {
-    copy_nt_generic::<__m512, 16>(
-        src,
-        dst,
-        // SAFETY: the caller passes 16 in-bounds floats (unaligned load); the token proves
-        // AVX-512F.
-        |p| unsafe { _mm512_loadu_ps(p) },
-        // SAFETY: the caller passes 16 in-bounds floats at a 64-byte aligned address.
-        |p, v| unsafe { _mm512_stream_ps(p, v) },
-    )
-}
-
-#[inline(always)]
-fn copy_nt_256(_s: Avx2, src: &[f32], dst: &mut [f32]) {
-    copy_nt_generic::<__m256, 8>(
-        src,
-        dst,
-        // SAFETY: the caller passes 8 in-bounds floats (unaligned load); the token proves AVX.
-        |p| unsafe { _mm256_loadu_ps(p) },
-        // SAFETY: the caller passes 8 in-bounds floats at a 32-byte aligned address.
-        |p, v| unsafe { _mm256_stream_ps(p, v) },
-    )
-}
-
-isa_entry!(copy_nt_avx2, Avx2, "avx2,fma", copy_nt_256,
-    (src: &[f32], dst: &mut [f32]));
-isa_entry!(copy_nt_avx512, Avx512, "avx512f,avx512dq,avx2,fma", copy_nt_512,
-    (src: &[f32], dst: &mut [f32]));
