@@ -27,6 +27,13 @@ use super::Kernels;
 /// Attention work (multiply-adds) from which a call is split over lanes.
 pub const PAR_MIN_WORK: usize = 1 << 15;
 
+/// Longest attended length (past rows + 1) a decode step takes the fused path
+/// ([`super::gqa_decode`]) for. Inside the Qwen2-0.5B decode (2 lanes) it measured faster at
+/// past 64 and slower at past 1024 (one unit per lane: a lane that starts late holds the whole
+/// call up, where the general path's finer chunks let the other lane take over); untried in
+/// between, so the bound stays near the measured win (generation from a 64-token prompt).
+pub const DECODE_FUSED_MAX_LEN: usize = 128;
+
 /// Shape of one call.
 #[derive(Clone, Copy, Debug)]
 pub struct GqaShape {
@@ -242,12 +249,12 @@ fn run(
         |which, b, s, n| rows.new_row(which, b, s, n),
         |x: &[f32], p, out: &mut [f32]| rows.rope(x, p, out),
     );
-    if seq == 1 {
+    let max_len = past.iter().map(|&(p, _)| p).max().unwrap_or(0) + seq;
+    if seq == 1 && max_len <= DECODE_FUSED_MAX_LEN {
         // Decode: one dispatch over (batch, kv head) units when there are several (or when the
         // call stays on one lane anyway); a single unit worth splitting takes the general path,
         // which splits its query heads.
         let units = batch * kv_heads;
-        let max_len = past.iter().map(|&(p, _)| p).max().unwrap_or(0) + 1;
         let parallel = out_elems.saturating_mul(max_len) >= PAR_MIN_WORK;
         if units >= 2 || !parallel || par.lanes() < 2 {
             let d = Decode {
@@ -294,7 +301,6 @@ fn run(
     // Phase 2: one (b, s, query head) per output row of `head` elements. With several query
     // rows (prefill) each lane first transposes its batch's keys (`[Nkv, H, max_len]`) so the
     // scores run along the keys; a decode row takes one dot product per key row.
-    let max_len = past.iter().map(|&(p, _)| p).max().unwrap_or(0) + seq;
     let transposed = seq > 1;
     let kt_len = if transposed {
         kv_heads * head * max_len
