@@ -24,6 +24,9 @@ use crate::runtime::par::{Dispatch, Par};
 use super::gqa::{GqaShape, Rows};
 use super::Kernels;
 
+/// One dispatch chunk's output rows and present key / value rows.
+type Part<'a> = (&'a mut [f32], &'a mut [f32], &'a mut [f32]);
+
 /// One decode call's checked parts (see [`super::gqa`]): every index below is in bounds.
 pub(super) struct Decode<'a, 'r> {
     pub(super) k: &'static Kernels,
@@ -57,7 +60,7 @@ impl Decode<'_, '_> {
         }
         let lanes = if parallel { par.lanes() } else { 1 };
         let per = units.div_ceil((lanes * 4).min(units));
-        let parts: Vec<Mutex<(&mut [f32], &mut [f32], &mut [f32])>> = out
+        let parts: Vec<Mutex<Part<'_>>> = out
             .chunks_mut(per * orow)
             .zip(present_k.chunks_mut(per * prow))
             .zip(present_v.chunks_mut(per * prow))
