@@ -27,12 +27,11 @@ use super::Kernels;
 /// Attention work (multiply-adds) from which a call is split over lanes.
 pub const PAR_MIN_WORK: usize = 1 << 15;
 
-/// Longest attended length (past rows + 1) a decode step takes the fused path
-/// ([`super::gqa_decode`]) for. Inside the Qwen2-0.5B decode (2 lanes) it measured faster at
-/// past 64 and slower at past 1024 (one unit per lane: a lane that starts late holds the whole
-/// call up, where the general path's finer chunks let the other lane take over); untried in
-/// between, so the bound stays near the measured win (generation from a 64-token prompt).
-pub const DECODE_FUSED_MAX_LEN: usize = 128;
+/// Most past rows a decode step takes the fused path ([`super::gqa_decode`]) with. Inside the
+/// Qwen2-0.5B decode (2 lanes, `rcpu-bench llm --mode decode --past P`, old build as the null
+/// arm) the fused path measured 4% faster per token at past 64, 2.4% at 256, 2% slower at 512
+/// and 1% slower at 1024 (one unit per lane there; the general path splits by query heads).
+pub const DECODE_FUSED_MAX_PAST: usize = 256;
 
 /// Shape of one call.
 #[derive(Clone, Copy, Debug)]
@@ -250,7 +249,7 @@ fn run(
         |x: &[f32], p, out: &mut [f32]| rows.rope(x, p, out),
     );
     let max_len = past.iter().map(|&(p, _)| p).max().unwrap_or(0) + seq;
-    if seq == 1 && max_len <= DECODE_FUSED_MAX_LEN {
+    if seq == 1 && max_len <= DECODE_FUSED_MAX_PAST + 1 {
         // Decode: one dispatch over (batch, kv head) units when there are several (or when the
         // call stays on one lane anyway); a single unit worth splitting takes the general path,
         // which splits its query heads.

@@ -6,7 +6,7 @@
 //! along transposed keys; probabilities times V rows), the rotary row; the softmax between them is the softmax family's row kernel of the same ISA.
 //! Work is split over the lanes by output rows: (batch, kv head) for the KV cache update and
 //! (batch, query position, query head) for the attention itself; a decode step (one new token)
-//! over a short cache (`gqa::DECODE_FUSED_MAX_LEN`) runs both in one dispatch over (batch, kv head) units instead (`gqa_decode`): a lane copies a
+//! over a short cache (`gqa::DECODE_FUSED_MAX_PAST`) runs both in one dispatch over (batch, kv head) units instead (`gqa_decode`): a lane copies a
 //! unit's past rows into present and then attends the unit's query heads, reading the past
 //! rows once from memory.
 
