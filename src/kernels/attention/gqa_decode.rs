@@ -90,7 +90,8 @@ impl Decode<'_, '_> {
     }
 
     /// Floats of scratch one lane needs: a rotated query row, and scores and probabilities of
-    /// every query head of a group (at most the present buffers' size plus one row).
+    /// every query head of a group (small: this path runs only up to
+    /// [`super::gqa::DECODE_FUSED_MAX_PAST`] past rows).
     fn scratch(&self) -> usize {
         let sh = self.sh;
         let max_len = self.past.iter().map(|&(p, _)| p).max().unwrap_or(0) + 1;
