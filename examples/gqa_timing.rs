@@ -2,8 +2,13 @@
 //! test: it prints, it asserts nothing). Default: Qwen2-0.5B decode (14 heads, 2 KV heads, head
 //! 64, rotary, batch 1, one token after `past` rows).
 //!
-//! `cargo run --release -p rcpu --example gqa_timing [past iters rounds qscale]` (default 64 2000 5
-//! 1; qscale 200 makes the softmax underflow to subnormal probabilities)
+//! `cargo run --release -p rcpu --example gqa_timing [past iters rounds qscale evict_mb]` (default
+//! 64 2000 5 1 0; qscale 200 makes the softmax underflow to subnormal probabilities)
+//!
+//! `evict_mb` > 0 measures the call the way a decoder sees it: before every (timed) call both
+//! lanes stream that many MB of other memory (untimed), as the token's weight stream does between
+//! two layers' attention, so the past buffers, the present outputs and the inputs come from
+//! memory (e.g. `gqa_timing 64 200 5 1 300`; Qwen2-0.5B streams 278 MB per token).
 //!
 //! Arms, alternating within every round: present copied from a separate past buffer or shared
 //! with it, each on one lane (`Serial`) and on two pinned lanes. Reports the median wall time
@@ -13,7 +18,7 @@
 mod timing;
 
 use rcpu::kernels::attention::gqa::{gqa_f32, GqaInputs, GqaOutputs, GqaRotary, GqaShape};
-use rcpu::runtime::par::Serial;
+use rcpu::runtime::par::{Dispatch, Serial};
 use rcpu::runtime::{pool_for, Affinity, Par, PoolConfig};
 use std::time::Instant;
 
@@ -28,6 +33,8 @@ fn main() {
     // Query scale: 1 gives mild scores; a large one gives the peaky softmax of a random-weight
     // model, whose probabilities underflow into subnormals.
     let qscale = *args.get(3).unwrap_or(&1) as f32;
+    let evict_mb = *args.get(4).unwrap_or(&0);
+    let evict = vec![1u64; evict_mb * (1 << 20) / 8];
     let (nh, nkv, head, rot) = (14usize, 2usize, 64usize, 64usize);
     let present = past + 1;
     let sh = GqaShape {
@@ -78,6 +85,15 @@ fn main() {
         blocktime_us: rcpu::runtime::lanes::DEFAULT_BLOCKTIME_US,
     });
     let pars: [(&str, &dyn Par); 2] = [("serial", &Serial), ("2 lanes", &*lanes)];
+    // Reads one word per cache line of `evict` on both lanes (a stand-in for the weight stream).
+    let flush = || {
+        const PIECE: usize = 1 << 16;
+        let pieces = evict.len().div_ceil(PIECE);
+        lanes.chunks(Dispatch::Task, pieces, &|i| {
+            let part = &evict[i * PIECE..((i + 1) * PIECE).min(evict.len())];
+            std::hint::black_box(part.iter().step_by(8).fold(0u64, |a, &x| a ^ x));
+        });
+    };
     let mut call = |shared: bool, par: &dyn Par| {
         let inp = GqaInputs {
             q: &q,
@@ -111,6 +127,7 @@ fn main() {
             call(shared, pars[p].1);
             let mut s = Vec::with_capacity(iters);
             for _ in 0..iters {
+                flush();
                 let t = Instant::now();
                 std::hint::black_box(call(shared, pars[p].1));
                 s.push(t.elapsed().as_secs_f64() * 1e6);
@@ -119,7 +136,7 @@ fn main() {
             med[j].push(timing::median(&s));
         }
     }
-    println!("GQA decode: heads {nh}/{nkv}, head {head}, past {past}, qscale {qscale}, median us per call per round");
+    println!("GQA decode: heads {nh}/{nkv}, head {head}, past {past}, qscale {qscale}, evict {evict_mb} MB, median us per call per round");
     for (j, &(shared, p)) in arms.iter().enumerate() {
         let ratios: Vec<String> = med[j]
             .iter()

@@ -20,10 +20,18 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use crate::memory::scratch::try_with_scratch_f32;
 use crate::runtime::par::Par;
 
+use super::gqa_decode::Decode;
 use super::rotary::{position, Positions};
+use super::Kernels;
 
 /// Attention work (multiply-adds) from which a call is split over lanes.
 pub const PAR_MIN_WORK: usize = 1 << 15;
+
+/// Most past rows a decode step takes the fused path ([`super::gqa_decode`]) with. Inside the
+/// Qwen2-0.5B decode (2 lanes, `rcpu-bench llm --mode decode --past P`, old build as the null
+/// arm) the fused path measured 4% faster per token at past 64, 2.4% at 256, 2% slower at 512
+/// and 1% slower at 1024 (one unit per lane there; the general path splits by query heads).
+pub const DECODE_FUSED_MAX_PAST: usize = 256;
 
 /// Shape of one call.
 #[derive(Clone, Copy, Debug)]
@@ -226,25 +234,41 @@ fn run(
     if tokens == 0 || heads == 0 {
         return Ok(k.name);
     }
-    // The new key / value row of token (b, s), kv head n.
-    let new_row = |which: usize, b: usize, s: usize, n: usize| -> &[f32] {
-        let (src, stride, off) = match inp.kv {
-            Some((kk, vv)) => (if which == 0 { kk } else { vv }, kv_heads, 0),
-            None => (inp.q, q_stride, heads + which * kv_heads),
-        };
-        let at = ((b * seq + s) * stride + off + n) * head;
-        &src[at..at + head]
+    let rows = Rows {
+        inp,
+        k,
+        rot,
+        seq,
+        heads,
+        kv_heads,
+        head,
+        q_stride,
     };
-    let rope_at = |x: &[f32], p: usize, out: &mut [f32]| match rot {
-        Some((r, half)) => (k.rope)(
-            x,
-            &r.cos[p * half..(p + 1) * half],
-            &r.sin[p * half..(p + 1) * half],
-            r.interleaved,
-            out,
-        ),
-        None => out.copy_from_slice(x),
-    };
+    let (new_row, rope_at) = (
+        |which, b, s, n| rows.new_row(which, b, s, n),
+        |x: &[f32], p, out: &mut [f32]| rows.rope(x, p, out),
+    );
+    let max_len = past.iter().map(|&(p, _)| p).max().unwrap_or(0) + seq;
+    if seq == 1 && max_len <= DECODE_FUSED_MAX_PAST + 1 {
+        // Decode: one dispatch over (batch, kv head) units when there are several (or when the
+        // call stays on one lane anyway); a single unit worth splitting takes the general path,
+        // which splits its query heads.
+        let units = batch * kv_heads;
+        let parallel = out_elems.saturating_mul(max_len) >= PAR_MIN_WORK;
+        if units >= 2 || !parallel || par.lanes() < 2 {
+            let d = Decode {
+                k,
+                softmax_row,
+                sh,
+                rows: &rows,
+                past_kv: if o.shared { None } else { inp.past },
+                past: &past,
+                shared: o.shared,
+            };
+            d.run(o.out, o.present_k, o.present_v, parallel, par)?;
+            return Ok(k.name);
+        }
+    }
     let unit = present_len * head;
     let copy_work = 2 * cache >= super::rotary::PAR_MIN_ELEMS * 4;
     // Phase 1: present = past rows, new rows (keys rotated), zeros; one (b, kv head) per row.
@@ -276,7 +300,6 @@ fn run(
     // Phase 2: one (b, s, query head) per output row of `head` elements. With several query
     // rows (prefill) each lane first transposes its batch's keys (`[Nkv, H, max_len]`) so the
     // scores run along the keys; a decode row takes one dot product per key row.
-    let max_len = past.iter().map(|&(p, _)| p).max().unwrap_or(0) + seq;
     let transposed = seq > 1;
     let kt_len = if transposed {
         kv_heads * head * max_len
@@ -298,9 +321,8 @@ fn run(
                 let u = first + i;
                 let (b, s, h) = (u / (seq * heads), (u / heads) % seq, u % heads);
                 let n = h / group;
-                let at = ((b * seq + s) * q_stride + h) * head;
                 let (p, total) = past[b];
-                rope_at(&inp.q[at..at + head], p + s, qr);
+                rope_at(rows.q_row(b, s, h), p + s, qr);
                 // Causal, and never past the batch's valid length: a right-padded row of a first
                 // prompt (s >= total) attends to all `total` valid keys, as ORT does.
                 let len = (p + s + 1).min(total);
@@ -339,6 +361,55 @@ fn run(
         ));
     }
     Ok(k.name)
+}
+
+/// Where one call's query and new key / value rows are, and the rotary step applied to them.
+pub(super) struct Rows<'a> {
+    inp: &'a GqaInputs<'a>,
+    k: &'static Kernels,
+    rot: Option<(GqaRotary<'a>, usize)>,
+    seq: usize,
+    heads: usize,
+    kv_heads: usize,
+    head: usize,
+    /// Heads per token in the query buffer (with K and V when packed).
+    q_stride: usize,
+}
+
+impl<'a> Rows<'a> {
+    /// The new key (`which` 0) or value (1) row of token `(b, s)`, kv head `n`.
+    pub(super) fn new_row(&self, which: usize, b: usize, s: usize, n: usize) -> &'a [f32] {
+        let (src, stride, off) = match self.inp.kv {
+            Some((kk, vv)) => (if which == 0 { kk } else { vv }, self.kv_heads, 0),
+            None => (
+                self.inp.q,
+                self.q_stride,
+                self.heads + which * self.kv_heads,
+            ),
+        };
+        let at = ((b * self.seq + s) * stride + off + n) * self.head;
+        &src[at..at + self.head]
+    }
+
+    /// The query row of token `(b, s)`, head `h`.
+    pub(super) fn q_row(&self, b: usize, s: usize, h: usize) -> &'a [f32] {
+        let at = ((b * self.seq + s) * self.q_stride + h) * self.head;
+        &self.inp.q[at..at + self.head]
+    }
+
+    /// `x` rotated at position `p` into `out` (copied when the call has no rotary step).
+    pub(super) fn rope(&self, x: &[f32], p: usize, out: &mut [f32]) {
+        match self.rot {
+            Some((r, half)) => (self.k.rope)(
+                x,
+                &r.cos[p * half..(p + 1) * half],
+                &r.sin[p * half..(p + 1) * half],
+                r.interleaved,
+                out,
+            ),
+            None => out.copy_from_slice(x),
+        }
+    }
 }
 
 /// Keys of one batch (`[Nkv, present_len, H]`, `per_head` = `present_len * H`, the first `rows`

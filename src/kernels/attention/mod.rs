@@ -5,9 +5,13 @@
 //! Per ISA one table: scaled QK scores (a dot product per key row), weighted row sums (scores
 //! along transposed keys; probabilities times V rows), the rotary row; the softmax between them is the softmax family's row kernel of the same ISA.
 //! Work is split over the lanes by output rows: (batch, kv head) for the KV cache update and
-//! (batch, query position, query head) for the attention itself.
+//! (batch, query position, query head) for the attention itself; a decode step (one new token)
+//! over a short cache (`gqa::DECODE_FUSED_MAX_PAST`) runs both in one dispatch over (batch, kv head) units instead (`gqa_decode`): a lane copies a
+//! unit's past rows into present and then attends the unit's query heads, reading the past
+//! rows once from memory.
 
 pub mod gqa;
+mod gqa_decode;
 pub mod gqa_plan;
 pub mod rotary;
 mod scalar;
