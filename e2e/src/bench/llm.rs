@@ -19,7 +19,7 @@ use super::args::Opts;
 use super::arm::{null_worker, ArmKind, Worker, WorkerCfg};
 use super::conditions::{foreign_share, pct, CpuTicks};
 use super::gen_llm::Llm;
-use super::llm_report::{summarize, ReadFloor, Timed};
+use super::llm_report::{round_fractions, summarize, ReadFloor, Timed, ROUND_READ_PASSES};
 use super::quant::{median, quantile};
 use super::target::{placement, progress, Target};
 use super::{membw, profile, rounds};
@@ -206,10 +206,14 @@ pub fn run(o: &Opts) -> Result<i32, String> {
     println!("{}", bw_ref.describe());
     let bw = bw_ref.best();
     let tol = o.tol.unwrap_or(if acc == 4 { 2e-2 } else { 1e-4 });
+    let floor = ReadFloor {
+        bytes,
+        gbps: bw,
+        reader: membw::RoundReader::new(t.weight_bytes as usize, threads),
+    };
     let mut results = vec![];
     let mut code = 0;
     for case in cases(o) {
-        let floor = ReadFloor { bytes, gbps: bw };
         let r = run_case(o, &mut arms, &case, &t, &floor, vocab, tol, &cpus)?;
         if r["parity_ok"] == false {
             code = 2;
@@ -387,16 +391,27 @@ fn run_case(
     let per_token = case.tokens() as f64;
     let (mut p50s, mut p90s, mut cpu) = (vec![vec![]; 3], vec![vec![]; 3], [0.0f64; 3]);
     let mut samples = [0usize; 3];
+    let mut read_gbps = vec![];
     // Foreign load over the timed calls (compare's measure: /proc/stat busy ticks of the arms'
     // CPUs not accounted for by the bench's own processes).
     let (mut ticks, mut ours) = (CpuTicks::default(), 0.0);
     println!(
-        "{:>5}  {:<14} {:>10} {:>10} {:>10} {:>9} {:>13}",
-        "round", "order", "ort ms/tok", "rcpu ms/tok", "null ms/tok", "ORT/rcpu", "null_b_over_a"
+        "{:>5}  {:<14} {:>10} {:>10} {:>10} {:>9} {:>13} {:>9} {:>10}",
+        "round",
+        "order",
+        "ort ms/tok",
+        "rcpu ms/tok",
+        "null ms/tok",
+        "ORT/rcpu",
+        "null_b_over_a",
+        "read GB/s",
+        "rcpu/read"
     );
     for r in 0..o.rounds {
         let round = rounds::run(arms, cpus, r, &req, false)?;
         rounds::accumulate(&mut ticks, &mut ours, &round);
+        // The same-size buffers read right after the arms (all three idle and settled).
+        read_gbps.push(floor.reader.measure(ROUND_READ_PASSES));
         for (i, c) in round.calls.iter().enumerate() {
             // Generate: the worker's own CPU over the steps (its prompt prefill left out).
             cpu[i] += c.res["steps_cpu_s"].as_f64().unwrap_or(c.cpu_s);
@@ -410,12 +425,14 @@ fn run_case(
         }
         let (a, b, n) = (p50s[0][r], p50s[1][r], p50s[2][r]);
         let twin = if o.null_arm == "ort" { a } else { b };
+        let rd = read_gbps[r];
         println!(
-            "{:>5}  {:<14} {a:>10.3} {b:>10.3} {n:>10.3} {:>9.3} {:>13.3}",
+            "{:>5}  {:<14} {a:>10.3} {b:>10.3} {n:>10.3} {:>9.3} {:>13.3} {rd:>9.1} {:>9.1}%",
             r + 1,
             rounds::order_name(r),
             a / b,
-            n / twin
+            n / twin,
+            round_fractions(floor.bytes[1], &[b], per_token, &[rd])[0] * 100.0
         );
     }
     let stats = arms[1].cmd("stats")?;
@@ -430,6 +447,7 @@ fn run_case(
         cpu,
         samples,
         foreign,
+        read_gbps,
     };
     let mut summary = summarize(o, &case.name(), per_token, t, floor, &timed, &stats);
     let mut prof = json!(null);

@@ -6,7 +6,8 @@ use serde_json::{json, Value};
 
 use super::args::Opts;
 use super::counters;
-use super::quant::median;
+use super::membw::RoundReader;
+use super::quant::{max, median, min};
 use super::steady::{steady_start, SteadyCfg};
 use super::target::Target;
 use super::verdict::{verdict, NullBand};
@@ -22,6 +23,9 @@ pub struct Timed {
     pub samples: [usize; 3],
     /// Foreign busy share of the arms' CPUs while they were timed.
     pub foreign: Option<f64>,
+    /// Per round: the read bandwidth of a same-size buffer right after the round's arms (GB/s,
+    /// `membw::RoundReader`).
+    pub read_gbps: Vec<f64>,
 }
 
 /// The headline of per-round figures (per arm: ort, rcpu, null; lower is better): ORT/rcpu per
@@ -86,10 +90,24 @@ fn steady_word(o: &Opts, per_round: &[Vec<f64>], n: usize) -> String {
 }
 
 /// What the bandwidth figures divide: the weight bytes a token reads on each arm
-/// (`[ort, rcpu, null]`, `llm.rs` `read_bytes`) and the same-run read bandwidth (GB/s).
+/// (`[ort, rcpu, null]`, `llm.rs` `read_bytes`), the run's read bandwidth (GB/s, best pass before
+/// the cases) and the same-size buffers read again after every round.
 pub struct ReadFloor {
     pub bytes: [u64; 3],
     pub gbps: f64,
+    pub reader: RoundReader,
+}
+
+/// Passes of each buffer per round (their median is the round's read figure).
+pub const ROUND_READ_PASSES: usize = 5;
+
+/// Per round, the fraction of that round's read bandwidth an arm reached: `bytes` per token over
+/// its p50 ms per token (`per_token` tokens per timed run), over the round's `read_gbps`.
+pub fn round_fractions(bytes: u64, p50s: &[f64], per_token: f64, read_gbps: &[f64]) -> Vec<f64> {
+    p50s.iter()
+        .zip(read_gbps)
+        .map(|(&ms, &bw)| bytes as f64 / (ms * per_token * 1e-3) / 1e9 / bw)
+        .collect()
 }
 
 /// Prints the case's summary; returns its JSON (without the profile).
@@ -108,12 +126,21 @@ pub fn summarize(
         cpu,
         samples,
         foreign,
+        read_gbps,
     } = timed;
     let generate = case.starts_with("generate");
     let names = ["ort", "rcpu", "null"];
     println!(
-        "{:<6} {:>10} {:>10} {:>12} {:>11} {:>8} {:>12}",
-        "arm", "p50 ms", "p90 ms", "cpu ms/tok", "weight MB", "GB/s", "of read bw"
+        "read bandwidth after each round (median of {ROUND_READ_PASSES} passes): min {:.1}, median \
+         {:.1}, max {:.1} GB/s; \"of round read\": median over rounds of the arm's GB/s in the round \
+         over the round's read",
+        min(read_gbps),
+        median(read_gbps),
+        max(read_gbps)
+    );
+    println!(
+        "{:<6} {:>10} {:>10} {:>12} {:>11} {:>8} {:>12} {:>14}",
+        "arm", "p50 ms", "p90 ms", "cpu ms/tok", "weight MB", "GB/s", "of read bw", "of round read"
     );
     let mut arm_json = vec![];
     for i in 0..3 {
@@ -123,13 +150,16 @@ pub fn summarize(
         // Prefill reads the weights once for all its tokens: GB/s per run, not per token.
         let (bytes, bw) = (&floor.bytes, floor.gbps);
         let gbps = bytes[i] as f64 / (p50 * per_token * 1e-3) / 1e9;
+        let per_round = round_fractions(bytes[i], &p50s[i], per_token, read_gbps);
+        let of_round = median(&per_round);
         println!(
-            "{:<6} {p50:>10.3} {p90:>10.3} {cpu_ms:>12.3} {:>11.1} {gbps:>8.2} {:>11.1}%",
+            "{:<6} {p50:>10.3} {p90:>10.3} {cpu_ms:>12.3} {:>11.1} {gbps:>8.2} {:>11.1}% {:>13.1}%",
             names[i],
             bytes[i] as f64 / 1e6,
-            gbps / bw * 100.0
+            gbps / bw * 100.0,
+            of_round * 100.0
         );
-        arm_json.push(json!({"arm": names[i], "p50_ms_per_token": p50, "p90_ms_per_token": p90, "cpu_ms_per_token": cpu_ms, "read_bytes_per_token": bytes[i], "gbps": gbps, "fraction_of_read_bw": gbps / bw}));
+        arm_json.push(json!({"arm": names[i], "p50_ms_per_token": p50, "p90_ms_per_token": p90, "cpu_ms_per_token": cpu_ms, "read_bytes_per_token": bytes[i], "gbps": gbps, "fraction_of_read_bw": gbps / bw, "fraction_of_round_read_bw": of_round, "rounds_fraction_of_read_bw": per_round}));
     }
     let h = Headline::of(o, p50s);
     println!(
@@ -159,12 +189,26 @@ pub fn summarize(
     }
     json!({"case": case, "parity_ok": true, "arms": arm_json, "ort_over_rcpu": h.ratio,
         "null_band": h.band, "verdict": h.word, "foreign_share": foreign, "steady": h.steady_word,
-        "rounds_p50_ms": p50s, "rcpu_counters": route_json})
+        "rounds_p50_ms": p50s, "rounds_read_gbps": read_gbps, "rcpu_counters": route_json})
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// 300 MB a token at 10 ms is 30 GB/s: 0.75 of a 40 GB/s round, 1.0 of a 30 GB/s one; a
+    /// prefill run of 64 tokens at 2 ms a token reads 256 MB once in 128 ms: 2 GB/s.
+    #[test]
+    fn round_fractions_divide_each_rounds_rate_by_that_rounds_read() {
+        let f = round_fractions(300_000_000, &[10.0, 10.0, 20.0], 1.0, &[40.0, 30.0, 15.0]);
+        let want = [0.75, 1.0, 1.0];
+        assert_eq!(f.len(), 3);
+        for (a, b) in f.iter().zip(want) {
+            assert!((a - b).abs() < 1e-12, "{f:?}");
+        }
+        let p = round_fractions(256_000_000, &[2.0], 64.0, &[2.0]);
+        assert!((p[0] - 1.0).abs() < 1e-12, "{p:?}");
+    }
 
     #[test]
     fn too_few_rounds_are_not_judged_steady() {

@@ -9,6 +9,10 @@
 //! machine reached in this run), so weights on huge pages are not flattered by a 4 KiB reference.
 
 use std::sync::Barrier;
+
+use rcpu::memory::ArenaBuf;
+
+use super::quant::median;
 use std::time::Instant;
 
 /// Read bandwidth of a same-size buffer on 4 KiB and on huge pages, this run.
@@ -49,28 +53,73 @@ impl Reference {
 
 /// Best read bandwidth in GB/s over `passes` passes of a `bytes`-sized buffer on 4 KiB pages.
 pub fn read_gbps(bytes: usize, threads: usize, passes: usize) -> f64 {
-    let words = (bytes / 8).max(1024);
-    let buf: Vec<u64> = (0..words as u64)
-        .map(|i| i.wrapping_mul(0x9E37_79B9))
-        .collect();
-    read_buf_gbps(&buf, threads, passes)
+    best(&pass_rates(&small_page_buf(bytes), threads, passes))
 }
 
 /// [`read_gbps`] for a buffer claimed from a fresh huge-page weight arena (2 MiB-aligned,
 /// `MADV_HUGEPAGE` before the first write), as rcpu's packed weights are; `None` when the
 /// arena cannot map it.
 pub fn read_gbps_huge(bytes: usize, threads: usize, passes: usize) -> Option<f64> {
+    let buf = huge_page_buf(bytes)?;
+    Some(best(&pass_rates(buf.as_slice(), threads, passes)))
+}
+
+/// The same two buffers kept for the whole run and read again in every round, so that each
+/// round has its own denominator. The host's read bandwidth moves within a run (seen here: 33 and
+/// 63 GB/s for the same buffer minutes apart), and a token's time set against a read taken
+/// minutes earlier mixes the two moments; a round's arms and its read are seconds apart.
+pub struct RoundReader {
+    small: Vec<u64>,
+    huge: Option<ArenaBuf<u64>>,
+    threads: usize,
+}
+
+impl RoundReader {
+    /// Both buffers of `bytes` (the huge-page one when the arena can map it).
+    pub fn new(bytes: usize, threads: usize) -> RoundReader {
+        RoundReader {
+            small: small_page_buf(bytes),
+            huge: huge_page_buf(bytes),
+            threads,
+        }
+    }
+
+    /// This round's read bandwidth in GB/s: per buffer the median of `passes` passes (the arms'
+    /// figures are medians too), the higher of the two buffers.
+    pub fn measure(&self, passes: usize) -> f64 {
+        let small = median(&pass_rates(&self.small, self.threads, passes));
+        let huge = self
+            .huge
+            .as_ref()
+            .map(|b| median(&pass_rates(b.as_slice(), self.threads, passes)))
+            .unwrap_or(0.0);
+        small.max(huge)
+    }
+}
+
+fn small_page_buf(bytes: usize) -> Vec<u64> {
+    let words = (bytes / 8).max(1024);
+    (0..words as u64)
+        .map(|i| i.wrapping_mul(0x9E37_79B9))
+        .collect()
+}
+
+fn huge_page_buf(bytes: usize) -> Option<ArenaBuf<u64>> {
     let words = (bytes / 8).max(1024);
     let arena = rcpu::memory::WeightArena::new(rcpu::memory::REGION_BYTES);
     let mut buf = arena.try_alloc::<u64>(words).ok()?;
     for (i, w) in buf.as_mut_slice().iter_mut().enumerate() {
         *w = (i as u64).wrapping_mul(0x9E37_79B9);
     }
-    Some(read_buf_gbps(buf.as_slice(), threads, passes))
+    Some(buf)
 }
 
-/// Best read bandwidth in GB/s over `passes` passes of `buf`.
-fn read_buf_gbps(buf: &[u64], threads: usize, passes: usize) -> f64 {
+fn best(rates: &[f64]) -> f64 {
+    rates.iter().copied().fold(0.0, f64::max)
+}
+
+/// Read bandwidth in GB/s of each of `passes` passes of `buf` (passes that timed nothing left out).
+fn pass_rates(buf: &[u64], threads: usize, passes: usize) -> Vec<f64> {
     let words = buf.len();
     let threads = threads.max(1);
     let chunk = words.div_ceil(threads);
@@ -115,7 +164,7 @@ fn read_buf_gbps(buf: &[u64], threads: usize, passes: usize) -> f64 {
         })
         .filter(|&dt| dt > 0.0)
         .map(|dt| (words * 8 * reps) as f64 / dt / 1e9)
-        .fold(0.0, f64::max)
+        .collect()
 }
 
 /// Sum with independent accumulators so the loop vectorises and is limited by loads.
