@@ -4,13 +4,14 @@
 //! QKV, rotary (rotate-half, interleaved), a present buffer shared with the past, every ISA this
 //! CPU has, serial and 3 lanes (bit-identical to the default serial run); bad `seqlens_k` and head
 //! counts are errors. Tolerance: output rtol 1e-5 / atol 1e-6 vs f64; present exact copies (atol
-//! 1e-6 where rotated).
+//! 1e-6 where rotated). The grouped prefill is bit-identical to the per-query-head path (groups
+//! 1 / 4 / 7 / 8 / 12, heads 64 / 24 / 40 / 17, S = 1..=33 and 130, past 0 and > 0, batch 2).
 
 use crate::glue_common;
 use glue_common::*;
 
 use rcpu::kernels::attention::gqa::{
-    gqa_f32, gqa_f32_with, GqaInputs, GqaOutputs, GqaRotary, GqaShape,
+    gqa_f32, gqa_f32_prefill, gqa_f32_with, GqaInputs, GqaOutputs, GqaRotary, GqaShape, Prefill,
 };
 use rcpu::runtime::par::{Par, Serial};
 
@@ -338,6 +339,76 @@ fn large_enough_to_split_over_lanes() {
     let mut c = case(1, 33, 14, 2, 64, 0, 33);
     c.first_prompt = true;
     check(c, &[32], 5);
+}
+
+/// The grouped prefill (one unit per (batch, position, kv head)) against the per-query-head path,
+/// bit for bit: outputs and presents, every ISA this CPU has, serial and 3 lanes.
+fn check_grouped(c: Case, seqlens: &[i32], seed: u64) {
+    let mut rng = Rng(seed);
+    let d = data(&c, seqlens, &mut rng);
+    for isa in ISAS {
+        for (pname, par) in [("serial", &Serial as &dyn Par), ("3-lane", &THREE)] {
+            let run = |path: Prefill| {
+                let f = move |sh: &GqaShape, i: &GqaInputs<'_>, o: GqaOutputs<'_>, p: &dyn Par| {
+                    gqa_f32_prefill(Some(isa), path, sh, i, o, p)
+                };
+                call(&c, &d, &f, par)
+            };
+            let (go, gk, gv) = match run(Prefill::Grouped) {
+                Ok(r) => r,
+                Err(e) if e.contains("not supported") => continue,
+                Err(e) => panic!("{c:?} {seqlens:?}: {e}"),
+            };
+            let (ro, rk, rv) = run(Prefill::PerRow).unwrap();
+            let what = format!("{c:?} seqlens {seqlens:?} {isa:?} {pname}");
+            assert!(
+                go.iter().all(|x| x.is_finite()),
+                "{what}: non-finite output"
+            );
+            assert_same(&format!("{what} grouped vs per-row out"), &go, &ro);
+            assert_same(&format!("{what} grouped vs per-row present_k"), &gk, &rk);
+            assert_same(&format!("{what} grouped vs per-row present_v"), &gv, &rv);
+        }
+    }
+}
+
+#[test]
+fn grouped_prefill_bit_identical_to_per_row() {
+    let mut seed = 9000;
+    // Groups 1, 4, 7, 8 (one register block on AVX-512), 12 (two blocks; three on AVX2).
+    let groups = [(4, 4), (8, 2), (14, 2), (8, 1), (24, 2)];
+    let seqs = (1..=33).chain([130]);
+    for s in seqs {
+        for (gi, &(heads, kv)) in groups.iter().enumerate() {
+            for head in [64, 24, 40, 17] {
+                // Rotary needs an even head; alternate the forms across the loop.
+                let rotary = match (head % 2, (s + gi) % 3) {
+                    (1, _) | (_, 0) => None,
+                    (_, 1) => Some(false),
+                    _ => Some(true),
+                };
+                seed += 1;
+                // First prompt, past 0.
+                let mut c = case(1, s, heads, kv, head, 0, s);
+                c.first_prompt = true;
+                c.rotary = rotary;
+                c.packed = s % 2 == 0;
+                check_grouped(c, &[s as i32 - 1], seed);
+                // First prompt, batch 2, the second right-padded, into a longer buffer.
+                let mut c = case(2, s, heads, kv, head, 0, s + 3);
+                c.first_prompt = true;
+                c.rotary = rotary;
+                check_grouped(c, &[s as i32 - 1, (s as i32 - 1) / 2], seed + 100_000);
+                // Not the first prompt: batch 2 after different past lengths.
+                let past = 5 + s % 7;
+                let mut c = case(2, s, heads, kv, head, past, past + s + 2);
+                c.rotary = rotary;
+                c.packed = s % 2 == 1;
+                let sl = [(past + s - 1) as i32, (past / 2 + s - 1) as i32];
+                check_grouped(c, &sl, seed + 200_000);
+            }
+        }
+    }
 }
 
 #[test]

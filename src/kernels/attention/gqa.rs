@@ -87,7 +87,7 @@ pub fn gqa_f32(
     o: GqaOutputs<'_>,
     par: &dyn Par,
 ) -> Result<&'static str, String> {
-    run(None, sh, inp, o, par)
+    run(None, Prefill::Grouped, sh, inp, o, par)
 }
 
 /// [`gqa_f32`] forced onto one ISA variant (tests). `Err` when the CPU lacks it.
@@ -98,7 +98,31 @@ pub fn gqa_f32_with(
     o: GqaOutputs<'_>,
     par: &dyn Par,
 ) -> Result<&'static str, String> {
-    run(Some(isa), sh, inp, o, par)
+    run(Some(isa), Prefill::Grouped, sh, inp, o, par)
+}
+
+/// How a call with several query rows (prefill, `seq > 1`) splits the attention.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Prefill {
+    /// One unit per (batch, position, kv head): the group's query heads share every key and
+    /// value vector load (the default).
+    Grouped,
+    /// One unit per (batch, position, query head): the earlier path, kept as the reference the
+    /// grouped one is bit-identical to (tests, timing).
+    PerRow,
+}
+
+/// [`gqa_f32`] with the prefill path chosen, on one ISA variant (`None`: the process's level).
+/// Both paths give bit-identical results; decode calls (`seq == 1`) ignore `prefill`.
+pub fn gqa_f32_prefill(
+    isa: Option<Isa>,
+    prefill: Prefill,
+    sh: &GqaShape,
+    inp: &GqaInputs<'_>,
+    o: GqaOutputs<'_>,
+    par: &dyn Par,
+) -> Result<&'static str, String> {
+    run(isa, prefill, sh, inp, o, par)
 }
 
 /// Past rows and total valid length per batch, after checking `seqlens_k` against the shape and
@@ -151,6 +175,7 @@ fn past_rows(
 
 fn run(
     isa: Option<Isa>,
+    prefill: Prefill,
     sh: &GqaShape,
     inp: &GqaInputs<'_>,
     o: GqaOutputs<'_>,
@@ -299,24 +324,69 @@ fn run(
     let (pk, pv) = (&*o.present_k, &*o.present_v);
     // Phase 2: one (b, s, query head) per output row of `head` elements. With several query
     // rows (prefill) each lane first transposes its batch's keys (`[Nkv, H, max_len]`) so the
-    // scores run along the keys; a decode row takes one dot product per key row.
+    // scores run along the keys; a decode row takes one dot product per key row. The grouped
+    // prefill takes one (b, s, kv head) per unit instead: its `group` query heads are contiguous
+    // in the output, attend to the same keys with the same causal length, and go through the
+    // scores, the softmax and P x V together (`rows_group`).
     let transposed = seq > 1;
+    let grouped = transposed && prefill == Prefill::Grouped;
+    let g_rows = if grouped { group } else { 1 };
     let kt_len = if transposed {
-        kv_heads * head * max_len
+        mul(&[kv_heads, head, max_len]).ok_or_else(overflow)?
     } else {
         0
     };
-    // At most one batch's present keys plus two rows: bounded by buffers that exist already.
-    let scratch = head + 2 * max_len + kt_len;
+    // At most one batch's present keys plus the query rows and two score rows per query head of
+    // a unit: bounded by buffers that exist already.
+    let q_buf = mul(&[g_rows, head]).ok_or_else(overflow)?;
+    let s_buf = mul(&[g_rows, max_len]).ok_or_else(overflow)?;
+    let scratch = s_buf
+        .checked_mul(2)
+        .and_then(|x| x.checked_add(q_buf))
+        .and_then(|x| x.checked_add(kt_len))
+        .ok_or_else(overflow)?;
     let no_scratch = AtomicBool::new(false);
+    let transpose_for = |b: usize, kt: &mut [f32]| {
+        transpose_keys(
+            &pk[b * kv_heads * unit..(b + 1) * kv_heads * unit],
+            unit,
+            past[b].0 + seq,
+            head,
+            max_len,
+            kt,
+        )
+    };
     let attend = |first: usize, dst: &mut [f32]| {
         // A peaky softmax underflows into subnormals, each read costing an assist on Intel.
         let _ftz = FlushSubnormals::new();
         let done = try_with_scratch_f32(scratch, |buf| {
-            let (qr, rest) = buf.split_at_mut(head);
-            let (scores, rest) = rest.split_at_mut(max_len);
-            let (probs, kt) = rest.split_at_mut(max_len);
+            let (qr, rest) = buf.split_at_mut(q_buf);
+            let (scores, rest) = rest.split_at_mut(s_buf);
+            let (probs, kt) = rest.split_at_mut(s_buf);
             let mut kt_batch = None;
+            if grouped {
+                for (i, orows) in dst.chunks_exact_mut(group * head).enumerate() {
+                    let u = first + i;
+                    let (b, s, n) = (u / (seq * kv_heads), (u / kv_heads) % seq, u % kv_heads);
+                    let (p, total) = past[b];
+                    for (gi, qg) in qr.chunks_exact_mut(head).enumerate() {
+                        rope_at(rows.q_row(b, s, n * group + gi), p + s, qg);
+                    }
+                    // As below: causal, never past the batch's valid length.
+                    let len = (p + s + 1).min(total);
+                    let base = (b * kv_heads + n) * unit;
+                    if kt_batch != Some(b) {
+                        transpose_for(b, kt);
+                        kt_batch = Some(b);
+                    }
+                    let kt_n = &kt[n * head * max_len..(n + 1) * head * max_len];
+                    let (sc, pr) = (&mut scores[..group * len], &mut probs[..group * len]);
+                    (k.rows_group)(group, qr, kt_n, max_len, sh.scale, sc);
+                    softmax_row(sc, pr, len);
+                    (k.rows_group)(group, pr, &pv[base..base + len * head], head, 1.0, orows);
+                }
+                return;
+            }
             for (i, orow) in dst.chunks_exact_mut(head).enumerate() {
                 let u = first + i;
                 let (b, s, h) = (u / (seq * heads), (u / heads) % seq, u % heads);
@@ -330,14 +400,7 @@ fn run(
                 let sc = &mut scores[..len];
                 if transposed {
                     if kt_batch != Some(b) {
-                        transpose_keys(
-                            &pk[b * kv_heads * unit..(b + 1) * kv_heads * unit],
-                            unit,
-                            p + seq,
-                            head,
-                            max_len,
-                            kt,
-                        );
+                        transpose_for(b, kt);
                         kt_batch = Some(b);
                     }
                     let kt_n = &kt[n * head * max_len..(n + 1) * head * max_len];
@@ -354,7 +417,14 @@ fn run(
         }
     };
     let work = out_elems.saturating_mul(max_len);
-    super::over_rows(o.out, head, work >= PAR_MIN_WORK, seq == 1, par, &attend);
+    super::over_rows(
+        o.out,
+        g_rows * head,
+        work >= PAR_MIN_WORK,
+        seq == 1,
+        par,
+        &attend,
+    );
     if no_scratch.load(Ordering::Relaxed) {
         return Err(format!(
             "cannot allocate {scratch} floats of attention scratch"

@@ -29,12 +29,16 @@ type ScoresFn = fn(&[f32], &[f32], f32, &mut [f32]);
 /// `out[c] = scale * sum_r coef[r] * m_row_r[c]`, rows `ld` apart: `(coef, m, ld, scale, out)`.
 /// Scores from keys transposed to `[H, ld]`, and probabilities times V (`ld` = head, scale 1).
 type RowsFn = fn(&[f32], &[f32], usize, f32, &mut [f32]);
+/// [`RowsFn`] for `g` coefficient rows over the same matrix: `(g, coef [g, r], m, ld, scale,
+/// out [g, n])`, each output row bit-identical to a [`RowsFn`] call on its coefficient row.
+type RowsGroupFn = fn(usize, &[f32], &[f32], usize, f32, &mut [f32]);
 /// One rotary row: `(x, cos, sin, interleaved, out)`; rotates `2 * cos.len()` leading elements.
 type RopeFn = fn(&[f32], &[f32], &[f32], bool, &mut [f32]);
 
 pub(crate) struct Kernels {
     scores: ScoresFn,
     rows: RowsFn,
+    rows_group: RowsGroupFn,
     rope: RopeFn,
     isa: Isa,
     name: &'static str,
@@ -43,6 +47,7 @@ pub(crate) struct Kernels {
 const SCALAR: Kernels = Kernels {
     scores: scalar::scores,
     rows: scalar::rows,
+    rows_group: scalar::rows_group,
     rope: scalar::rope_row,
     isa: Isa::Scalar,
     name: "scalar",
@@ -51,6 +56,7 @@ const SCALAR: Kernels = Kernels {
 const AVX2: Kernels = Kernels {
     scores: x86::scores_avx2,
     rows: x86::rows_avx2,
+    rows_group: x86::rows_group_avx2,
     rope: x86::rope_avx2,
     isa: Isa::Avx2,
     name: "avx2",
@@ -59,6 +65,7 @@ const AVX2: Kernels = Kernels {
 const AVX512: Kernels = Kernels {
     scores: x86::scores_avx512,
     rows: x86::rows_avx512,
+    rows_group: x86::rows_group_avx512,
     rope: x86::rope_avx512,
     isa: Isa::Avx512,
     name: "avx512",

@@ -20,6 +20,29 @@ pub(super) fn rows(coef: &[f32], m: &[f32], ld: usize, scale: f32, out: &mut [f3
     out.iter_mut().for_each(|o| *o *= scale);
 }
 
+/// [`rows`] for `g` coefficient rows (`coef` `[g, r]`, `out` `[g, n]`) over the same matrix:
+/// the reference of the grouped prefill kernel, one [`rows`] call per row.
+pub(super) fn rows_group(
+    g: usize,
+    coef: &[f32],
+    m: &[f32],
+    ld: usize,
+    scale: f32,
+    out: &mut [f32],
+) {
+    if g == 0 {
+        return;
+    }
+    let (r, n) = (coef.len() / g, out.len() / g);
+    if r == 0 || n == 0 {
+        out.iter_mut().for_each(|o| *o = 0.0 * scale);
+        return;
+    }
+    for (c, o) in coef.chunks_exact(r).zip(out.chunks_exact_mut(n)) {
+        rows(c, m, ld, scale, o);
+    }
+}
+
 /// Rotates the first `2 * cos.len()` elements of `x` into `out` (rotate-half pairs `(i, i + half)`
 /// or interleaved pairs `(2i, 2i + 1)`) and copies the rest of the row unchanged.
 pub(super) fn rope_row(x: &[f32], cos: &[f32], sin: &[f32], interleaved: bool, out: &mut [f32]) {

@@ -1,6 +1,7 @@
 //! AVX2 / AVX-512 attention kernels over the shared [`Simd`] lanes: scaled QK scores (one dot
 //! product per key row), weighted sums of matrix rows (scores along transposed keys, and
-//! probabilities times V rows) and the rotate-half rotary row. The interleaved rotary form needs lane shuffles
+//! probabilities times V rows), the same sums for a group of coefficient rows at once (the
+//! grouped prefill: the query heads of one kv head) and the rotate-half rotary row. The interleaved rotary form needs lane shuffles
 //! for a cheap op and uses the scalar row.
 
 #![cfg(target_arch = "x86_64")]
@@ -74,6 +75,104 @@ fn rows_generic<S: Simd>(s: S, coef: &[f32], m: &[f32], ld: usize, scale: f32, o
     }
 }
 
+/// Most rows one block of [`rows_group_generic`] holds: `rows` x 2 vectors of accumulators, plus
+/// two matrix vectors and a broadcast, within the level's registers (32 zmm, 16 ymm).
+const fn group_block<S: Simd>() -> usize {
+    if S::W >= 16 {
+        8
+    } else {
+        4
+    }
+}
+
+/// [`rows_generic`] for `g` coefficient rows at once over the same matrix: `coef` is `[g, r]`,
+/// `out` `[g, n]` (`r = coef.len() / g`, `n = out.len() / g`), and
+/// `out[i][c] = scale * sum_r coef[i][r] * m[r * ld + c]`. Each matrix vector loaded feeds one
+/// FMA per row of a block of up to [`group_block`] rows; every output element gets the same FMA
+/// chain as [`rows_generic`] gives it (from zero, `r` ascending, then `* scale`), so the results
+/// are bit-identical to `g` calls of it.
+#[inline(always)]
+fn rows_group_generic<S: Simd>(
+    s: S,
+    g: usize,
+    coef: &[f32],
+    m: &[f32],
+    ld: usize,
+    scale: f32,
+    out: &mut [f32],
+) {
+    if g == 0 {
+        return;
+    }
+    let (r, n) = (coef.len() / g, out.len() / g);
+    let mut i = 0;
+    while i < g {
+        let gb = (g - i).min(group_block::<S>());
+        let cf = &coef[i * r..(i + gb) * r];
+        let o = &mut out[i * n..(i + gb) * n];
+        match gb {
+            1 => rows_block::<S, 1>(s, cf, m, ld, scale, o),
+            2 => rows_block::<S, 2>(s, cf, m, ld, scale, o),
+            3 => rows_block::<S, 3>(s, cf, m, ld, scale, o),
+            4 => rows_block::<S, 4>(s, cf, m, ld, scale, o),
+            5 => rows_block::<S, 5>(s, cf, m, ld, scale, o),
+            6 => rows_block::<S, 6>(s, cf, m, ld, scale, o),
+            7 => rows_block::<S, 7>(s, cf, m, ld, scale, o),
+            _ => rows_block::<S, 8>(s, cf, m, ld, scale, o),
+        }
+        i += gb;
+    }
+}
+
+/// `G` rows of [`rows_group_generic`]: columns in steps of two vectors (`G x 2` accumulators),
+/// then one (partial) vector at a time.
+#[inline(always)]
+fn rows_block<S: Simd, const G: usize>(
+    s: S,
+    coef: &[f32],
+    m: &[f32],
+    ld: usize,
+    scale: f32,
+    out: &mut [f32],
+) {
+    let (r, n, w) = (coef.len() / G, out.len() / G, S::W);
+    let cf: [&[f32]; G] = std::array::from_fn(|i| &coef[i * r..(i + 1) * r]);
+    let sc = s.splat(scale);
+    let mut c = 0;
+    while c + 2 * w <= n {
+        let z = s.splat(0.0);
+        let mut acc = [[z; 2]; G];
+        for j in 0..r {
+            let at = j * ld + c;
+            let (m0, m1) = (s.load(m, at), s.load(m, at + w));
+            for (a, row) in acc.iter_mut().zip(&cf) {
+                let x = s.splat(row[j]);
+                a[0] = s.fma(x, m0, a[0]);
+                a[1] = s.fma(x, m1, a[1]);
+            }
+        }
+        for (i, a) in acc.iter().enumerate() {
+            s.store(out, i * n + c, s.mul(a[0], sc));
+            s.store(out, i * n + c + w, s.mul(a[1], sc));
+        }
+        c += 2 * w;
+    }
+    while c < n {
+        let t = w.min(n - c);
+        let mut acc = [s.splat(0.0); G];
+        for j in 0..r {
+            let mv = s.load_part(m, j * ld + c, t, 0.0);
+            for (a, row) in acc.iter_mut().zip(&cf) {
+                *a = s.fma(s.splat(row[j]), mv, *a);
+            }
+        }
+        for (i, a) in acc.iter().enumerate() {
+            s.store_part(out, i * n + c, t, s.mul(*a, sc));
+        }
+        c += t;
+    }
+}
+
 #[inline(always)]
 fn rope_generic<S: Simd>(
     s: S,
@@ -118,3 +217,7 @@ isa_entry!(rows_avx2, Avx2, "avx2,fma", rows_generic,
     (coef: &[f32], m: &[f32], ld: usize, scale: f32, out: &mut [f32]));
 isa_entry!(rows_avx512, Avx512, "avx512f,avx512dq,avx2,fma", rows_generic,
     (coef: &[f32], m: &[f32], ld: usize, scale: f32, out: &mut [f32]));
+isa_entry!(rows_group_avx2, Avx2, "avx2,fma", rows_group_generic,
+    (g: usize, coef: &[f32], m: &[f32], ld: usize, scale: f32, out: &mut [f32]));
+isa_entry!(rows_group_avx512, Avx512, "avx512f,avx512dq,avx2,fma", rows_group_generic,
+    (g: usize, coef: &[f32], m: &[f32], ld: usize, scale: f32, out: &mut [f32]));
