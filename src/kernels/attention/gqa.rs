@@ -331,11 +331,32 @@ fn run(
     let transposed = seq > 1;
     let grouped = transposed && prefill == Prefill::Grouped;
     let g_rows = if grouped { group } else { 1 };
-    let kt_len = if transposed {
+    // The per-row path transposes its batch's keys in every lane's scratch (per run of rows);
+    // the grouped one transposes every (b, kv head) once, over the lanes, into one buffer.
+    let kt_len = if transposed && !grouped {
         mul(&[kv_heads, head, max_len]).ok_or_else(overflow)?
     } else {
         0
     };
+    let kt_row = mul(&[head, max_len]).ok_or_else(overflow)?;
+    let mut kt_all = Vec::new();
+    if grouped {
+        let len = mul(&[batch, kv_heads, kt_row]).ok_or_else(overflow)?;
+        kt_all
+            .try_reserve_exact(len)
+            .map_err(|_| format!("cannot allocate {len} floats of transposed keys"))?;
+        kt_all.resize(len, 0.0);
+        let tr = |first: usize, dst: &mut [f32]| {
+            for (i, t) in dst.chunks_exact_mut(kt_row).enumerate() {
+                let u = first + i;
+                let rows = past[u / kv_heads].0 + seq;
+                transpose_keys(&pk[u * unit..(u + 1) * unit], unit, rows, head, max_len, t);
+            }
+        };
+        let parallel = len >= super::rotary::PAR_MIN_ELEMS * 4;
+        super::over_rows(&mut kt_all, kt_row, parallel, false, par, &tr);
+    }
+    let kt_all = &kt_all[..];
     // At most one batch's present keys plus the query rows and two score rows per query head of
     // a unit: bounded by buffers that exist already.
     let q_buf = mul(&[g_rows, head]).ok_or_else(overflow)?;
@@ -363,7 +384,6 @@ fn run(
             let (qr, rest) = buf.split_at_mut(q_buf);
             let (scores, rest) = rest.split_at_mut(s_buf);
             let (probs, kt) = rest.split_at_mut(s_buf);
-            let mut kt_batch = None;
             if grouped {
                 for (i, orows) in dst.chunks_exact_mut(group * head).enumerate() {
                     let u = first + i;
@@ -375,11 +395,7 @@ fn run(
                     // As below: causal, never past the batch's valid length.
                     let len = (p + s + 1).min(total);
                     let base = (b * kv_heads + n) * unit;
-                    if kt_batch != Some(b) {
-                        transpose_for(b, kt);
-                        kt_batch = Some(b);
-                    }
-                    let kt_n = &kt[n * head * max_len..(n + 1) * head * max_len];
+                    let kt_n = &kt_all[(base / unit) * kt_row..(base / unit + 1) * kt_row];
                     let (sc, pr) = (&mut scores[..group * len], &mut probs[..group * len]);
                     (k.rows_group)(group, qr, kt_n, max_len, sh.scale, sc);
                     softmax_row(sc, pr, len);
@@ -387,6 +403,7 @@ fn run(
                 }
                 return;
             }
+            let mut kt_batch = None;
             for (i, orow) in dst.chunks_exact_mut(head).enumerate() {
                 let u = first + i;
                 let (b, s, h) = (u / (seq * heads), (u / heads) % seq, u % heads);
