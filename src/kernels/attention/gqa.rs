@@ -385,21 +385,26 @@ fn run(
             let (scores, rest) = rest.split_at_mut(s_buf);
             let (probs, kt) = rest.split_at_mut(s_buf);
             if grouped {
-                for (i, orows) in dst.chunks_exact_mut(group * head).enumerate() {
-                    let u = first + i;
-                    let (b, s, n) = (u / (seq * kv_heads), (u / kv_heads) % seq, u % kv_heads);
-                    let (p, total) = past[b];
-                    for (gi, qg) in qr.chunks_exact_mut(head).enumerate() {
-                        rope_at(rows.q_row(b, s, n * group + gi), p + s, qg);
+                // Kv head by kv head through the run, so one head's keys and values stay in the
+                // cache for all of the run's positions (the units are independent).
+                for n0 in 0..kv_heads {
+                    let units = dst.chunks_exact_mut(group * head).enumerate();
+                    for (i, orows) in units.filter(|(i, _)| (first + i) % kv_heads == n0) {
+                        let u = first + i;
+                        let (b, s, n) = (u / (seq * kv_heads), (u / kv_heads) % seq, u % kv_heads);
+                        let (p, total) = past[b];
+                        for (gi, qg) in qr.chunks_exact_mut(head).enumerate() {
+                            rope_at(rows.q_row(b, s, n * group + gi), p + s, qg);
+                        }
+                        // As below: causal, never past the batch's valid length.
+                        let len = (p + s + 1).min(total);
+                        let base = (b * kv_heads + n) * unit;
+                        let kt_n = &kt_all[(base / unit) * kt_row..(base / unit + 1) * kt_row];
+                        let (sc, pr) = (&mut scores[..group * len], &mut probs[..group * len]);
+                        (k.rows_group)(group, qr, kt_n, max_len, sh.scale, sc);
+                        softmax_row(sc, pr, len);
+                        (k.rows_group)(group, pr, &pv[base..base + len * head], head, 1.0, orows);
                     }
-                    // As below: causal, never past the batch's valid length.
-                    let len = (p + s + 1).min(total);
-                    let base = (b * kv_heads + n) * unit;
-                    let kt_n = &kt_all[(base / unit) * kt_row..(base / unit + 1) * kt_row];
-                    let (sc, pr) = (&mut scores[..group * len], &mut probs[..group * len]);
-                    (k.rows_group)(group, qr, kt_n, max_len, sh.scale, sc);
-                    softmax_row(sc, pr, len);
-                    (k.rows_group)(group, pr, &pv[base..base + len * head], head, 1.0, orows);
                 }
                 return;
             }
@@ -434,11 +439,20 @@ fn run(
         }
     };
     let work = out_elems.saturating_mul(max_len);
-    super::over_rows(
+    // The grouped prefill's units grow in cost along the positions (causal): split finer and
+    // start from the heavy end.
+    let split = if grouped {
+        super::Split::Growing
+    } else {
+        super::Split::Even
+    };
+    let parallel = work >= PAR_MIN_WORK;
+    super::over_rows_split(
         o.out,
         g_rows * head,
-        work >= PAR_MIN_WORK,
+        parallel,
         seq == 1,
+        split,
         par,
         &attend,
     );

@@ -93,6 +93,30 @@ fn over_rows(
     par: &dyn Par,
     f: &(dyn Fn(usize, &mut [f32]) + Sync),
 ) {
+    over_rows_split(out, row_len, parallel, decode, Split::Even, par, f)
+}
+
+/// How [`over_rows_split`] cuts the rows over the lanes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Split {
+    /// Four runs per lane, claimed first to last.
+    Even,
+    /// Eight runs per lane, claimed last to first: for rows whose cost grows along `out` (the
+    /// causal prefill, where later positions attend to more keys), so the heaviest runs start
+    /// first and the light ones fill the lanes' ends.
+    Growing,
+}
+
+/// [`over_rows`] with the split chosen.
+fn over_rows_split(
+    out: &mut [f32],
+    row_len: usize,
+    parallel: bool,
+    decode: bool,
+    split: Split,
+    par: &dyn Par,
+    f: &(dyn Fn(usize, &mut [f32]) + Sync),
+) {
     if out.is_empty() || row_len == 0 {
         return;
     }
@@ -100,12 +124,21 @@ fn over_rows(
     if !parallel || par.lanes() < 2 || rows < 2 {
         return f(0, out);
     }
-    let per = rows.div_ceil((par.lanes() * 4).min(rows));
+    let per_lane = if split == Split::Growing { 8 } else { 4 };
+    let per = rows.div_ceil(par.lanes().saturating_mul(per_lane).min(rows));
     let parts: Vec<Mutex<&mut [f32]>> = out.chunks_mut(per * row_len).map(Mutex::new).collect();
-    let run = |i: usize| f(i * per, &mut parts[i].lock());
+    let n = parts.len();
+    let run = |i: usize| {
+        let i = if split == Split::Growing {
+            n - 1 - i
+        } else {
+            i
+        };
+        f(i * per, &mut parts[i].lock())
+    };
     if decode {
-        par.chunks(Dispatch::Decode, parts.len(), &run)
+        par.chunks(Dispatch::Decode, n, &run)
     } else {
-        par.chunks(Dispatch::Task, parts.len(), &run)
+        par.chunks(Dispatch::Task, n, &run)
     }
 }
