@@ -11,6 +11,18 @@
 //!   rows (right-padded rows of a first prompt attend to all `t`), `softmax(scale * q.k)` times V;
 //! - with rotary, query and new key rows are rotated at position `s` (first prompt) or
 //!   `past + s` (cache rows of `cos`/`sin`), see [`super::rotary`].
+//!
+//! Execution: phase 1 writes present (one (batch, kv head) block per unit); phase 2 attends. A
+//! decode step over a short cache fuses both ([`super::gqa_decode`]). A prefill (`seq > 1`)
+//! transposes each (batch, kv head) key block once to `[H, max_len]`, then runs one unit per
+//! (batch, position, kv head): the group's `N / Nkv` query rows are rotated, their scores taken
+//! together along the transposed keys (each key vector loaded once for the whole group), each
+//! row softmaxed, and the probabilities times V taken together (each value vector loaded once
+//! for the group), straight into the group's contiguous output rows. Every output element gets
+//! the same FMA sequence as on the per-query-head path ([`Prefill::PerRow`]), so the two are
+//! bit-identical. Inside a lane's run of units it goes kv head by kv head (one head's keys and
+//! values stay cached), and the runs are claimed latest positions first (the causal cost grows
+//! along the positions).
 
 use crate::kernels::fp_env::FlushSubnormals;
 use crate::kernels::isa::Isa;

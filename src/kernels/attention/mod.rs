@@ -3,12 +3,27 @@
 //! (`com.microsoft.GroupQueryAttention`, decode and prefill).
 //!
 //! Per ISA one table: scaled QK scores (a dot product per key row), weighted row sums (scores
-//! along transposed keys; probabilities times V rows), the rotary row; the softmax between them is the softmax family's row kernel of the same ISA.
+//! along transposed keys; probabilities times V rows), the same weighted sums for a group of
+//! coefficient rows over one matrix (`rows_group`), the rotary row; the softmax between them is
+//! the softmax family's row kernel of the same ISA.
+//!
 //! Work is split over the lanes by output rows: (batch, kv head) for the KV cache update and
 //! (batch, query position, query head) for the attention itself; a decode step (one new token)
-//! over a short cache (`gqa::DECODE_FUSED_MAX_PAST`) runs both in one dispatch over (batch, kv head) units instead (`gqa_decode`): a lane copies a
-//! unit's past rows into present and then attends the unit's query heads, reading the past
-//! rows once from memory.
+//! over a short cache (`gqa::DECODE_FUSED_MAX_PAST`) runs both in one dispatch over (batch, kv
+//! head) units instead (`gqa_decode`): a lane copies a unit's past rows into present and then
+//! attends the unit's query heads, reading the past rows once from memory.
+//!
+//! A prefill (several query positions) takes the grouped path: the query heads of one GQA group
+//! at one position read the same keys and values with the same causal length, and their output
+//! rows are contiguous, so the unit of work is (batch, position, kv head). Each key (transposed,
+//! `[H, len]`) and value vector a lane loads then feeds one FMA per query head of the group,
+//! with the group's accumulators held in registers (`rows_group`, up to 8 rows of two vectors
+//! on AVX-512, 4 on AVX2, larger groups in blocks), instead of every query head streaming the
+//! same key and value block from L2 again. `rows_group` keeps every output element's FMA
+//! sequence (from zero, along the reduction index, then times the scale), so the grouped path
+//! is bit-identical to the per-query-head one (`gqa::Prefill::PerRow`, kept for tests and
+//! timing). The keys are transposed once per call, over the lanes, and the units are claimed
+//! latest positions first (they attend to the most keys).
 
 pub mod gqa;
 mod gqa_decode;
