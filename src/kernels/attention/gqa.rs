@@ -411,7 +411,8 @@ fn run(
                         // As below: causal, never past the batch's valid length.
                         let len = (p + s + 1).min(total);
                         let base = (b * kv_heads + n) * unit;
-                        let kt_n = &kt_all[(base / unit) * kt_row..(base / unit + 1) * kt_row];
+                        let kt_n =
+                            &kt_all[(b * kv_heads + n) * kt_row..(b * kv_heads + n + 1) * kt_row];
                         let (sc, pr) = (&mut scores[..group * len], &mut probs[..group * len]);
                         (k.rows_group)(group, qr, kt_n, max_len, sh.scale, sc);
                         softmax_row(sc, pr, len);
