@@ -111,6 +111,8 @@ def main() -> None:
             maxima.append(nz[-1])
     if len(maxima) > 1:
         print(f"ORT's one-weight spread, largest over prompts: {max(maxima):.2e}")
+    if prompts < 1:
+        return
     ort.register_execution_provider_library("rcpu", str(pathlib.Path(plugin).resolve()))
     devs = [d for d in ort.get_ep_devices() if d.ep_name == EP_NAME]
     m0 = _level0(m)
