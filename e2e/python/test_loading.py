@@ -77,11 +77,12 @@ def test_mixed_partition_matches_cpu(make_sessions, opt_level):
         ({"threads": "100000"}, "threads"),
         ({"affinity": "0", "threads": "2"}, "affinity"),
         ({"fuse": "yes"}, "fuse"),
+        ({"acc4_scales": "fp32"}, "acc4_scales"),
     ],
     ids=[
         "unknown_key", "threads_abc", "affinity_banana", "threads_negative", "blocktime_text",
         "weight_cache_float", "scratch_empty", "accumulator_empty", "scratch_both_names", "threads_huge", "affinity_fewer_cpus_than_threads",
-        "fuse_yes",
+        "fuse_yes", "acc4_scales_fp32",
     ],
 )
 def test_bad_option_raises_naming_key(rcpu_devices, opts, key, capsys):
