@@ -12,10 +12,13 @@ unmoved run, and both runtimes' rel L2 against a reference that does not quantiz
 copy of the model with every MatMulNBits at accuracy_level 0 (same int4 weights, f32 activations).
 
     target/release/rcpu-bench gen "llm:preset=qwen2-0.5b,layers=6,vocab=4000,acc=4,ctx=256" --out /tmp/l4/model.onnx
-    cd e2e/python && ../../.venv/bin/python acc4_spread.py /tmp/l4/model.onnx ../../target/release/librcpu_ep.so [positions [prompts [spread_prompts]]]
+    cd e2e/python && ../../.venv/bin/python acc4_spread.py /tmp/l4/model.onnx ../../target/release/librcpu_ep.so [positions [prompts [spread_prompts]]] [key=value ...]
 
 Defaults: 3 positions, 1 prompt, 1 spread prompt (0 skips the spread runs, the slow part: one session per
 moved weight). Prompt i (from 0) is 16 random token ids drawn with seed 5 + i.
+Arguments `key=value` (anywhere after the plugin) are rcpu provider options, e.g. `acc4_scales=f32` (level 4
+with the model's f32 scales instead of f16 ones; see include/rcpu_ep.h). The last column divides rcpu's distance
+by the largest one-weight spread seen over the spread prompts (absent when none ran).
 With `RCPU_DECLINE=Op1,..` in the environment rcpu leaves those op types to ORT, which shows how much of
 rcpu's distance one op family causes on its own.
 """
@@ -45,10 +48,10 @@ def _feeds(m: onnx.ModelProto, vocab: int, seed: int = 5) -> dict:
     return feeds
 
 
-def _run(m: onnx.ModelProto, feeds: dict, devices=None) -> np.ndarray:
+def _run(m: onnx.ModelProto, feeds: dict, devices=None, options: dict | None = None) -> np.ndarray:
     so = _session_options(ort.GraphOptimizationLevel.ORT_ENABLE_ALL)
     if devices:
-        so.add_provider_for_devices(devices, {})
+        so.add_provider_for_devices(devices, options or {})
         s = ort.InferenceSession(m.SerializeToString(), so, enable_fallback=0)
     else:
         s = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
@@ -92,9 +95,12 @@ def _level0(m: onnx.ModelProto) -> onnx.ModelProto:
 
 def main() -> None:
     model, plugin = sys.argv[1], sys.argv[2]
-    positions = int(sys.argv[3]) if len(sys.argv) > 3 else 3
-    prompts = int(sys.argv[4]) if len(sys.argv) > 4 else 1
-    spread_prompts = int(sys.argv[5]) if len(sys.argv) > 5 else 1
+    rest = sys.argv[3:]
+    options = dict(a.split("=", 1) for a in rest if "=" in a)
+    nums = [int(a) for a in rest if "=" not in a]
+    positions = nums[0] if len(nums) > 0 else 3
+    prompts = nums[1] if len(nums) > 1 else 1
+    spread_prompts = nums[2] if len(nums) > 2 else 1
     m = onnx.load(model)
     vocab = max(t.dims[0] for t in m.graph.initializer if len(t.dims) == 2)
     feeds = {seed: _feeds(m, vocab, seed) for seed in range(5, 5 + max(prompts, spread_prompts))}
@@ -117,11 +123,14 @@ def main() -> None:
     devs = [d for d in ort.get_ep_devices() if d.ep_name == EP_NAME]
     m0 = _level0(m)
     print("rel L2 per prompt; ORT4, rcpu4: the model as given; ref0: ORT with every MatMulNBits at level 0")
-    print("  seed  rcpu4 vs ORT4  ORT4 vs ref0  rcpu4 vs ref0")
+    print(f"rcpu provider options: {options or 'none (defaults)'}")
+    spread = max(maxima) if maxima else None
+    print("  seed  rcpu4 vs ORT4  ORT4 vs ref0  rcpu4 vs ref0" + ("  rcpu4 vs ORT4 / ORT's spread" if spread else ""))
     for seed in range(5, 5 + prompts):
-        rcpu4, ref0 = _run(m, feeds[seed], devs), _run(m0, feeds[seed])
+        rcpu4, ref0 = _run(m, feeds[seed], devs, options), _run(m0, feeds[seed])
         r = (rel_l2(rcpu4, ort4[seed]), rel_l2(ort4[seed], ref0), rel_l2(rcpu4, ref0))
-        print(f"  {seed:4d}  {r[0]:13.2e}  {r[1]:12.2e}  {r[2]:13.2e}")
+        ratio = f"  {r[0] / spread:28.2f}" if spread else ""
+        print(f"  {seed:4d}  {r[0]:13.2e}  {r[1]:12.2e}  {r[2]:13.2e}{ratio}")
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ def test_device_listed_once_with_vendor(rcpu_devices, plugin_path):
 @pytest.mark.parametrize("scratch_key", ["scratch_cache_mb", "accumulator_cache_mb"], ids=["scratch", "former_name"])
 def test_session_with_all_options_creates(make_sessions, scratch_key):
     m = models.binary("Add", [4], [4])
-    opts = {"threads": 2, "affinity": "off", "blocktime_us": 50, "weight_cache_mb": 64, scratch_key: 8}
+    opts = {"threads": 2, "affinity": "off", "blocktime_us": 50, "weight_cache_mb": 64, scratch_key: 8, "fuse": "on", "acc4_scales": "f32"}
     cpu, rc = make_sessions(m, opts)
     assert rc.get_providers()[0] == EP_NAME
     assert_on_rcpu(rc, "add0")
