@@ -16,9 +16,9 @@
 //!   `(v >> 8j) & 0x0F` and `(v >> 8j + 4) & 0x0F` for k0 + j.
 //!   k beyond K (tail of the last block) holds code 0; callers pad A with zeros there.
 //! * scales: `[group][block][32]`, as f32 for accuracy levels 0..3 and as f16 for level 4 unless
-//!   the session asks for f32 (see below). A second stream per lane next to the weights: measured (issue 17, see
-//!   `tile_avx512`) to cost its share of the bytes and no more, so it is not interleaved into
-//!   the weight stream.
+//!   the session asks for f32 (see below). A second stream per lane next to the weights:
+//!   measured (issue 17, see `tile_avx512`) to cost its share of the bytes and no more, so it is
+//!   not interleaved into the weight stream.
 //! * `zero_points` (only when the node has them): `[group][block][16]` u8, byte `i` = zero point
 //!   of column i (low nibble) and of column 16 + i (high nibble), like the weights; absent means
 //!   8 everywhere.
