@@ -53,6 +53,13 @@ extern "C" {
  * between them); "off": every claimed node is its own ORT node (the per-node path). Results are
  * the same either way. */
 #define RCPU_OPT_FUSE "fuse"
+/* How MatMulNBits at accuracy_level 4 stores its scales in the packed weights: "f16" (default;
+ * per group of 32 columns, where f16 holds every scale as a normal) or "f32" (the model's own
+ * scales). f16 reads ~10% fewer bytes per decode token (0.5625 vs 0.625 bytes a weight at block
+ * 32) but perturbs the model: on a 6-layer Qwen-shaped model the logits land 1.2-1.3x as far
+ * from ORT's as ORT's own spread (one f32 weight moved by 1e-6), f32 stays inside it (0.9-1.1x).
+ * Levels 0-3 always keep f32 scales. */
+#define RCPU_OPT_ACC4_SCALES "acc4_scales"
 
 /*
  * Writes rcpu's statistics (dispatch ledger, pool counters, memory figures) as a JSON document

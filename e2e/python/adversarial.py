@@ -704,15 +704,18 @@ def gen_options(rng):
              for v in ("0", "-1", "1e9", "18446744073709551616", "1073741824", "1073741825", "x", "")]
     opts += [{"unknown_option": "1"}, {"threads": "1", "affinity": "0,1"}, {"threads": "3", "affinity": "0"},
              {"THREADS": "1"}, {"threads ": "1"}]
+    opts += [{"acc4_scales": v} for v in ("f16", "f32", " f32", "F32", "fp32", "f64", "")]
     valid = [{"threads": v} for v in ("0", "1", "2", " 2", "2\x00", "64")] + [{"affinity": v} for v in ("0", "0-1", "0-1023")]
     valid += [{k: v} for k in ("blocktime_us", "weight_cache_mb", "scratch_cache_mb", "accumulator_cache_mb") for v in ("0",)]
+    valid += [{"acc4_scales": v} for v in ("f16", "f32", " f32")]
     valid += [{"weight_cache_mb": "1073741824"}, {"scratch_cache_mb": "1073741824"}, {"accumulator_cache_mb": "1073741824"}, {"threads": "1", "affinity": "0,1"}]
     for o in opts:
         c = Case(f"options/{json.dumps(o, ensure_ascii=True)}", "options", mdl, f, options=o)
         if o not in valid:
             # An invalid option value: a clear refusal naming the option (ORT's CPU EP has no such option).
             c.refuse = "rcpu: unknown provider option" if "unknown" in c.name or o.keys() - {
-                "threads", "affinity", "blocktime_us", "weight_cache_mb", "scratch_cache_mb", "accumulator_cache_mb"} else \
+                "threads", "affinity", "blocktime_us", "weight_cache_mb", "scratch_cache_mb", "accumulator_cache_mb",
+                "acc4_scales"} else \
                 f"rcpu: provider option '{sorted(o)[-1] if len(o) == 1 else 'affinity'}'"
         out.append(c)
     return out

@@ -228,3 +228,37 @@ def test_matmul_nbits_nonfinite_rows_match_ort(make_sessions, acc, zp, cache):
     for i, row in enumerate(a):
         w1, g1 = cpu.run(None, {"A": row[None]})[0], rc.run(None, {"A": row[None]})[0]
         _same_nonfinite(g1, w1, f"acc={acc} zp={zp} row {i}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Provider option acc4_scales: accuracy level 4 with f16 (default) or the model's f32 scales
+# ---------------------------------------------------------------------------------------------
+
+ACC4_CASES = [(4096, 256, 32, False), (1000, 200, 16, True), (2048, 128, 128, False)]
+
+
+@pytest.mark.parametrize("budget", [0, 1024], ids=["unpacked", "packed"])
+@pytest.mark.parametrize("k,n,bs,zp", ACC4_CASES, ids=[f"K{k}-N{n}-bs{bs}-{'zp' if zp else 'nozp'}" for k, n, bs, zp in ACC4_CASES])
+def test_acc4_scales_f32_matches_ort(make_sessions, rcpu_devices, k, n, bs, zp, budget):
+    """The models' scales (block max / 7, random f32) are f16 normals but not f16-exact, so by
+    default rcpu rounds them to f16 and lands about 2e-4 (rel L2) from ORT at level 4. With
+    acc4_scales=f32 it computes with ORT's own scales and A quantisation: only f32 rounding is left
+    (measured 3e-7 .. 7e-7), packed (budget 1024 MiB) and unpacked (budget 0) alike. The bound
+    1e-5 is 14x the f32 runs and 18x below the f16 runs, which must stay above 2e-5 (or the data
+    would not tell the two formats apart). The default equals acc4_scales=f16 bit for bit."""
+    rng = np.random.default_rng(k + n + bs)
+    model, _, _ = models.matmul_nbits(k, n, bs, rng, zero_points=zp, accuracy_level=4)
+    cache = {"threads": 2, "weight_cache_mb": budget}
+    cpu, r32 = make_sessions(model, {**cache, "acc4_scales": "f32"})
+    _, r16 = make_sessions(model, {**cache, "acc4_scales": "f16"})
+    _, rdef = make_sessions(model, cache)
+    for s in (r32, r16, rdef):
+        assert_on_rcpu(s, "mmnb0")
+    for m in (1, 5):
+        a = rng.standard_normal((m, k)).astype(np.float32)
+        want = cpu.run(None, {"A": a})[0]
+        g32, g16, gdef = (s.run(None, {"A": a})[0] for s in (r32, r16, rdef))
+        e32, e16 = rel_l2(g32, want), rel_l2(g16, want)
+        assert e32 <= 1e-5, f"M={m}: acc4_scales=f32 is {e32:.3g} from ORT (f16: {e16:.3g})"
+        assert e16 > 2e-5, f"M={m}: acc4_scales=f16 only {e16:.3g} from ORT: test data are f16-exact?"
+        np.testing.assert_array_equal(gdef, g16, err_msg=f"M={m}: the default is not f16")

@@ -64,11 +64,25 @@ fn entries(stats: &PluginStats) -> u64 {
         .expect("weight_cache.entries")
 }
 
+/// (entries, live bytes) of the governed weight cache.
+fn cache(stats: &PluginStats) -> (u64, u64) {
+    let j = stats.json().unwrap();
+    let c = &j["memory"]["weight_cache"];
+    (
+        c["entries"].as_u64().expect("weight_cache.entries"),
+        c["live_bytes"].as_u64().expect("weight_cache.live_bytes"),
+    )
+}
+
+/// The tests of this file count the process-wide cache's entries: one at a time.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Guarantees (entry counts from the plugin's stats, no timing): two sessions of one model hold
 /// one packed copy, a different weight is another entry, an entry goes with its last session,
 /// lane count and a zero budget (unpacked path, declines counted) do not change the output.
 #[test]
 fn sessions_share_packed_weights_and_a_zero_budget_is_identical() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let ort = ort_with_rcpu();
     let stats = PluginStats::open().unwrap();
     let model = nbits_model(11);
@@ -136,4 +150,64 @@ fn sessions_share_packed_weights_and_a_zero_budget_is_identical() {
     assert_eq!(entries(&stats), base, "nothing cached under a zero budget");
     let y0 = s0.run(std::slice::from_ref(&a)).unwrap();
     assert_eq!(y0, y1, "unpacked path differs from the packed path");
+}
+
+/// Provider option `acc4_scales` (accuracy level 4 packs f16 or f32 scales) is part of the cache
+/// key: sessions of one model asking differently each hold their own packed copy, in their own
+/// format (the f32 copy is larger by 2 bytes per scale), and compute with it, whichever session
+/// packed first; sessions asking alike share one copy.
+#[test]
+fn acc4_scales_sessions_never_share_a_pack() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let ort = ort_with_rcpu();
+    let stats = PluginStats::open().unwrap();
+    // The scales (0.01..0.06, random f32) are f16 normals but not f16-exact: the default packs
+    // them as f16, and the two formats give different outputs.
+    let model = nbits_model(21);
+    let a = Tensor::f32(&[2, K as i64], rand_f32(2 * K, 9));
+    // The budget is process-wide: set it, whatever an earlier test left.
+    let spec = |scales: &str| {
+        SessionSpec::rcpu(&[
+            ("threads", "1"),
+            ("weight_cache_mb", "256"),
+            ("acc4_scales", scales),
+        ])
+    };
+    let scale_count = (N * K.div_ceil(BLOCK)) as u64;
+
+    let (base, base_bytes) = cache(&stats);
+    let s16 = ort.session(&model, &spec("f16")).unwrap();
+    let (e, bytes16) = cache(&stats);
+    assert_eq!(e, base + 1, "the f16 session packs its weight");
+    let s32 = ort.session(&model, &spec("f32")).unwrap();
+    let (e, bytes_both) = cache(&stats);
+    assert_eq!(
+        e,
+        base + 2,
+        "an acc4_scales=f32 session must not share the f16 pack"
+    );
+    let (d16, d32) = (bytes16 - base_bytes, bytes_both - bytes16);
+    assert!(
+        d32 >= d16 + 2 * scale_count,
+        "the f32 pack holds 4-byte scales: {d32} bytes vs the f16 pack's {d16}"
+    );
+    let also32 = ort.session(&model, &spec("f32")).unwrap();
+    assert_eq!(cache(&stats).0, base + 2, "f32 sessions share one pack");
+    let y16 = s16.run(std::slice::from_ref(&a)).unwrap();
+    let y32 = s32.run(std::slice::from_ref(&a)).unwrap();
+    assert_ne!(y16, y32, "f16 and f32 scales must give different outputs");
+    assert_eq!(also32.run(std::slice::from_ref(&a)).unwrap(), y32);
+    drop((s16, s32, also32));
+    assert_eq!(
+        cache(&stats).0,
+        base,
+        "every pack released with its sessions"
+    );
+
+    // The other order: the f32 session packs first, the f16 one must still get f16 scales.
+    let t32 = ort.session(&model, &spec("f32")).unwrap();
+    let t16 = ort.session(&model, &spec("f16")).unwrap();
+    assert_eq!(cache(&stats).0, base + 2, "f16 must not share the f32 pack");
+    assert_eq!(t32.run(std::slice::from_ref(&a)).unwrap(), y32);
+    assert_eq!(t16.run(std::slice::from_ref(&a)).unwrap(), y16);
 }

@@ -17,7 +17,7 @@ mod header {
 }
 
 /// Every provider option rcpu accepts (generated from `include/rcpu_ep.h`).
-pub const OPTION_KEYS: [&str; 7] = header::HEADER_OPTION_KEYS;
+pub const OPTION_KEYS: [&str; 8] = header::HEADER_OPTION_KEYS;
 
 /// The EP name as the public header declares it (`ep::EP_NAME` must equal it; tested).
 pub const HEADER_EP_NAME: &str = header::HEADER_EP_NAME;
@@ -40,6 +40,19 @@ pub struct Config {
     pub scratch_cache_mb: Option<u64>,
     /// Run maximal groups of claimed nodes as fused partitions (option `fuse`, default on).
     pub fuse: bool,
+    /// How MatMulNBits at accuracy level 4 stores its packed scales (option `acc4_scales`,
+    /// default f16).
+    pub acc4_scales: Acc4Scales,
+}
+
+/// Scale format of MatMulNBits' packed weights at accuracy level 4 (option `acc4_scales`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Acc4Scales {
+    /// f16 where f16 holds a group's scales as normals (fewer bytes per decode token).
+    #[default]
+    F16,
+    /// The model's f32 scales (logits within ORT's own spread).
+    F32,
 }
 
 impl Default for Config {
@@ -51,6 +64,7 @@ impl Default for Config {
             weight_cache_mb: None,
             scratch_cache_mb: None,
             fuse: true,
+            acc4_scales: Acc4Scales::F16,
         }
     }
 }
@@ -124,6 +138,18 @@ impl Config {
                         _ => {
                             return Err(format!(
                                 "rcpu: provider option 'fuse' must be 'on' or 'off', got '{value}'"
+                            ))
+                        }
+                    }
+                }
+                "acc4_scales" => {
+                    c.acc4_scales = match value.trim() {
+                        "f16" => Acc4Scales::F16,
+                        "f32" => Acc4Scales::F32,
+                        _ => {
+                            return Err(format!(
+                                "rcpu: provider option 'acc4_scales' must be 'f16' or 'f32', \
+                                 got '{value}'"
                             ))
                         }
                     }

@@ -63,7 +63,10 @@ impl EpInstance {
             } else {
                 pool_for(&pool_cfg)
             };
-        let env = Arc::new(KernelEnv::new(par));
+        let env = Arc::new(KernelEnv {
+            acc4_f16_scales: config.acc4_scales == config::Acc4Scales::F16,
+            ..KernelEnv::new(par)
+        });
         let mixed = mixed::MixedAdvice::new(entries.iter().map(|(k, v)| (k.as_str(), v.as_str())));
         Ok(EpInstance {
             config,

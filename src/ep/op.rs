@@ -20,14 +20,18 @@ use crate::runtime::Par;
 pub struct KernelEnv {
     pub par: Arc<dyn Par + Send + Sync>,
     pub gemv_chain: Chain<CachedWeight<PackedNBits>>,
+    /// Whether MatMulNBits at accuracy level 4 may pack its scales as f16 (provider option
+    /// `acc4_scales`, default f16).
+    pub acc4_f16_scales: bool,
 }
 
 impl KernelEnv {
-    /// The environment of kernels dispatching on `par`.
+    /// The environment of kernels dispatching on `par` (f16 scales at level 4, the default).
     pub fn new(par: Arc<dyn Par + Send + Sync>) -> KernelEnv {
         KernelEnv {
             par,
             gemv_chain: Chain::default(),
+            acc4_f16_scales: true,
         }
     }
 }

@@ -1,6 +1,6 @@
 //! Provider options -> Config: defaults, every key, and clear errors naming the key.
 
-use rcpu::ep::config::{Config, CONFIG_PREFIX, DEFAULT_BLOCKTIME_US};
+use rcpu::ep::config::{Acc4Scales, Config, CONFIG_PREFIX, DEFAULT_BLOCKTIME_US};
 use rcpu::runtime::Affinity;
 
 fn parse(pairs: &[(&str, &str)]) -> Result<Config, String> {
@@ -20,6 +20,37 @@ fn defaults() {
     assert_eq!(c.weight_cache_mb, None);
     assert_eq!(c.scratch_cache_mb, None);
     assert!(c.fuse, "fuse defaults to on");
+    assert_eq!(
+        c.acc4_scales,
+        Acc4Scales::F16,
+        "acc4_scales defaults to f16"
+    );
+}
+
+/// `acc4_scales` takes exactly `f16` or `f32`; anything else is refused naming the key and the
+/// values.
+#[test]
+fn acc4_scales_is_f16_or_f32() {
+    assert_eq!(
+        parse(&[("acc4_scales", "f16")]).unwrap().acc4_scales,
+        Acc4Scales::F16
+    );
+    assert_eq!(
+        parse(&[("acc4_scales", "f32")]).unwrap().acc4_scales,
+        Acc4Scales::F32
+    );
+    assert_eq!(
+        parse(&[("acc4_scales", " f32 ")]).unwrap().acc4_scales,
+        Acc4Scales::F32,
+        "surrounding blanks are trimmed, as for every option"
+    );
+    for bad in ["", "F32", "fp32", "f64", "bf16", "32", "on"] {
+        let err = parse(&[("acc4_scales", bad)]).expect_err(bad);
+        assert!(
+            err.contains("'acc4_scales'") && err.contains("'f16' or 'f32'"),
+            "{bad:?}: {err}"
+        );
+    }
 }
 
 /// `fuse` takes exactly `on` or `off`; anything else is refused naming the key and the values.

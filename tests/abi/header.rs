@@ -56,6 +56,7 @@ fn header_names_match_the_code() {
         let full = format!("{}{key}", rcpu::ep::config::CONFIG_PREFIX);
         let value = match key {
             "affinity" | "fuse" => "off",
+            "acc4_scales" => "f32",
             _ => "1",
         };
         rcpu::ep::Config::from_entries([(full.as_str(), value)])

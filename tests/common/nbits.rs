@@ -132,10 +132,11 @@ pub(crate) const THREE: ScopedThreads = ScopedThreads(3);
 
 /// The scales accuracy level 4 computes with (rcpu's packed layout, see `pack.rs`): per group of
 /// 32 columns, when every scale of the group is 0 or of magnitude in [2^-14, 65504], each is
-/// rounded to f16 (nearest, ties to even); otherwise the group keeps f32. Levels 0..3: unchanged.
+/// rounded to f16 (nearest, ties to even); otherwise the group keeps f32. Levels 0..3, and level
+/// 4 with f32 scales asked for (`acc4_f16_scales` false, option `acc4_scales=f32`): unchanged.
 /// Written independently of the library's conversion (f64 arithmetic on the exponent).
 pub(crate) fn acc4_scales(scales: &[f32], p: &NBitsParams) -> Vec<f32> {
-    if !p.int8_compute() {
+    if !p.int8_compute() || !p.acc4_f16_scales {
         return scales.to_vec();
     }
     let kbs = p.k_blocks();

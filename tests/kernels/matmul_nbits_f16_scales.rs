@@ -1,5 +1,6 @@
 //! Accuracy level 4 stores its scales as f16 (see `pack.rs`): what that costs in accuracy, with
-//! a bound derived from the rounding, and where it must not be used.
+//! a bound derived from the rounding, and where it must not be used; and with f32 scales asked
+//! for (`acc4_f16_scales` false, provider option `acc4_scales=f32`), none of it.
 //!
 //! The bound. With A quantised per block (int8 codes `qa`, scale `sa_b`) and `c_b` the exact
 //! integer dot of block b (with zero points), the f64 result with the node's f32 scales is
@@ -238,17 +239,75 @@ fn groups_beyond_f16_normals_keep_f32() {
 }
 
 /// Bytes per weight of the packed layout (block 32, no zero points): level 4 reads f16 scales
-/// (16 + 2 bytes per 32 weights = 0.5625, as llama.cpp's Q4_0), level 0 keeps f32 (0.625).
+/// (16 + 2 bytes per 32 weights = 0.5625, as llama.cpp's Q4_0), level 0 keeps f32 (0.625), and
+/// so does level 4 with f32 scales asked for.
 #[test]
 fn packed_bytes_per_weight() {
     let (k, n) = (4096, 1024);
-    for (acc, want) in [(4, 0.5625), (0, 0.625)] {
+    for (acc, f16, want) in [(4, true, 0.5625), (0, true, 0.625), (4, false, 0.625)] {
         let pr = Problem::new(k, n, 1, 32, acc, false, false, 5);
-        let packed = pack(&pr.b, &pr.scales, None, &pr.p);
+        let p = pr.p.with_acc4_f16_scales(f16);
+        let packed = pack(&pr.b, &pr.scales, None, &p);
         let per = packed.bytes() as f64 / (k * n) as f64;
         assert!(
             (want..want + 1e-3).contains(&per),
-            "acc={acc}: {per} bytes per weight, expected {want}"
+            "acc={acc} f16={f16}: {per} bytes per weight, expected {want}"
+        );
+    }
+}
+
+/// The largest `|got - y| / bound32` over every kernel set, packed and unpacked (which must
+/// agree bit for bit), where `bound32 = (kb + 4) 2^-23 (S + |bias|)` is the f32 arithmetic's
+/// share of the module doc's bound: at most 1 when the kernels compute with the f32 scales.
+fn worst_against_f32_bound(pr: &Problem, label: &str) -> f64 {
+    let (p, m) = (&pr.p, pr.m);
+    let want = terms(pr);
+    let packed = pack(&pr.b, &pr.scales, pr.zp.as_deref(), p);
+    let bias = pr.bias.as_deref();
+    let mut worst = 0f64;
+    for kern in Kernels::supported() {
+        let ctx = format!("{label} {}", kern.isa.name());
+        let mut got = vec![f32::NAN; m * p.n];
+        matmul_packed_with(kern, &pr.a, m, &packed, bias, &mut got, &THREE).unwrap();
+        let (_, un) = pr.unpacked(kern, &THREE);
+        let same = un.iter().zip(&got).all(|(x, y)| x.to_bits() == y.to_bits());
+        assert!(same, "{ctx}: unpacked differs from packed");
+        for (i, (&g, &(y, s))) in got.iter().zip(&want).enumerate() {
+            let b = bias.map_or(0.0, |b| b[i % p.n].abs() as f64);
+            let bound = (p.k_blocks() + 4) as f64 * 2f64.powi(-23) * (s + b);
+            worst = worst.max((g as f64 - y).abs() / bound);
+        }
+    }
+    worst
+}
+
+/// With f32 scales asked for (option `acc4_scales=f32`), level 4 computes with the node's own
+/// f32 scales: every output is within the f32 arithmetic's bound of the f64 result with those
+/// scales, for scales f16 would have rounded (all f16 normals, so the default packs them as f16).
+/// The same data with the default f16 scales exceeds that bound by far (the rounding is up to
+/// 2^-11 of a block's term, the bound about (kb + 4) 2^-23), so the test tells the two apart.
+#[test]
+fn f32_scales_asked_for_compute_with_the_f32_scales() {
+    for (k, n, m, bs, zp, bias) in [
+        (4096, 96, 1, 32, false, false),
+        (1000, 200, 3, 32, true, true),
+        (300, 40, 17, 16, false, true),
+    ] {
+        let mut pr = Problem::new(k, n, m, bs, 4, zp, bias, (k + 3 * n + m) as u64);
+        spread_scales(&mut pr, (k * n + 1) as u64);
+        let label = format!("K={k} N={n} M={m} bs={bs} zp={zp} bias={bias}");
+        assert!(pr.p.acc4_f16_scales, "f16 scales are the default");
+        let f16 = worst_against_f32_bound(&pr, &format!("{label} f16"));
+        pr.p = pr.p.with_acc4_f16_scales(false);
+        let f32 = worst_against_f32_bound(&pr, &format!("{label} f32"));
+        eprintln!("{label}: max |got - y| / f32 bound: f32 scales {f32:.3}, f16 scales {f16:.3}");
+        assert!(
+            f32 <= 1.0,
+            "{label}: f32 scales asked for, {f32} x the f32 bound"
+        );
+        assert!(
+            f16 > 4.0,
+            "{label}: f16 scales only {f16} x the f32 bound (test data)"
         );
     }
 }

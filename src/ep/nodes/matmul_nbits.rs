@@ -166,7 +166,9 @@ fn create(info: &KernelInfo<'_>, env: &Arc<KernelEnv>) -> Result<Box<dyn OpKerne
     // An omitted optional input has no type: ORT reports an error, which means "absent" here.
     let present = |i: usize| n_inputs > i && matches!(info.input_type(i), Ok(Some(_)));
     let has_zp = present(IN_ZP);
-    let p = params_from(|n| info.attr_i64(n), has_zp).map_err(Error::invalid_argument)?;
+    let p = params_from(|n| info.attr_i64(n), has_zp)
+        .map_err(Error::invalid_argument)?
+        .with_acc4_f16_scales(env.acc4_f16_scales);
     // The shapes of constant inputs, exactly as ORT's CPU EP checks them (a B with the right
     // byte count but N and k_blocks swapped must not be computed).
     let shaped = [
@@ -223,6 +225,10 @@ impl MatMulNBits {
             p.block_size as u64,
             p.accuracy_level as u64,
             p.has_zero_points as u64,
+            // The scale format (provider option `acc4_scales`): a session asking for f32 scales
+            // must never get an f16 pack made for another session, nor the reverse. Only where
+            // it changes the pack (level 4), so levels 0..3 still share across sessions.
+            p.f16_scales() as u64,
         ];
         // Every source the packed copy is made of goes into the keyed digest: a hit is then
         // always the packing of these very bytes.

@@ -201,10 +201,10 @@ fn run_fast(
                     zero_points.map_or(0, |_| group_zp_bytes(p)),
                 );
                 // Each chunk packs one group at a time into its lane's parked scratch (weights and
-                // zero points in one byte buffer, scales in an f32 and, at level 4, an f16 one): no
-                // allocation once the lane's buffers are parked. `pack_group` writes every byte the
-                // group reads, so stale contents are fine.
-                let h_len = if p.int8_compute() { kbs * NR } else { 0 };
+                // zero points in one byte buffer, scales in an f32 and, with f16 scales, an f16
+                // one): no allocation once the lane's buffers are parked. `pack_group` writes
+                // every byte the group reads, so stale contents are fine.
+                let h_len = if p.f16_scales() { kbs * NR } else { 0 };
                 let short = Shortfall::default();
                 let body = |cc: usize| {
                     let done = try_with_scratch_u8(wb + zb, |bytes| {

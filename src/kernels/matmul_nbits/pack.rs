@@ -15,10 +15,10 @@
 //!   (before: one mask per nibble and an A broadcast per 4 k of 16 columns). fp32 extracts
 //!   `(v >> 8j) & 0x0F` and `(v >> 8j + 4) & 0x0F` for k0 + j.
 //!   k beyond K (tail of the last block) holds code 0; callers pad A with zeros there.
-//! * scales: `[group][block][32]`, as f32 for accuracy levels 0..3 and as f16 for level 4 (see
-//!   below). A second stream per lane next to the weights: measured (issue 17, see
-//!   `tile_avx512`) to cost its share of the bytes and no more, so it is not interleaved into
-//!   the weight stream.
+//! * scales: `[group][block][32]`, as f32 for accuracy levels 0..3 and as f16 for level 4 unless
+//!   the session asks for f32 (see below). A second stream per lane next to the weights:
+//!   measured (issue 17, see `tile_avx512`) to cost its share of the bytes and no more, so it is
+//!   not interleaved into the weight stream.
 //! * `zero_points` (only when the node has them): `[group][block][16]` u8, byte `i` = zero point
 //!   of column i (low nibble) and of column 16 + i (high nibble), like the weights; absent means
 //!   8 everywhere.
@@ -37,6 +37,13 @@
 //! as they are. The choice is per group and made by [`pack_group`] from that group's scales
 //! alone, so the unpacked path (which packs group by group) makes the same choice. Levels 0..3
 //! keep f32 scales: their results do not change.
+//!
+//! f16 scales are a perturbation of the model: on a 6-layer Qwen-shaped model, level-4 logits
+//! move 1.2-1.3x as far from ORT's as ORT's own move when one f32 weight changes by 1e-6
+//! (`e2e/python/acc4_spread.py`). A session that wants its logits within ORT's spread sets the
+//! provider option `acc4_scales=f32` ([`NBitsParams::acc4_f16_scales`] false): every group then
+//! keeps f32 scales (0.625 bytes per weight at block 32, about 10% more for decode to read).
+//! The choice is part of the weight cache key, so sessions asking differently never share a pack.
 
 use super::params::{NBitsParams, NBitsWeight};
 use super::reference::weight_code;
@@ -345,12 +352,13 @@ impl<'a, T> Shares<'a, T> {
     }
 }
 
-/// Whether group `g` stores f16 scales: at accuracy level 4, when f16 holds every scale of its
-/// real columns within 2^-11 ([`f16_exact_enough`]; padding columns are 0).
+/// Whether group `g` stores f16 scales: at accuracy level 4 unless the session asked for f32
+/// scales ([`NBitsParams::f16_scales`]), when f16 holds every scale of its real columns within
+/// 2^-11 ([`f16_exact_enough`]; padding columns are 0).
 pub(crate) fn group_f16(scales: &[f32], p: &NBitsParams, g: usize) -> bool {
     let kbs = p.k_blocks();
     let cols = (g * NR).min(p.n)..((g + 1) * NR).min(p.n);
-    p.int8_compute()
+    p.f16_scales()
         && scales[cols.start * kbs..cols.end * kbs]
             .iter()
             .all(|&s| f16_exact_enough(s))

@@ -15,6 +15,10 @@ pub struct NBitsParams {
     pub accuracy_level: usize,
     /// Whether the node has a `zero_points` input (otherwise every zero point is 8).
     pub has_zero_points: bool,
+    /// At accuracy level 4, whether the packed layout may hold the scales as f16 (see `pack.rs`;
+    /// default true). The session's provider option `acc4_scales=f32` sets it to false: every
+    /// group then keeps the model's f32 scales. Levels 0..3 keep f32 whatever it says.
+    pub acc4_f16_scales: bool,
 }
 
 impl NBitsParams {
@@ -33,7 +37,22 @@ impl NBitsParams {
             block_size,
             accuracy_level,
             has_zero_points,
+            acc4_f16_scales: true,
         }
+    }
+
+    /// These params with [`NBitsParams::acc4_f16_scales`] set to `f16`.
+    pub fn with_acc4_f16_scales(self, f16: bool) -> Self {
+        NBitsParams {
+            acc4_f16_scales: f16,
+            ..self
+        }
+    }
+
+    /// True when the packed layout stores f16 scales for the groups f16 holds exactly enough:
+    /// accuracy level 4 and [`NBitsParams::acc4_f16_scales`].
+    pub fn f16_scales(&self) -> bool {
+        self.int8_compute() && self.acc4_f16_scales
     }
 
     /// Blocks along K: `ceil(K / block_size)`.
