@@ -25,6 +25,8 @@ SPEC: nbits:k=4096,n=4096,layers=1,block=32,acc=4,m=1[,zp=0|1][,sym]
                   session.intra_op.allow_spinning of the rcpu arm / the null arm; with a mixed:
                   model, --rcpu-ort intra=0 --null-ort intra=0,spin=0 makes null_b_over_a
                   spin-off / spin-on.
+--null-opt KEY=VALUE: an rcpu provider option of the null arm's session (repeatable), so
+                  null_b_over_a is with / without it, e.g. --null-opt acc4_scales=f32.
 
 Exit codes: 0 ok (compare, demo: a headline), 1 error, 2 bad arguments or parity mismatch (nothing
             timed), 3 compare ran but steady state was NOT REACHED (no headline).";
@@ -177,6 +179,9 @@ enum Sub {
         /// session.intra_op.allow_spinning (0 or 1) [default: ORT's].
         #[arg(long, value_parser = ["0", "1"])]
         ort_spin: Option<String>,
+        /// An rcpu provider option of this arm's session (repeatable).
+        #[arg(long = "rcpu-opt", value_name = "KEY=VALUE", value_parser = env_pair)]
+        rcpu_opt: Vec<(String, String)>,
     },
 }
 
@@ -200,6 +205,8 @@ pub struct Opts {
     /// `--null-env KEY=VALUE`: environment variables of the null arm's process (a diagnostic
     /// switch such as `RCPU_PAR=ort` on one arm only).
     pub null_env: Vec<(String, String)>,
+    /// `--null-opt`: rcpu provider options of the null arm's session.
+    pub null_opts: Vec<(String, String)>,
     pub tol: Option<f64>,
     pub steady_k: usize,
     pub steady_tol: f64,
@@ -237,6 +244,7 @@ impl Default for Opts {
             rcpu_ort: Default::default(),
             null_ort: None,
             null_env: vec![],
+            null_opts: vec![],
             tol: None,
             steady_k: 3,
             steady_tol: 0.05,
@@ -335,6 +343,10 @@ struct ArmFlags {
     /// An environment variable of the null arm's process only (repeatable), e.g. RCPU_PAR=ort.
     #[arg(long, value_name = "KEY=VALUE", value_parser = env_pair)]
     null_env: Vec<(String, String)>,
+    /// An rcpu provider option of the null arm's session only (repeatable), e.g.
+    /// acc4_scales=f32: null_b_over_a is then with / without it.
+    #[arg(long, value_name = "KEY=VALUE", value_parser = env_pair)]
+    null_opt: Vec<(String, String)>,
 }
 
 /// Overrides of a generated LLM's shape (llm, demo).
@@ -493,6 +505,7 @@ pub fn parse(argv: &[String]) -> Result<Cmd, String> {
             seed,
             ort_intra,
             ort_spin,
+            rcpu_opt,
         } => Cmd::Worker(WorkerArgs {
             arm,
             threads,
@@ -504,6 +517,7 @@ pub fn parse(argv: &[String]) -> Result<Cmd, String> {
                 intra: ort_intra,
                 spin: ort_spin.map(|s| s == "1"),
             },
+            rcpu_opts: rcpu_opt,
         }),
     };
     Ok(cmd)
@@ -536,6 +550,7 @@ fn apply_arms(o: &mut Opts, a: ArmFlags, (rounds, iters): (usize, usize)) {
     o.rcpu_ort = a.rcpu_ort.unwrap_or_default();
     o.null_ort = a.null_ort;
     o.null_env = a.null_env;
+    o.null_opts = a.null_opt;
     apply_null(o, a.null);
 }
 
@@ -594,7 +609,34 @@ mod tests {
                 spin: Some(false)
             }
         );
+        let Cmd::Llm(o) =
+            p("llm --gen llm:preset=qwen2-0.5b --null-opt acc4_scales=f32 --null-opt fuse=off")
+                .unwrap()
+        else {
+            panic!("not llm")
+        };
+        assert_eq!(
+            o.null_opts,
+            [
+                ("acc4_scales".into(), "f32".into()),
+                ("fuse".into(), "off".into())
+            ]
+        );
+        let Cmd::Worker(w) = p("__worker --arm rcpu --rcpu-opt acc4_scales=f32").unwrap() else {
+            panic!("not worker")
+        };
+        assert_eq!(w.rcpu_opts, [("acc4_scales".into(), "f32".into())]);
+        let spec = super::super::worker::session_spec(&w);
+        let crate::Provider::Rcpu(opts) = spec.provider else {
+            panic!("not an rcpu session")
+        };
+        assert!(
+            opts.contains(&("acc4_scales".into(), "f32".into())),
+            "{opts:?}"
+        );
+        assert!(opts.contains(&("threads".into(), "1".into())), "{opts:?}");
         for bad in [
+            "llm --gen llm:preset=qwen2-0.5b --null-opt acc4_scales",
             "compare m.onnx --rcpu-ort spin=2",
             "compare m.onnx --null-ort threads=1",
             "compare m.onnx --null-ort spin=0 --null-plugin x.so",

@@ -54,17 +54,19 @@ pub struct Worker {
 
 impl Worker {
     pub fn spawn(label: &str, kind: ArmKind, cfg: &WorkerCfg) -> Result<Worker, String> {
-        Self::spawn_with(label, kind, cfg, None, &[])
+        Self::spawn_with(label, kind, cfg, None, &[], &[])
     }
 
     /// [`Worker::spawn`], the rcpu arm loading `plugin` (`RCPU_PLUGIN` of the worker) when given,
-    /// the worker's environment extended by `env`.
+    /// the worker's environment extended by `env`, its rcpu session given the provider options
+    /// `opts` besides `threads`.
     pub fn spawn_with(
         label: &str,
         kind: ArmKind,
         cfg: &WorkerCfg,
         plugin: Option<&str>,
         env: &[(String, String)],
+        opts: &[(String, String)],
     ) -> Result<Worker, String> {
         let exe = std::env::current_exe().map_err(|e| e.to_string())?;
         let cpus: Vec<String> = cfg.cpus.iter().map(|c| c.to_string()).collect();
@@ -87,6 +89,10 @@ impl Worker {
             .args(["--cpus", &cpus.join(","), "--model", &cfg.model_path])
             .args(["--m", &cfg.m.to_string(), "--seed", &cfg.seed.to_string()])
             .args(cfg.ort.worker_args())
+            .args(
+                opts.iter()
+                    .flat_map(|(k, v)| ["--rcpu-opt".to_string(), format!("{k}={v}")]),
+            )
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -197,6 +203,21 @@ pub fn null_worker(
             }
         );
     }
+    if !o.null_opts.is_empty() {
+        if kind == ArmKind::Ort {
+            return Err("--null-opt needs the null arm to be rcpu (not --null ort)".into());
+        }
+        let opts: Vec<String> = o
+            .null_opts
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        println!(
+            "null arm: rcpu with provider options {}; null_b_over_a = that / this (per round), not \
+             an A/A band",
+            opts.join(" ")
+        );
+    }
     if !o.null_env.is_empty() {
         let vars: Vec<String> = o.null_env.iter().map(|(k, v)| format!("{k}={v}")).collect();
         println!(
@@ -211,6 +232,7 @@ pub fn null_worker(
             cfg,
             None,
             &o.null_env,
+            &o.null_opts,
         ),
         Some(_) if kind == ArmKind::Ort => {
             Err("--null-plugin needs the null arm to be rcpu (not --null ort)".into())
@@ -220,7 +242,14 @@ pub fn null_worker(
                 "null arm: rcpu loading {p}; null_b_over_a = that build / this build (per round), \
                  not an A/A band"
             );
-            Worker::spawn_with(&format!("null(rcpu {p})"), kind, cfg, Some(p), &o.null_env)
+            Worker::spawn_with(
+                &format!("null(rcpu {p})"),
+                kind,
+                cfg,
+                Some(p),
+                &o.null_env,
+                &o.null_opts,
+            )
         }
     }
 }

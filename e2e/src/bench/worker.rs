@@ -24,6 +24,8 @@ pub struct WorkerArgs {
     pub seed: u64,
     /// ORT's own session options (`--ort-intra`, `--ort-spin`).
     pub ort: super::ort_opts::OrtOpts,
+    /// rcpu provider options beyond `threads` (`--rcpu-opt KEY=VALUE`).
+    pub rcpu_opts: Vec<(String, String)>,
 }
 
 struct State {
@@ -79,9 +81,12 @@ fn run_timed(s: &Session, inputs: &[Tensor]) -> Result<f64, String> {
     Ok(t.elapsed().as_nanos() as f64)
 }
 
-fn session_spec(a: &WorkerArgs) -> SessionSpec {
+pub(super) fn session_spec(a: &WorkerArgs) -> SessionSpec {
     let mut spec = if a.arm == "rcpu" {
-        SessionSpec::rcpu(&[("threads", &a.threads.to_string())])
+        let threads = a.threads.to_string();
+        let mut opts = vec![("threads", threads.as_str())];
+        opts.extend(a.rcpu_opts.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        SessionSpec::rcpu(&opts)
     } else {
         SessionSpec::ort(Some(a.threads))
     };
