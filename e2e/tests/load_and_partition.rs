@@ -78,6 +78,17 @@ fn mixed_partition_runs_and_matches_ort() {
         );
     }
     assert_eq!(stats.calls("Relu").unwrap(), 0);
+    // The bench's timed runs release the outputs unread: the run still happens, bad feeds still
+    // fail.
+    let before = stats.calls("MatMul").unwrap();
+    let x = Tensor::f32(&[2, 8], rand_f32(16, 5));
+    let b = Tensor::f32(&[8], rand_f32(8, 6));
+    ours.run_discard(&[x.clone(), b]).unwrap();
+    assert_eq!(stats.calls("MatMul").unwrap() - before, 1);
+    assert!(
+        ours.run_discard(&[x]).is_err(),
+        "one input of two must be refused"
+    );
     assert_eq!(stats.calls("Softsign").unwrap(), 0);
 }
 
