@@ -202,14 +202,16 @@ pub fn run(o: &Opts) -> Result<i32, String> {
         "read bandwidth for a {:.1} MB buffer on {threads} threads",
         t.weight_bytes as f64 / 1e6
     ));
-    let bw_ref = membw::Reference::measure(t.weight_bytes as usize, threads, 5);
+    // The same buffers give the run's best pass now and every round's read later.
+    let reader = membw::Buffers::new(t.weight_bytes as usize, threads);
+    let bw_ref = reader.reference(5);
     println!("{}", bw_ref.describe());
     let bw = bw_ref.best();
     let tol = o.tol.unwrap_or(if acc == 4 { 2e-2 } else { 1e-4 });
     let floor = ReadFloor {
         bytes,
         gbps: bw,
-        reader: membw::RoundReader::new(t.weight_bytes as usize, threads),
+        reader,
     };
     let mut results = vec![];
     let mut code = 0;
@@ -411,7 +413,7 @@ fn run_case(
         let round = rounds::run(arms, cpus, r, &req, false)?;
         rounds::accumulate(&mut ticks, &mut ours, &round);
         // The same-size buffers read right after the arms (all three idle and settled).
-        read_gbps.push(floor.reader.measure(ROUND_READ_PASSES));
+        read_gbps.push(floor.reader.round(ROUND_READ_PASSES));
         for (i, c) in round.calls.iter().enumerate() {
             // Generate: the worker's own CPU over the steps (its prompt prefill left out).
             cpu[i] += c.res["steps_cpu_s"].as_f64().unwrap_or(c.cpu_s);

@@ -6,7 +6,7 @@ use serde_json::{json, Value};
 
 use super::args::Opts;
 use super::counters;
-use super::membw::RoundReader;
+use super::membw::Buffers;
 use super::quant::{max, median, min};
 use super::steady::{steady_start, SteadyCfg};
 use super::target::Target;
@@ -24,7 +24,7 @@ pub struct Timed {
     /// Foreign busy share of the arms' CPUs while they were timed.
     pub foreign: Option<f64>,
     /// Per round: the read bandwidth of a same-size buffer right after the round's arms (GB/s,
-    /// `membw::RoundReader`).
+    /// `membw::Buffers::round`).
     pub read_gbps: Vec<f64>,
 }
 
@@ -95,7 +95,7 @@ fn steady_word(o: &Opts, per_round: &[Vec<f64>], n: usize) -> String {
 pub struct ReadFloor {
     pub bytes: [u64; 3],
     pub gbps: f64,
-    pub reader: RoundReader,
+    pub reader: Buffers,
 }
 
 /// Passes of each buffer per round (their median is the round's read figure).

@@ -3,17 +3,18 @@
 //! pass reads the buffer `reps` times (at least ~256 MB in all, so a small, cache-resident buffer
 //! is timed over many reads, just as decode re-reads its weights every token); best of `passes`.
 //!
-//! Two buffers: one on ordinary 4 KiB pages ([`read_gbps`]) and one from a huge-page weight arena,
-//! the memory rcpu's packed weights live in ([`read_gbps_huge`]). [`Reference`] measures both;
-//! its denominator for "fraction of read bandwidth" is the higher of the two (the best this
-//! machine reached in this run), so weights on huge pages are not flattered by a 4 KiB reference.
+//! Two buffers (a [`Buffers`] pair): one on ordinary 4 KiB pages and one from a huge-page weight
+//! arena, the memory rcpu's packed weights live in. [`Reference`] is the best pass of each; its
+//! denominator for "fraction of read bandwidth" is the higher of the two (the best this machine
+//! reached in this run), so weights on huge pages are not flattered by a 4 KiB reference.
+//! `rcpu-bench llm` keeps the pair and reads it again after every round ([`Buffers::round`]).
 
 use std::sync::Barrier;
+use std::time::Instant;
 
 use rcpu::memory::ArenaBuf;
 
-use super::quant::median;
-use std::time::Instant;
+use super::quant::{max, median};
 
 /// Read bandwidth of a same-size buffer on 4 KiB and on huge pages, this run.
 #[derive(Debug, Clone, Copy)]
@@ -27,10 +28,7 @@ pub struct Reference {
 impl Reference {
     /// Both reads of a `bytes`-sized buffer, best of `passes` each.
     pub fn measure(bytes: usize, threads: usize, passes: usize) -> Reference {
-        Reference {
-            small_pages: read_gbps(bytes, threads, passes),
-            huge_pages: read_gbps_huge(bytes, threads, passes).unwrap_or(0.0),
-        }
+        Buffers::new(bytes, threads).reference(passes)
     }
 
     /// The denominator of "of read bw": the higher of the two.
@@ -51,49 +49,53 @@ impl Reference {
     }
 }
 
-/// Best read bandwidth in GB/s over `passes` passes of a `bytes`-sized buffer on 4 KiB pages.
-pub fn read_gbps(bytes: usize, threads: usize, passes: usize) -> f64 {
-    best(&pass_rates(&small_page_buf(bytes), threads, passes))
-}
-
-/// [`read_gbps`] for a buffer claimed from a fresh huge-page weight arena (2 MiB-aligned,
-/// `MADV_HUGEPAGE` before the first write), as rcpu's packed weights are; `None` when the
-/// arena cannot map it.
-pub fn read_gbps_huge(bytes: usize, threads: usize, passes: usize) -> Option<f64> {
-    let buf = huge_page_buf(bytes)?;
-    Some(best(&pass_rates(buf.as_slice(), threads, passes)))
-}
-
-/// The same two buffers kept for the whole run and read again in every round, so that each
-/// round has its own denominator. The host's read bandwidth moves within a run (seen here: 33 and
-/// 63 GB/s for the same buffer minutes apart), and a token's time set against a read taken
-/// minutes earlier mixes the two moments; a round's arms and its read are seconds apart.
-pub struct RoundReader {
+/// The two same-size buffers, kept so that they can be read again: `rcpu-bench llm` reads them
+/// after every round, so that each round has its own denominator. The host's read bandwidth
+/// moves within a run (seen here: 33 and 63 GB/s for the same buffer minutes apart), and a
+/// token's time set against a read taken minutes earlier mixes the two moments; a round's arms
+/// and its read are seconds apart.
+pub struct Buffers {
     small: Vec<u64>,
     huge: Option<ArenaBuf<u64>>,
     threads: usize,
 }
 
-impl RoundReader {
-    /// Both buffers of `bytes` (the huge-page one when the arena can map it).
-    pub fn new(bytes: usize, threads: usize) -> RoundReader {
-        RoundReader {
+impl Buffers {
+    /// Both buffers of `bytes` (the huge-page one when a fresh weight arena, 2 MiB-aligned and
+    /// advised for huge pages before the first write, can map it).
+    pub fn new(bytes: usize, threads: usize) -> Buffers {
+        Buffers {
             small: small_page_buf(bytes),
             huge: huge_page_buf(bytes),
             threads,
         }
     }
 
+    /// The best of `passes` passes of each buffer.
+    pub fn reference(&self, passes: usize) -> Reference {
+        let (small_pages, huge_pages) = self.per_buffer(passes, |r| max(r).max(0.0));
+        Reference {
+            small_pages,
+            huge_pages,
+        }
+    }
+
     /// This round's read bandwidth in GB/s: per buffer the median of `passes` passes (the arms'
     /// figures are medians too), the higher of the two buffers.
-    pub fn measure(&self, passes: usize) -> f64 {
-        let small = median(&pass_rates(&self.small, self.threads, passes));
+    pub fn round(&self, passes: usize) -> f64 {
+        let (small, huge) = self.per_buffer(passes, median);
+        small.max(huge)
+    }
+
+    /// `stat` of each buffer's pass rates (4 KiB pages, huge pages; 0 for a missing buffer).
+    fn per_buffer(&self, passes: usize, stat: impl Fn(&[f64]) -> f64) -> (f64, f64) {
+        let small = stat(&pass_rates(&self.small, self.threads, passes));
         let huge = self
             .huge
             .as_ref()
-            .map(|b| median(&pass_rates(b.as_slice(), self.threads, passes)))
+            .map(|b| stat(&pass_rates(b.as_slice(), self.threads, passes)))
             .unwrap_or(0.0);
-        small.max(huge)
+        (small, huge)
     }
 }
 
@@ -112,10 +114,6 @@ fn huge_page_buf(bytes: usize) -> Option<ArenaBuf<u64>> {
         *w = (i as u64).wrapping_mul(0x9E37_79B9);
     }
     Some(buf)
-}
-
-fn best(rates: &[f64]) -> f64 {
-    rates.iter().copied().fold(0.0, f64::max)
 }
 
 /// Read bandwidth in GB/s of each of `passes` passes of `buf` (passes that timed nothing left out).
@@ -184,9 +182,11 @@ fn sum(c: &[u64]) -> u64 {
 mod tests {
     #[test]
     fn bandwidth_is_positive_and_finite() {
-        let g = super::read_gbps(1 << 20, 2, 2);
-        assert!(g.is_finite() && g > 0.0, "{g}");
-        let h = super::read_gbps_huge(1 << 20, 2, 2).expect("arena maps 1 MiB");
-        assert!(h.is_finite() && h > 0.0, "{h}");
+        let b = super::Buffers::new(1 << 20, 2);
+        assert!(b.huge.is_some(), "arena maps 1 MiB");
+        let r = b.reference(2);
+        for g in [r.small_pages, r.huge_pages, b.round(3)] {
+            assert!(g.is_finite() && g > 0.0, "{g} in {r:?}");
+        }
     }
 }
