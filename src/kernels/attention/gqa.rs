@@ -99,7 +99,7 @@ pub fn gqa_f32(
     o: GqaOutputs<'_>,
     par: &dyn Par,
 ) -> Result<&'static str, String> {
-    run(None, Prefill::Grouped, sh, inp, o, par)
+    gqa_f32_prefill(None, Prefill::Grouped, sh, inp, o, par)
 }
 
 /// [`gqa_f32`] forced onto one ISA variant (tests). `Err` when the CPU lacks it.
@@ -110,7 +110,7 @@ pub fn gqa_f32_with(
     o: GqaOutputs<'_>,
     par: &dyn Par,
 ) -> Result<&'static str, String> {
-    run(Some(isa), Prefill::Grouped, sh, inp, o, par)
+    gqa_f32_prefill(Some(isa), Prefill::Grouped, sh, inp, o, par)
 }
 
 /// How a call with several query rows (prefill, `seq > 1`) splits the attention.
@@ -122,19 +122,6 @@ pub enum Prefill {
     /// One unit per (batch, position, query head): the earlier path, kept as the reference the
     /// grouped one is bit-identical to (tests, timing).
     PerRow,
-}
-
-/// [`gqa_f32`] with the prefill path chosen, on one ISA variant (`None`: the process's level).
-/// Both paths give bit-identical results; decode calls (`seq == 1`) ignore `prefill`.
-pub fn gqa_f32_prefill(
-    isa: Option<Isa>,
-    prefill: Prefill,
-    sh: &GqaShape,
-    inp: &GqaInputs<'_>,
-    o: GqaOutputs<'_>,
-    par: &dyn Par,
-) -> Result<&'static str, String> {
-    run(isa, prefill, sh, inp, o, par)
 }
 
 /// Past rows and total valid length per batch, after checking `seqlens_k` against the shape and
@@ -185,7 +172,9 @@ fn past_rows(
     Ok(past)
 }
 
-fn run(
+/// [`gqa_f32`] with the prefill path chosen, on one ISA variant (`None`: the process's level).
+/// Both paths give bit-identical results; decode calls (`seq == 1`) ignore `prefill`.
+pub fn gqa_f32_prefill(
     isa: Option<Isa>,
     prefill: Prefill,
     sh: &GqaShape,
