@@ -389,7 +389,7 @@ pub fn gqa_f32_prefill(
                 // Kv head by kv head through the run, so one head's keys and values stay in the
                 // cache for all of the run's positions (the units are independent).
                 for n0 in 0..kv_heads {
-                    let units = dst.chunks_exact_mut(group * head).enumerate();
+                    let units = dst.chunks_exact_mut(q_buf).enumerate();
                     for (i, orows) in units.filter(|(i, _)| (first + i) % kv_heads == n0) {
                         let u = first + i;
                         let (b, s, n) = (u / (seq * kv_heads), (u / kv_heads) % seq, u % kv_heads);
@@ -449,15 +449,7 @@ pub fn gqa_f32_prefill(
         super::Split::Even
     };
     let parallel = work >= PAR_MIN_WORK;
-    super::over_rows_split(
-        o.out,
-        g_rows * head,
-        parallel,
-        seq == 1,
-        split,
-        par,
-        &attend,
-    );
+    super::over_rows_split(o.out, q_buf, parallel, seq == 1, split, par, &attend);
     if no_scratch.load(Ordering::Relaxed) {
         return Err(format!(
             "cannot allocate {scratch} floats of attention scratch"
