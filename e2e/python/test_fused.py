@@ -124,3 +124,77 @@ def test_concurrent_runs_of_one_fused_session(small_qwen, make_sessions):
             for w, g in zip(want, got):
                 for a, b in zip(w, g):
                     np.testing.assert_array_equal(a, b)
+
+
+def swiglu_mlp(rng, k: int, n: int, acc: int, gate_escapes: bool = False) -> onnx.ModelProto:
+    """norm -> gate, up (MatMulNBits over the same input) -> Sigmoid -> Mul -> Mul -> down, as the
+    model builder writes an MLP. With `gate_escapes` the gate's output is also a graph output, so
+    the combined step must not apply."""
+    gate, gi = models._nbits_node(rng, "gate", "X", "g", k, n, 32, acc, False)
+    up, ui = models._nbits_node(rng, "up", "X", "u", k, n, 32, acc, False)
+    down, di = models._nbits_node(rng, "down", "h", "Y", n, k, 32, acc, False)
+    nodes = [
+        gate, up,
+        helper.make_node("Sigmoid", ["g"], ["s"], name="sig"),
+        helper.make_node("Mul", ["g", "s"], ["silu"], name="silu"),
+        helper.make_node("Mul", ["silu", "u"], ["h"], name="act"),
+        down,
+    ]
+    outs = [models._vi("Y", None)] + ([models._vi("g", None)] if gate_escapes else [])
+    return models._model(nodes, [models._vi("X", [1, "S", k])], outs, gi + ui + di, ms_opset=1)
+
+
+@pytest.mark.parametrize("k,n,acc", [(96, 64, 4), (100, 37, 4), (64, 70, 0)])
+def test_swiglu_mlp_runs_as_one_pair_step_at_decode(make_sessions, rcpu_devices, stats, k, n, acc):
+    """At one row the gate and up projections run as one pair call (ledger variant `-gemv-pair`,
+    two calls) whose output equals the per-node path bit for bit; more rows, and a row with a
+    NaN, run node by node (no pair route) and still equal it; ORT within level 4's tolerance."""
+    rng = np.random.default_rng(k + n)
+    m = swiglu_mlp(rng, k, n, acc).SerializeToString()
+    cpu, fused = make_sessions(m)
+    per_node = rcpu_session(m, rcpu_devices, {"fuse": "off"})
+    tol = 2e-2 if acc == 4 else 1e-4
+    for seq, nan in [(1, False), (5, False), (1, True)]:
+        x = rng.standard_normal((1, seq, k)).astype(np.float32)
+        if nan:
+            x[0, 0, 3] = np.nan
+        stats.reset()
+        got = fused.run(None, {"X": x})[0]
+        pair = {v for v in stats.variants("MatMulNBits") if v.endswith("-gemv-pair")}
+        ref = per_node.run(None, {"X": x})[0]
+        want = cpu.run(None, {"X": x})[0]
+        np.testing.assert_array_equal(got, ref, err_msg=f"seq={seq} nan={nan}: fused != per-node")
+        if seq == 1 and not nan:
+            assert pair, f"seq=1: no pair route in {stats.ledger()}"
+            calls = sum(r["calls"] for r in stats.ledger() if r["variant"] in pair)
+            assert calls == 2, f"the pair counts as the two MatMulNBits calls it replaces, got {calls}"
+        else:
+            assert not pair, f"seq={seq} nan={nan} took the pair route"
+        if nan:
+            np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        else:
+            assert rel_l2(got, want) < tol, f"seq={seq} vs ORT: {rel_l2(got, want)}"
+
+
+def test_swiglu_mlp_with_an_escaping_gate_runs_node_by_node(make_sessions, stats):
+    rng = np.random.default_rng(9)
+    m = swiglu_mlp(rng, 96, 64, 4, gate_escapes=True).SerializeToString()
+    cpu, fused = make_sessions(m)
+    x = rng.standard_normal((1, 1, 96)).astype(np.float32)
+    stats.reset()
+    got = fused.run(None, {"X": x})
+    assert not any(v.endswith("-gemv-pair") for v in stats.variants("MatMulNBits")), stats.ledger()
+    want = cpu.run(None, {"X": x})
+    for g, w in zip(got, want):
+        assert rel_l2(g, w) < 2e-2
+
+
+def test_qwen_decode_takes_the_pair_step_per_layer(small_qwen, make_sessions, stats):
+    """Every layer's MLP of the builder-shaped model pairs at decode: 2 layers, 2 calls each."""
+    _, fused = make_sessions(small_qwen)
+    f = qwen_feeds(np.random.default_rng(4), fused, 8, 1)
+    fused.run(None, f)
+    stats.reset()
+    fused.run(None, f)
+    rows = [r for r in stats.ledger() if r["op"] == "MatMulNBits" and r["variant"].endswith("-gemv-pair")]
+    assert sum(r["calls"] for r in rows) == 4, stats.ledger()

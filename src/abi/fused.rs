@@ -22,14 +22,50 @@ use super::kernel_context::KernelContext;
 use super::kernel_info::KernelInfo;
 use super::status::{guard, guard_value, Error, Result};
 use crate::ep::capability::find_def;
+use crate::ep::fusion::{find_swiglus, gather, NodeDesc};
+use crate::ep::nodes::swiglu::SwiGlu;
 use crate::ep::op::{KernelEnv, OpKernel};
 use crate::memory::AlignedBuf;
 
-/// One inner node: its kernel, "Op node 'name'" for errors, its wiring.
+/// One step of a run: an inner node, or nodes combined into one step; "Op node 'name'" for
+/// errors; its wiring (a combined step's: its input and output values, and the values to
+/// release after it, its parts' included).
 struct Step {
-    kernel: Box<dyn OpKernel>,
+    run: StepRun,
     label: String,
     wiring: Wiring,
+}
+
+enum StepRun {
+    /// One node's kernel.
+    Node(Box<dyn OpKernel>),
+    /// A SwiGLU MLP's five nodes (`ep::fusion`): the combined step when it takes the run's
+    /// input, else the parts one by one (each with its own wiring).
+    SwiGlu(Box<SwiGluStep>),
+}
+
+struct SwiGluStep {
+    fast: SwiGlu,
+    parts: Vec<Step>,
+}
+
+impl Step {
+    /// Every value slot this step reads or writes, its parts' included.
+    fn touched(&self) -> Vec<usize> {
+        let own = self
+            .wiring
+            .inputs
+            .iter()
+            .chain(&self.wiring.outputs)
+            .flatten();
+        let mut v: Vec<usize> = own.copied().collect();
+        if let StepRun::SwiGlu(c) = &self.run {
+            for p in &c.parts {
+                v.extend(p.touched());
+            }
+        }
+        v
+    }
 }
 
 /// A compiled partition.
@@ -90,6 +126,24 @@ fn build(graph: Graph<'_>, fused: Node<'_>, env: &Arc<KernelEnv>) -> Result<Plan
     }
     let order = crate::ep::partition::order(&preds, &vec![true; nodes.len()])
         .ok_or_else(|| Error::fail("the fused subgraph has a cycle"))?;
+    // Nodes that may combine into one step (`ep::fusion`) are made adjacent.
+    let mut descs = Vec::with_capacity(nodes.len());
+    for n in &nodes {
+        let names = |vs: Vec<Option<super::graph::ValueInfo<'_>>>| -> Result<Vec<Option<String>>> {
+            vs.into_iter()
+                .map(|v| v.map(|v| v.name()).transpose())
+                .collect()
+        };
+        descs.push(NodeDesc {
+            op: n.op_type()?,
+            domain: n.domain()?,
+            inputs: names(n.inputs()?)?,
+            outputs: names(n.outputs()?)?,
+        });
+    }
+    let outer_names = outer_out.keys().cloned().collect();
+    let swiglus = find_swiglus(&descs, &outer_names);
+    let order = gather(&order, &swiglus);
 
     let mut slots = Slots {
         src: Vec::new(),
@@ -183,7 +237,7 @@ fn build(graph: Graph<'_>, fused: Node<'_>, env: &Arc<KernelEnv>) -> Result<Plan
             outputs.push(Some(slots.src.len() - 1));
         }
         steps.push(Step {
-            kernel,
+            run: StepRun::Node(kernel),
             label,
             wiring: Wiring {
                 inputs,
@@ -225,12 +279,13 @@ fn build(graph: Graph<'_>, fused: Node<'_>, env: &Arc<KernelEnv>) -> Result<Plan
             data,
         });
     }
+    let mut steps = combine_swiglus(steps, &order, &swiglus, env);
     // Each inner value's buffer returns to the pool after its last reader (or its producer,
     // when nothing in the partition reads it).
     let mut last = vec![None; slots.src.len()];
     for (si, st) in steps.iter().enumerate() {
-        for s in st.wiring.inputs.iter().chain(&st.wiring.outputs).flatten() {
-            last[*s] = Some(si);
+        for s in st.touched() {
+            last[s] = Some(si);
         }
     }
     for (s, l) in last.iter().enumerate() {
@@ -243,6 +298,58 @@ fn build(graph: Graph<'_>, fused: Node<'_>, env: &Arc<KernelEnv>) -> Result<Plan
         slots,
         frames: Mutex::new(Vec::new()),
     })
+}
+
+/// Replaces the steps of each SwiGLU match (adjacent in `order` after `gather`) by one
+/// combined step when its two MatMulNBits kernels can pair (`SwiGlu::new`); the others stay as
+/// they are.
+fn combine_swiglus(
+    steps: Vec<Step>,
+    order: &[usize],
+    matches: &[crate::ep::fusion::SwiGluMatch],
+    env: &Arc<KernelEnv>,
+) -> Vec<Step> {
+    let starts: HashMap<usize, &crate::ep::fusion::SwiGluMatch> =
+        matches.iter().map(|m| (m[0], m)).collect();
+    let mut out = Vec::with_capacity(steps.len());
+    let mut it = steps.into_iter().zip(order).peekable();
+    while let Some((st, &ni)) = it.next() {
+        let Some(m) = starts.get(&ni) else {
+            out.push(st);
+            continue;
+        };
+        // `gather` put the match's nodes here in match order.
+        let mut parts = vec![st];
+        for &want in &m[1..] {
+            match it.next_if(|(_, &n)| n == want) {
+                Some((p, _)) => parts.push(p),
+                None => break,
+            }
+        }
+        let fast = match (&parts[..], parts.len()) {
+            ([g, u, ..], 5) => match (&g.run, &u.run) {
+                (StepRun::Node(gk), StepRun::Node(uk)) => SwiGlu::new(&**gk, &**uk, env),
+                _ => None,
+            },
+            _ => None,
+        };
+        let Some(fast) = fast else {
+            out.extend(parts);
+            continue;
+        };
+        let wiring = Wiring {
+            inputs: vec![parts[0].wiring.inputs.first().copied().flatten()],
+            outputs: vec![parts[4].wiring.outputs.first().copied().flatten()],
+            release: Vec::new(),
+        };
+        let label = format!("SwiGLU MLP ({} and {})", parts[0].label, parts[1].label);
+        out.push(Step {
+            run: StepRun::SwiGlu(Box::new(SwiGluStep { fast, parts })),
+            label,
+            wiring,
+        });
+    }
+    out
 }
 
 impl Plan {
@@ -264,34 +371,44 @@ impl Plan {
 
     fn steps_over(&self, frame: &mut Frame, outer: &KernelContext<'_>) -> Result<()> {
         for st in &self.steps {
-            let r = {
-                let nf = NodeFrame {
-                    frame,
-                    slots: &self.slots,
-                    wiring: &st.wiring,
-                    outer,
-                };
-                let ctx = KernelContext::from_frame(&nf);
-                // The ledger records the lanes this node's dispatches used: count from here.
-                crate::runtime::par::take_lanes_used();
-                catch_unwind(AssertUnwindSafe(|| st.kernel.compute(&ctx)))
-            };
-            match r {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => return Err(e.context(&st.label)),
-                Err(p) => {
-                    return Err(Error::ep_fail(format!(
-                        "{}: rcpu: internal panic in Compute: {}",
-                        st.label,
-                        super::status::panic_message(&*p)
-                    )))
-                }
-            }
+            self.step(st, frame, outer)?;
             for &s in &st.wiring.release {
                 frame.release(s);
             }
         }
         Ok(())
+    }
+
+    /// Runs one step (a combined one: its own path, or its parts when that declines).
+    fn step(&self, st: &Step, frame: &Frame, outer: &KernelContext<'_>) -> Result<()> {
+        let r = {
+            let nf = NodeFrame {
+                frame,
+                slots: &self.slots,
+                wiring: &st.wiring,
+                outer,
+            };
+            let ctx = KernelContext::from_frame(&nf);
+            // The ledger records the lanes this node's dispatches used: count from here.
+            crate::runtime::par::take_lanes_used();
+            catch_unwind(AssertUnwindSafe(|| match &st.run {
+                StepRun::Node(k) => k.compute(&ctx).map(|()| true),
+                StepRun::SwiGlu(c) => c.fast.try_run(&ctx),
+            }))
+        };
+        match r {
+            Ok(Ok(true)) => Ok(()),
+            Ok(Ok(false)) => match &st.run {
+                StepRun::SwiGlu(c) => c.parts.iter().try_for_each(|p| self.step(p, frame, outer)),
+                StepRun::Node(_) => Ok(()),
+            },
+            Ok(Err(e)) => Err(e.context(&st.label)),
+            Err(p) => Err(Error::ep_fail(format!(
+                "{}: rcpu: internal panic in Compute: {}",
+                st.label,
+                super::status::panic_message(&*p)
+            ))),
+        }
     }
 }
 

@@ -5,6 +5,7 @@
 
 pub mod capability;
 pub mod config;
+pub mod fusion;
 pub mod mixed;
 pub mod nodes;
 pub mod op;

@@ -46,6 +46,12 @@ pub trait OpKernel: Send + Sync {
     fn prepack(&mut self, _input_index: usize, _tensor: &Tensor<'_>) -> Result<bool> {
         Ok(false)
     }
+
+    /// The kernel as `Any`, for a fused partition that combines several nodes' kernels into
+    /// one step (`ep::nodes::swiglu`); `None` (the default) for kernels nothing combines.
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        None
+    }
 }
 
 /// Why a node is not claimed (logged at verbose level, shown in tests).

@@ -34,6 +34,7 @@ mod matmul_nbits_amx;
 mod matmul_nbits_f16_scales;
 mod matmul_nbits_kernels;
 mod matmul_nbits_nonfinite;
+mod matmul_nbits_pair;
 mod matmul_nbits_params;
 mod qgemm_kernels;
 mod simd_tokens;

@@ -241,7 +241,31 @@ impl MatMulNBits {
     }
 }
 
+/// What a combined step needs of one MatMulNBits node that runs from a packed weight with no
+/// bias (`ep::nodes::swiglu`).
+pub(crate) struct PackedOperand {
+    pub(crate) weight: Arc<CachedWeight<PackedNBits>>,
+    pub(crate) link: Option<Arc<Link<CachedWeight<PackedNBits>>>>,
+}
+
+/// `kernel`'s packed weight and chain link when it is a MatMulNBits kernel holding a packed
+/// weight (constant, non-hostile scales) and no bias; `None` otherwise (it must run as itself).
+pub(crate) fn packed_operand(kernel: &dyn OpKernel) -> Option<PackedOperand> {
+    let k = kernel.as_any()?.downcast_ref::<MatMulNBits>()?;
+    if k.bias.is_some() || k.const_hostile {
+        return None;
+    }
+    Some(PackedOperand {
+        weight: k.packed.clone()?,
+        link: k.link.clone(),
+    })
+}
+
 impl OpKernel for MatMulNBits {
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
+    }
+
     fn prepack(&mut self, input_index: usize, tensor: &Tensor<'_>) -> Result<bool> {
         if input_index != IN_B {
             return Ok(false);

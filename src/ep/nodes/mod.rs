@@ -20,3 +20,4 @@ pub mod qlinear_matmul;
 pub mod rotary_embedding;
 pub mod skip_layer_norm;
 pub mod softmax;
+pub mod swiglu;

@@ -34,6 +34,10 @@ use crate::memory::scratch::{
 };
 use crate::runtime::par::{Dispatch, Par, SegmentClaims, StreamSplit};
 
+/// Column groups of one weight a pair call computes before it turns to the other's
+/// (`run_pair_m1`): long enough runs of consecutive bytes per weight.
+const PAIR_RUN_GROUPS: usize = 8;
+
 /// Rows per M > 1 task tile.
 pub(crate) const ROW_TILE: usize = 16;
 /// Rows per M > 1 task tile on the AMX path (a multiple of `AMX_ROWS`): each task unpacks a
@@ -315,4 +319,110 @@ impl Ctx<'_, '_> {
         // (row tile x group range), so no other writer touches this range.
         unsafe { self.dst.write(r * self.p.n + cols.start, v) };
     }
+}
+
+/// Whether row `a` can take the pair path: every value finite and small enough that no
+/// intermediate of either product can overflow (`nonfinite::cannot_overflow`, which also fails on
+/// non-finite values and NaN scales).
+pub(crate) fn pair_row_fits(
+    kernels: &Kernels,
+    lv: Level,
+    a: &[f32],
+    first: &PackedNBits,
+    second: &PackedNBits,
+) -> bool {
+    let amax = (kernels.abs_max)(lv, a);
+    let smax = first.scale_max.max(second.scale_max);
+    nonfinite::cannot_overflow(amax, smax, a.len())
+}
+
+/// `out = epi(A W1, A W2)` for one row of A over two packed weights of the same shape, in one
+/// dispatch: each chunk computes column group `g` of both weights back to back (one prepared A,
+/// one split over the pair's groups, whose unit is the two groups' weight bytes) and hands the
+/// two results to `epi`, so neither product is ever written out. Every group runs the same tile
+/// call as [`run_fast`] at M=1, so `epi`'s inputs are bit-identical to the two separate calls'
+/// outputs.
+///
+/// `Ok(None)` when this A must take the separate calls instead: a non-finite value, or one large
+/// enough that an intermediate could overflow (those rows get ORT's answers from [`run`]'s
+/// fix-ups, which need the plain product).
+pub(crate) fn run_pair_m1(
+    kernels: &Kernels,
+    a: &[f32],
+    first: &PackedNBits,
+    second: &PackedNBits,
+    epi: &super::PairEpilogue<'_>,
+    out: &mut [f32],
+    par: &dyn Par,
+) -> Result<Option<NBitsRoute>, String> {
+    let p = first.params;
+    if !super::pair_compatible(first, second) {
+        return Err(format!(
+            "MatMulNBits pair: the two weights differ (K={} N={} block {} level {} against \
+             K={} N={} block {} level {})",
+            p.k,
+            p.n,
+            p.block_size,
+            p.accuracy_level,
+            second.params.k,
+            second.params.n,
+            second.params.block_size,
+            second.params.accuracy_level
+        ));
+    }
+    assert!(
+        a.len() == p.k && out.len() == p.n,
+        "MatMulNBits pair: A has {} elements (K={}), output {} (N={})",
+        a.len(),
+        p.k,
+        out.len(),
+        p.n
+    );
+    let lv = Level::require(kernels.isa)?;
+    if !pair_row_fits(kernels, lv, a, first, second) {
+        return Ok(None);
+    }
+    let name = kernels.route(p.accuracy_level, 1).paired();
+    let tile = if p.int8_compute() {
+        kernels.i8_tile
+    } else {
+        kernels.f32_tile
+    };
+    with_prepared(kernels, a, 1, &p, |prep| {
+        let g_count = groups(&p);
+        let unit = group_weight_bytes(&p).saturating_mul(2);
+        let split = StreamSplit::decode(g_count, unit, par.lanes());
+        let claims = SegmentClaims::new();
+        let dst = DisjointOut::new(out);
+        let body = |ci: usize| {
+            let mut res = [[0f32; NR]; MR];
+            let mut v1 = [0f32; PAIR_RUN_GROUPS * NR];
+            let mut v2 = [0f32; PAIR_RUN_GROUPS * NR];
+            let mut y = [0f32; PAIR_RUN_GROUPS * NR];
+            split.run(ci, &claims, &mut |run| {
+                // Up to PAIR_RUN_GROUPS groups of the first weight, then the same of the second:
+                // each lane streams runs of consecutive bytes of one weight at a time.
+                let mut g0 = run.start;
+                while g0 < run.end {
+                    let g1 = (g0 + PAIR_RUN_GROUPS).min(run.end);
+                    for (w, v) in [(first, &mut v1), (second, &mut v2)] {
+                        for g in g0..g1 {
+                            tile(lv, &w.group(g), prep, 0, 1, &mut res);
+                            let at = (g - g0) * NR;
+                            v[at..at + NR].copy_from_slice(&res[0]);
+                        }
+                    }
+                    let cols = g0 * NR..(g1 * NR).min(p.n);
+                    let w = cols.len();
+                    epi(&v1[..w], &v2[..w], &mut y[..w]);
+                    // SAFETY: the columns of groups g0..g1 belong to this chunk alone (the
+                    // split's runs partition the groups), so no other writer touches them.
+                    unsafe { dst.write(cols.start, &y[..w]) };
+                    g0 = g1;
+                }
+            });
+        };
+        par.chunks(Dispatch::Decode, split.chunks(), &body);
+        Some(name)
+    })
 }

@@ -62,6 +62,59 @@ pub fn decode_second_chunk(packed: &PackedNBits, lanes: usize) -> &[u8] {
     &packed.weight_bytes()[r.start * wb..r.end * wb]
 }
 
+/// A pair call's epilogue over one column group: `out[i] = f(first[i], second[i])`, the
+/// slices holding the group's columns (at most [`NR`]). It runs on whichever lane computed the
+/// group, so it must be a pure function of its inputs.
+pub type PairEpilogue<'e> = dyn Fn(&[f32], &[f32], &mut [f32]) + Sync + 'e;
+
+/// Whether two packed weights can run as one pair call ([`matmul_pair_m1`]): the same K, N,
+/// block size and accuracy level (A is prepared once for both).
+pub fn pair_compatible(first: &PackedNBits, second: &PackedNBits) -> bool {
+    let (p, q) = (&first.params, &second.params);
+    (p.k, p.n, p.block_size, p.accuracy_level) == (q.k, q.n, q.block_size, q.accuracy_level)
+}
+
+/// `out = epi(A W1, A W2)` for one row `a` (K values) over two packed weights with
+/// [`pair_compatible`] shapes, with the process's kernels: one dispatch, each column group of
+/// both products computed back to back and combined by `epi`, so neither product is written out
+/// (an MLP's gate and up projections with SiLU(gate) * up, say). `epi` sees exactly the values
+/// two [`matmul_packed`] calls would have written. `Ok(None)` when this row must take two
+/// separate calls (a non-finite value in A, or values large enough to overflow: the separate
+/// calls answer those as ORT does); `Err` when the weights are not compatible or a scratch
+/// buffer cannot be allocated. Panics unless `a` has K and `out` N values.
+pub fn matmul_pair_m1(
+    a: &[f32],
+    first: &PackedNBits,
+    second: &PackedNBits,
+    epi: &PairEpilogue<'_>,
+    out: &mut [f32],
+    par: &dyn Par,
+) -> Result<Option<NBitsRoute>, String> {
+    matmul_pair_m1_with(Kernels::active(), a, first, second, epi, out, par)
+}
+
+/// Whether [`matmul_pair_m1`] takes row `a` (K values) rather than answering `Ok(None)`: every
+/// value finite and small enough that no intermediate can overflow. Lets a caller choose the
+/// path before it allocates the output.
+pub fn pair_row_fits(a: &[f32], first: &PackedNBits, second: &PackedNBits) -> bool {
+    let kernels = Kernels::active();
+    crate::kernels::simd::Level::require(kernels.isa)
+        .is_ok_and(|lv| driver::pair_row_fits(kernels, lv, a, first, second))
+}
+
+/// [`matmul_pair_m1`] with an explicit kernel set (e.g. from [`Kernels::for_isa`]).
+pub fn matmul_pair_m1_with(
+    kernels: &Kernels,
+    a: &[f32],
+    first: &PackedNBits,
+    second: &PackedNBits,
+    epi: &PairEpilogue<'_>,
+    out: &mut [f32],
+    par: &dyn Par,
+) -> Result<Option<NBitsRoute>, String> {
+    driver::run_pair_m1(kernels, a, first, second, epi, out, par)
+}
+
 /// Rows per tile-kernel call (register blocking along M).
 pub const MR: usize = 4;
 

@@ -18,6 +18,11 @@ pub enum NBitsPath {
     Int8Gemm,
     /// Accuracy level 4 from the AMX threshold: the AMX whole-group GEMM.
     AmxGemm,
+    /// Accuracy level 0 (f32 A), M = 1, two weights over one A with an epilogue
+    /// (`matmul_pair_m1`).
+    F32GemvPair,
+    /// Accuracy level 4 (int8 A), M = 1, two weights over one A with an epilogue.
+    Int8GemvPair,
 }
 
 /// A MatMulNBits call's route: the kernel table's ISA level and the path.
@@ -27,7 +32,29 @@ pub struct NBitsRoute {
     pub path: NBitsPath,
 }
 
-/// The ledger texts of one level's tile paths, in [`NBitsPath`] order up to `Int8Gemm`.
+impl NBitsRoute {
+    /// Whether this is a pair call's route (`matmul_pair_m1`).
+    pub fn path_is_pair(self) -> bool {
+        matches!(self.path, NBitsPath::F32GemvPair | NBitsPath::Int8GemvPair)
+    }
+
+    /// The same table's M=1 route for a pair of weights over one A (`matmul_pair_m1`): the
+    /// pair path of this route's accuracy (a GEMM route keeps its accuracy, the pair runs M=1).
+    pub(crate) fn paired(self) -> NBitsRoute {
+        let path = match self.path {
+            NBitsPath::F32Gemv | NBitsPath::F32Gemm | NBitsPath::F32GemvPair => {
+                NBitsPath::F32GemvPair
+            }
+            _ => NBitsPath::Int8GemvPair,
+        };
+        NBitsRoute {
+            isa: self.isa,
+            path,
+        }
+    }
+}
+
+/// The ledger texts of one level's tile paths, in [`NBitsPath`] order, without `AmxGemm`.
 macro_rules! texts {
     ($isa:literal) => {
         [
@@ -35,14 +62,16 @@ macro_rules! texts {
             concat!($isa, "-acc0-gemm"),
             concat!($isa, "-acc4-gemv"),
             concat!($isa, "-acc4-gemm"),
+            concat!($isa, "-acc0-gemv-pair"),
+            concat!($isa, "-acc4-gemv-pair"),
         ]
     };
 }
 
-static SCALAR: [&str; 4] = texts!("scalar");
-static AVX2: [&str; 4] = texts!("avx2");
-static AVX512: [&str; 4] = texts!("avx512");
-static AVX512VNNI: [&str; 4] = texts!("avx512vnni");
+static SCALAR: [&str; 6] = texts!("scalar");
+static AVX2: [&str; 6] = texts!("avx2");
+static AVX512: [&str; 6] = texts!("avx512");
+static AVX512VNNI: [&str; 6] = texts!("avx512vnni");
 
 impl Variant for NBitsRoute {
     fn text(self) -> &'static str {
@@ -53,6 +82,8 @@ impl Variant for NBitsRoute {
             NBitsPath::Int8Gemm => 3,
             // One AMX table (over the VNNI level): its text names no level.
             NBitsPath::AmxGemm => return "amx-acc4-gemm",
+            NBitsPath::F32GemvPair => 4,
+            NBitsPath::Int8GemvPair => 5,
         };
         let t = match self.isa {
             Isa::Scalar => &SCALAR,
