@@ -6,9 +6,9 @@
 //! `u` on the calling lane, after the streams have evicted them from its cache (measured on the
 //! Qwen2-0.5B shape: about 7 us of the Sigmoid and the two Muls per layer against 0.9 us for
 //! the same kernels on cached data). The combined step streams both weights in one dispatch
-//! (`matmul_nbits::matmul_pair_m1`): each lane computes column group `j` of `g` and of `u`
-//! back to back and writes `h[j]` at once, so `g`, `Sigmoid(g)` and their product never reach
-//! memory.
+//! (`matmul_nbits::matmul_pair_m1`): each lane computes a few column groups of `g`, the same of
+//! `u`, and writes those columns of `h` at once, so `g`, `Sigmoid(g)` and their product never
+//! reach memory.
 //!
 //! The answer is the node-by-node answer bit for bit: the epilogue runs the Sigmoid node's own
 //! kernel on each group's values (an elementwise kernel, the same per element wherever the

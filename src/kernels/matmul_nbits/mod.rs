@@ -75,8 +75,9 @@ pub fn pair_compatible(first: &PackedNBits, second: &PackedNBits) -> bool {
 }
 
 /// `out = epi(A W1, A W2)` for one row `a` (K values) over two packed weights with
-/// [`pair_compatible`] shapes, with the process's kernels: one dispatch, each column group of
-/// both products computed back to back and combined by `epi`, so neither product is written out
+/// [`pair_compatible`] shapes, with the process's kernels: one dispatch, each lane computing a
+/// few column groups of one product, then the same of the other, and combining them with `epi`,
+/// so neither product is written out
 /// (an MLP's gate and up projections with SiLU(gate) * up, say). `epi` sees exactly the values
 /// two [`matmul_packed`] calls would have written. `Ok(None)` when this row must take two
 /// separate calls (a non-finite value in A, or values large enough to overflow: the separate
