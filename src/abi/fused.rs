@@ -107,26 +107,7 @@ fn build(graph: Graph<'_>, fused: Node<'_>, env: &Arc<KernelEnv>) -> Result<Plan
             outer_out.insert(v.name()?, k);
         }
     }
-    // A topological order of the subgraph (ORT's node order is not relied on).
-    let mut producer: HashMap<String, usize> = HashMap::new();
-    for (i, n) in nodes.iter().enumerate() {
-        for v in n.outputs()?.into_iter().flatten() {
-            producer.insert(v.name()?, i);
-        }
-    }
-    let mut preds = Vec::with_capacity(nodes.len());
-    for n in &nodes {
-        let mut p = Vec::new();
-        for v in n.inputs()?.into_iter().flatten() {
-            if let Some(&i) = producer.get(&v.name()?) {
-                p.push(i);
-            }
-        }
-        preds.push(p);
-    }
-    let order = crate::ep::partition::order(&preds, &vec![true; nodes.len()])
-        .ok_or_else(|| Error::fail("the fused subgraph has a cycle"))?;
-    // Nodes that may combine into one step (`ep::fusion`) are made adjacent.
+    // Each node's op and value names, read from ORT once: the order and the patterns use them.
     let mut descs = Vec::with_capacity(nodes.len());
     for n in &nodes {
         let names = |vs: Vec<Option<super::graph::ValueInfo<'_>>>| -> Result<Vec<Option<String>>> {
@@ -141,6 +122,26 @@ fn build(graph: Graph<'_>, fused: Node<'_>, env: &Arc<KernelEnv>) -> Result<Plan
             outputs: names(n.outputs()?)?,
         });
     }
+    // A topological order of the subgraph (ORT's node order is not relied on).
+    let mut producer: HashMap<&str, usize> = HashMap::new();
+    for (i, d) in descs.iter().enumerate() {
+        for v in d.outputs.iter().flatten() {
+            producer.insert(v, i);
+        }
+    }
+    let preds: Vec<Vec<usize>> = descs
+        .iter()
+        .map(|d| {
+            d.inputs
+                .iter()
+                .flatten()
+                .filter_map(|v| producer.get(v.as_str()).copied())
+                .collect()
+        })
+        .collect();
+    let order = crate::ep::partition::order(&preds, &vec![true; nodes.len()])
+        .ok_or_else(|| Error::fail("the fused subgraph has a cycle"))?;
+    // Nodes that may combine into one step (`ep::fusion`) are made adjacent.
     let outer_names = outer_out.keys().cloned().collect();
     let swiglus = find_swiglus(&descs, &outer_names);
     let order = gather(&order, &swiglus);
