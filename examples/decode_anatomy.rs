@@ -28,8 +28,8 @@
 //! before and after issue 17's changes) interleaves arms pass by pass in the same process: the
 //! decode chunk schedule of `par::StreamSplit` (`par::set_stream_schedule`, diagnostics only;
 //! segmented is the library's default); with `+hint`, after each call the idle worker is asked
-//! to prefetch the next call's second chunk (`Lanes::idle_prefetch` with
-//! `matmul_nbits::decode_second_chunk`, what the MatMulNBits node does once it has seen the
+//! to prefetch the next call's second segment (`Lanes::idle_prefetch` with
+//! `matmul_nbits::decode_second_segment`, what the MatMulNBits node does once it has seen the
 //! order of its session's calls twice; the hint is cancelled as each call starts); with `-l2`,
 //! the tiles prefetch as before issue 17 (L1 2048 bytes ahead, no L2 prefetch; `prefetch`).
 
@@ -40,7 +40,7 @@ use rcpu::kernels::matmul_nbits::prefetch::{
     reset_prefetch, set_l2_prefetch_bytes, set_prefetch_bytes, DEFAULT_PREFETCH_BYTES,
 };
 use rcpu::kernels::matmul_nbits::{
-    decode_second_chunk, matmul_packed, pack, NBitsParams, PackedNBits,
+    decode_second_segment, matmul_packed, pack, NBitsParams, PackedNBits,
 };
 use rcpu::memory::AlignedBuf;
 use rcpu::runtime::lanes::{Lanes, PoolConfig};
@@ -351,7 +351,7 @@ fn main() {
                     matmul_packed(&a[..m.params().k], 1, m, None, &mut out, &traced).unwrap();
                     if hint {
                         let next = &seq[(idx + 1) % seq.len()].1;
-                        lanes.idle_prefetch(Some(decode_second_chunk(next, lanes.lanes())));
+                        lanes.idle_prefetch(Some(decode_second_segment(next, lanes.lanes())));
                     }
                     let e = now_ns();
                     let d = traced.take()[0];

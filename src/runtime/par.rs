@@ -260,8 +260,7 @@ impl StreamSplit {
     }
 
     /// The first run chunk `i` streams when its lane claims it first: [`StreamSplit::range`]
-    /// for even and guided splits; the first run of segment `i` for segmented ones (what an
-    /// idle lane can prefetch before the call).
+    /// for even and guided splits; the first run of segment `i` for segmented ones.
     pub fn first_run(&self, i: usize) -> Range<usize> {
         match self.segments {
             Some(s) => {

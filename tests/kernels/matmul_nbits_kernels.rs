@@ -14,8 +14,8 @@ use matmul_nbits_common::{acc4_vs_fp32_bound, rel_l2, Problem, THREE};
 
 use rcpu::kernels::matmul_nbits::reference::matmul_reference;
 use rcpu::kernels::matmul_nbits::{
-    matmul_packed, matmul_packed_with, matmul_unpacked, pack, Kernels, NBitsPath, NBitsRoute,
-    NBitsWeight,
+    decode_second_segment, matmul_packed, matmul_packed_with, matmul_unpacked, pack, Kernels,
+    NBitsParams, NBitsPath, NBitsRoute, NBitsWeight, IDLE_PREFETCH_SEGMENT_MAX,
 };
 use rcpu::runtime::par::{Par, Serial};
 use rcpu::telemetry::ledger::Variant;
@@ -422,4 +422,33 @@ fn route_texts_are_the_ledger_names() {
         "amx-acc4-gemm",
     ];
     assert_eq!(got, want);
+}
+
+/// Guarantee: the hint an M=1 call leaves the idle lanes for the next call
+/// (`decode_second_segment`) is the packed codes of the whole segment that call's second chunk
+/// streams (the second half with two lanes), from its first byte, cut at
+/// `IDLE_PREFETCH_SEGMENT_MAX`; nothing when the call runs on one lane or has one column group.
+/// Qwen2-0.5B shapes (K=896, 32 columns of 28 blocks = 14336 code bytes per group).
+/// Seen failing: with the hint back to the segment's first run (a quarter of it).
+#[test]
+fn idle_hint_is_the_second_lanes_segment() {
+    let group = 28 * 512;
+    // (N, lanes, offset and length of the hint in groups' bytes)
+    for (n, lanes, at, len) in [
+        (896, 2, 14 * group, 14 * group),
+        (4864, 2, 76 * group, IDLE_PREFETCH_SEGMENT_MAX),
+        (896, 4, 7 * group, 7 * group),
+        (896, 1, 0, 0),
+        (20, 2, 0, 0),
+    ] {
+        let p = NBitsParams::new(896, n, 32, 4, false);
+        let b = vec![0x5a_u8; n * p.k_blocks() * p.blob_bytes()];
+        let w = pack(&b, &vec![0.5; n * p.k_blocks()], None, &p);
+        let hint = decode_second_segment(&w, lanes);
+        assert_eq!(hint.len(), len, "N={n} lanes={lanes}: hint length");
+        if len > 0 {
+            let off = hint.as_ptr() as usize - w.weight_bytes().as_ptr() as usize;
+            assert_eq!(off, at, "N={n} lanes={lanes}: hint offset");
+        }
+    }
 }

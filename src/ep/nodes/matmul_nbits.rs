@@ -12,7 +12,7 @@ use crate::abi::tensor::{ElemType, Tensor};
 use crate::ep::op::{types, Decline, KernelEnv, OpDef, OpKernel};
 use crate::kernels::matmul_nbits::reference::{hostile_scales, matmul_dequant_f32};
 use crate::kernels::matmul_nbits::{
-    decode_second_chunk, matmul_packed, matmul_unpacked, try_pack, NBitsInput, NBitsParams,
+    decode_second_segment, matmul_packed, matmul_unpacked, try_pack, NBitsInput, NBitsParams,
     NBitsWeight, PackedNBits,
 };
 use crate::kernels::shape::{checked_numel, numel};
@@ -360,7 +360,7 @@ impl OpKernel for MatMulNBits {
                 // prefetch the part of its weights they will stream first (or drop the old hint).
                 if let Some(l) = link {
                     let next = l.next();
-                    par.idle_prefetch(next.as_ref().map(|n| decode_second_chunk(n, par.lanes())));
+                    par.idle_prefetch(next.as_ref().map(|n| decode_second_segment(n, par.lanes())));
                 }
                 v
             }

@@ -25,7 +25,7 @@ use crate::abi::tensor::ElemType;
 use crate::ep::op::{KernelEnv, OpKernel};
 use crate::kernels::activation::{activation_f32, Activation};
 use crate::kernels::matmul_nbits::{
-    decode_second_chunk, matmul_pair_m1, pair_compatible, pair_row_fits,
+    decode_second_segment, matmul_pair_m1, pair_compatible, pair_row_fits,
 };
 use crate::runtime::par::{take_lanes_used, Serial};
 use crate::telemetry::ledger;
@@ -100,7 +100,7 @@ impl SwiGlu {
             .ok_or_else(|| Error::fail("the pair path refused a row it had accepted"))?;
         if let Some(l) = &self.up.link {
             let next = l.next();
-            par.idle_prefetch(next.as_ref().map(|n| decode_second_chunk(n, par.lanes())));
+            par.idle_prefetch(next.as_ref().map(|n| decode_second_segment(n, par.lanes())));
         }
         let lanes = take_lanes_used();
         // Two MatMulNBits calls ran (as one dispatch); the Sigmoid and Muls ran inside them.
