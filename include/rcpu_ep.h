@@ -60,9 +60,14 @@ extern "C" {
  * from ORT's as ORT's own spread (one f32 weight moved by 1e-6), f32 stays inside it (0.9-1.1x).
  * Levels 0-3 always keep f32 scales. */
 #define RCPU_OPT_ACC4_SCALES "acc4_scales"
+/* "off" (default) or "on": each fused node of the session times its steps (one inner node, or a
+ * combined step such as a SwiGLU MLP's gate/up pair) on the calling thread and adds the totals
+ * per op type to the statistics ("step_times" in RcpuEp_StatsJson: calls and nanoseconds per
+ * label, "(fused run)" for whole runs). A diagnostic: two clock reads per step. */
+#define RCPU_OPT_STEP_TIMES "step_times"
 
 /*
- * Writes rcpu's statistics (dispatch ledger, pool counters, memory figures) as a JSON document
+ * Writes rcpu's statistics (dispatch ledger, step times, pool counters, memory figures) as a JSON document
  * into buf (at most cap bytes, NUL-terminated, truncated to fit) and returns the full length of
  * the JSON without the NUL; call with buf == NULL, cap == 0 to learn the size.
  */

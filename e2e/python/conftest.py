@@ -135,12 +135,19 @@ class RcpuStats:
     def reset(self):
         self.lib.RcpuEp_ResetStats()
 
-    def ledger(self) -> list[dict]:
-        """The route ledger's rows ({op, variant, lanes, calls})."""
+    def json(self) -> dict:
         n = self.lib.RcpuEp_StatsJson(None, 0) + 4096
         buf = ctypes.create_string_buffer(n)
         m = self.lib.RcpuEp_StatsJson(buf, n)
-        return json.loads(buf.raw[:m])["ledger"]
+        return json.loads(buf.raw[:m])
+
+    def ledger(self) -> list[dict]:
+        """The route ledger's rows ({op, variant, lanes, calls})."""
+        return self.json()["ledger"]
+
+    def step_times(self) -> dict[str, dict]:
+        """Fused partitions' step times by label ({calls, ns}; provider option `step_times`)."""
+        return {r["step"]: r for r in self.json()["step_times"]}
 
     def variants(self, op):
         return {r["variant"] for r in self.ledger() if r["op"] == op and r["calls"] > 0}

@@ -198,3 +198,41 @@ def test_qwen_decode_takes_the_pair_step_per_layer(small_qwen, make_sessions, st
     fused.run(None, f)
     rows = [r for r in stats.ledger() if r["op"] == "MatMulNBits" and r["variant"].endswith("-gemv-pair")]
     assert sum(r["calls"] for r in rows) == 4, stats.ledger()
+
+
+def test_step_times_count_every_step_of_a_fused_run(small_qwen, make_sessions, stats):
+    """Provider option step_times=on: every step of every fused run is counted under its op type
+    (the SwiGLU pair under its own label, its five nodes not), whole runs under "(fused run)",
+    and the steps' time fits inside the runs'; a session without the option adds nothing."""
+    _, timed = make_sessions(small_qwen, {"step_times": "on"})
+    model = onnx.load_from_string(small_qwen)
+    op_of = {n.name: n.op_type for n in model.graph.node}
+    groups = [g for g in rcpu_groups(timed) if len(g) > 1]
+    assert len(groups) == 1, groups
+    per_run: dict[str, int] = {}
+    for name in groups[0]:
+        per_run[op_of[name]] = per_run.get(op_of[name], 0) + 1
+    layers = 2
+    # Each layer's MLP (2 MatMulNBits, Sigmoid, 2 Muls) is one step at decode.
+    per_run["MatMulNBits"] -= 2 * layers
+    per_run["Sigmoid"] -= layers
+    per_run["Mul"] -= 2 * layers
+    per_run = {k: v for k, v in per_run.items() if v}
+    per_run["SwiGLU MLP"] = layers
+    f = qwen_feeds(np.random.default_rng(6), timed, 8, 1)
+    timed.run(None, f)
+    stats.reset()
+    runs = 3
+    for _ in range(runs):
+        timed.run(None, f)
+    got = stats.step_times()
+    whole = got.pop("(fused run)")
+    assert whole["calls"] == runs, whole
+    assert {k: r["calls"] for k, r in got.items()} == {k: v * runs for k, v in per_run.items()}
+    assert all(r["ns"] > 0 for r in got.values()), got
+    assert sum(r["ns"] for r in got.values()) <= whole["ns"], (got, whole)
+
+    _, plain = make_sessions(small_qwen)
+    stats.reset()
+    plain.run(None, qwen_feeds(np.random.default_rng(6), plain, 8, 1))
+    assert stats.step_times() == {}, stats.step_times()

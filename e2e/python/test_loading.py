@@ -29,7 +29,8 @@ def test_device_listed_once_with_vendor(rcpu_devices, plugin_path):
 @pytest.mark.parametrize("scratch_key", ["scratch_cache_mb", "accumulator_cache_mb"], ids=["scratch", "former_name"])
 def test_session_with_all_options_creates(make_sessions, scratch_key):
     m = models.binary("Add", [4], [4])
-    opts = {"threads": 2, "affinity": "off", "blocktime_us": 50, "weight_cache_mb": 64, scratch_key: 8, "fuse": "on", "acc4_scales": "f32"}
+    opts = {"threads": 2, "affinity": "off", "blocktime_us": 50, "weight_cache_mb": 64, scratch_key: 8, "fuse": "on", "acc4_scales": "f32",
+            "step_times": "on"}
     cpu, rc = make_sessions(m, opts)
     assert rc.get_providers()[0] == EP_NAME
     assert_on_rcpu(rc, "add0")
@@ -78,11 +79,12 @@ def test_mixed_partition_matches_cpu(make_sessions, opt_level):
         ({"affinity": "0", "threads": "2"}, "affinity"),
         ({"fuse": "yes"}, "fuse"),
         ({"acc4_scales": "fp32"}, "acc4_scales"),
+        ({"step_times": "1"}, "step_times"),
     ],
     ids=[
         "unknown_key", "threads_abc", "affinity_banana", "threads_negative", "blocktime_text",
         "weight_cache_float", "scratch_empty", "accumulator_empty", "scratch_both_names", "threads_huge", "affinity_fewer_cpus_than_threads",
-        "fuse_yes", "acc4_scales_fp32",
+        "fuse_yes", "acc4_scales_fp32", "step_times_1",
     ],
 )
 def test_bad_option_raises_naming_key(rcpu_devices, opts, key, capsys):

@@ -8,12 +8,14 @@
 //! with `drop_constant_initializers`, so ORT neither passes them per run nor has to keep them
 //! (the subgraph is only valid during `Compile`). At `Compute` the nodes run in a topological
 //! order of the subgraph over a frame (`abi::frame`); an inner node's error or panic names that
-//! node, as on the per-node path.
+//! node, as on the per-node path. With provider option `step_times=on` a plan times its steps
+//! (`telemetry::step_times`).
 
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use super::ep_types::*;
 use super::frame::{Frame, NodeFrame, OwnedConst, SlotSrc, Slots, Wiring};
@@ -26,6 +28,7 @@ use crate::ep::fusion::{find_swiglus, gather, NodeDesc};
 use crate::ep::nodes::swiglu::SwiGlu;
 use crate::ep::op::{KernelEnv, OpKernel};
 use crate::memory::AlignedBuf;
+use crate::telemetry::step_times;
 
 /// One step of a run: an inner node, or nodes combined into one step; "Op node 'name'" for
 /// errors; its wiring (a combined step's: its input and output values, and the values to
@@ -33,6 +36,8 @@ use crate::memory::AlignedBuf;
 struct Step {
     run: StepRun,
     label: String,
+    /// What the step is, for step timing: the node's op type, or the combined step's name.
+    kind: String,
     wiring: Wiring,
 }
 
@@ -74,6 +79,36 @@ struct Plan {
     slots: Slots,
     /// Frames not in use by a run (one per concurrent run at most).
     frames: Mutex<Vec<Frame>>,
+    /// Step timing, when the session asked for it (provider option `step_times`).
+    clock: Option<StepClock>,
+}
+
+/// How a plan with step timing sums a run (`telemetry::step_times`): the distinct step kinds,
+/// and each step's index among them.
+struct StepClock {
+    kinds: Vec<String>,
+    of_step: Vec<usize>,
+}
+
+impl StepClock {
+    fn new(steps: &[Step]) -> StepClock {
+        let mut kinds: Vec<String> = Vec::new();
+        let of_step = steps
+            .iter()
+            .map(|st| match kinds.iter().position(|k| *k == st.kind) {
+                Some(i) => i,
+                None => {
+                    kinds.push(st.kind.clone());
+                    kinds.len() - 1
+                }
+            })
+            .collect();
+        StepClock { kinds, of_step }
+    }
+}
+
+fn nanos_since(t: Instant) -> u64 {
+    u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// `OrtNodeComputeInfo` first, so ORT's pointer is a pointer to this.
@@ -240,6 +275,7 @@ fn build(graph: Graph<'_>, fused: Node<'_>, env: &Arc<KernelEnv>) -> Result<Plan
         steps.push(Step {
             run: StepRun::Node(kernel),
             label,
+            kind: op,
             wiring: Wiring {
                 inputs,
                 outputs,
@@ -294,10 +330,12 @@ fn build(graph: Graph<'_>, fused: Node<'_>, env: &Arc<KernelEnv>) -> Result<Plan
             steps[*si].wiring.release.push(s);
         }
     }
+    let clock = env.step_times.then(|| StepClock::new(&steps));
     Ok(Plan {
         steps,
         slots,
         frames: Mutex::new(Vec::new()),
+        clock,
     })
 }
 
@@ -347,6 +385,7 @@ fn combine_swiglus(
         out.push(Step {
             run: StepRun::SwiGlu(Box::new(SwiGluStep { fast, parts })),
             label,
+            kind: "SwiGLU MLP".to_string(),
             wiring,
         });
     }
@@ -356,23 +395,49 @@ fn combine_swiglus(
 impl Plan {
     /// One run over `outer`, the fused node's context.
     fn run(&self, outer: &KernelContext<'_>) -> Result<()> {
+        let start = self.clock.as_ref().map(|_| Instant::now());
+        // (steps, ns) per step kind of this run; only with step timing on.
+        let mut tally: Option<Vec<(u64, u64)>> =
+            self.clock.as_ref().map(|c| vec![(0, 0); c.kinds.len()]);
         let taken = self.frames.lock().unwrap_or_else(|e| e.into_inner()).pop();
         let mut frame = match taken {
             Some(f) => f,
             None => Frame::new(self.slots.src.len())?,
         };
-        let r = self.steps_over(&mut frame, outer);
+        let r = self.steps_over(&mut frame, outer, tally.as_deref_mut());
         frame.reset();
         self.frames
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push(frame);
+        if let (Some(c), Some(t), Some(start)) = (&self.clock, &tally, start) {
+            let whole = (step_times::FUSED_RUN, 1, nanos_since(start));
+            let steps = c
+                .kinds
+                .iter()
+                .zip(t)
+                .map(|(k, &(n, ns))| (k.as_str(), n, ns));
+            step_times::add(steps.chain([whole]));
+        }
         r
     }
 
-    fn steps_over(&self, frame: &mut Frame, outer: &KernelContext<'_>) -> Result<()> {
-        for st in &self.steps {
-            self.step(st, frame, outer)?;
+    fn steps_over(
+        &self,
+        frame: &mut Frame,
+        outer: &KernelContext<'_>,
+        mut tally: Option<&mut [(u64, u64)]>,
+    ) -> Result<()> {
+        for (i, st) in self.steps.iter().enumerate() {
+            let t = tally.is_some().then(Instant::now);
+            let r = self.step(st, frame, outer);
+            if let (Some(tally), Some(t), Some(c)) = (tally.as_deref_mut(), t, &self.clock) {
+                if let Some(e) = c.of_step.get(i).and_then(|&k| tally.get_mut(k)) {
+                    e.0 += 1;
+                    e.1 = e.1.saturating_add(nanos_since(t));
+                }
+            }
+            r?;
             for &s in &st.wiring.release {
                 frame.release(s);
             }

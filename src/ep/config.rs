@@ -17,7 +17,7 @@ mod header {
 }
 
 /// Every provider option rcpu accepts (generated from `include/rcpu_ep.h`).
-pub const OPTION_KEYS: [&str; 8] = header::HEADER_OPTION_KEYS;
+pub const OPTION_KEYS: [&str; 9] = header::HEADER_OPTION_KEYS;
 
 /// The EP name as the public header declares it (`ep::EP_NAME` must equal it; tested).
 pub const HEADER_EP_NAME: &str = header::HEADER_EP_NAME;
@@ -43,6 +43,9 @@ pub struct Config {
     /// How MatMulNBits at accuracy level 4 stores its packed scales (option `acc4_scales`,
     /// default f16).
     pub acc4_scales: Acc4Scales,
+    /// Fused partitions time their steps into `telemetry::step_times` (option `step_times`,
+    /// default off).
+    pub step_times: bool,
 }
 
 /// Scale format of MatMulNBits' packed weights at accuracy level 4 (option `acc4_scales`).
@@ -65,6 +68,7 @@ impl Default for Config {
             scratch_cache_mb: None,
             fuse: true,
             acc4_scales: Acc4Scales::F16,
+            step_times: false,
         }
     }
 }
@@ -88,6 +92,16 @@ fn parse_u64(key: &str, value: &str, max: u64) -> Result<u64, String> {
         ));
     }
     Ok(v)
+}
+
+fn parse_switch(key: &str, value: &str) -> Result<bool, String> {
+    match value.trim() {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        _ => Err(format!(
+            "rcpu: provider option '{key}' must be 'on' or 'off', got '{value}'"
+        )),
+    }
 }
 
 impl Config {
@@ -131,17 +145,8 @@ impl Config {
                     scratch_key = Some(key);
                     c.scratch_cache_mb = Some(parse_u64(key, value, 1 << 30)?)
                 }
-                "fuse" => {
-                    c.fuse = match value.trim() {
-                        "on" => true,
-                        "off" => false,
-                        _ => {
-                            return Err(format!(
-                                "rcpu: provider option 'fuse' must be 'on' or 'off', got '{value}'"
-                            ))
-                        }
-                    }
-                }
+                "fuse" => c.fuse = parse_switch(key, value)?,
+                "step_times" => c.step_times = parse_switch(key, value)?,
                 "acc4_scales" => {
                     c.acc4_scales = match value.trim() {
                         "f16" => Acc4Scales::F16,

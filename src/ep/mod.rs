@@ -66,6 +66,7 @@ impl EpInstance {
             };
         let env = Arc::new(KernelEnv {
             acc4_f16_scales: config.acc4_scales == config::Acc4Scales::F16,
+            step_times: config.step_times,
             ..KernelEnv::new(par)
         });
         let mixed = mixed::MixedAdvice::new(entries.iter().map(|(k, v)| (k.as_str(), v.as_str())));

@@ -23,6 +23,8 @@ pub struct KernelEnv {
     /// Whether MatMulNBits at accuracy level 4 may pack its scales as f16 (provider option
     /// `acc4_scales`, default f16).
     pub acc4_f16_scales: bool,
+    /// Whether fused partitions time their steps (provider option `step_times`, default off).
+    pub step_times: bool,
 }
 
 impl KernelEnv {
@@ -32,6 +34,7 @@ impl KernelEnv {
             par,
             gemv_chain: Chain::default(),
             acc4_f16_scales: true,
+            step_times: false,
         }
     }
 }

@@ -1,14 +1,16 @@
 //! Counters, the dispatch ledger and the stats JSON read through `RcpuEp_StatsJson`.
 
 pub mod ledger;
+pub mod step_times;
 
 /// Everything rcpu can report, as one JSON document:
-/// `{"version", "isa", "ledger": [...], "pools": [...], "memory": {...}}`.
+/// `{"version", "isa", "ledger": [...], "step_times": [...], "pools": [...], "memory": {...}}`.
 pub fn stats_json() -> serde_json::Value {
     serde_json::json!({
         "version": crate::ep::VERSION,
         "isa": crate::kernels::isa::Isa::get().name(),
         "ledger": ledger::rows(),
+        "step_times": step_times::rows(),
         "pools": crate::runtime::pool_stats(),
         "memory": crate::memory::stats(),
         "kernels": {
@@ -30,8 +32,9 @@ pub fn write_stats(buf: &mut [u8]) -> usize {
     bytes.len()
 }
 
-/// Clears the ledger and every pool's counters.
+/// Clears the ledger, the step times and every pool's counters.
 pub fn reset() {
     ledger::reset();
+    step_times::reset();
     crate::runtime::reset_counters();
 }

@@ -53,17 +53,24 @@ fn acc4_scales_is_f16_or_f32() {
     }
 }
 
-/// `fuse` takes exactly `on` or `off`; anything else is refused naming the key and the values.
+/// `fuse` and `step_times` take exactly `on` or `off` (defaults on and off); anything else is
+/// refused naming the key and the values.
 #[test]
-fn fuse_is_on_or_off() {
+fn switches_are_on_or_off() {
+    assert!(parse(&[]).unwrap().fuse);
     assert!(parse(&[("fuse", "on")]).unwrap().fuse);
     assert!(!parse(&[("fuse", "off")]).unwrap().fuse);
-    for bad in ["", "1", "true", "ON", "maybe"] {
-        let err = parse(&[("fuse", bad)]).expect_err(bad);
-        assert!(
-            err.contains("'fuse'") && err.contains("'on' or 'off'"),
-            "{bad:?}: {err}"
-        );
+    assert!(!parse(&[]).unwrap().step_times);
+    assert!(parse(&[("step_times", "on")]).unwrap().step_times);
+    assert!(!parse(&[("step_times", "off")]).unwrap().step_times);
+    for key in ["fuse", "step_times"] {
+        for bad in ["", "1", "true", "ON", "maybe"] {
+            let err = parse(&[(key, bad)]).expect_err(bad);
+            assert!(
+                err.contains(&format!("'{key}'")) && err.contains("'on' or 'off'"),
+                "{key} {bad:?}: {err}"
+            );
+        }
     }
 }
 

@@ -55,7 +55,7 @@ fn header_names_match_the_code() {
     for key in rcpu::ep::config::OPTION_KEYS {
         let full = format!("{}{key}", rcpu::ep::config::CONFIG_PREFIX);
         let value = match key {
-            "affinity" | "fuse" => "off",
+            "affinity" | "fuse" | "step_times" => "off",
             "acc4_scales" => "f32",
             _ => "1",
         };

@@ -3,6 +3,8 @@
 //! `args.provider`, `dur` in microseconds) and one `model_run` event per Run. Summed per op type
 //! and provider, divided by the runs; what Run took beyond the nodes is ORT's own path (feeds,
 //! fetches, the executor). The first run is left out when there are more (one-time costs).
+//! ORT's profiler sees a fused partition as one node, so it is read on rcpu's per-node path;
+//! the fused path's own split comes from rcpu's step times (`fused_steps`).
 
 use serde_json::{json, Value};
 
@@ -78,7 +80,35 @@ pub fn summarize_events(events: &[Value]) -> Value {
     })
 }
 
-/// Report lines: `op (provider) us/run share`, then ORT's own share.
+/// rcpu's own step times of fused runs (the `step_times` rows of its stats JSON, provider option
+/// `step_times=on`) per fused run: each step kind's time, calls and share of the run, and the
+/// run's time outside its steps (frames, the fused node's outputs). `Null` when no fused run
+/// was timed (e.g. `fuse=off`).
+pub fn fused_steps(stats: &Value) -> Value {
+    let rows = stats["step_times"].as_array().cloned().unwrap_or_default();
+    let get = |r: &Value, k: &str| r[k].as_u64().unwrap_or(0) as f64;
+    let Some(whole) = rows.iter().find(|r| r["step"] == "(fused run)") else {
+        return Value::Null;
+    };
+    let (runs, run_ns) = (get(whole, "calls").max(1.0), get(whole, "ns"));
+    let mut steps: Vec<&Value> = rows.iter().filter(|r| r["step"] != "(fused run)").collect();
+    steps.sort_by(|a, b| get(b, "ns").total_cmp(&get(a, "ns")));
+    let steps_ns: f64 = steps.iter().map(|r| get(r, "ns")).sum();
+    json!({
+        "runs": runs,
+        "run_us": run_ns / runs / 1e3,
+        "outside_steps_share": ((run_ns - steps_ns) / run_ns.max(1.0)).max(0.0),
+        "steps": steps.iter().map(|r| json!({
+            "step": r["step"],
+            "us_per_run": get(r, "ns") / runs / 1e3,
+            "calls_per_run": get(r, "calls") / runs,
+            "share": get(r, "ns") / run_ns.max(1.0),
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// Report lines: `op (provider) us/run share`, then ORT's own share; for rcpu, then the fused
+/// path's step times.
 pub fn lines(arm: &str, v: &Value) -> Vec<String> {
     let mut out = vec![format!(
         "{arm}: {:.0} us per run over {} profiled runs; nodes {:.0} us, outside nodes (ORT's \
@@ -98,12 +128,50 @@ pub fn lines(arm: &str, v: &Value) -> Vec<String> {
             o["calls_per_run"].as_f64().unwrap_or(0.0)
         ));
     }
+    let f = &v["fused_steps"];
+    if !f.is_null() {
+        out.push(format!(
+            "{arm} fused (default configuration, step_times=on): {:.0} us per fused run over {:.0} \
+             runs; outside the steps (frames, the fused node's outputs) {:.1}%",
+            f["run_us"].as_f64().unwrap_or(0.0),
+            f["runs"].as_f64().unwrap_or(0.0),
+            f["outside_steps_share"].as_f64().unwrap_or(0.0) * 100.0
+        ));
+        for o in f["steps"].as_array().into_iter().flatten() {
+            out.push(format!(
+                "  {:<41} {:>9.1} us/run {:>6.1}%  ({:.0} calls/run)",
+                o["step"].as_str().unwrap_or("?"),
+                o["us_per_run"].as_f64().unwrap_or(0.0),
+                o["share"].as_f64().unwrap_or(0.0) * 100.0,
+                o["calls_per_run"].as_f64().unwrap_or(0.0)
+            ));
+        }
+    }
     out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fused_steps_are_per_run_with_the_rest_outside() {
+        let stats = json!({"step_times": [
+            {"step": "(fused run)", "calls": 2, "ns": 10_000},
+            {"step": "GroupQueryAttention", "calls": 4, "ns": 1_000},
+            {"step": "MatMulNBits", "calls": 10, "ns": 8_000}
+        ]});
+        let v = fused_steps(&stats);
+        assert_eq!(v["runs"], 2.0);
+        assert_eq!(v["run_us"], 5.0);
+        assert_eq!(v["steps"][0]["step"], "MatMulNBits");
+        assert_eq!(v["steps"][0]["us_per_run"], 4.0);
+        assert_eq!(v["steps"][0]["calls_per_run"], 5.0);
+        assert_eq!(v["steps"][1]["share"], 0.1);
+        let outside = v["outside_steps_share"].as_f64().unwrap();
+        assert!((outside - 0.1).abs() < 1e-12, "{outside}");
+        assert!(fused_steps(&json!({"step_times": []})).is_null());
+    }
 
     #[test]
     fn sums_nodes_per_op_and_provider_after_the_first_run() {

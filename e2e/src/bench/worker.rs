@@ -95,6 +95,24 @@ pub(super) fn session_spec(a: &WorkerArgs) -> SessionSpec {
     spec
 }
 
+/// One run of a profiling pass: the current feeds, or a generation when `tokens` is set.
+fn profile_run(st: &State, s: &Session, req: &Value) -> Result<(), String> {
+    let n = |k: &str| req[k].as_u64().unwrap_or(0) as usize;
+    if n("tokens") > 0 {
+        generate(
+            s,
+            &st.info,
+            n("prompt"),
+            n("tokens"),
+            n("vocab"),
+            st.args.seed,
+        )?;
+    } else {
+        s.run(&st.inputs)?;
+    }
+    Ok(())
+}
+
 fn where_we_ran() -> Value {
     let cpu = os::current_cpu();
     json!({"cpu": cpu, "mhz": cpu.map(conditions::cpu_mhz).unwrap_or_else(|| "unavailable".into())})
@@ -200,7 +218,8 @@ fn handle(st: &mut State, req: &Value) -> Result<Value, String> {
         }
         "profile" => {
             // A separate, untimed session with ORT's profiler on, `iters` runs of the current
-            // feeds (or generations when `tokens` is set), then the per-op summary.
+            // feeds (or generations when `tokens` is set), then the per-op summary; for rcpu,
+            // also the fused path's own step times (`fused_steps`).
             let ort = if st.args.arm == "rcpu" {
                 crate::ort_with_rcpu()
             } else {
@@ -223,26 +242,29 @@ fn handle(st: &mut State, req: &Value) -> Result<Value, String> {
             let model =
                 std::fs::read(&st.args.model).map_err(|e| format!("{}: {e}", st.args.model))?;
             let s = ort.session(&model, &spec)?;
-            drop(model);
             // One more run than asked: the summary leaves the first (one-time costs) out.
             for _ in 0..n("iters") + 1 {
-                if n("tokens") > 0 {
-                    generate(
-                        &s,
-                        &st.info,
-                        n("prompt"),
-                        n("tokens"),
-                        n("vocab"),
-                        st.args.seed,
-                    )?;
-                } else {
-                    s.run(&st.inputs)?;
-                }
+                profile_run(st, &s, req)?;
             }
             let file = s.end_profiling()?;
             drop(s);
-            let summary = super::profile::summarize(&file);
+            let mut summary = super::profile::summarize(&file);
             let _ = std::fs::remove_file(&file);
+            if let (Ok(v), Some(stats)) = (&mut summary, &st.stats) {
+                // The configuration that runs by default (fused partitions), timed step by step
+                // by rcpu itself (provider option `step_times`).
+                let mut spec = session_spec(&st.args);
+                if let Provider::Rcpu(opts) = &mut spec.provider {
+                    opts.push(("step_times".into(), "on".into()));
+                }
+                let s = ort.session(&model, &spec)?;
+                profile_run(st, &s, req)?;
+                stats.reset()?;
+                for _ in 0..n("iters") {
+                    profile_run(st, &s, req)?;
+                }
+                v["fused_steps"] = super::profile::fused_steps(&stats.json()?);
+            }
             summary
         }
         "reset_stats" => {
