@@ -230,7 +230,8 @@ fn tiny_k() {
 fn quantiser_matches_scalar_bit_for_bit() {
     use rcpu::kernels::matmul_nbits::prepare_a::PreparedA;
     for (i, &bs) in BSS.iter().enumerate() {
-        for k in [bs, 3 * bs, 5 * bs + 7, 1000] {
+        // Longer rows: 16 and 17 blocks, 33 blocks and a partial one.
+        for k in [bs, 3 * bs, 5 * bs + 7, 1000, 16 * bs, 17 * bs, 33 * bs + 5] {
             let mut pr = Problem::new(k, 1, 4, bs, 4, false, false, 900 + i as u64 + k as u64);
             // Row 1: exact .5 quanta (scale 1 where the block max is 127); row 2: zeros.
             for (j, x) in pr.a[k..2 * k].iter_mut().enumerate() {
