@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use super::conditions;
-use super::llm_model::{generate, step_feeds};
+use super::llm_model::{generate, step_feeds, Generation};
 use super::model::ModelInfo;
 use super::os;
 use crate::stats::PluginStats;
@@ -95,18 +95,17 @@ pub(super) fn session_spec(a: &WorkerArgs) -> SessionSpec {
     spec
 }
 
+/// The generation a request asks for (`prompt`, `tokens`, `vocab`) on session `s`.
+fn generate_req(st: &State, s: &Session, req: &Value) -> Result<Generation, String> {
+    let n = |k: &str| req[k].as_u64().unwrap_or(0) as usize;
+    let (prompt, tokens, vocab) = (n("prompt"), n("tokens"), n("vocab"));
+    generate(s, &st.info, prompt, tokens, vocab, st.args.seed)
+}
+
 /// One run of a profiling pass: the current feeds, or a generation when `tokens` is set.
 fn profile_run(st: &State, s: &Session, req: &Value) -> Result<(), String> {
-    let n = |k: &str| req[k].as_u64().unwrap_or(0) as usize;
-    if n("tokens") > 0 {
-        generate(
-            s,
-            &st.info,
-            n("prompt"),
-            n("tokens"),
-            n("vocab"),
-            st.args.seed,
-        )?;
+    if req["tokens"].as_u64().unwrap_or(0) > 0 {
+        generate_req(st, s, req)?;
     } else {
         s.run(&st.inputs)?;
     }
@@ -203,14 +202,7 @@ fn handle(st: &mut State, req: &Value) -> Result<Value, String> {
             Ok(Value::Null)
         }
         "generate" => {
-            let g = generate(
-                session(st)?,
-                &st.info,
-                n("prompt"),
-                n("tokens"),
-                n("vocab"),
-                st.args.seed,
-            )?;
+            let g = generate_req(st, session(st)?, req)?;
             Ok(
                 json!({"prefill_ns": g.prefill_ns, "ns": g.step_ns, "steps_cpu_s": g.steps_cpu_s,
                     "ids": g.ids, "where": where_we_ran()}),
