@@ -145,27 +145,29 @@ def swiglu_mlp(rng, k: int, n: int, acc: int, gate_escapes: bool = False) -> onn
 
 
 @pytest.mark.parametrize("k,n,acc", [(96, 64, 4), (100, 37, 4), (64, 70, 0)])
-def test_swiglu_mlp_runs_as_one_pair_step_at_decode(make_sessions, rcpu_devices, stats, k, n, acc):
-    """At one row the gate and up projections run as one pair call (ledger variant `-gemv-pair`,
-    two calls) whose output equals the per-node path bit for bit; more rows, and a row with a
-    NaN, run node by node (no pair route) and still equal it; ORT within level 4's tolerance."""
+def test_swiglu_mlp_runs_as_one_pair_step(make_sessions, rcpu_devices, stats, k, n, acc):
+    """The gate and up projections run as one pair call (ledger variant `-gemv-pair` at one row,
+    `-gemm-pair` at several, two calls) whose output equals the per-node path bit for bit; rows
+    with a NaN (in the first or the last row) run node by node (no pair route) and still equal
+    it; ORT within level 4's tolerance."""
     rng = np.random.default_rng(k + n)
     m = swiglu_mlp(rng, k, n, acc).SerializeToString()
     cpu, fused = make_sessions(m)
     per_node = rcpu_session(m, rcpu_devices, {"fuse": "off"})
     tol = 2e-2 if acc == 4 else 1e-4
-    for seq, nan in [(1, False), (5, False), (1, True)]:
+    for seq, nan in [(1, False), (5, False), (19, False), (1, True), (5, True)]:
         x = rng.standard_normal((1, seq, k)).astype(np.float32)
         if nan:
-            x[0, 0, 3] = np.nan
+            x[0, seq - 1, 3] = np.nan
         stats.reset()
         got = fused.run(None, {"X": x})[0]
-        pair = {v for v in stats.variants("MatMulNBits") if v.endswith("-gemv-pair")}
+        pair = {v for v in stats.variants("MatMulNBits") if v.endswith("-pair")}
         ref = per_node.run(None, {"X": x})[0]
         want = cpu.run(None, {"X": x})[0]
         np.testing.assert_array_equal(got, ref, err_msg=f"seq={seq} nan={nan}: fused != per-node")
-        if seq == 1 and not nan:
-            assert pair, f"seq=1: no pair route in {stats.ledger()}"
+        if not nan:
+            kind = "-gemv-pair" if seq == 1 else "-gemm-pair"
+            assert pair and all(v.endswith(kind) for v in pair), f"seq={seq}: {stats.ledger()}"
             calls = sum(r["calls"] for r in stats.ledger() if r["variant"] in pair)
             assert calls == 2, f"the pair counts as the two MatMulNBits calls it replaces, got {calls}"
         else:
@@ -183,7 +185,7 @@ def test_swiglu_mlp_with_an_escaping_gate_runs_node_by_node(make_sessions, stats
     x = rng.standard_normal((1, 1, 96)).astype(np.float32)
     stats.reset()
     got = fused.run(None, {"X": x})
-    assert not any(v.endswith("-gemv-pair") for v in stats.variants("MatMulNBits")), stats.ledger()
+    assert not any(v.endswith("-pair") for v in stats.variants("MatMulNBits")), stats.ledger()
     want = cpu.run(None, {"X": x})
     for g, w in zip(got, want):
         assert rel_l2(g, w) < 2e-2

@@ -6,16 +6,18 @@
 //! `u` on the calling lane, after the streams have evicted them from its cache (measured on the
 //! Qwen2-0.5B shape: about 7 us of the Sigmoid and the two Muls per layer against 0.9 us for
 //! the same kernels on cached data). The combined step streams both weights in one dispatch
-//! (`matmul_nbits::matmul_pair_m1`): each lane computes a few column groups of `g`, the same of
+//! (`matmul_nbits::matmul_pair`): each lane computes a few column groups of `g`, the same of
 //! `u`, and writes those columns of `h` at once, so `g`, `Sigmoid(g)` and their product never
-//! reach memory.
+//! reach memory. At prefill (many rows) the same holds per row tile: there the three
+//! elementwise passes had run over M x N arrays (at 512 rows of the Qwen2-0.5B shape, 10 MB
+//! each; ~4% of rcpu's prefill in ORT's profile of the per-node path).
 //!
 //! The answer is the node-by-node answer bit for bit: the epilogue runs the Sigmoid node's own
 //! kernel on each group's values (an elementwise kernel, the same per element wherever the
 //! element sits) and the two IEEE multiplications the Mul nodes make, in their order. Inputs the
-//! pair path does not take (more than one row, a non-finite `x` or one large enough to
-//! overflow, another element type) go to the five nodes themselves (`abi::fused`), so every
-//! error and every special value is theirs.
+//! pair path does not take (no rows, a non-finite `x` or one large enough to overflow, another
+//! element type, the row counts the AMX GEMM takes) go to the five nodes themselves
+//! (`abi::fused`), so every error and every special value is theirs.
 
 use std::sync::Arc;
 
@@ -25,7 +27,7 @@ use crate::abi::tensor::ElemType;
 use crate::ep::op::{KernelEnv, OpKernel};
 use crate::kernels::activation::{activation_f32, Activation};
 use crate::kernels::matmul_nbits::{
-    decode_second_segment, matmul_pair_m1, pair_compatible, pair_row_fits,
+    decode_second_segment, matmul_pair, pair_compatible, pair_declines_rows, pair_rows_fit,
 };
 use crate::runtime::par::{take_lanes_used, Serial};
 use crate::telemetry::ledger;
@@ -79,26 +81,40 @@ impl SwiGlu {
         let Some((&k, lead)) = shape.split_last() else {
             return Ok(false);
         };
-        // One row: every leading dimension 1 (a zero would be an empty call: the nodes' path).
-        if k != p.k || lead.iter().any(|&d| d != 1) {
+        // M rows (no row: an empty call, the nodes' path).
+        let Some(m) = lead.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d)) else {
+            return Ok(false);
+        };
+        if k != p.k || pair_declines_rows(&self.gate.weight, m) {
             return Ok(false);
         }
         let a = x.data::<f32>()?;
-        if !pair_row_fits(a, &self.gate.weight, &self.up.weight) {
+        if !pair_rows_fit(a, m, &self.gate.weight, &self.up.weight) {
             return Ok(false);
         }
         let mut out_shape = lead.to_vec();
         out_shape.push(p.n);
         let out = ctx.output(0, &out_shape)?.into_data::<f32>()?;
-        // The session's order of M=1 calls, as the two nodes would report it.
-        for l in [&self.gate.link, &self.up.link].into_iter().flatten() {
-            self.env.gemv_chain.ran(l);
+        let links = [&self.gate.link, &self.up.link];
+        if m == 1 {
+            // The session's order of M=1 calls, as the two nodes would report it.
+            for l in links.into_iter().flatten() {
+                self.env.gemv_chain.ran(l);
+            }
         }
         let par = &*self.env.par;
-        let route = matmul_pair_m1(a, &self.gate.weight, &self.up.weight, &silu_mul, out, par)
-            .map_err(Error::fail)?
-            .ok_or_else(|| Error::fail("the pair path refused a row it had accepted"))?;
-        if let Some(l) = &self.up.link {
+        let route = matmul_pair(
+            a,
+            m,
+            &self.gate.weight,
+            &self.up.weight,
+            &silu_mul,
+            out,
+            par,
+        )
+        .map_err(Error::fail)?
+        .ok_or_else(|| Error::fail("the pair path refused rows it had accepted"))?;
+        if let Some(l) = links[1].as_ref().filter(|_| m == 1) {
             let next = l.next();
             par.idle_prefetch(next.as_ref().map(|n| decode_second_segment(n, par.lanes())));
         }

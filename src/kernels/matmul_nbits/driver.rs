@@ -35,7 +35,7 @@ use crate::memory::scratch::{
 use crate::runtime::par::{Dispatch, Par, SegmentClaims, StreamSplit};
 
 /// Column groups of one weight a pair call computes before it turns to the other's
-/// (`run_pair_m1`): long enough runs of consecutive bytes per weight.
+/// (`run_pair`): long enough runs of consecutive bytes per weight.
 const PAIR_RUN_GROUPS: usize = 8;
 
 /// Rows per M > 1 task tile.
@@ -321,39 +321,51 @@ impl Ctx<'_, '_> {
     }
 }
 
-/// Whether row `a` can take the pair path: every value finite and small enough that no
-/// intermediate of either product can overflow (`nonfinite::cannot_overflow`, which also fails on
-/// non-finite values and NaN scales).
-pub(crate) fn pair_row_fits(
+/// Whether rows `a` (`m` rows of K) can take the pair path: every value finite and small
+/// enough that no intermediate of either product can overflow (`nonfinite::cannot_overflow`,
+/// which also fails on non-finite values and NaN scales).
+pub(crate) fn pair_rows_fit(
     kernels: &Kernels,
     lv: Level,
     a: &[f32],
+    m: usize,
     first: &PackedNBits,
     second: &PackedNBits,
 ) -> bool {
-    let amax = (kernels.abs_max)(lv, a);
+    let k = first.params.k;
     let smax = first.scale_max.max(second.scale_max);
-    nonfinite::cannot_overflow(amax, smax, a.len())
+    m >= 1
+        && a.len() == m.saturating_mul(k)
+        && a.chunks_exact(k.max(1))
+            .all(|row| nonfinite::cannot_overflow((kernels.abs_max)(lv, row), smax, k))
 }
 
-/// `out = epi(A W1, A W2)` for one row of A over two packed weights of the same shape, in one
-/// dispatch (one prepared A, one split over the pair's groups, whose unit is the two groups'
-/// weight bytes): each run of groups a chunk takes is done [`PAIR_RUN_GROUPS`] at a time, those
-/// groups of the first weight, then the same of the second, then `epi` over them, so neither
-/// product is ever written out. Alternating the weights group by group instead measured equal
-/// on the MLP shapes alone but 8% slower per Qwen2-0.5B decode token (old faster in 5 of 6
-/// interleaved rounds); runs of 8 groups (115 KB of each weight at K=896) were not slower than
-/// two separate calls alone (p10 158.9 against 158.0 us a gate + up pair streamed from DRAM,
-/// 40 copies, 30 interleaved rounds). Every group runs the same tile
-/// call as [`run_fast`] at M=1, so `epi`'s inputs are bit-identical to the two separate calls'
-/// outputs.
+/// `out = epi(A W1, A W2)` for `m` rows of A over two packed weights of the same shape, in one
+/// dispatch with one prepared A, so neither product is ever written out.
 ///
-/// `Ok(None)` when this A must take the separate calls instead: a non-finite value, or one large
-/// enough that an intermediate could overflow (those rows get ORT's answers from [`run`]'s
-/// fix-ups, which need the plain product).
-pub(crate) fn run_pair_m1(
+/// One row (decode): the split's unit is the two groups' weight bytes, and each run of groups a
+/// chunk takes is done [`PAIR_RUN_GROUPS`] at a time, those groups of the first weight, then
+/// the same of the second, then `epi` over them. Alternating the weights group by group instead
+/// measured equal on the MLP shapes alone but 8% slower per Qwen2-0.5B decode token (old
+/// faster in 5 of 6 interleaved rounds); runs of 8 groups (115 KB of each weight at K=896) were
+/// not slower than two separate calls alone (p10 158.9 against 158.0 us a gate + up pair
+/// streamed from DRAM, 40 copies, 30 interleaved rounds).
+///
+/// More rows (prefill): tasks of [`ROW_TILE`] rows x a chunk of groups, as [`run_fast`] splits
+/// an M > 1 call; per group the task computes the first weight's columns for its rows, then
+/// the second's, then `epi` row by row. The AMX GEMM (whole groups over 256-row tiles) has no
+/// pair path: `Ok(None)` there.
+///
+/// Every group runs the same tile calls over the same rows as [`run_fast`], so `epi`'s inputs
+/// are bit-identical to the two separate calls' outputs. `Ok(None)` when A must take the
+/// separate calls instead: a non-finite value, or one large enough that an intermediate could
+/// overflow (those rows get ORT's answers from [`run`]'s fix-ups, which need the plain
+/// product), or the AMX route.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn run_pair(
     kernels: &Kernels,
     a: &[f32],
+    m: usize,
     first: &PackedNBits,
     second: &PackedNBits,
     epi: &super::PairEpilogue<'_>,
@@ -376,58 +388,99 @@ pub(crate) fn run_pair_m1(
         ));
     }
     assert!(
-        a.len() == p.k && out.len() == p.n,
-        "MatMulNBits pair: A has {} elements (K={}), output {} (N={})",
+        Some(a.len()) == m.checked_mul(p.k) && Some(out.len()) == m.checked_mul(p.n),
+        "MatMulNBits pair: A has {} elements (M={m} x K={}), output {} (N={})",
         a.len(),
         p.k,
         out.len(),
         p.n
     );
     let lv = Level::require(kernels.isa)?;
-    if !pair_row_fits(kernels, lv, a, first, second) {
+    if kernels.gemm(p.accuracy_level, m).is_some()
+        || !pair_rows_fit(kernels, lv, a, m, first, second)
+    {
         return Ok(None);
     }
-    let name = kernels.route(p.accuracy_level, 1).paired();
+    let name = kernels.route(p.accuracy_level, m).paired();
     let tile = if p.int8_compute() {
         kernels.i8_tile
     } else {
         kernels.f32_tile
     };
-    with_prepared(kernels, a, 1, &p, |prep| {
+    with_prepared(kernels, a, m, &p, |prep| {
         let g_count = groups(&p);
         let unit = group_weight_bytes(&p).saturating_mul(2);
-        let split = StreamSplit::decode(g_count, unit, par.lanes());
         let claims = SegmentClaims::new();
         let dst = DisjointOut::new(out);
-        let body = |ci: usize| {
-            let mut res = [[0f32; NR]; MR];
-            let mut v1 = [0f32; PAIR_RUN_GROUPS * NR];
-            let mut v2 = [0f32; PAIR_RUN_GROUPS * NR];
-            let mut y = [0f32; PAIR_RUN_GROUPS * NR];
-            split.run(ci, &claims, &mut |run| {
-                // Up to PAIR_RUN_GROUPS groups of the first weight, then the same of the second:
-                // each lane streams runs of consecutive bytes of one weight at a time.
-                let mut g0 = run.start;
-                while g0 < run.end {
-                    let g1 = (g0 + PAIR_RUN_GROUPS).min(run.end);
-                    for (w, v) in [(first, &mut v1), (second, &mut v2)] {
-                        for g in g0..g1 {
-                            tile(lv, &w.group(g), prep, 0, 1, &mut res);
-                            let at = (g - g0) * NR;
-                            v[at..at + NR].copy_from_slice(&res[0]);
+        if m == 1 {
+            let split = StreamSplit::decode(g_count, unit, par.lanes());
+            let body = |ci: usize| {
+                let mut res = [[0f32; NR]; MR];
+                let mut v1 = [0f32; PAIR_RUN_GROUPS * NR];
+                let mut v2 = [0f32; PAIR_RUN_GROUPS * NR];
+                let mut y = [0f32; PAIR_RUN_GROUPS * NR];
+                split.run(ci, &claims, &mut |run| {
+                    // Up to PAIR_RUN_GROUPS groups of the first weight, then the same of the
+                    // second: each lane streams runs of consecutive bytes of one weight at a time.
+                    let mut g0 = run.start;
+                    while g0 < run.end {
+                        let g1 = (g0 + PAIR_RUN_GROUPS).min(run.end);
+                        for (w, v) in [(first, &mut v1), (second, &mut v2)] {
+                            for g in g0..g1 {
+                                tile(lv, &w.group(g), prep, 0, 1, &mut res);
+                                let at = (g - g0) * NR;
+                                v[at..at + NR].copy_from_slice(&res[0]);
+                            }
+                        }
+                        let cols = g0 * NR..(g1 * NR).min(p.n);
+                        let w = cols.len();
+                        epi(&v1[..w], &v2[..w], &mut y[..w]);
+                        // SAFETY: the columns of groups g0..g1 belong to this chunk alone (the
+                        // split's runs partition the groups), so no other writer touches them.
+                        unsafe { dst.write(cols.start, &y[..w]) };
+                        g0 = g1;
+                    }
+                });
+            };
+            par.chunks(Dispatch::Decode, split.chunks(), &body);
+        } else {
+            let split = StreamSplit::new(g_count, unit, par.lanes());
+            let col_chunks = split.chunks();
+            let body = |ci: usize| {
+                let (rt, cc) = (ci / col_chunks, ci % col_chunks);
+                let rows = rt * ROW_TILE..((rt + 1) * ROW_TILE).min(m);
+                let mut res = [[0f32; NR]; MR];
+                let mut v1 = [[0f32; NR]; ROW_TILE];
+                let mut v2 = [[0f32; NR]; ROW_TILE];
+                let mut y = [0f32; NR];
+                split.run(cc, &claims, &mut |run| {
+                    for g in run {
+                        for (w, v) in [(first, &mut v1), (second, &mut v2)] {
+                            let view = w.group(g);
+                            // The row blocks `Ctx::group` walks for these rows.
+                            let mut r0 = rows.start;
+                            while r0 < rows.end {
+                                let nr = (rows.end - r0).min(MR);
+                                tile(lv, &view, prep, r0, nr, &mut res);
+                                let at = r0 - rows.start;
+                                v[at..at + nr].copy_from_slice(&res[..nr]);
+                                r0 += nr;
+                            }
+                        }
+                        let cols = g * NR..((g + 1) * NR).min(p.n);
+                        let w = cols.len();
+                        for r in rows.clone() {
+                            let i = r - rows.start;
+                            epi(&v1[i][..w], &v2[i][..w], &mut y[..w]);
+                            // SAFETY: (row r, columns of group g) belongs to exactly one chunk:
+                            // chunks partition (row tile x group range).
+                            unsafe { dst.write(r * p.n + cols.start, &y[..w]) };
                         }
                     }
-                    let cols = g0 * NR..(g1 * NR).min(p.n);
-                    let w = cols.len();
-                    epi(&v1[..w], &v2[..w], &mut y[..w]);
-                    // SAFETY: the columns of groups g0..g1 belong to this chunk alone (the
-                    // split's runs partition the groups), so no other writer touches them.
-                    unsafe { dst.write(cols.start, &y[..w]) };
-                    g0 = g1;
-                }
-            });
-        };
-        par.chunks(Dispatch::Decode, split.chunks(), &body);
+                });
+            };
+            par.chunks(Dispatch::Task, m.div_ceil(ROW_TILE) * col_chunks, &body);
+        }
         Some(name)
     })
 }

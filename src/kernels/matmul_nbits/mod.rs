@@ -79,53 +79,65 @@ pub const IDLE_PREFETCH_SEGMENT_MAX: usize = 512 << 10;
 /// group, so it must be a pure function of its inputs.
 pub type PairEpilogue<'e> = dyn Fn(&[f32], &[f32], &mut [f32]) + Sync + 'e;
 
-/// Whether two packed weights can run as one pair call ([`matmul_pair_m1`]): the same K, N,
+/// Whether two packed weights can run as one pair call ([`matmul_pair`]): the same K, N,
 /// block size and accuracy level (A is prepared once for both).
 pub fn pair_compatible(first: &PackedNBits, second: &PackedNBits) -> bool {
     let (p, q) = (&first.params, &second.params);
     (p.k, p.n, p.block_size, p.accuracy_level) == (q.k, q.n, q.block_size, q.accuracy_level)
 }
 
-/// `out = epi(A W1, A W2)` for one row `a` (K values) over two packed weights with
+/// `out = epi(A W1, A W2)` for `m` rows of `a` (K values each) over two packed weights with
 /// [`pair_compatible`] shapes, with the process's kernels: one dispatch, each lane computing a
 /// few column groups of one product, then the same of the other, and combining them with `epi`,
-/// so neither product is written out
-/// (an MLP's gate and up projections with SiLU(gate) * up, say). `epi` sees exactly the values
-/// two [`matmul_packed`] calls would have written. `Ok(None)` when this row must take two
-/// separate calls (a non-finite value in A, or values large enough to overflow: the separate
-/// calls answer those as ORT does); `Err` when the weights are not compatible or a scratch
-/// buffer cannot be allocated. Panics unless `a` has K and `out` N values.
-pub fn matmul_pair_m1(
+/// so neither product is written (an MLP's gate and up projections with SiLU(gate) * up, say).
+/// `epi` sees exactly the values two [`matmul_packed`] calls would have written. `Ok(None)` when
+/// these rows must take two separate calls (a non-finite value in A, values large enough to
+/// overflow: the separate calls answer those as ORT does; or the AMX GEMM's row counts, which
+/// have no pair path); `Err` when the weights are not compatible or a scratch buffer cannot be
+/// allocated. Panics unless `a` has M x K and `out` M x N values.
+pub fn matmul_pair(
     a: &[f32],
+    m: usize,
     first: &PackedNBits,
     second: &PackedNBits,
     epi: &PairEpilogue<'_>,
     out: &mut [f32],
     par: &dyn Par,
 ) -> Result<Option<NBitsRoute>, String> {
-    matmul_pair_m1_with(Kernels::active(), a, first, second, epi, out, par)
+    matmul_pair_with(Kernels::active(), a, m, first, second, epi, out, par)
 }
 
-/// Whether [`matmul_pair_m1`] takes row `a` (K values) rather than answering `Ok(None)`: every
-/// value finite and small enough that no intermediate can overflow. Lets a caller choose the
-/// path before it allocates the output.
-pub fn pair_row_fits(a: &[f32], first: &PackedNBits, second: &PackedNBits) -> bool {
+/// Whether [`matmul_pair`] takes these `m` rows (`a`: M x K values) for its values: every one
+/// finite and small enough that no intermediate can overflow (it may still decline the AMX
+/// route). Lets a caller choose the path before it allocates the output.
+pub fn pair_rows_fit(a: &[f32], m: usize, first: &PackedNBits, second: &PackedNBits) -> bool {
     let kernels = Kernels::active();
     crate::kernels::simd::Level::require(kernels.isa)
-        .is_ok_and(|lv| driver::pair_row_fits(kernels, lv, a, first, second))
+        .is_ok_and(|lv| driver::pair_rows_fit(kernels, lv, a, m, first, second))
 }
 
-/// [`matmul_pair_m1`] with an explicit kernel set (e.g. from [`Kernels::for_isa`]).
-pub fn matmul_pair_m1_with(
+/// Whether [`matmul_pair`] declines `m` rows whatever their values: none, or as many as the
+/// active kernels' AMX GEMM takes (no pair path there).
+pub fn pair_declines_rows(first: &PackedNBits, m: usize) -> bool {
+    m == 0
+        || Kernels::active()
+            .gemm(first.params.accuracy_level, m)
+            .is_some()
+}
+
+/// [`matmul_pair`] with an explicit kernel set (e.g. from [`Kernels::for_isa`]).
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_pair_with(
     kernels: &Kernels,
     a: &[f32],
+    m: usize,
     first: &PackedNBits,
     second: &PackedNBits,
     epi: &PairEpilogue<'_>,
     out: &mut [f32],
     par: &dyn Par,
 ) -> Result<Option<NBitsRoute>, String> {
-    driver::run_pair_m1(kernels, a, first, second, epi, out, par)
+    driver::run_pair(kernels, a, m, first, second, epi, out, par)
 }
 
 /// Rows per tile-kernel call (register blocking along M).

@@ -19,10 +19,14 @@ pub enum NBitsPath {
     /// Accuracy level 4 from the AMX threshold: the AMX whole-group GEMM.
     AmxGemm,
     /// Accuracy level 0 (f32 A), M = 1, two weights over one A with an epilogue
-    /// (`matmul_pair_m1`).
+    /// (`matmul_pair`).
     F32GemvPair,
     /// Accuracy level 4 (int8 A), M = 1, two weights over one A with an epilogue.
     Int8GemvPair,
+    /// Accuracy level 0 (f32 A), M > 1 through the tile kernel, two weights with an epilogue.
+    F32GemmPair,
+    /// Accuracy level 4 (int8 A), M > 1 through the tile kernel, two weights with an epilogue.
+    Int8GemmPair,
 }
 
 /// A MatMulNBits call's route: the kernel table's ISA level and the path.
@@ -33,19 +37,28 @@ pub struct NBitsRoute {
 }
 
 impl NBitsRoute {
-    /// Whether this is a pair call's route (`matmul_pair_m1`).
+    /// Whether this is a pair call's route (`matmul_pair`).
     pub fn path_is_pair(self) -> bool {
-        matches!(self.path, NBitsPath::F32GemvPair | NBitsPath::Int8GemvPair)
+        matches!(
+            self.path,
+            NBitsPath::F32GemvPair
+                | NBitsPath::Int8GemvPair
+                | NBitsPath::F32GemmPair
+                | NBitsPath::Int8GemmPair
+        )
     }
 
-    /// The same table's M=1 route for a pair of weights over one A (`matmul_pair_m1`): the
-    /// pair path of this route's accuracy (a GEMM route keeps its accuracy, the pair runs M=1).
+    /// The same table's route for a pair of weights over one A (`matmul_pair`): the pair path
+    /// of this route's accuracy and row count (one row: the M=1 pair, more: the tile GEMM
+    /// pair; the AMX GEMM has no pair path, callers take the separate calls there).
     pub(crate) fn paired(self) -> NBitsRoute {
         let path = match self.path {
-            NBitsPath::F32Gemv | NBitsPath::F32Gemm | NBitsPath::F32GemvPair => {
-                NBitsPath::F32GemvPair
+            NBitsPath::F32Gemv | NBitsPath::F32GemvPair => NBitsPath::F32GemvPair,
+            NBitsPath::F32Gemm | NBitsPath::F32GemmPair => NBitsPath::F32GemmPair,
+            NBitsPath::Int8Gemv | NBitsPath::Int8GemvPair => NBitsPath::Int8GemvPair,
+            NBitsPath::Int8Gemm | NBitsPath::Int8GemmPair | NBitsPath::AmxGemm => {
+                NBitsPath::Int8GemmPair
             }
-            _ => NBitsPath::Int8GemvPair,
         };
         NBitsRoute {
             isa: self.isa,
@@ -54,7 +67,6 @@ impl NBitsRoute {
     }
 }
 
-/// The ledger texts of one level's tile paths, in [`NBitsPath`] order, without `AmxGemm`.
 macro_rules! texts {
     ($isa:literal) => {
         [
@@ -64,14 +76,16 @@ macro_rules! texts {
             concat!($isa, "-acc4-gemm"),
             concat!($isa, "-acc0-gemv-pair"),
             concat!($isa, "-acc4-gemv-pair"),
+            concat!($isa, "-acc0-gemm-pair"),
+            concat!($isa, "-acc4-gemm-pair"),
         ]
     };
 }
 
-static SCALAR: [&str; 6] = texts!("scalar");
-static AVX2: [&str; 6] = texts!("avx2");
-static AVX512: [&str; 6] = texts!("avx512");
-static AVX512VNNI: [&str; 6] = texts!("avx512vnni");
+static SCALAR: [&str; 8] = texts!("scalar");
+static AVX2: [&str; 8] = texts!("avx2");
+static AVX512: [&str; 8] = texts!("avx512");
+static AVX512VNNI: [&str; 8] = texts!("avx512vnni");
 
 impl Variant for NBitsRoute {
     fn text(self) -> &'static str {
@@ -84,6 +98,8 @@ impl Variant for NBitsRoute {
             NBitsPath::AmxGemm => return "amx-acc4-gemm",
             NBitsPath::F32GemvPair => 4,
             NBitsPath::Int8GemvPair => 5,
+            NBitsPath::F32GemmPair => 6,
+            NBitsPath::Int8GemmPair => 7,
         };
         let t = match self.isa {
             Isa::Scalar => &SCALAR,
