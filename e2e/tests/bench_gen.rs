@@ -292,6 +292,17 @@ fn generated_llm_matches_ort_and_runs_its_heavy_nodes_on_rcpu() {
         "GatherBlockQuantized",
     ];
     let before: Vec<u64> = ops.iter().map(|op| stats.calls(op).unwrap()).collect();
+    let pair_calls = || -> u64 {
+        stats.json().unwrap()["ledger"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["op"] == "MatMulNBits")
+            .filter(|r| r["variant"].as_str().unwrap().ends_with("-pair"))
+            .map(|r| r["calls"].as_u64().unwrap())
+            .sum()
+    };
+    let pairs_before = pair_calls();
     let prefill = step_feeds(&info, 5, 0, 1000, 3).unwrap();
     let (a, r) = (ours.run(&prefill).unwrap(), theirs.run(&prefill).unwrap());
     assert_eq!(r[0].shape, vec![1, 5, 1000]);
@@ -315,10 +326,29 @@ fn generated_llm_matches_ort_and_runs_its_heavy_nodes_on_rcpu() {
         let ran = stats.calls(op).unwrap() - b;
         assert_eq!(ran, w, "{op} ran {ran} times on rcpu, want {w}");
     }
+    // Both runs took each layer's SwiGLU MLP as one pair step: its gate and up MatMulNBits
+    // count as pair calls (2 of the 5 per layer), and its Sigmoid and Muls ran inside it.
+    let pairs = pair_calls() - pairs_before;
+    assert_eq!(
+        pairs,
+        2 * 2 * 2,
+        "pair calls: {}",
+        stats.json().unwrap()["ledger"]
+    );
     // Every other op of the graph ran on rcpu too, but the int64 shape arithmetic of the mask
-    // subgraph and the embedding's constant Reshape (ORT folds it into an initializer).
-    let shape_ops = ["ReduceSum", "Sub", "Cast", "Shape", "Gather", "Reshape"];
-    for op in info.ops.iter().filter(|o| !shape_ops.contains(&o.as_str())) {
+    // subgraph, the embedding's constant Reshape (ORT folds it into an initializer) and the ops
+    // the pair step runs inside itself.
+    let skip = [
+        "ReduceSum",
+        "Sub",
+        "Cast",
+        "Shape",
+        "Gather",
+        "Reshape",
+        "Sigmoid",
+        "Mul",
+    ];
+    for op in info.ops.iter().filter(|o| !skip.contains(&o.as_str())) {
         assert!(stats.calls(op).unwrap() > 0, "{op} never ran on rcpu");
     }
 }
