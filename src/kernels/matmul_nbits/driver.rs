@@ -353,7 +353,8 @@ pub(crate) fn pair_rows_fit(
 ///
 /// More rows (prefill): tasks of [`ROW_TILE`] rows x a chunk of groups, as [`run_fast`] splits
 /// an M > 1 call; per group the task computes the first weight's columns for its rows, then
-/// the second's, then `epi` row by row. The AMX GEMM (whole groups over 256-row tiles) has no
+/// the second's, then `epi` over them (one call over the tile's rows for a whole group, so
+/// `epi` must be elementwise). The AMX GEMM (whole groups over 256-row tiles) has no
 /// pair path: `Ok(None)` there.
 ///
 /// Every group runs the same tile calls over the same rows as [`run_fast`], so `epi`'s inputs
@@ -452,7 +453,7 @@ pub(crate) fn run_pair(
                 let mut res = [[0f32; NR]; MR];
                 let mut v1 = [[0f32; NR]; ROW_TILE];
                 let mut v2 = [[0f32; NR]; ROW_TILE];
-                let mut y = [0f32; NR];
+                let mut y = [[0f32; NR]; ROW_TILE];
                 split.run(cc, &claims, &mut |run| {
                     for g in run {
                         for (w, v) in [(first, &mut v1), (second, &mut v2)] {
@@ -469,12 +470,24 @@ pub(crate) fn run_pair(
                         }
                         let cols = g * NR..((g + 1) * NR).min(p.n);
                         let w = cols.len();
-                        for r in rows.clone() {
-                            let i = r - rows.start;
-                            epi(&v1[i][..w], &v2[i][..w], &mut y[..w]);
+                        let nr = rows.len();
+                        if w == NR {
+                            // A whole group: the tile's rows are contiguous, one epilogue call
+                            // (elementwise, so the same values as row by row).
+                            epi(
+                                v1[..nr].as_flattened(),
+                                v2[..nr].as_flattened(),
+                                y[..nr].as_flattened_mut(),
+                            );
+                        } else {
+                            for i in 0..nr {
+                                epi(&v1[i][..w], &v2[i][..w], &mut y[i][..w]);
+                            }
+                        }
+                        for (i, r) in rows.clone().enumerate() {
                             // SAFETY: (row r, columns of group g) belongs to exactly one chunk:
                             // chunks partition (row tile x group range).
-                            unsafe { dst.write(r * p.n + cols.start, &y[..w]) };
+                            unsafe { dst.write(r * p.n + cols.start, &y[i][..w]) };
                         }
                     }
                 });

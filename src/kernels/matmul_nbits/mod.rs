@@ -74,9 +74,10 @@ pub fn decode_second_segment(packed: &PackedNBits, lanes: usize) -> &[u8] {
 /// machines measured, so what was fetched is still there when the call reaches it.
 pub const IDLE_PREFETCH_SEGMENT_MAX: usize = 512 << 10;
 
-/// A pair call's epilogue over one column group: `out[i] = f(first[i], second[i])`, the
-/// slices holding the group's columns (at most [`NR`]). It runs on whichever lane computed the
-/// group, so it must be a pure function of its inputs.
+/// A pair call's epilogue, elementwise: `out[i] = f(first[i], second[i])` over slices holding
+/// some columns of the products (a run of column groups of one row, or whole groups of several
+/// rows back to back), the same `f` for every element wherever it sits. It runs on whichever
+/// lane computed the columns, so it must be a pure function of its inputs.
 pub type PairEpilogue<'e> = dyn Fn(&[f32], &[f32], &mut [f32]) + Sync + 'e;
 
 /// Whether two packed weights can run as one pair call ([`matmul_pair`]): the same K, N,
