@@ -111,6 +111,43 @@ fn nanos_since(t: Instant) -> u64 {
     u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX)
 }
 
+/// One run's step times (only with step timing on): when it started, and (steps, ns) per
+/// step kind of its plan's clock.
+struct RunTally<'p> {
+    clock: &'p StepClock,
+    start: Instant,
+    per_kind: Vec<(u64, u64)>,
+}
+
+impl<'p> RunTally<'p> {
+    fn start(clock: &'p StepClock) -> RunTally<'p> {
+        RunTally {
+            clock,
+            start: Instant::now(),
+            per_kind: vec![(0, 0); clock.kinds.len()],
+        }
+    }
+
+    /// Step `i` of the plan ran from `t` until now.
+    fn step(&mut self, i: usize, t: Instant) {
+        if let Some(e) = (self.clock.of_step.get(i)).and_then(|&k| self.per_kind.get_mut(k)) {
+            e.0 += 1;
+            e.1 = e.1.saturating_add(nanos_since(t));
+        }
+    }
+
+    /// Adds the run's totals and the whole run to `telemetry::step_times`.
+    fn finish(self) {
+        let whole = (step_times::FUSED_RUN, 1, nanos_since(self.start));
+        let kinds = self.clock.kinds.iter().zip(&self.per_kind);
+        step_times::add(
+            kinds
+                .map(|(k, &(n, ns))| (k.as_str(), n, ns))
+                .chain([whole]),
+        );
+    }
+}
+
 /// `OrtNodeComputeInfo` first, so ORT's pointer is a pointer to this.
 #[repr(C)]
 struct FusedShell {
@@ -395,29 +432,20 @@ fn combine_swiglus(
 impl Plan {
     /// One run over `outer`, the fused node's context.
     fn run(&self, outer: &KernelContext<'_>) -> Result<()> {
-        let start = self.clock.as_ref().map(|_| Instant::now());
-        // (steps, ns) per step kind of this run; only with step timing on.
-        let mut tally: Option<Vec<(u64, u64)>> =
-            self.clock.as_ref().map(|c| vec![(0, 0); c.kinds.len()]);
+        let mut tally = self.clock.as_ref().map(RunTally::start);
         let taken = self.frames.lock().unwrap_or_else(|e| e.into_inner()).pop();
         let mut frame = match taken {
             Some(f) => f,
             None => Frame::new(self.slots.src.len())?,
         };
-        let r = self.steps_over(&mut frame, outer, tally.as_deref_mut());
+        let r = self.steps_over(&mut frame, outer, tally.as_mut());
         frame.reset();
         self.frames
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push(frame);
-        if let (Some(c), Some(t), Some(start)) = (&self.clock, &tally, start) {
-            let whole = (step_times::FUSED_RUN, 1, nanos_since(start));
-            let steps = c
-                .kinds
-                .iter()
-                .zip(t)
-                .map(|(k, &(n, ns))| (k.as_str(), n, ns));
-            step_times::add(steps.chain([whole]));
+        if let Some(t) = tally {
+            t.finish();
         }
         r
     }
@@ -426,16 +454,13 @@ impl Plan {
         &self,
         frame: &mut Frame,
         outer: &KernelContext<'_>,
-        mut tally: Option<&mut [(u64, u64)]>,
+        mut tally: Option<&mut RunTally<'_>>,
     ) -> Result<()> {
         for (i, st) in self.steps.iter().enumerate() {
             let t = tally.is_some().then(Instant::now);
             let r = self.step(st, frame, outer);
-            if let (Some(tally), Some(t), Some(c)) = (tally.as_deref_mut(), t, &self.clock) {
-                if let Some(e) = c.of_step.get(i).and_then(|&k| tally.get_mut(k)) {
-                    e.0 += 1;
-                    e.1 = e.1.saturating_add(nanos_since(t));
-                }
+            if let (Some(tally), Some(t)) = (tally.as_deref_mut(), t) {
+                tally.step(i, t);
             }
             r?;
             for &s in &st.wiring.release {

@@ -259,18 +259,6 @@ impl StreamSplit {
         }
     }
 
-    /// The first run chunk `i` streams when its lane claims it first: [`StreamSplit::range`]
-    /// for even and guided splits; the first run of segment `i` for segmented ones.
-    pub fn first_run(&self, i: usize) -> Range<usize> {
-        match self.segments {
-            Some(s) => {
-                let seg = s.segment(self.units, i);
-                seg.start..seg.start + s.run_len(seg.len()).min(seg.len())
-            }
-            None => self.range(i),
-        }
-    }
-
     /// A guided split (guided self-scheduling): chunk `i` takes `1 / (2 * lanes)` of the units
     /// the chunks before it left, at most [`STREAM_CHUNK_MAX_BYTES`] and at least
     /// [`GUIDED_TAIL_MIN_BYTES`] (one unit at least). The chunks are handed out in index order,

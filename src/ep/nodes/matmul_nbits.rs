@@ -17,7 +17,7 @@ use crate::kernels::matmul_nbits::{
 };
 use crate::kernels::shape::{checked_numel, numel};
 use crate::memory::{params_hash, weight_cache, CachedWeight, KeyDigest, WeightKey};
-use crate::runtime::par::take_lanes_used;
+use crate::runtime::par::{take_lanes_used, Par};
 use crate::telemetry::ledger;
 
 use super::claim::{input, input_type, only_attrs, require_elem, require_output_elem, F32};
@@ -241,6 +241,14 @@ impl MatMulNBits {
     }
 }
 
+/// After an M=1 call whose chain link is `link`: while the caller runs the nodes up to the next
+/// M=1 call, the idle lanes may prefetch the part of its weights they will stream (or drop the
+/// old hint when the order is not known).
+pub(crate) fn hint_next(link: &Link<CachedWeight<PackedNBits>>, par: &dyn Par) {
+    let next = link.next();
+    par.idle_prefetch(next.as_ref().map(|n| decode_second_segment(n, par.lanes())));
+}
+
 /// What a combined step needs of one MatMulNBits node that runs from a packed weight with no
 /// bias (`ep::nodes::swiglu`).
 pub(crate) struct PackedOperand {
@@ -356,11 +364,8 @@ impl OpKernel for MatMulNBits {
                     self.env.gemv_chain.ran(l);
                 }
                 let v = matmul_packed(a, m, w, bias, out, par).map_err(Error::fail)?;
-                // While the caller runs the nodes up to the next M=1 call, the idle lanes may
-                // prefetch the part of its weights they will stream first (or drop the old hint).
                 if let Some(l) = link {
-                    let next = l.next();
-                    par.idle_prefetch(next.as_ref().map(|n| decode_second_segment(n, par.lanes())));
+                    hint_next(l, par);
                 }
                 v
             }

@@ -27,12 +27,12 @@ use crate::abi::tensor::ElemType;
 use crate::ep::op::{KernelEnv, OpKernel};
 use crate::kernels::activation::{activation_f32, Activation};
 use crate::kernels::matmul_nbits::{
-    decode_second_segment, matmul_pair, pair_compatible, pair_declines_rows, pair_rows_fit,
+    matmul_pair, pair_compatible, pair_declines_rows, pair_rows_fit,
 };
 use crate::runtime::par::{take_lanes_used, Serial};
 use crate::telemetry::ledger;
 
-use super::matmul_nbits::{packed_operand, PackedOperand};
+use super::matmul_nbits::{hint_next, packed_operand, PackedOperand};
 
 /// The combined gate / up step of one MLP (see the module documentation).
 pub(crate) struct SwiGlu {
@@ -115,8 +115,7 @@ impl SwiGlu {
         .map_err(Error::fail)?
         .ok_or_else(|| Error::fail("the pair path refused rows it had accepted"))?;
         if let Some(l) = links[1].as_ref().filter(|_| m == 1) {
-            let next = l.next();
-            par.idle_prefetch(next.as_ref().map(|n| decode_second_segment(n, par.lanes())));
+            hint_next(l, par);
         }
         let lanes = take_lanes_used();
         // Two MatMulNBits calls ran (as one dispatch); the Sigmoid and Muls ran inside them.
