@@ -55,14 +55,16 @@ static DISTANCE: AtomicUsize = AtomicUsize::new(DEFAULT_PREFETCH_BYTES);
 static VNNI_DISTANCE: AtomicUsize = AtomicUsize::new(DEFAULT_VNNI_PREFETCH_BYTES);
 static L2_DISTANCE: AtomicUsize = AtomicUsize::new(DEFAULT_L2_PREFETCH_BYTES);
 
-/// Sets every tile's L1 prefetch distance in bytes (0 turns it off). Diagnostics only.
+/// Sets every tile's L1 prefetch distance in bytes (0 turns it off; the VNNI tile, whose loop
+/// issues its prefetches unconditionally, then prefetches the line it loads). Diagnostics only.
 #[doc(hidden)]
 pub fn set_prefetch_bytes(bytes: usize) {
     DISTANCE.store(bytes, Ordering::Relaxed);
     VNNI_DISTANCE.store(bytes, Ordering::Relaxed);
 }
 
-/// Sets the VNNI tile's L2 prefetch distance in bytes (0 turns it off). Diagnostics only.
+/// Sets the VNNI tile's L2 prefetch distance in bytes (0 turns it off: a `prefetcht2` of the
+/// line being loaded). Diagnostics only.
 #[doc(hidden)]
 pub fn set_l2_prefetch_bytes(bytes: usize) {
     L2_DISTANCE.store(bytes, Ordering::Relaxed);

@@ -28,6 +28,20 @@
 //! 94-100 and 96-98 us; not understood.) What did cost was the decode split (the guided split's
 //! alternating runs, `runtime::segments`) and too few lines in flight (the L2 prefetch,
 //! `prefetch`).
+//!
+//! That holds while the lanes wait on DRAM. On this shared VM the host is at times in another
+//! state: a plain read reaches ~50 GB/s instead of ~34, but the lanes' own instructions run up
+//! to 3x slower (`examples/decode_anatomy`: A preparation 3.6 instead of 1.2 us a call), so
+//! the tile becomes bound by its instruction rate and decode streams at ~34 GB/s, 65% of that
+//! read. The VNNI tile's inner loop is therefore lean: four chunks per iteration off one weight
+//! pointer, both prefetches unconditional, the chunk offset computed without the wrapping
+//! `k0 * NR / 2` mask; about 8 instructions per 64 bytes at M=1 where the chunk-by-chunk loop
+//! (a branch per prefetch, the address recomputed per chunk) issued about 15. Measured on
+//! weights hot in L3, where the tile is bound by its instructions (`matmul_nbits_stream
+//! --sweep 896 4864 2 40 1 4 1 --pf=3072/6144`, old and new builds alternated, p50): 60.6 ->
+//! 70.7 and 60.1 -> 71.1 GB/s; K=896 N=2048 54.2 -> 60.3 and 51.1 -> 57.7. Streaming from DRAM
+//! in the memory-bound state it changes nothing (Qwen2-0.5B decode old / new 1.000 over 16
+//! rounds).
 
 // AVX-512 intrinsics are stable since Rust 1.89, above the workspace's declared MSRV (1.85):
 // building this module needs 1.89+, so the workspace `rust-version` should be raised.
@@ -39,6 +53,9 @@ use super::pack::{GroupView, Scales, CHUNK_K, LANES, NR};
 use super::prefetch::{prefetch_bytes, vnni_prefetch_bytes};
 use super::prepare_a::PreparedA;
 use super::MR;
+
+/// Bytes of one chunk (`CHUNK_K` codes of each of the group's `NR` columns): one zmm load.
+const CHUNK_BYTES: usize = CHUNK_K * NR / 2;
 use crate::kernels::x86_asm::fma_bcast;
 
 macro_rules! by_rows {
@@ -127,7 +144,7 @@ fn scale_blocks_ahead(pf: usize, bs: usize) -> usize {
 #[target_feature(enable = "avx512f")]
 unsafe fn chunk(g: &GroupView, k0: usize) -> __m512i {
     // SAFETY: chunk k0 occupies bytes k0*16 .. k0*16+64 of w (the caller's contract).
-    unsafe { _mm512_loadu_si512(g.w.as_ptr().add(k0 * NR / 2) as *const _) }
+    unsafe { _mm512_loadu_si512(g.w.as_ptr().add(k0 * (NR / 2)) as *const _) }
 }
 
 /// Zero-point bytes of block `kb` as i32 lanes (low nibble: column i, high nibble: column
@@ -353,20 +370,28 @@ unsafe fn i8_vnni_rows<const R: usize, const F16: bool>(
         let zero = _mm512_setzero_si512();
         let mut lo: [[__m512i; 2]; R] = std::array::from_fn(|r| [zp_seed(z_lo, qsum(r)), zero]);
         let mut full: [[__m512i; 2]; R] = std::array::from_fn(|r| [zp_seed(z, qsum(r)), zero]);
-        // Chunks in pairs (a block has at least 4): constant chain indices keep the
-        // accumulators in registers.
-        for c in (0..bs / CHUNK_K).step_by(2) {
-            for ch in 0..2 {
-                let k0 = kb * bs + (c + ch) * CHUNK_K;
-                prefetch(g, k0, pf, pf2);
-                // SAFETY: k0 + 4 <= k_blocks * bs (asserted length).
-                let v = unsafe { chunk(g, k0) };
+        // Chunks four at a time (a block's chunk count is a power of two from 4), chunk `ch`
+        // on chain `ch % 2`: constant chain indices keep the accumulators in registers, and
+        // the lean body (one weight pointer per four chunks, both prefetches unconditional)
+        // issues about half the instructions per weight byte of a chunk-by-chunk loop, which
+        // counts when the core is shared (`prefetch::vnni_prefetch_bytes`).
+        for c in (0..bs / CHUNK_K).step_by(4) {
+            let k0 = kb * bs + c * CHUNK_K;
+            // Only computed (wrapping), never dereferenced: a chunk's bytes are read by
+            // `chunk_at` below, whose bounds the assertion above covers.
+            let w = g.w.as_ptr().wrapping_add(k0 * (NR / 2));
+            for ch in 0..4 {
+                let at = w.wrapping_add(ch * CHUNK_BYTES);
+                _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(pf) as *const i8);
+                _mm_prefetch::<_MM_HINT_T2>(at.wrapping_add(pf2) as *const i8);
+                // SAFETY: chunk k0 + 4 ch ends at or before k_blocks * bs (asserted length).
+                let v = unsafe { chunk(g, k0 + ch * CHUNK_K) };
                 let v_lo = _mm512_and_si512(v, mask);
                 for r in 0..R {
-                    // SAFETY: row r0 + r has kp >= k0 + 4 values (asserted).
-                    let x = unsafe { a_dword(a, r0 + r, k0) };
-                    lo[r][ch] = _mm512_dpbusd_epi32(lo[r][ch], v_lo, x);
-                    full[r][ch] = _mm512_dpbusd_epi32(full[r][ch], v, x);
+                    // SAFETY: row r0 + r has kp >= k0 + 4 (ch + 1) values (asserted).
+                    let x = unsafe { a_dword(a, r0 + r, k0 + ch * CHUNK_K) };
+                    lo[r][ch % 2] = _mm512_dpbusd_epi32(lo[r][ch % 2], v_lo, x);
+                    full[r][ch % 2] = _mm512_dpbusd_epi32(full[r][ch % 2], v, x);
                 }
             }
         }
