@@ -22,7 +22,7 @@ use super::gen_llm::Llm;
 use super::llm_report::{round_fractions, summarize, ReadFloor, Timed, ROUND_READ_PASSES};
 use super::quant::{median, quantile};
 use super::target::{placement, progress, Target};
-use super::{membw, profile, rounds};
+use super::{cpu_probe, membw, profile, rounds};
 
 /// One thing to time.
 #[derive(Debug, Clone, PartialEq)]
@@ -394,11 +394,12 @@ fn run_case(
     let (mut p50s, mut p90s, mut cpu) = (vec![vec![]; 3], vec![vec![]; 3], [0.0f64; 3]);
     let mut samples = [0usize; 3];
     let mut read_gbps = vec![];
+    let mut probe_ms = vec![];
     // Foreign load over the timed calls (compare's measure: /proc/stat busy ticks of the arms'
     // CPUs not accounted for by the bench's own processes).
     let (mut ticks, mut ours) = (CpuTicks::default(), 0.0);
     println!(
-        "{:>5}  {:<14} {:>10} {:>10} {:>10} {:>9} {:>13} {:>9} {:>10}",
+        "{:>5}  {:<14} {:>10} {:>10} {:>10} {:>9} {:>13} {:>9} {:>10} {:>9}",
         "round",
         "order",
         "ort ms/tok",
@@ -407,13 +408,16 @@ fn run_case(
         "ORT/rcpu",
         "null_b_over_a",
         "read GB/s",
-        "rcpu/read"
+        "rcpu/read",
+        "probe ms"
     );
     for r in 0..o.rounds {
         let round = rounds::run(arms, cpus, r, &req, false)?;
         rounds::accumulate(&mut ticks, &mut ours, &round);
         // The same-size buffers read right after the arms (all three idle and settled).
         read_gbps.push(floor.reader.round(ROUND_READ_PASSES));
+        // And how fast the same CPUs compute right now (`cpu_probe`).
+        probe_ms.push(cpu_probe::probe_ms(floor.reader.threads()));
         for (i, c) in round.calls.iter().enumerate() {
             // Generate: the worker's own CPU over the steps (its prompt prefill left out).
             cpu[i] += c.res["steps_cpu_s"].as_f64().unwrap_or(c.cpu_s);
@@ -427,9 +431,9 @@ fn run_case(
         }
         let (a, b, n) = (p50s[0][r], p50s[1][r], p50s[2][r]);
         let twin = if o.null_arm == "ort" { a } else { b };
-        let rd = read_gbps[r];
+        let (rd, pr) = (read_gbps[r], probe_ms[r]);
         println!(
-            "{:>5}  {:<14} {a:>10.3} {b:>10.3} {n:>10.3} {:>9.3} {:>13.3} {rd:>9.1} {:>9.1}%",
+            "{:>5}  {:<14} {a:>10.3} {b:>10.3} {n:>10.3} {:>9.3} {:>13.3} {rd:>9.1} {:>9.1}% {pr:>9.2}",
             r + 1,
             rounds::order_name(r),
             a / b,
@@ -450,6 +454,7 @@ fn run_case(
         samples,
         foreign,
         read_gbps,
+        probe_ms,
     };
     let mut summary = summarize(o, &case.name(), per_token, t, floor, &timed, &stats);
     let mut prof = json!(null);

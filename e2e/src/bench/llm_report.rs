@@ -6,6 +6,7 @@ use serde_json::{json, Value};
 
 use super::args::Opts;
 use super::counters;
+use super::cpu_probe::unhindered;
 use super::membw::Buffers;
 use super::quant::{max, median, min};
 use super::steady::{steady_start, SteadyCfg};
@@ -26,6 +27,8 @@ pub struct Timed {
     /// Per round: the read bandwidth of a same-size buffer right after the round's arms (GB/s,
     /// `membw::Buffers::round`).
     pub read_gbps: Vec<f64>,
+    /// Per round: the compute probe right after that read (ms, `cpu_probe::probe_ms`).
+    pub probe_ms: Vec<f64>,
 }
 
 /// The headline of per-round figures (per arm: ort, rcpu, null; lower is better): ORT/rcpu per
@@ -101,6 +104,10 @@ pub struct ReadFloor {
 /// Passes of each buffer per round (their median is the round's read figure).
 pub const ROUND_READ_PASSES: usize = 5;
 
+/// A round's CPUs count as unhindered when its compute probe is within this factor of the run's
+/// fastest (`cpu_probe::unhindered`); the probe's own spread on a quiet host is a few percent.
+pub const PROBE_SLACK: f64 = 1.25;
+
 /// Per round, the fraction of that round's read bandwidth an arm reached: `bytes` per token over
 /// its p50 ms per token (`per_token` tokens per timed run), over the round's `read_gbps`.
 pub fn round_fractions(bytes: u64, p50s: &[f64], per_token: f64, read_gbps: &[f64]) -> Vec<f64> {
@@ -127,7 +134,9 @@ pub fn summarize(
         samples,
         foreign,
         read_gbps,
+        probe_ms,
     } = timed;
+    let steady_cpu = unhindered(probe_ms, PROBE_SLACK);
     let generate = case.starts_with("generate");
     let names = ["ort", "rcpu", "null"];
     println!(
@@ -139,8 +148,26 @@ pub fn summarize(
         max(read_gbps)
     );
     println!(
-        "{:<6} {:>10} {:>10} {:>12} {:>11} {:>8} {:>12} {:>14}",
-        "arm", "p50 ms", "p90 ms", "cpu ms/tok", "weight MB", "GB/s", "of read bw", "of round read"
+        "compute probe after each round (cpu_probe): min {:.2}, median {:.2}, max {:.2} ms; {} of {} \
+         rounds within {PROBE_SLACK}x of the fastest (\"CPUs unhindered\": \"of round read\" over \
+         those rounds only; in the others the CPUs computed slower than usual)",
+        min(probe_ms),
+        median(probe_ms),
+        max(probe_ms),
+        steady_cpu.iter().filter(|&&u| u).count(),
+        steady_cpu.len()
+    );
+    println!(
+        "{:<6} {:>10} {:>10} {:>12} {:>11} {:>8} {:>12} {:>14} {:>16}",
+        "arm",
+        "p50 ms",
+        "p90 ms",
+        "cpu ms/tok",
+        "weight MB",
+        "GB/s",
+        "of read bw",
+        "of round read",
+        "CPUs unhindered"
     );
     let mut arm_json = vec![];
     for i in 0..3 {
@@ -152,14 +179,22 @@ pub fn summarize(
         let gbps = bytes[i] as f64 / (p50 * per_token * 1e-3) / 1e9;
         let per_round = round_fractions(bytes[i], &p50s[i], per_token, read_gbps);
         let of_round = median(&per_round);
+        let kept: Vec<f64> = per_round
+            .iter()
+            .zip(&steady_cpu)
+            .filter(|(_, &u)| u)
+            .map(|(&f, _)| f)
+            .collect();
+        let of_unhindered = median(&kept);
         println!(
-            "{:<6} {p50:>10.3} {p90:>10.3} {cpu_ms:>12.3} {:>11.1} {gbps:>8.2} {:>11.1}% {:>13.1}%",
+            "{:<6} {p50:>10.3} {p90:>10.3} {cpu_ms:>12.3} {:>11.1} {gbps:>8.2} {:>11.1}% {:>13.1}% {:>15.1}%",
             names[i],
             bytes[i] as f64 / 1e6,
             gbps / bw * 100.0,
-            of_round * 100.0
+            of_round * 100.0,
+            of_unhindered * 100.0
         );
-        arm_json.push(json!({"arm": names[i], "p50_ms_per_token": p50, "p90_ms_per_token": p90, "cpu_ms_per_token": cpu_ms, "read_bytes_per_token": bytes[i], "gbps": gbps, "fraction_of_read_bw": gbps / bw, "fraction_of_round_read_bw": of_round, "rounds_fraction_of_read_bw": per_round}));
+        arm_json.push(json!({"arm": names[i], "p50_ms_per_token": p50, "p90_ms_per_token": p90, "cpu_ms_per_token": cpu_ms, "read_bytes_per_token": bytes[i], "gbps": gbps, "fraction_of_read_bw": gbps / bw, "fraction_of_round_read_bw": of_round, "fraction_of_round_read_bw_cpus_unhindered": of_unhindered, "rounds_fraction_of_read_bw": per_round}));
     }
     let h = Headline::of(o, p50s);
     println!(
@@ -189,7 +224,8 @@ pub fn summarize(
     }
     json!({"case": case, "parity_ok": true, "arms": arm_json, "ort_over_rcpu": h.ratio,
         "null_band": h.band, "verdict": h.word, "foreign_share": foreign, "steady": h.steady_word,
-        "rounds_p50_ms": p50s, "rounds_read_gbps": read_gbps, "rcpu_counters": route_json})
+        "rounds_p50_ms": p50s, "rounds_read_gbps": read_gbps, "rounds_probe_ms": probe_ms,
+        "rcpu_counters": route_json})
 }
 
 #[cfg(test)]

@@ -71,6 +71,11 @@ impl Buffers {
         }
     }
 
+    /// The threads that read the buffers.
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
     /// The best of `passes` passes of each buffer.
     pub fn reference(&self, passes: usize) -> Reference {
         let (small_pages, huge_pages) = self.per_buffer(passes, |r| max(r).max(0.0));

@@ -1,7 +1,8 @@
 //! `rcpu-bench`: the benchmark tool (docs/benchmarking.md). One file per responsibility:
 //! args (command line), gen (decode-shaped models), model (what a model holds), target (model and
 //! placement), os (the few unsafe OS calls), conditions (/proc, /sys), quant (quantiles), steady
-//! (steady-state window), verdict (null band), membw (bandwidth floor), gen_llm / llm_model /
+//! (steady-state window), verdict (null band), membw (bandwidth floor), cpu_probe (the CPUs' speed
+//! beside each round's read), gen_llm / llm_model /
 //! llm (whole LLMs: generator, cache and feeds, the llm subcommand), gen_mixed (rcpu's nodes
 //! alternating with heavy nodes left to ORT), gen_glue (chains of small glue nodes), ort_opts (ORT's own session options of an arm), demo (the generation demo),
 //! profile (ORT's profiler), report (the compare report and JSON), counters (ledger and pool
@@ -15,6 +16,7 @@ pub mod cold;
 pub mod compare;
 pub mod conditions;
 pub mod counters;
+pub mod cpu_probe;
 pub mod demo;
 pub mod gap;
 pub mod gen;

@@ -29,14 +29,15 @@
 //! alternating runs, `runtime::segments`) and too few lines in flight (the L2 prefetch,
 //! `prefetch`).
 //!
-//! That holds while the lanes wait on DRAM. On this shared VM the host is at times in another
-//! state: a plain read reaches ~50 GB/s instead of ~34, but the lanes' own instructions run up
-//! to 3x slower (`examples/decode_anatomy`: A preparation 3.6 instead of 1.2 us a call), so
-//! the tile becomes bound by its instruction rate and decode streams at ~34 GB/s, 65% of that
-//! read. The VNNI tile's inner loop is therefore lean: four chunks per iteration off one weight
-//! pointer, both prefetches unconditional, the chunk offset computed without the wrapping
-//! `k0 * NR / 2` mask; about 8 instructions per 64 bytes at M=1 where the chunk-by-chunk loop
-//! (a branch per prefetch, the address recomputed per chunk) issued about 15. Measured on
+//! That holds while the lanes wait on DRAM. It does not when the core is shared: in one
+//! diagnostic run on the development VM (`examples/decode_anatomy`, a moment when a plain read
+//! reached ~50 GB/s instead of ~34) the lanes' own instructions ran ~3x slower than usual (A
+//! preparation 3.6 instead of 1.2 us a call) and the GEMVs streamed at ~34 GB/s, 65% of that
+//! read: bound by the tile's instruction rate. The VNNI tile's inner loop is therefore lean:
+//! four chunks per iteration off one weight pointer, both prefetches unconditional, the chunk
+//! offset computed without the wrapping `k0 * NR / 2` mask; about 8 instructions per 64 bytes at
+//! M=1 where the chunk-by-chunk loop (a branch per prefetch, the address recomputed per chunk)
+//! issued about 15. Measured on
 //! weights hot in L3, where the tile is bound by its instructions (`matmul_nbits_stream
 //! --sweep 896 4864 2 40 1 4 1 --pf=3072/6144`, old and new builds alternated, p50): 60.6 ->
 //! 70.7 and 60.1 -> 71.1 GB/s; K=896 N=2048 54.2 -> 60.3 and 51.1 -> 57.7. Streaming from DRAM
