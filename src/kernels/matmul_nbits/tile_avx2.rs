@@ -49,7 +49,7 @@ fn nib<const SH: i32>(v: __m256i) -> __m256 {
 #[target_feature(enable = "avx2")]
 unsafe fn half_chunk(g: &GroupView, k0: usize, h: usize) -> __m256i {
     // SAFETY: chunk k0 occupies bytes k0*16 .. k0*16+64 of w (the caller's contract).
-    unsafe { _mm256_loadu_si256(g.w.as_ptr().add(k0 * NR / 2 + 32 * h) as *const __m256i) }
+    unsafe { _mm256_loadu_si256(g.w.as_ptr().add(k0 * (NR / 2) + 32 * h) as *const __m256i) }
 }
 
 /// Zero points of block `kb`, half `h`, as i32 lanes: `[low columns, high columns]` (8 when

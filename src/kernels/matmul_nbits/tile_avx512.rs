@@ -100,7 +100,7 @@ fn nib<const SH: u32>(v: __m512i, lut: __m512) -> __m512 {
 #[inline]
 #[target_feature(enable = "avx512f")]
 fn prefetch(g: &GroupView, k0: usize, dist: usize, far: usize) {
-    let at = g.w.as_ptr().wrapping_add(k0 * NR / 2);
+    let at = g.w.as_ptr().wrapping_add(k0 * (NR / 2));
     if dist != 0 {
         _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(dist) as *const i8);
     }
