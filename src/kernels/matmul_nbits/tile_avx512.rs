@@ -34,7 +34,7 @@
 //! reached ~50 GB/s instead of ~34) the lanes' own instructions ran ~3x slower than usual (A
 //! preparation 3.6 instead of 1.2 us a call) and the GEMVs streamed at ~34 GB/s, 65% of that
 //! read: bound by the tile's instruction rate. The VNNI tile's inner loop is therefore lean:
-//! four chunks per iteration off one weight pointer, both prefetches unconditional, the chunk
+//! four chunks per iteration off one weight pointer, the prefetches without a branch, the chunk
 //! offset computed without the wrapping `k0 * NR / 2` mask; about 8 instructions per 64 bytes at
 //! M=1 where the chunk-by-chunk loop (a branch per prefetch, the address recomputed per chunk)
 //! issued about 15. Measured on
@@ -373,18 +373,21 @@ unsafe fn i8_vnni_rows<const R: usize, const F16: bool>(
         let mut full: [[__m512i; 2]; R] = std::array::from_fn(|r| [zp_seed(z, qsum(r)), zero]);
         // Chunks four at a time (a block's chunk count is a power of two from 4), chunk `ch`
         // on chain `ch % 2`: constant chain indices keep the accumulators in registers, and
-        // the lean body (one weight pointer per four chunks, both prefetches unconditional)
-        // issues about half the instructions per weight byte of a chunk-by-chunk loop, which
-        // counts when the core is shared (`prefetch::vnni_prefetch_bytes`).
+        // the lean body (one weight pointer per four chunks, the L1 prefetch unconditional, the
+        // L2 one on a loop-invariant test the compiler hoists out of the loop) issues about half
+        // the instructions per weight byte of a chunk-by-chunk loop, which counts when the core
+        // is shared (`prefetch::vnni_prefetch_bytes`).
         for c in (0..bs / CHUNK_K).step_by(4) {
             let k0 = kb * bs + c * CHUNK_K;
             // Only computed (wrapping), never dereferenced: a chunk's bytes are read by
-            // `chunk_at` below, whose bounds the assertion above covers.
+            // `chunk` below, whose bounds the assertion above covers.
             let w = g.w.as_ptr().wrapping_add(k0 * (NR / 2));
             for ch in 0..4 {
                 let at = w.wrapping_add(ch * CHUNK_BYTES);
                 _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(pf) as *const i8);
-                _mm_prefetch::<_MM_HINT_T2>(at.wrapping_add(pf2) as *const i8);
+                if pf2 != 0 {
+                    _mm_prefetch::<_MM_HINT_T2>(at.wrapping_add(pf2) as *const i8);
+                }
                 // SAFETY: chunk k0 + 4 ch ends at or before k_blocks * bs (asserted length).
                 let v = unsafe { chunk(g, k0 + ch * CHUNK_K) };
                 let v_lo = _mm512_and_si512(v, mask);
