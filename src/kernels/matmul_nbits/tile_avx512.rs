@@ -34,15 +34,18 @@
 //! reached ~50 GB/s instead of ~34) the lanes' own instructions ran ~3x slower than usual (A
 //! preparation 3.6 instead of 1.2 us a call) and the GEMVs streamed at ~34 GB/s, 65% of that
 //! read: bound by the tile's instruction rate. The VNNI tile's inner loop is therefore lean:
-//! four chunks per iteration off one weight pointer, the prefetches without a branch, the chunk
-//! offset computed without the wrapping `k0 * NR / 2` mask; about 8 instructions per 64 bytes at
-//! M=1 where the chunk-by-chunk loop (a branch per prefetch, the address recomputed per chunk)
-//! issued about 15. Measured on
-//! weights hot in L3, where the tile is bound by its instructions (`matmul_nbits_stream
-//! --sweep 896 4864 2 40 1 4 1 --pf=3072/6144`, old and new builds alternated, p50): 60.6 ->
-//! 70.7 and 60.1 -> 71.1 GB/s; K=896 N=2048 54.2 -> 60.3 and 51.1 -> 57.7. Streaming from DRAM
-//! in the memory-bound state it changes nothing (Qwen2-0.5B decode old / new 1.000 over 16
-//! rounds).
+//! four chunks per iteration off one weight pointer, the L1 prefetch without a branch (the L2
+//! one, off by default, behind a test the compiler hoists out of the loop), the chunk offset
+//! computed without the mask the wrapping `k0 * NR / 2` made the compiler add; about 8
+//! instructions per 64 bytes at M=1 where the chunk-by-chunk loop (a branch per prefetch, the
+//! address recomputed per chunk) issued about 15. Measured on weights hot in L3, where the tile
+//! is bound by its instructions (`matmul_nbits_stream --sweep 896 4864 2 40 1 4 1
+//! --pf=3072/6144`, old and new builds alternated, p50): 60.6 -> 70.7 and 60.1 -> 71.1 GB/s;
+//! K=896 N=2048 54.2 -> 60.3 and 51.1 -> 57.7. The other tiles' chunk and prefetch addresses
+//! lost the same mask (the `vpmaddubsw` tile, `RCPU_ISA=avx512`, L3-hot: 60.9 -> 66.1 GB/s).
+//! Streaming from DRAM at ordinary bandwidth the loop changes nothing (Qwen2-0.5B decode old /
+//! new 1.000 over 16 rounds); without the L2 prefetch it is faster when bandwidth is plentiful
+//! (`prefetch`).
 
 // AVX-512 intrinsics are stable since Rust 1.89, above the workspace's declared MSRV (1.85):
 // building this module needs 1.89+, so the workspace `rust-version` should be raised.
@@ -54,10 +57,10 @@ use super::pack::{GroupView, Scales, CHUNK_K, LANES, NR};
 use super::prefetch::{prefetch_bytes, vnni_prefetch_bytes};
 use super::prepare_a::PreparedA;
 use super::MR;
+use crate::kernels::x86_asm::fma_bcast;
 
 /// Bytes of one chunk (`CHUNK_K` codes of each of the group's `NR` columns): one zmm load.
 const CHUNK_BYTES: usize = CHUNK_K * NR / 2;
-use crate::kernels::x86_asm::fma_bcast;
 
 macro_rules! by_rows {
     ($f:ident, $g:expr, $a:expr, $r0:expr, $nr:expr, $res:expr) => {
