@@ -46,7 +46,11 @@
 //! 54-62 GB/s, 3072/0 was 4-9% faster (55.2 / 50.9, 55.9 / 52.0, 56.5 / 52.6, 55.0 / 50.0 us),
 //! 2048/0 and 4096/0 like it. At model level (Qwen2-0.5B decode, 24 rounds, the build with the
 //! L2 prefetch as the null arm) L2 off / on: per-round median 1.026 faster, ~1.035 over the nine
-//! rounds at 50-64 GB/s, ~1.0 over those at ~35.
+//! rounds at 50-64 GB/s, ~1.0 over those at ~35. The VNNI L1 distance in the same kind of runs
+//! (`--pf=3072/0,1024/0,0/0,6144/0,read`, 46 runs): equal at ~34 GB/s; 3072 fastest by 3-4% when
+//! the read reached 55-65 GB/s; 0 fastest by 13-15% in the four runs where the kernel alone
+//! slowed to ~103 us against a normal read (a neighbour on our cores, whose cache traffic
+//! evicts lines fetched far ahead, presumably). It stays 3072.
 //!
 //! The distance is a process-wide setting so that diagnostics can compare distances
 //! interleaved in one process (the only comparison that survives a noisy shared machine);
