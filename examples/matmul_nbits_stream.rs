@@ -25,8 +25,8 @@
 //! (`matmul_nbits::prefetch`), interleaved call by call in one process over `copies` copies of
 //! the weight (so each call streams bytes the previous calls did not touch; past L3 takes
 //! several hundred MB, e.g. 200 copies at K=896 N=4864); p10 / p50 per arm. An arm is
-//! `L1[/L2]` (the L1 and the `prefetcht2` distance, L2 defaulting to
-//! `DEFAULT_L2_PREFETCH_BYTES`; 0 = off), `guided:L1[/L2]` (the same on the guided split
+//! `L1[/L2]` (the L1 and the `prefetcht2` distance, L2 defaulting to this CPU's
+//! `default_l2_prefetch_bytes()`; 0 = off), `guided:L1[/L2]` (the same on the guided split
 //! instead of the segmented one), or `read` (a plain two-lane read of the packed codes in two
 //! contiguous halves, the rate to compare with).
 
@@ -34,7 +34,7 @@
 mod timing;
 
 use rcpu::kernels::matmul_nbits::prefetch::{
-    reset_prefetch, set_l2_prefetch_bytes, set_prefetch_bytes, DEFAULT_L2_PREFETCH_BYTES,
+    default_l2_prefetch_bytes, reset_prefetch, set_l2_prefetch_bytes, set_prefetch_bytes,
 };
 use rcpu::kernels::matmul_nbits::{matmul_packed, pack, NBitsParams, PackedNBits, NR};
 use rcpu::memory::AlignedBuf;
@@ -290,7 +290,7 @@ impl Arm {
         };
         let (l1, l2) = match s.split_once('/') {
             Some((a, b)) => (a.parse().ok()?, b.parse().ok()?),
-            None => (s.parse().ok()?, DEFAULT_L2_PREFETCH_BYTES),
+            None => (s.parse().ok()?, default_l2_prefetch_bytes()),
         };
         Some(Arm::Kernel { l1, l2, guided })
     }

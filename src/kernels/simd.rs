@@ -86,6 +86,22 @@ pub fn hardware() -> Isa {
     *HW
 }
 
+/// Whether the CPU reports itself as Intel's (CPUID leaf 0), once per process. For the few tuning
+/// constants measured on one vendor only (`matmul_nbits::prefetch`).
+pub fn is_intel() -> bool {
+    static INTEL: LazyLock<bool> = LazyLock::new(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let l0 = std::arch::x86_64::__cpuid(0);
+            // "GenuineIntel" in EBX, EDX, ECX order.
+            (l0.ebx, l0.edx, l0.ecx) == (0x756e_6547, 0x4965_6e69, 0x6c65_746e)
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        false
+    });
+    *INTEL
+}
+
 /// AVX2 + FMA + F16C ([`Isa::Avx2`]); 8 f32 lanes.
 #[derive(Debug, Clone, Copy)]
 pub struct Avx2(());

@@ -8,8 +8,8 @@ use crate::nbits_common as matmul_nbits_common;
 use matmul_nbits_common::{Problem, THREE};
 
 use rcpu::kernels::matmul_nbits::prefetch::{
-    reset_prefetch, set_l2_prefetch_bytes, set_prefetch_bytes, DEFAULT_L2_PREFETCH_BYTES,
-    DEFAULT_PREFETCH_BYTES, DEFAULT_VNNI_PREFETCH_BYTES,
+    reset_prefetch, set_l2_prefetch_bytes, set_prefetch_bytes, vnni_prefetch_bytes,
+    DEFAULT_PREFETCH_BYTES, DEFAULT_VNNI_PREFETCH_BYTES, INTEL_L2_PREFETCH_BYTES,
 };
 use rcpu::kernels::matmul_nbits::{matmul_packed_with, pack, Kernels};
 use rcpu::telemetry::ledger::Variant;
@@ -22,7 +22,8 @@ fn prefetch_distance_changes_no_result() {
     let dists = [
         (64, 0),
         (DEFAULT_PREFETCH_BYTES, 0),
-        (DEFAULT_VNNI_PREFETCH_BYTES, DEFAULT_L2_PREFETCH_BYTES),
+        (DEFAULT_VNNI_PREFETCH_BYTES, INTEL_L2_PREFETCH_BYTES),
+        (DEFAULT_VNNI_PREFETCH_BYTES, 0),
         (0, 64),
         (1 << 36, 0),
         (DEFAULT_VNNI_PREFETCH_BYTES, 1 << 36),
@@ -63,4 +64,24 @@ fn prefetch_distance_changes_no_result() {
         }
     }
     reset_prefetch();
+}
+
+/// The L2 distance nothing set is the per-vendor default, a diagnostic's setting wins over it,
+/// and `reset_prefetch` brings the default back.
+#[test]
+fn the_l2_distance_defaults_per_vendor() {
+    let _serial = crate::serial();
+    reset_prefetch();
+    let want = if rcpu::kernels::simd::is_intel() {
+        INTEL_L2_PREFETCH_BYTES
+    } else {
+        0
+    };
+    assert_eq!(vnni_prefetch_bytes(), (DEFAULT_VNNI_PREFETCH_BYTES, want));
+    set_l2_prefetch_bytes(4096);
+    assert_eq!(vnni_prefetch_bytes().1, 4096);
+    set_l2_prefetch_bytes(0);
+    assert_eq!(vnni_prefetch_bytes().1, 0);
+    reset_prefetch();
+    assert_eq!(vnni_prefetch_bytes().1, want);
 }

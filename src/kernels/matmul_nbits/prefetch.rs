@@ -37,7 +37,7 @@
 //! were no better than 2048 / 4096, 4096 / 8192 worse. The fp32 tile keeps 2048 (3072: 91.7
 //! -> 91.9 and 90.7 -> 92.7 us at acc 0).
 //!
-//! That L2 prefetch is off again since the VNNI tile's lean loop (`tile_avx512`, which issues a
+//! On other than Intel CPUs that L2 prefetch is off since the VNNI tile's lean loop (`tile_avx512`, which issues a
 //! chunk's prefetches without a branch; with a distance of 0 the L2 one is left out of the loop
 //! altogether). Measured on a Zen 4 VM whose read bandwidth moves between ~34 and ~60 GB/s
 //! (`--sweep 896 4864 2 12 200 4 1 --pf=3072/6144,3072/0,2048/0,4096/0,read`, 14 runs a few
@@ -63,12 +63,27 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 pub const DEFAULT_PREFETCH_BYTES: usize = 2048;
 /// Default L1 distance of the VNNI tile.
 pub const DEFAULT_VNNI_PREFETCH_BYTES: usize = 3072;
-/// Default distance of the VNNI tile's second, L2 (`prefetcht2`) prefetch: off (see above).
-pub const DEFAULT_L2_PREFETCH_BYTES: usize = 0;
+/// The VNNI tile's second, L2 (`prefetcht2`) prefetch distance on Intel CPUs, where it was
+/// measured as a gain (with the chunk-by-chunk loop); elsewhere it is off (measured on Zen 4 with
+/// the lean loop, see above). [`default_l2_prefetch_bytes`] picks one per process.
+pub const INTEL_L2_PREFETCH_BYTES: usize = 6144;
+
+/// The VNNI tile's L2 prefetch distance where no diagnostic set one: [`INTEL_L2_PREFETCH_BYTES`]
+/// on Intel CPUs, 0 (off) on others.
+pub fn default_l2_prefetch_bytes() -> usize {
+    if crate::kernels::simd::is_intel() {
+        INTEL_L2_PREFETCH_BYTES
+    } else {
+        0
+    }
+}
+
+/// `L2_DISTANCE` before anything set it: the per-vendor default applies.
+const L2_UNSET: usize = usize::MAX;
 
 static DISTANCE: AtomicUsize = AtomicUsize::new(DEFAULT_PREFETCH_BYTES);
 static VNNI_DISTANCE: AtomicUsize = AtomicUsize::new(DEFAULT_VNNI_PREFETCH_BYTES);
-static L2_DISTANCE: AtomicUsize = AtomicUsize::new(DEFAULT_L2_PREFETCH_BYTES);
+static L2_DISTANCE: AtomicUsize = AtomicUsize::new(L2_UNSET);
 
 /// Sets every tile's L1 prefetch distance in bytes (0 turns it off; the VNNI tile, whose loop
 /// issues its prefetches unconditionally, then prefetches the line it loads). Diagnostics only.
@@ -89,7 +104,7 @@ pub fn set_l2_prefetch_bytes(bytes: usize) {
 pub fn reset_prefetch() {
     DISTANCE.store(DEFAULT_PREFETCH_BYTES, Ordering::Relaxed);
     VNNI_DISTANCE.store(DEFAULT_VNNI_PREFETCH_BYTES, Ordering::Relaxed);
-    L2_DISTANCE.store(DEFAULT_L2_PREFETCH_BYTES, Ordering::Relaxed);
+    L2_DISTANCE.store(L2_UNSET, Ordering::Relaxed);
 }
 
 /// The fp32 and `vpmaddubsw` tiles' L1 distance in bytes (0: off).
@@ -99,8 +114,9 @@ pub fn prefetch_bytes() -> usize {
 
 /// The VNNI tile's (L1, L2) distances in bytes (0: off).
 pub fn vnni_prefetch_bytes() -> (usize, usize) {
-    (
-        VNNI_DISTANCE.load(Ordering::Relaxed),
-        L2_DISTANCE.load(Ordering::Relaxed),
-    )
+    let l2 = match L2_DISTANCE.load(Ordering::Relaxed) {
+        L2_UNSET => default_l2_prefetch_bytes(),
+        d => d,
+    };
+    (VNNI_DISTANCE.load(Ordering::Relaxed), l2)
 }
