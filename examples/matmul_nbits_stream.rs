@@ -279,7 +279,7 @@ enum Arm {
 }
 
 impl Arm {
-    /// `read`, or `[guided:]L1[/L2]` (L2 defaults to `DEFAULT_L2_PREFETCH_BYTES`).
+    /// `read`, or `[guided:]L1[/L2]` (L2 defaults to this CPU's `default_l2_prefetch_bytes()`).
     fn parse(s: &str) -> Option<Arm> {
         if s == "read" {
             return Some(Arm::Read);
