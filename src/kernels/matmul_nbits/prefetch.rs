@@ -37,20 +37,20 @@
 //! were no better than 2048 / 4096, 4096 / 8192 worse. The fp32 tile keeps 2048 (3072: 91.7
 //! -> 91.9 and 90.7 -> 92.7 us at acc 0).
 //!
-//! On other than Intel CPUs that L2 prefetch is off since the VNNI tile's lean loop (`tile_avx512`, which issues a
-//! chunk's prefetches without a branch; with a distance of 0 the L2 one is left out of the loop
-//! altogether). Measured on a Zen 4 VM whose read bandwidth moves between ~34 and ~60 GB/s
-//! (`--sweep 896 4864 2 12 200 4 1 --pf=3072/6144,3072/0,2048/0,4096/0,read`, 14 runs a few
-//! seconds apart): in the runs at ~34 GB/s, 3072/6144 and 3072/0 were within 1% of each other
-//! (e.g. 68.8 / 68.4, 71.1 / 71.1, 73.5 / 72.5 us p50); in the runs whose plain read reached
-//! 54-62 GB/s, 3072/0 was 4-9% faster (55.2 / 50.9, 55.9 / 52.0, 56.5 / 52.6, 55.0 / 50.0 us),
-//! 2048/0 and 4096/0 like it. At model level (Qwen2-0.5B decode, 24 rounds, the build with the
-//! L2 prefetch as the null arm) L2 off / on: per-round median 1.026 faster, ~1.035 over the nine
-//! rounds at 50-64 GB/s, ~1.0 over those at ~35. The VNNI L1 distance in the same kind of runs
+//! On other than Intel CPUs that L2 prefetch is off since the VNNI tile's lean loop (`tile_avx512`,
+//! which issues a chunk's L1 prefetch without a branch; with an L2 distance of 0 the L2 one is left
+//! out of the loop altogether). Measured on a Zen 4 VM whose read bandwidth moves between ~34 and
+//! ~60 GB/s (`--sweep 896 4864 2 12 200 4 1 --pf=3072/6144,3072/0,2048/0,4096/0,read`, 14 runs a
+//! few seconds apart): in the runs at ~34 GB/s, 3072/6144 and 3072/0 were within 1% of each other
+//! (e.g. 68.8 / 68.4, 71.1 / 71.1, 73.5 / 72.5 us p50); in the runs whose plain read reached 54-62
+//! GB/s, 3072/0 was 4-9% faster (55.2 / 50.9, 55.9 / 52.0, 56.5 / 52.6, 55.0 / 50.0 us), 2048/0 and
+//! 4096/0 like it. At model level (Qwen2-0.5B decode, 24 rounds, the build with the L2 prefetch as
+//! the null arm) L2 off / on: per-round median 1.026 faster, ~1.035 over the nine rounds at 50-64
+//! GB/s, ~1.0 over those at ~35. The VNNI L1 distance in the same kind of runs
 //! (`--pf=3072/0,1024/0,0/0,6144/0,read`, 46 runs): equal at ~34 GB/s; 3072 fastest by 3-4% when
-//! the read reached 55-65 GB/s; 0 fastest by 13-15% in the four runs where the kernel alone
-//! slowed to ~103 us against a normal read (a neighbour on our cores, whose cache traffic
-//! evicts lines fetched far ahead, presumably). It stays 3072.
+//! the read reached 55-65 GB/s; 0 fastest by 13-15% in the four runs where the kernel alone slowed
+//! to ~103 us against a normal read (a neighbour on our cores, whose cache traffic evicts lines
+//! fetched far ahead, presumably). It stays 3072.
 //!
 //! The distance is a process-wide setting so that diagnostics can compare distances
 //! interleaved in one process (the only comparison that survives a noisy shared machine);

@@ -35,8 +35,8 @@
 //! preparation 3.6 instead of 1.2 us a call) and the GEMVs streamed at ~34 GB/s, 65% of that
 //! read: bound by the tile's instruction rate. The VNNI tile's inner loop is therefore lean:
 //! four chunks per iteration off one weight pointer, the L1 prefetch without a branch (the L2
-//! one, off by default, behind a test the compiler hoists out of the loop), the chunk offset
-//! computed without the mask the wrapping `k0 * NR / 2` made the compiler add; about 8
+//! one, off by default but on Intel, behind a test the compiler hoists out of the loop), the
+//! chunk offset computed without the mask the wrapping `k0 * NR / 2` made the compiler add; about 8
 //! instructions per 64 bytes at M=1 where the chunk-by-chunk loop (a branch per prefetch, the
 //! address recomputed per chunk) issued about 15. Measured on weights hot in L3, where the tile
 //! is bound by its instructions (`matmul_nbits_stream --sweep 896 4864 2 40 1 4 1
