@@ -42,9 +42,10 @@ extern "C" {
  * cache: kernels then compute from the original weights, with identical results. */
 #define RCPU_OPT_WEIGHT_CACHE_MB "weight_cache_mb"
 /* Process-wide budget in MiB for the scratch kernels park per thread between calls (packed
- * A/B panels, packed weight groups, attention work buffers, prepared A), summed over all threads
- * (default: min(64, 1% of MemAvailable)). A call whose scratch is not granted still runs; it
- * allocates and frees its buffers per call. */
+ * A/B panels, packed weight groups, attention work buffers, prepared A), summed over all threads,
+ * and for the intermediate-value buffers fused partitions keep between runs (default: min(64, 1%
+ * of MemAvailable)). A call whose scratch is not granted still runs; it allocates and frees its
+ * buffers per call (a fused run frees the value buffers the budget cannot keep). */
 #define RCPU_OPT_SCRATCH_CACHE_MB "scratch_cache_mb"
 /* The former name of scratch_cache_mb, still accepted with the same meaning (not both at once). */
 #define RCPU_OPT_ACCUMULATOR_CACHE_MB "accumulator_cache_mb"

@@ -7,7 +7,9 @@
 //! output of the fused node is allocated by ORT (`KernelContext_GetOutput` of the fused node);
 //! every other one lives in a buffer the frame owns. A buffer goes back to the frame's pool after
 //! the value's last reader ran and is reused (smallest that fits) by later values and later runs,
-//! so a steady run allocates nothing. A frame serves one run at a time: concurrent runs each take
+//! so a steady run allocates nothing. Between runs the pool keeps only what the process-wide
+//! scratch budget allows (`memory::ValuePool`): a long prompt's large buffers are freed after its
+//! run when they do not fit. A frame serves one run at a time: concurrent runs each take
 //! their own (`Frame` is pooled per partition by `abi::fused`).
 
 use std::cell::{RefCell, UnsafeCell};
@@ -16,7 +18,7 @@ use std::ffi::c_void;
 use super::kernel_context::KernelContext;
 use super::status::{Error, Result};
 use super::tensor::{elem_name, elem_width, ElemType, Tensor, TensorMut};
-use crate::memory::AlignedBuf;
+use crate::memory::{AlignedBuf, ConstantCopy, GovernorRef, ValuePool};
 
 /// Where a slot's value comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,7 +40,7 @@ pub(crate) struct OwnedConst {
     pub(crate) name: String,
     pub(crate) elem: ElemType,
     pub(crate) shape: Vec<usize>,
-    pub(crate) data: Option<AlignedBuf<u8>>,
+    pub(crate) data: Option<ConstantCopy>,
 }
 
 /// The slots of one partition: their sources, names (for errors) and the constants.
@@ -81,7 +83,7 @@ impl Val {
 /// The values of one run of one partition.
 pub(crate) struct Frame {
     vals: Vec<UnsafeCell<Val>>,
-    pool: RefCell<Vec<AlignedBuf<u8>>>,
+    pool: RefCell<ValuePool>,
 }
 
 // SAFETY: the raw pointers in `Val` point into the frame's own buffers or into ORT outputs of the
@@ -90,15 +92,15 @@ pub(crate) struct Frame {
 unsafe impl Send for Frame {}
 
 impl Frame {
-    /// An empty frame for `n` slots.
-    pub(crate) fn new(n: usize) -> Result<Frame> {
+    /// An empty frame for `n` slots, keeping buffers between runs against `gov`.
+    pub(crate) fn new(n: usize, gov: GovernorRef) -> Result<Frame> {
         let mut vals = Vec::new();
         vals.try_reserve_exact(n)
             .map_err(|_| Error::fail(format!("cannot allocate a frame of {n} values")))?;
         vals.extend((0..n).map(|_| UnsafeCell::new(Val::empty())));
         Ok(Frame {
             vals,
-            pool: RefCell::new(Vec::new()),
+            pool: RefCell::new(ValuePool::new(gov)),
         })
     }
 
@@ -109,32 +111,23 @@ impl Frame {
             v.set = false;
             v.data = std::ptr::null_mut();
             if let Some(b) = v.buf.take() {
-                self.pool.get_mut().push(b);
+                self.pool.get_mut().put(b);
             }
         }
     }
 
-    /// Ends a run: every value forgotten, every buffer back in the pool.
+    /// Ends a run: every value forgotten, every buffer back in the pool, which keeps what the
+    /// budget allows.
     pub(crate) fn reset(&mut self) {
         for s in 0..self.vals.len() {
             self.release(s);
         }
+        self.pool.get_mut().settle();
     }
 
     /// The smallest pooled buffer of at least `bytes`, else a new one (fallible).
     fn take_buf(&self, bytes: usize, what: &dyn Fn() -> String) -> Result<AlignedBuf<u8>> {
-        let mut pool = self.pool.borrow_mut();
-        let best = pool
-            .iter()
-            .enumerate()
-            .filter(|(_, b)| b.len() >= bytes)
-            .min_by_key(|(_, b)| b.len())
-            .map(|(i, _)| i);
-        if let Some(i) = best {
-            return Ok(pool.swap_remove(i));
-        }
-        drop(pool);
-        AlignedBuf::try_zeroed(bytes).map_err(|e| {
+        self.pool.borrow_mut().take(bytes).map_err(|e| {
             Error::fail(format!(
                 "cannot allocate {bytes} bytes for intermediate value {}: {e}",
                 what()

@@ -27,7 +27,7 @@ use crate::ep::capability::find_def;
 use crate::ep::fusion::{find_swiglus, gather, NodeDesc};
 use crate::ep::nodes::swiglu::SwiGlu;
 use crate::ep::op::{KernelEnv, OpKernel};
-use crate::memory::AlignedBuf;
+use crate::memory::{self, ConstantCopy};
 use crate::telemetry::step_times;
 
 /// One step of a run: an inner node, or nodes combined into one step; "Op node 'name'" for
@@ -330,14 +330,13 @@ fn build(graph: Graph<'_>, fused: Node<'_>, env: &Arc<KernelEnv>) -> Result<Plan
             let bytes = t
                 .all_bytes()
                 .map_err(|e| e.context(format!("constant '{name}'")))?;
-            let mut buf = AlignedBuf::<u8>::try_zeroed(bytes.len()).map_err(|e| {
+            let copy = ConstantCopy::try_copy(bytes).map_err(|e| {
                 Error::fail(format!(
                     "cannot copy constant '{name}' ({} bytes): {e}",
                     bytes.len()
                 ))
             })?;
-            buf.as_mut_slice().copy_from_slice(bytes);
-            Some(buf)
+            Some(copy)
         } else {
             None
         };
@@ -436,7 +435,7 @@ impl Plan {
         let taken = self.frames.lock().unwrap_or_else(|e| e.into_inner()).pop();
         let mut frame = match taken {
             Some(f) => f,
-            None => Frame::new(self.slots.src.len())?,
+            None => Frame::new(self.slots.src.len(), memory::scratch_governor().into())?,
         };
         let r = self.steps_over(&mut frame, outer, tally.as_mut());
         frame.reset();

@@ -6,7 +6,8 @@
 //!   unreadable.
 //! - **scratch**: bounds what kernels park per thread between calls, summed over all threads: the
 //!   scratch buffers of [`scratch`] (packed A/B panels of gemm and qgemm, MatMulNBits' packed
-//!   weight groups, attention work buffers) and MatMulNBits' prepared A. Default budget:
+//!   weight groups, attention work buffers), MatMulNBits' prepared A, and the intermediate-value
+//!   buffers fused partitions keep between runs ([`ValuePool`]). Default budget:
 //!   min(64 MiB, 1% of `MemAvailable`); [`FALLBACK_SCRATCH_BUDGET`] (16 MiB) if `/proc/meminfo`
 //!   is unreadable.
 //!
@@ -20,18 +21,22 @@
 //! (under 2 MiB per live region, plus dropped pieces whose region still lives) shows in its stats.
 //!
 //! Every decline has a correct slower path: the weight cache returns `None` (compute from the original
-//! weight), scratch frees an unparked buffer after use (allocate per call).
+//! weight), scratch frees an unparked buffer after use (allocate per call), a value pool frees what
+//! it cannot keep at the end of a run (the next run allocates it again).
 
 mod aligned;
+mod constant_copy;
 mod content_hash;
 mod governor;
 mod key_digest;
 pub mod scratch;
 mod try_alloc;
+mod value_pool;
 mod weight_arena;
 mod weight_cache;
 
 pub use aligned::{AlignedBuf, HUGE_PAGE_MIN_BYTES};
+pub use constant_copy::{constant_copy_stats, ConstantCopy, ConstantCopyStats};
 pub use content_hash::{content_hash, params_hash};
 pub use governor::{Governor, GovernorRef, Grant, OverBudget, Reservation};
 pub use key_digest::KeyDigest;
@@ -40,6 +45,7 @@ pub use scratch::{
     try_with_scratch_u8, ScratchStats, Shortfall,
 };
 pub use try_alloc::{try_vec, AllocError};
+pub use value_pool::{value_pool_stats, ValuePool, ValuePoolStats};
 pub use weight_arena::{
     weight_arena, ArenaBuf, ArenaStats, WeightArena, ALIGN as ARENA_ALIGN, OWN_REGION_MIN_BYTES,
     REGION_BYTES,
@@ -132,6 +138,8 @@ pub fn stats() -> serde_json::Value {
         "weight_cache": weight_cache().stats(),
         "weight_arena": weight_arena().stats_json(),
         "scratch": scratch,
+        "fused_values": value_pool_stats(),
+        "fused_constants": constant_copy_stats(),
     })
 }
 

@@ -127,7 +127,8 @@ fn claim(node: &Node<'_>) -> std::result::Result<(), Decline> {
 
 struct MatMulNBits {
     p: NBitsParams,
-    /// Constant scales / zero points / bias copied at creation (None: read per call).
+    /// Constant scales / zero points / bias copied at creation (None: read per call, or the
+    /// scales and zero points of a packed weight, dropped once it packed).
     scales: Option<Vec<f32>>,
     /// Whether the constant scales are hostile (see `hostile_scales`), decided once.
     const_hostile: bool,
@@ -275,8 +276,18 @@ impl OpKernel for MatMulNBits {
     }
 
     fn prepack(&mut self, input_index: usize, tensor: &Tensor<'_>) -> Result<bool> {
-        if input_index != IN_B {
-            return Ok(false);
+        // Constant scales, zero points and bias are the kernel's own copies from creation (or
+        // part of the packed weight): `compute` never reads these inputs, so neither ORT nor a
+        // fused plan needs to keep them (a fused plan would otherwise copy them once more).
+        match input_index {
+            IN_B => {}
+            IN_SCALES => return Ok(self.scales.is_some() || self.packed.is_some()),
+            IN_ZP => return Ok(self.zero_points.is_some() || self.packed.is_some()),
+            IN_BIAS => return Ok(self.bias.is_some()),
+            _ => return Ok(false),
+        }
+        if self.packed.is_some() {
+            return Ok(true); // offered again: already packed
         }
         // Packing needs the constant scales (and zero points); without them, compute unpacked.
         let Some(scales) = self.scales.as_deref() else {
@@ -308,6 +319,12 @@ impl OpKernel for MatMulNBits {
             |w: &PackedNBits| w.bytes(),
         );
         let got = packed.is_some();
+        if got {
+            // The packed weight holds the scales and zero points in its own format; the f32 and
+            // byte copies are never read again (`compute` takes the packed path).
+            self.scales = None;
+            self.zero_points = None;
+        }
         self.link = packed.clone().map(Link::new);
         self.packed = packed;
         Ok(got)
@@ -371,8 +388,16 @@ impl OpKernel for MatMulNBits {
             }
             None => {
                 let b_t = ctx.required_input(IN_B)?;
-                let s_t = ctx.input(IN_SCALES)?;
-                let z_t = ctx.input(IN_ZP)?;
+                // Only inputs the kernel holds no copy of are read (`prepack` told ORT and the
+                // fused plan not to keep the others).
+                let s_t = match &self.scales {
+                    Some(_) => None,
+                    None => ctx.input(IN_SCALES)?,
+                };
+                let z_t = match &self.zero_points {
+                    Some(_) => None,
+                    None => ctx.input(IN_ZP)?,
+                };
                 let shape_ok = |which, t: &Tensor<'_>| {
                     p.check_input_shape(which, t.shape())
                         .map_err(Error::invalid_argument)

@@ -1,0 +1,213 @@
+//! What a fused partition holds through real ORT: the buffers of its intermediate values are
+//! kept between runs only as far as the process-wide scratch budget allows (a long input's
+//! buffers are freed after its run; a short run's are kept and reused, so a steady run allocates
+//! nothing), with the same answers either way; its constant copies are counted in the stats
+//! while the session lives, and a MatMulNBits node's constant scales, zero points and bias are
+//! not among them (the kernel holds them itself, packed or copied).
+
+use rcpu_e2e::onnx::{dtype, Attr, Dim, GraphBuilder};
+use rcpu_e2e::stats::PluginStats;
+use rcpu_e2e::{ort_with_rcpu, rand_f32, SessionSpec, Tensor};
+
+const W: usize = 64;
+
+/// `y = Sigmoid(x * Sigmoid(x)) * c`: two inner values (`s`, `t`, `u`) the fused node's frame
+/// holds, and one constant (`c`) rcpu copies.
+fn model() -> Vec<u8> {
+    let c: Vec<f32> = (0..W).map(|i| 0.5 + i as f32 / 64.0).collect();
+    let mut g = GraphBuilder::new("fused_memory", 17);
+    g.input("x", dtype::FLOAT, &[Dim::Sym("m"), Dim::Fixed(W as i64)])
+        .initializer_f32("c", &[W as i64], &c)
+        .node("Sigmoid", "", "sig0", &["x"], &["s"], &[])
+        .node("Mul", "", "mul0", &["x", "s"], &["t"], &[])
+        .node("Sigmoid", "", "sig1", &["t"], &["u"], &[])
+        .node("Mul", "", "mul1", &["u", "c"], &["y"], &[])
+        .output("y", dtype::FLOAT);
+    g.build()
+}
+
+/// The tests of this file read process-wide figures and set process-wide budgets: one at a time.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn field(stats: &PluginStats, group: &str, key: &str) -> u64 {
+    stats.json().unwrap()["memory"][group][key]
+        .as_u64()
+        .unwrap_or_else(|| panic!("memory.{group}.{key} missing"))
+}
+
+fn input(m: usize, seed: u64) -> Tensor {
+    Tensor::f32(&[m as i64, W as i64], rand_f32(m * W, seed))
+}
+
+fn max_rel(a: &[f32], b: &[f32]) -> f32 {
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs() / y.abs().max(1e-3))
+        .fold(0.0, f32::max)
+}
+
+/// Guarantees (from the plugin's stats, no timing): with a 1 MiB scratch budget a 4 MiB
+/// intermediate is not kept past its run (what the frame keeps stays within the budget), a
+/// small run keeps its buffers and a repeat allocates nothing, the answers match ORT's CPU EP
+/// (within 1e-5 relative: rcpu's own Sigmoid) and do not depend on what was kept, and the
+/// constant copy is counted while its session lives.
+#[test]
+fn fused_values_are_kept_within_the_scratch_budget() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let ort = ort_with_rcpu();
+    let stats = PluginStats::open().unwrap();
+    let consts0 = field(&stats, "fused_constants", "live_bytes");
+    let cpu = ort.session(&model(), &SessionSpec::ort(Some(1))).unwrap();
+    let s = ort
+        .session(
+            &model(),
+            &SessionSpec::rcpu(&[("threads", "1"), ("scratch_cache_mb", "1")]),
+        )
+        .unwrap();
+    assert!(
+        field(&stats, "fused_constants", "live_bytes") >= consts0 + (W * 4) as u64,
+        "the session's copy of 'c' is counted"
+    );
+
+    // Long: 16384 rows, 4 MiB per intermediate.
+    let long = input(16384, 3);
+    let released0 = field(&stats, "fused_values", "released_bytes");
+    let y_long = s.run(std::slice::from_ref(&long)).unwrap();
+    let released = field(&stats, "fused_values", "released_bytes") - released0;
+    let kept = field(&stats, "fused_values", "kept_bytes");
+    assert!(
+        released >= 4 << 20,
+        "a 4 MiB intermediate must not be kept under a 1 MiB budget (released {released})"
+    );
+    assert!(kept <= 1 << 20, "kept {kept} bytes past a 1 MiB budget");
+    let want = cpu.run(std::slice::from_ref(&long)).unwrap();
+    let e = max_rel(y_long[0].as_f32(), want[0].as_f32());
+    assert!(e <= 1e-5, "long run vs ORT: max rel {e}");
+
+    // Short: 8 rows (2 KiB intermediates) are kept; a repeat allocates nothing.
+    let short = input(8, 4);
+    let y1 = s.run(std::slice::from_ref(&short)).unwrap();
+    assert!(
+        field(&stats, "fused_values", "kept_bytes") > 0,
+        "a short run's buffers are kept"
+    );
+    let fresh = field(&stats, "fused_values", "fresh_allocations");
+    let y2 = s.run(std::slice::from_ref(&short)).unwrap();
+    assert_eq!(
+        field(&stats, "fused_values", "fresh_allocations"),
+        fresh,
+        "a steady run must reuse the kept buffers"
+    );
+    assert_eq!(y1, y2, "the answer must not depend on reused buffers");
+    let want = cpu.run(std::slice::from_ref(&short)).unwrap();
+    let e = max_rel(y1[0].as_f32(), want[0].as_f32());
+    assert!(e <= 1e-5, "short run vs ORT: max rel {e}");
+
+    // The long input again, after its buffers were freed: the same answer.
+    let y_again = s.run(std::slice::from_ref(&long)).unwrap();
+    assert_eq!(y_again, y_long);
+
+    drop(s);
+    assert_eq!(
+        field(&stats, "fused_constants", "live_bytes"),
+        consts0,
+        "the constant copy goes with its session"
+    );
+    assert_eq!(
+        field(&stats, "fused_values", "kept_bytes"),
+        0,
+        "a dropped session keeps no value buffers"
+    );
+}
+
+const K: usize = 200; // not a multiple of the block
+const N: usize = 40;
+const BLOCK: usize = 32;
+
+/// `y = Sigmoid(MatMulNBits(a, b, scales, zp) + bias)`, 4-bit, block 32, accuracy level 0 (so
+/// the fused node computes in f32, as ORT does).
+fn nbits_model() -> Vec<u8> {
+    let kb = K.div_ceil(BLOCK);
+    let byte = |x: &f32| ((x + 1.0) * 127.9) as u8;
+    let codes: Vec<u8> = rand_f32(N * kb * BLOCK / 2, 21).iter().map(byte).collect();
+    let scales: Vec<f32> = rand_f32(N * kb, 22)
+        .iter()
+        .map(|x| 0.01 + x.abs() * 0.05)
+        .collect();
+    let zp: Vec<u8> = rand_f32(N * kb.div_ceil(2), 23).iter().map(byte).collect();
+    let mut g = GraphBuilder::new("nbits_fused", 17);
+    g.input("a", dtype::FLOAT, &[Dim::Sym("m"), Dim::Fixed(K as i64)])
+        .initializer_u8("b", &[N as i64, kb as i64, (BLOCK / 2) as i64], &codes)
+        .initializer_f32("scales", &[(N * kb) as i64], &scales)
+        .initializer_u8("zp", &[(N * kb.div_ceil(2)) as i64], &zp)
+        .initializer_f32("bias", &[N as i64], &rand_f32(N, 24))
+        .node(
+            "MatMulNBits",
+            "com.microsoft",
+            "mmnb",
+            &["a", "b", "scales", "zp", "", "bias"],
+            &["h"],
+            &[
+                ("K", Attr::Int(K as i64)),
+                ("N", Attr::Int(N as i64)),
+                ("bits", Attr::Int(4)),
+                ("block_size", Attr::Int(BLOCK as i64)),
+                ("accuracy_level", Attr::Int(0)),
+            ],
+        )
+        .node("Sigmoid", "", "sig", &["h"], &["y"], &[])
+        .output("y", dtype::FLOAT);
+    g.build()
+}
+
+/// Guarantees (from the plugin's stats): a fused MatMulNBits keeps no frame copy of its
+/// constant scales, zero points or bias, whether its weight packed (default budget) or not (a
+/// zero weight budget: the kernel computes from its own copies and ORT's codes); both answers
+/// match ORT's CPU EP (1e-5 relative) and each other.
+#[test]
+fn a_fused_matmulnbits_keeps_no_copy_of_its_scales() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let ort = ort_with_rcpu();
+    let stats = PluginStats::open().unwrap();
+    let model = nbits_model();
+    let a = Tensor::f32(&[3, K as i64], rand_f32(3 * K, 25));
+    let want = ort
+        .session(&model, &SessionSpec::ort(Some(1)))
+        .unwrap()
+        .run(std::slice::from_ref(&a))
+        .unwrap();
+    let mut answers = Vec::new();
+    for budget in [None, Some("0")] {
+        let before = field(&stats, "fused_constants", "live_bytes");
+        let mut opts = vec![("threads", "1")];
+        if let Some(b) = budget {
+            opts.push(("weight_cache_mb", b));
+        }
+        let s = ort.session(&model, &SessionSpec::rcpu(&opts)).unwrap();
+        let held = field(&stats, "fused_constants", "live_bytes") - before;
+        // Unpacked, the kernel reads ORT's codes per run, so the plan keeps B (64-byte aligned:
+        // up to 63 bytes of padding); nothing else either way.
+        let codes = (N * K.div_ceil(BLOCK) * BLOCK / 2) as u64;
+        let allowed = if budget.is_some() {
+            codes..codes + 64
+        } else {
+            0..1
+        };
+        assert!(
+            allowed.contains(&held),
+            "weight budget {budget:?}: the fused plan copied {held} bytes of constants, \
+             expected {allowed:?} (the MatMulNBits kernel holds its scales, zero points and \
+             bias itself)"
+        );
+        let y = s.run(std::slice::from_ref(&a)).unwrap();
+        let e = max_rel(y[0].as_f32(), want[0].as_f32());
+        assert!(e <= 1e-5, "weight budget {budget:?} vs ORT: max rel {e}");
+        answers.push(y);
+    }
+    assert_eq!(answers[0], answers[1], "packed and unpacked paths differ");
+    // Later sessions in this process get the default weight budget back.
+    drop(
+        ort.session(&model, &SessionSpec::rcpu(&[("weight_cache_mb", "4096")]))
+            .unwrap(),
+    );
+}
