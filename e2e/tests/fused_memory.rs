@@ -7,7 +7,7 @@
 
 use rcpu_e2e::onnx::{dtype, Attr, Dim, GraphBuilder};
 use rcpu_e2e::stats::PluginStats;
-use rcpu_e2e::{ort_with_rcpu, rand_f32, SessionSpec, Tensor};
+use rcpu_e2e::{ort_with_rcpu, rand_f32, Data, SessionSpec, Tensor};
 
 const W: usize = 64;
 
@@ -210,4 +210,134 @@ fn a_fused_matmulnbits_keeps_no_copy_of_its_scales() {
         ort.session(&model, &SessionSpec::rcpu(&[("weight_cache_mb", "4096")]))
             .unwrap(),
     );
+}
+
+const VOCAB: usize = 70; // not a multiple of a column group
+const HID: usize = 96; // three blocks of 32
+
+/// A tied embedding as the model builder makes it: `GatherBlockQuantized(emb_codes, ids,
+/// scales)` feeding `MatMulNBits(h, lm_codes, scales)`, with `emb_codes` `[VOCAB, HID / 2]` and
+/// `lm_codes` `[VOCAB, blocks, 16]` two initializers of the same bytes (ORT's folding of the
+/// builder's Reshape), the scales one initializer read by both. `flip` changes one byte of
+/// `emb_codes`, so the tables differ.
+fn tied_model(flip: bool) -> Vec<u8> {
+    let kb = HID / BLOCK;
+    let byte = |x: &f32| ((x + 1.0) * 127.9) as u8;
+    let codes: Vec<u8> = rand_f32(VOCAB * HID / 2, 31).iter().map(byte).collect();
+    let mut emb = codes.clone();
+    if flip {
+        emb[HID / 2 * 5 + 3] ^= 0x10;
+    }
+    let scales: Vec<f32> = rand_f32(VOCAB * kb, 32)
+        .iter()
+        .map(|x| 0.01 + x.abs() * 0.05)
+        .collect();
+    let mut g = GraphBuilder::new("tied", 17);
+    g.input("ids", dtype::INT64, &[Dim::Fixed(1), Dim::Sym("s")])
+        .initializer_u8("emb_codes", &[VOCAB as i64, (HID / 2) as i64], &emb)
+        .initializer_u8(
+            "lm_codes",
+            &[VOCAB as i64, kb as i64, (BLOCK / 2) as i64],
+            &codes,
+        )
+        .initializer_f32("scales", &[VOCAB as i64, kb as i64], &scales)
+        .node(
+            "GatherBlockQuantized",
+            "com.microsoft",
+            "embed",
+            &["emb_codes", "ids", "scales"],
+            &["h"],
+            &[
+                ("bits", Attr::Int(4)),
+                ("block_size", Attr::Int(BLOCK as i64)),
+                ("gather_axis", Attr::Int(0)),
+                ("quantize_axis", Attr::Int(1)),
+            ],
+        )
+        .node(
+            "MatMulNBits",
+            "com.microsoft",
+            "lm_head",
+            &["h", "lm_codes", "scales"],
+            &["logits"],
+            &[
+                ("K", Attr::Int(HID as i64)),
+                ("N", Attr::Int(VOCAB as i64)),
+                ("bits", Attr::Int(4)),
+                ("block_size", Attr::Int(BLOCK as i64)),
+                ("accuracy_level", Attr::Int(0)),
+            ],
+        )
+        .output("h", dtype::FLOAT)
+        .output("logits", dtype::FLOAT);
+    g.build()
+}
+
+fn rel_l2(a: &[f32], b: &[f32]) -> f64 {
+    let d: f64 = a.iter().zip(b).map(|(x, y)| ((x - y) as f64).powi(2)).sum();
+    let n: f64 = b.iter().map(|y| (*y as f64).powi(2)).sum();
+    (d / n.max(1e-30)).sqrt()
+}
+
+fn ledger_variant(stats: &PluginStats, op: &str) -> Vec<String> {
+    let j = stats.json().unwrap();
+    j["ledger"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["op"] == op)
+        .map(|r| r["variant"].as_str().unwrap_or("?").to_string())
+        .collect()
+}
+
+/// Guarantees: in a fused partition, a GatherBlockQuantized whose table is the very codes of a
+/// packed MatMulNBits weight reads them from that weight (ledger variant `scalar-tied`), so the
+/// plan keeps only the shared scales (no copy of the codes); its rows are bit for bit ORT's,
+/// including zeros for out-of-range ids and negative ids, and the logits match ORT's (relative
+/// L2 1e-4, accuracy level 0). A table that differs in one byte is not shared (its codes are copied) and still
+/// gives ORT's rows.
+#[test]
+fn a_tied_embedding_reads_the_packed_lm_head() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let ort = ort_with_rcpu();
+    let stats = PluginStats::open().unwrap();
+    let ids = Tensor {
+        shape: vec![1, 6],
+        data: Data::I64(vec![0, 5, 69, -1, 70, -71]),
+    };
+    let scales_bytes = (VOCAB * HID / BLOCK * 4) as u64;
+    let codes_bytes = (VOCAB * HID / 2) as u64;
+    for flip in [false, true] {
+        let model = tied_model(flip);
+        let want = ort
+            .session(&model, &SessionSpec::ort(Some(1)))
+            .unwrap()
+            .run(std::slice::from_ref(&ids))
+            .unwrap();
+        let before = field(&stats, "fused_constants", "live_bytes");
+        let s = ort
+            .session(&model, &SessionSpec::rcpu(&[("threads", "1")]))
+            .unwrap();
+        let held = field(&stats, "fused_constants", "live_bytes") - before;
+        stats.reset().unwrap();
+        let got = s.run(std::slice::from_ref(&ids)).unwrap();
+        assert_eq!(
+            got[0], want[0],
+            "flip {flip}: the gathered rows must be ORT's"
+        );
+        let e = rel_l2(got[1].as_f32(), want[1].as_f32());
+        assert!(e <= 1e-4, "flip {flip}: logits vs ORT rel L2 {e}");
+        let variants = ledger_variant(&stats, "GatherBlockQuantized");
+        let (kept, variant) = if flip {
+            (scales_bytes + codes_bytes, "scalar")
+        } else {
+            (scales_bytes, "scalar-tied")
+        };
+        assert_eq!(variants, [variant], "flip {flip}");
+        // Each copy is 64-byte aligned: up to 63 bytes of padding per copy.
+        assert!(
+            (kept..kept + 128).contains(&held),
+            "flip {flip}: the plan holds {held} bytes of constants, expected {kept} (+ padding)"
+        );
+    }
 }

@@ -19,12 +19,14 @@ use std::time::Instant;
 
 use super::ep_types::*;
 use super::frame::{Frame, NodeFrame, OwnedConst, SlotSrc, Slots, Wiring};
-use super::graph::{Graph, Node};
+use super::graph::{Graph, Node, ValueInfo};
 use super::kernel_context::KernelContext;
 use super::kernel_info::KernelInfo;
 use super::status::{guard, guard_value, Error, Result};
 use crate::ep::capability::find_def;
 use crate::ep::fusion::{find_swiglus, gather, NodeDesc};
+use crate::ep::nodes::gather_block_quantized::share_tied_codes;
+use crate::ep::nodes::matmul_nbits::packed_operand;
 use crate::ep::nodes::swiglu::SwiGlu;
 use crate::ep::op::{KernelEnv, OpKernel};
 use crate::memory::{self, ConstantCopy};
@@ -224,8 +226,8 @@ fn build(graph: Graph<'_>, fused: Node<'_>, env: &Arc<KernelEnv>) -> Result<Plan
         consts: Vec::new(),
     };
     let mut slot_of: HashMap<String, usize> = HashMap::new();
-    // Per constant: whether some kernel still reads it (did not prepack it).
-    let mut const_needed: Vec<bool> = Vec::new();
+    // Per constant: the (step, input) pairs of the kernels that still read it (did not prepack it).
+    let mut const_readers: Vec<Vec<(usize, usize)>> = Vec::new();
     let mut const_src = Vec::new();
     let mut steps = Vec::with_capacity(order.len());
     for &ni in &order {
@@ -254,9 +256,9 @@ fn build(graph: Graph<'_>, fused: Node<'_>, env: &Arc<KernelEnv>) -> Result<Plan
                     let src = if let Some(&k) = outer_in.get(&name) {
                         SlotSrc::Outer(k)
                     } else if v.is_constant_initializer() {
-                        const_needed.push(false);
+                        const_readers.push(Vec::new());
                         const_src.push(v);
-                        SlotSrc::Const(const_needed.len() - 1)
+                        SlotSrc::Const(const_readers.len() - 1)
                     } else {
                         return Err(Error::fail(format!(
                             "{label}: input {i} ('{name}') is neither an input of the fused \
@@ -276,7 +278,7 @@ fn build(graph: Graph<'_>, fused: Node<'_>, env: &Arc<KernelEnv>) -> Result<Plan
                 })?;
                 let packed = kernel.prepack(i, &t).map_err(|e| e.context(&label))?;
                 if !packed {
-                    const_needed[k] = true;
+                    const_readers[k].push((steps.len(), i));
                 }
             }
             inputs.push(Some(s));
@@ -320,13 +322,14 @@ fn build(graph: Graph<'_>, fused: Node<'_>, env: &Arc<KernelEnv>) -> Result<Plan
             },
         });
     }
+    share_tied_tables(&mut steps, &slots, &const_src, &mut const_readers)?;
     // rcpu's copies of the constants some kernel still reads.
     for (k, v) in const_src.iter().enumerate() {
         let t = v
             .constant_value()?
             .ok_or_else(|| Error::fail("constant has no value"))?;
         let name = v.name()?;
-        let data = if const_needed[k] {
+        let data = if !const_readers[k].is_empty() {
             let bytes = t
                 .all_bytes()
                 .map_err(|e| e.context(format!("constant '{name}'")))?;
@@ -373,6 +376,59 @@ fn build(graph: Graph<'_>, fused: Node<'_>, env: &Arc<KernelEnv>) -> Result<Plan
         frames: Mutex::new(Vec::new()),
         clock,
     })
+}
+
+/// A tied embedding (`gather_block_quantized::share_tied_codes`): each GatherBlockQuantized whose
+/// constant data are the very codes of a packed MatMulNBits weight in this partition reads them
+/// from that weight, and stops being a reader of its data (no copy is kept when it was the last).
+fn share_tied_tables(
+    steps: &mut [Step],
+    slots: &Slots,
+    const_src: &[ValueInfo<'_>],
+    const_readers: &mut [Vec<(usize, usize)>],
+) -> Result<()> {
+    let const_of = |st: &Step, i: usize| match st.wiring.inputs.get(i) {
+        Some(&Some(s)) => match slots.src[s] {
+            SlotSrc::Const(k) => Some(k),
+            _ => None,
+        },
+        _ => None,
+    };
+    // Packed MatMulNBits weights with a constant B: (weight, B's constant).
+    let packed: Vec<_> = steps
+        .iter()
+        .filter_map(|st| match &st.run {
+            StepRun::Node(k) => Some((packed_operand(k.as_ref())?.weight, const_of(st, 1)?)),
+            StepRun::SwiGlu(_) => None,
+        })
+        .collect();
+    if packed.is_empty() {
+        return Ok(());
+    }
+    for (si, st) in steps.iter_mut().enumerate() {
+        let Some(kd) = const_of(st, 0) else {
+            continue;
+        };
+        if st.kind != "GatherBlockQuantized" || !const_readers[kd].contains(&(si, 0)) {
+            continue;
+        }
+        let StepRun::Node(kernel) = &mut st.run else {
+            continue;
+        };
+        let Some(data) = const_src[kd].constant_value()? else {
+            continue;
+        };
+        for (weight, kb) in &packed {
+            let Some(b) = const_src[*kb].constant_value()? else {
+                continue;
+            };
+            if share_tied_codes(kernel.as_mut(), &data, weight, &b)? {
+                const_readers[kd].retain(|&r| r != (si, 0));
+                break;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Replaces the steps of each SwiGLU match (adjacent in `order` after `gather`) by one

@@ -55,6 +55,13 @@ pub trait OpKernel: Send + Sync {
     fn as_any(&self) -> Option<&dyn std::any::Any> {
         None
     }
+
+    /// The kernel as mutable `Any`, for a fused partition that rewires a kernel's inputs at
+    /// `Compile` (`ep::nodes::gather_block_quantized::share_tied_codes`); `None` (the default)
+    /// for kernels nothing rewires.
+    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
+        None
+    }
 }
 
 /// Why a node is not claimed (logged at verbose level, shown in tests).

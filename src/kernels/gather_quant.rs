@@ -121,8 +121,25 @@ pub fn gather<I: Copy + Into<i64>>(
     indices: &[I],
     out: &mut [f32],
 ) {
-    let entries = (table.rows() / group.max(1)) as i64;
-    let span = group * table.row_len();
+    let entries = table.rows() / group.max(1);
+    gather_rows(entries, group, table.row_len(), indices, out, |r, dst| {
+        table.dequant_row(r, dst)
+    });
+}
+
+/// [`gather`] over any source of rows: `row(r, dst)` fills `dst` (`row_len` elements) with row
+/// `r` of a table of `entries * group` rows (the caller's own layout, e.g. a packed lm_head's
+/// codes for a tied embedding).
+pub fn gather_rows<I: Copy + Into<i64>>(
+    entries: usize,
+    group: usize,
+    row_len: usize,
+    indices: &[I],
+    out: &mut [f32],
+    mut row: impl FnMut(usize, &mut [f32]),
+) {
+    let entries = entries as i64;
+    let span = group * row_len;
     for (&ix, dst) in indices.iter().zip(out.chunks_mut(span.max(1))) {
         let ix: i64 = ix.into();
         let i = if ix < 0 { ix + entries } else { ix };
@@ -130,8 +147,8 @@ pub fn gather<I: Copy + Into<i64>>(
             dst.fill(0.0);
             continue;
         }
-        for (g, row_out) in dst.chunks_mut(table.row_len()).enumerate() {
-            table.dequant_row(i as usize * group + g, row_out);
+        for (g, row_out) in dst.chunks_mut(row_len.max(1)).enumerate() {
+            row(i as usize * group + g, row_out);
         }
     }
 }

@@ -453,3 +453,39 @@ fn idle_hint_is_the_second_lanes_segment() {
         }
     }
 }
+
+/// `PackedNBits::column_codes` gives back every column's codes exactly as B held them (the
+/// reference `weight_code`, so B's padding past K is not compared), for K within a block, odd K,
+/// K past a chunk boundary, N not a multiple of a group, every block size, with and without
+/// zero points and at both scale formats; and refuses a column past N or a short buffer.
+#[test]
+fn column_codes_give_back_the_codes_of_b() {
+    use rcpu::kernels::matmul_nbits::pack;
+    use rcpu::kernels::matmul_nbits::reference::weight_code;
+    let mut seed = 900;
+    for (k, n) in [(16, 1), (33, 31), (200, 40), (130, 33), (896, 70)] {
+        for bs in [16, 32, 64, 128] {
+            for (acc, zp) in [(4, false), (0, true), (1, false)] {
+                seed += 1;
+                let pr = Problem::new(k, n, 1, bs, acc, zp, false, seed);
+                let packed = pack(&pr.b, &pr.scales, pr.zp.as_deref(), &pr.p);
+                let mut row = vec![0u8; k.div_ceil(2) + 1];
+                for col in 0..n {
+                    row.fill(0xEE);
+                    assert!(packed.column_codes(col, &mut row));
+                    for kk in 0..k {
+                        let got = (row[kk / 2] >> (4 * (kk % 2))) & 0x0F;
+                        let want = weight_code(&pr.b, &pr.p, kk, col);
+                        assert_eq!(got, want, "K={k} N={n} bs={bs} acc={acc}: ({kk}, {col})");
+                    }
+                    if k % 2 == 1 {
+                        assert_eq!(row[k / 2] >> 4, 0, "the nibble past an odd K is 0");
+                    }
+                    assert_eq!(row[k.div_ceil(2)], 0xEE, "a byte past the row is untouched");
+                }
+                assert!(!packed.column_codes(n, &mut row), "a column past N");
+                assert!(!packed.column_codes(0, &mut row[..k.div_ceil(2) - 1]));
+            }
+        }
+    }
+}

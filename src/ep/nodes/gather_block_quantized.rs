@@ -5,6 +5,13 @@
 //! power of two >= 16; zero points optional (default 8). Results are bit-identical to ORT's CPU
 //! EP, including its zeros for an index out of range. f16 scales, 2/8-bit codes and the int4
 //! tensor types stay on ORT.
+//!
+//! A tied embedding: the model builder feeds the gather the lm_head's own codes (a Reshape of
+//! the same initializer, which ORT folds into a second initializer with the same bytes) and the
+//! same scales. In a fused partition that also holds the lm_head MatMulNBits, whose weight
+//! packed, [`share_tied_codes`] lets the gather read its rows' codes from that packed weight
+//! (`PackedNBits::column_codes`, lossless) with its own scales, so the partition keeps no copy
+//! of the table's codes (68 MB at Qwen2-0.5B shapes, 131 MB at Llama-3.2-1B).
 
 use std::sync::Arc;
 
@@ -14,7 +21,9 @@ use crate::abi::kernel_info::KernelInfo;
 use crate::abi::status::{Error, Result};
 use crate::abi::tensor::{ElemType, Tensor};
 use crate::ep::op::{types, Decline, KernelEnv, OpDef, OpKernel};
-use crate::kernels::gather_quant::{gather, U4Table};
+use crate::kernels::gather_quant::{gather, gather_rows, U4Table};
+use crate::kernels::matmul_nbits::PackedNBits;
+use crate::memory::CachedWeight;
 use crate::telemetry::ledger;
 
 use super::claim::{input_type, only_attrs, require_elem, require_output_elem, F32};
@@ -27,6 +36,50 @@ const I64: ElemType = ElemType::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64;
 /// One lane: a decode step gathers one row of a few KiB.
 struct GatherBlockQuantized {
     block: usize,
+    /// Where the codes come from when they are a packed lm_head's ([`share_tied_codes`]); the
+    /// data input is then never read.
+    tied: Option<TiedCodes>,
+}
+
+/// The codes of a tied embedding table, in the lm_head's packed weight.
+struct TiedCodes {
+    weight: Arc<CachedWeight<PackedNBits>>,
+    /// The data input's shape, `[N, K / 2]`.
+    shape: [usize; 2],
+}
+
+/// Lets `gather` (a GatherBlockQuantized kernel, data input `data`, constant) read its codes
+/// from `weight`, the packed weight of a MatMulNBits node whose constant B is `b`, when they are
+/// the same codes: data of shape `[N, K / 2]` with `weight`'s N and K and the very bytes of `b`
+/// (so K is whole blocks and B has no padding). True when shared: the gather then never reads
+/// its data input (the caller need not keep it).
+pub(crate) fn share_tied_codes(
+    gather: &mut dyn OpKernel,
+    data: &Tensor<'_>,
+    weight: &Arc<CachedWeight<PackedNBits>>,
+    b: &Tensor<'_>,
+) -> Result<bool> {
+    let Some(g) = gather
+        .as_any_mut()
+        .and_then(|a| a.downcast_mut::<GatherBlockQuantized>())
+    else {
+        return Ok(false);
+    };
+    let p = weight.params();
+    let &[n, half] = data.shape() else {
+        return Ok(false);
+    };
+    if n != p.n || half.checked_mul(2) != Some(p.k) || data.elem() != U8 || b.elem() != U8 {
+        return Ok(false);
+    }
+    if data.all_bytes()? != b.all_bytes()? {
+        return Ok(false);
+    }
+    g.tied = Some(TiedCodes {
+        weight: weight.clone(),
+        shape: [n, half],
+    });
+    Ok(true)
 }
 
 fn invalid(msg: impl Into<String>) -> Error {
@@ -94,20 +147,32 @@ fn run<I: Copy + Into<i64> + crate::abi::tensor::Element>(
 }
 
 impl OpKernel for GatherBlockQuantized {
+    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
+        Some(self)
+    }
+
     fn compute(&self, ctx: &KernelContext<'_>) -> Result<()> {
-        let data = ctx.required_input(0)?;
+        let data = match &self.tied {
+            Some(_) => None,
+            None => Some(ctx.required_input(0)?),
+        };
+        let data_shape = match (&self.tied, &data) {
+            (Some(t), _) => &t.shape[..],
+            (None, Some(d)) => d.shape(),
+            (None, None) => return Err(invalid("input data is missing")),
+        };
         let indices = ctx.required_input(1)?;
         let scales = ctx.required_input(2)?;
         let zp = ctx.input(3)?;
         let group = check_shapes(
-            data.shape(),
+            data_shape,
             scales.shape(),
             zp.as_ref().map(|z| z.shape()),
             self.block,
         )?;
         // Output: indices' shape in place of axis 0, the last axis unpacked (two codes a byte).
         let mut shape = indices.shape().to_vec();
-        shape.extend_from_slice(&data.shape()[1..]);
+        shape.extend_from_slice(&data_shape[1..]);
         if let Some(last) = shape.last_mut() {
             *last = last
                 .checked_mul(2)
@@ -118,17 +183,28 @@ impl OpKernel for GatherBlockQuantized {
             .try_fold(1usize, |a, &d| a.checked_mul(d))
             .and_then(|n| n.checked_mul(4))
             .ok_or_else(|| invalid(format!("output shape {shape:?} overflows")))?;
-        let row_bytes = data.shape()[data.shape().len() - 1];
+        let row_bytes = data_shape[data_shape.len() - 1];
         let out = ctx.output(0, &shape)?.into_data::<f32>()?;
         if out.is_empty() {
             ledger::record("GatherBlockQuantized", "scalar", 1);
             return Ok(());
         }
+        let zp = zp.as_ref().map(|z| z.data::<u8>()).transpose()?;
+        let Some(data) = data else {
+            // `tied` is set (a tied table is rank 2, so `group` is 1).
+            let t = self
+                .tied
+                .as_ref()
+                .ok_or_else(|| invalid("input data is missing"))?;
+            let variant = gather_tied(t, scales.data::<f32>()?, zp, self.block, &indices, out)?;
+            ledger::record("GatherBlockQuantized", variant, 1);
+            return Ok(());
+        };
         let table = U4Table::new(
             data.data::<u8>()?,
             row_bytes,
             scales.data::<f32>()?,
-            zp.as_ref().map(|z| z.data::<u8>()).transpose()?,
+            zp,
             self.block,
         )
         .map_err(invalid)?;
@@ -139,6 +215,59 @@ impl OpKernel for GatherBlockQuantized {
         }
         ledger::record("GatherBlockQuantized", "scalar", 1);
         Ok(())
+    }
+}
+
+/// The gather of a tied table: per index, the row's codes from the packed weight into a row
+/// buffer, dequantized with the node's own scales and zero points (the same arithmetic as the
+/// untied path, so the same bits).
+fn gather_tied(
+    t: &TiedCodes,
+    scales: &[f32],
+    zp: Option<&[u8]>,
+    block: usize,
+    indices: &Tensor<'_>,
+    out: &mut [f32],
+) -> Result<&'static str> {
+    let [n, row_bytes] = t.shape;
+    let blocks = (row_bytes * 2).div_ceil(block);
+    let zp_row = blocks.div_ceil(2);
+    // `check_shapes` matched the scales' and zero points' shapes to the table's; their lengths
+    // must then cover its `n` rows, which the row slices below rely on.
+    if scales.len() != n * blocks || zp.is_some_and(|z| z.len() != n * zp_row) {
+        return Err(invalid("scales or zero points do not cover the table"));
+    }
+    let mut codes = crate::memory::try_vec(row_bytes, 0u8)
+        .map_err(|e| Error::fail(format!("cannot allocate a row of {row_bytes} bytes: {e}")))?;
+    let mut failed = None;
+    let mut row = |r: usize, dst: &mut [f32]| {
+        if failed.is_some() {
+            return;
+        }
+        let one = if t.weight.column_codes(r, &mut codes) {
+            U4Table::new(
+                &codes,
+                row_bytes,
+                &scales[r * blocks..(r + 1) * blocks],
+                zp.map(|z| &z[r * zp_row..(r + 1) * zp_row]),
+                block,
+            )
+        } else {
+            Err(format!("row {r} is not in the packed table"))
+        };
+        match one {
+            Ok(table) => table.dequant_row(0, dst),
+            Err(e) => failed = Some(e),
+        }
+    };
+    match indices.elem() {
+        I32 => gather_rows(n, 1, row_bytes * 2, indices.data::<i32>()?, out, &mut row),
+        I64 => gather_rows(n, 1, row_bytes * 2, indices.data::<i64>()?, out, &mut row),
+        _ => return Err(invalid("indices must be int32 or int64")),
+    }
+    match failed {
+        Some(e) => Err(Error::fail(e)),
+        None => Ok("scalar-tied"),
     }
 }
 
@@ -187,7 +316,7 @@ fn create(info: &KernelInfo<'_>, _env: &Arc<KernelEnv>) -> Result<Box<dyn OpKern
         .ok()
         .filter(|b| *b >= 16 && b.is_power_of_two())
         .ok_or_else(|| invalid(format!("block_size={block} is not a power of two >= 16")))?;
-    Ok(Box::new(GatherBlockQuantized { block }))
+    Ok(Box::new(GatherBlockQuantized { block, tied: None }))
 }
 
 pub const GATHER_BLOCK_QUANTIZED: OpDef = OpDef {

@@ -190,6 +190,32 @@ impl PackedNBits {
         self.weights.as_slice()
     }
 
+    /// Writes column `n`'s K codes into `out` in ORT's layout for one row of B (code `k` in
+    /// byte `k / 2`, the low nibble for even `k`): exactly what [`pack`] read from B, since the
+    /// codes are stored unchanged (zero points and scales are kept apart). Bytes from
+    /// `K.div_ceil(2)` on are left alone. The embedding gather of a model whose embedding table
+    /// is tied to its lm_head reads its rows from the lm_head's packed weight this way
+    /// (`ep::nodes::gather_block_quantized`). False, with nothing written, when `n >= N` or
+    /// `out` is shorter than `K.div_ceil(2)`.
+    pub fn column_codes(&self, n: usize, out: &mut [u8]) -> bool {
+        let p = &self.params;
+        let bytes = p.k.div_ceil(2);
+        if n >= p.n || out.len() < bytes {
+            return false;
+        }
+        let wb = group_weight_bytes(p);
+        let w = &self.weights.as_slice()[n / NR * wb..][..wb];
+        let (lane, shift) = (n % NR % LANES, 4 * (n % NR / LANES));
+        let out = &mut out[..bytes];
+        out.fill(0);
+        for k in 0..p.k {
+            // The chunk of k, lane `lane`'s dword, byte k % 4 (see the module documentation).
+            let byte = w[k / CHUNK_K * 4 * LANES + 4 * lane + k % CHUNK_K];
+            out[k / 2] |= ((byte >> shift) & 0x0F) << (4 * (k % 2));
+        }
+        true
+    }
+
     /// The slices of column group `g`.
     pub fn group(&self, g: usize) -> GroupView<'_> {
         let p = &self.params;
