@@ -5,6 +5,7 @@
 //! while the session lives, and a MatMulNBits node's constant scales, zero points and bias are
 //! not among them (the kernel holds them itself, packed or copied).
 
+use rcpu_e2e::compare::{max_scaled_err, rel_l2};
 use rcpu_e2e::onnx::{dtype, Attr, Dim, GraphBuilder};
 use rcpu_e2e::stats::PluginStats;
 use rcpu_e2e::{ort_with_rcpu, rand_f32, Data, SessionSpec, Tensor};
@@ -39,11 +40,9 @@ fn input(m: usize, seed: u64) -> Tensor {
     Tensor::f32(&[m as i64, W as i64], rand_f32(m * W, seed))
 }
 
+/// Largest |a - b| over 1e-5 |b| (+ 1e-8): at most 1 means within 1e-5 relative.
 fn max_rel(a: &[f32], b: &[f32]) -> f32 {
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs() / y.abs().max(1e-3))
-        .fold(0.0, f32::max)
+    max_scaled_err(a, b, 1e-5, 1e-8)
 }
 
 /// Guarantees (from the plugin's stats, no timing): with a 1 MiB scratch budget a 4 MiB
@@ -82,7 +81,10 @@ fn fused_values_are_kept_within_the_scratch_budget() {
     assert!(kept <= 1 << 20, "kept {kept} bytes past a 1 MiB budget");
     let want = cpu.run(std::slice::from_ref(&long)).unwrap();
     let e = max_rel(y_long[0].as_f32(), want[0].as_f32());
-    assert!(e <= 1e-5, "long run vs ORT: max rel {e}");
+    assert!(
+        e <= 1.0,
+        "long run vs ORT: error {e} in units of 1e-5 relative"
+    );
 
     // Short: 8 rows (2 KiB intermediates) are kept; a repeat allocates nothing.
     let short = input(8, 4);
@@ -101,7 +103,10 @@ fn fused_values_are_kept_within_the_scratch_budget() {
     assert_eq!(y1, y2, "the answer must not depend on reused buffers");
     let want = cpu.run(std::slice::from_ref(&short)).unwrap();
     let e = max_rel(y1[0].as_f32(), want[0].as_f32());
-    assert!(e <= 1e-5, "short run vs ORT: max rel {e}");
+    assert!(
+        e <= 1.0,
+        "short run vs ORT: error {e} in units of 1e-5 relative"
+    );
 
     // The long input again, after its buffers were freed: the same answer.
     let y_again = s.run(std::slice::from_ref(&long)).unwrap();
@@ -201,7 +206,10 @@ fn a_fused_matmulnbits_keeps_no_copy_of_its_scales() {
         );
         let y = s.run(std::slice::from_ref(&a)).unwrap();
         let e = max_rel(y[0].as_f32(), want[0].as_f32());
-        assert!(e <= 1e-5, "weight budget {budget:?} vs ORT: max rel {e}");
+        assert!(
+            e <= 1.0,
+            "weight budget {budget:?} vs ORT: error {e} in units of 1e-5 relative"
+        );
         answers.push(y);
     }
     assert_eq!(answers[0], answers[1], "packed and unpacked paths differ");
@@ -271,12 +279,6 @@ fn tied_model(flip: bool) -> Vec<u8> {
         .output("h", dtype::FLOAT)
         .output("logits", dtype::FLOAT);
     g.build()
-}
-
-fn rel_l2(a: &[f32], b: &[f32]) -> f64 {
-    let d: f64 = a.iter().zip(b).map(|(x, y)| ((x - y) as f64).powi(2)).sum();
-    let n: f64 = b.iter().map(|y| (*y as f64).powi(2)).sum();
-    (d / n.max(1e-30)).sqrt()
 }
 
 fn ledger_variant(stats: &PluginStats, op: &str) -> Vec<String> {
