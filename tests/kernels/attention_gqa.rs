@@ -513,3 +513,40 @@ fn subnormal_probabilities_count_as_zero() {
         }
     }
 }
+
+/// The decode path rule (`gqa::decode_fused`): over a short cache the fused path unless a single
+/// unit is worth splitting; over a long one (past 1024, measured faster on 2 lanes with 2 units)
+/// the fused path whenever the units cover the lanes, the general one (query heads split over
+/// the lanes) when they do not.
+#[test]
+fn decode_path_rule() {
+    use rcpu::kernels::attention::gqa::{decode_fused, DECODE_FUSED_MAX_PAST};
+    let short = DECODE_FUSED_MAX_PAST;
+    assert!(decode_fused(64, 2, true, 2));
+    assert!(decode_fused(short, 2, true, 8));
+    assert!(!decode_fused(64, 1, true, 2), "one unit worth splitting");
+    assert!(
+        decode_fused(64, 1, false, 2),
+        "one unit not worth splitting"
+    );
+    assert!(
+        decode_fused(1024, 2, true, 2),
+        "long cache, units cover the lanes"
+    );
+    assert!(decode_fused(1024, 8, true, 2));
+    assert!(
+        !decode_fused(1024, 2, true, 8),
+        "long cache, lanes left idle"
+    );
+    assert!(decode_fused(1024, 1, true, 1));
+}
+
+/// The fused decode at a long cache on as many lanes as units (the path `decode_path_rule`
+/// picks there), presents streamed: outputs and presents against the f64 reference.
+#[test]
+fn decode_long_cache_fused() {
+    for (heads, kv, head) in [(14, 2, 64), (8, 4, 24)] {
+        let c = case(1, 1, heads, kv, head, 1030, 1031);
+        check(c, &[1030], 77 + kv as u64);
+    }
+}

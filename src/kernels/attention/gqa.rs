@@ -39,11 +39,29 @@ use super::Kernels;
 /// Attention work (multiply-adds) from which a call is split over lanes.
 pub const PAR_MIN_WORK: usize = 1 << 15;
 
-/// Most past rows a decode step takes the fused path ([`super::gqa_decode`]) with. Inside the
-/// Qwen2-0.5B decode (2 lanes, `rcpu-bench llm --mode decode --past P`, old build as the null
-/// arm) the fused path measured 4% faster per token at past 64, 2.4% at 256, 2% slower at 512
-/// and 1% slower at 1024 (one unit per lane there; the general path splits by query heads).
+/// Most past rows a decode step takes the fused path ([`super::gqa_decode`]) with when its
+/// units do not cover the lanes (see [`decode_fused`]). Inside the Qwen2-0.5B decode (2 lanes,
+/// `rcpu-bench llm --mode decode --past P`, old build as the null arm) the fused path measured
+/// 4% faster per token at past 64, 2.4% at 256, 2% slower at 512 and 1% slower at 1024 (an
+/// earlier build, on an Intel host).
 pub const DECODE_FUSED_MAX_PAST: usize = 256;
+
+/// Whether a decode step (one new row per batch) with `past` rows at most takes the fused path:
+/// over a short cache always, except a single unit worth splitting (the general path splits its
+/// query heads over the lanes); over a longer one when its (batch, kv head) units cover the
+/// lanes, so no lane idles. On the Zen 4 host (stop 27; 2 lanes, 2 units; per-round medians of
+/// the old/new time per token, arms interleaved) the fused path at past 1024 was 3.1% faster than
+/// the general one, 24% in a run at plentiful bandwidth, and with its present copy streamed
+/// ([`super::STREAM_COPY_MIN_BYTES`]) 9% (Qwen2-0.5B shapes) and 9.1% (Llama-3.2-1B, 8 units):
+/// each lane reads its unit's keys and values once, into its own cache, where the general path
+/// writes present first and then has every query head read its kv head's rows from it.
+pub fn decode_fused(past: usize, units: usize, parallel: bool, lanes: usize) -> bool {
+    if past <= DECODE_FUSED_MAX_PAST {
+        units >= 2 || !parallel || lanes < 2
+    } else {
+        units >= lanes || !parallel
+    }
+}
 
 /// Shape of one call.
 #[derive(Clone, Copy, Debug)]
@@ -275,25 +293,20 @@ pub fn gqa_f32_prefill(
         |x: &[f32], p, out: &mut [f32]| rows.rope(x, p, out),
     );
     let max_len = past.iter().map(|&(p, _)| p).max().unwrap_or(0) + seq;
-    if seq == 1 && max_len <= DECODE_FUSED_MAX_PAST + 1 {
-        // Decode: one dispatch over (batch, kv head) units when there are several (or when the
-        // call stays on one lane anyway); a single unit worth splitting takes the general path,
-        // which splits its query heads.
-        let units = batch * kv_heads;
-        let parallel = out_elems.saturating_mul(max_len) >= PAR_MIN_WORK;
-        if units >= 2 || !parallel || par.lanes() < 2 {
-            let d = Decode {
-                k,
-                softmax_row,
-                sh,
-                rows: &rows,
-                past_kv: if o.shared { None } else { inp.past },
-                past: &past,
-                shared: o.shared,
-            };
-            d.run(o.out, o.present_k, o.present_v, parallel, par)?;
-            return Ok(k.name);
-        }
+    let units = batch * kv_heads;
+    let parallel = out_elems.saturating_mul(max_len) >= PAR_MIN_WORK;
+    if seq == 1 && decode_fused(max_len - 1, units, parallel, par.lanes()) {
+        let d = Decode {
+            k,
+            softmax_row,
+            sh,
+            rows: &rows,
+            past_kv: if o.shared { None } else { inp.past },
+            past: &past,
+            shared: o.shared,
+        };
+        d.run(o.out, o.present_k, o.present_v, parallel, par)?;
+        return Ok(k.name);
     }
     let unit = present_len * head;
     let copy_work = 2 * cache >= super::rotary::PAR_MIN_ELEMS * 4;

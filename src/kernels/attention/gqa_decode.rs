@@ -90,8 +90,8 @@ impl Decode<'_, '_> {
     }
 
     /// Floats of scratch one lane needs: a rotated query row, and scores and probabilities of
-    /// every query head of a group (small: this path runs only up to
-    /// [`super::gqa::DECODE_FUSED_MAX_PAST`] past rows).
+    /// every query head of a group (`2 * group * (past + 1)`: 224 KiB at 4096 past rows and a
+    /// group of 7; lent fallibly, a shortfall is the caller's clean error).
     fn scratch(&self) -> usize {
         let sh = self.sh;
         let max_len = self.past.iter().map(|&(p, _)| p).max().unwrap_or(0) + 1;
@@ -162,7 +162,11 @@ impl Decode<'_, '_> {
                 let src = if which == 0 { pk } else { pv };
                 let at = (b * self.sh.kv_heads + n) * past_len * head;
                 let rows = &src[at..at + p * head];
-                d[..p * head].copy_from_slice(rows);
+                if p * head * 4 >= super::STREAM_COPY_MIN_BYTES {
+                    (self.k.stream_copy)(&mut d[..p * head], rows);
+                } else {
+                    d[..p * head].copy_from_slice(rows);
+                }
                 old = Some(rows);
             }
             d[(p + 1) * head..].fill(0.0);

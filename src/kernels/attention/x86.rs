@@ -221,3 +221,33 @@ isa_entry!(rows_group_avx2, Avx2, "avx2,fma", rows_group_generic,
     (g: usize, coef: &[f32], m: &[f32], ld: usize, scale: f32, out: &mut [f32]));
 isa_entry!(rows_group_avx512, Avx512, "avx512f,avx512dq,avx2,fma", rows_group_generic,
     (g: usize, coef: &[f32], m: &[f32], ld: usize, scale: f32, out: &mut [f32]));
+
+/// `dst = src` (equal lengths) with non-temporal stores for the 64-byte aligned body, then an
+/// `sfence`: for present rows that no kernel of this call reads back (the decode step reads the
+/// past input instead), so the copy neither reads the destination's lines first nor evicts the
+/// rows the attention is about to read.
+pub(super) fn stream_copy_avx512(dst: &mut [f32], src: &[f32]) {
+    use std::arch::x86_64::{_mm512_loadu_ps, _mm512_stream_ps, _mm_sfence};
+    #[target_feature(enable = "avx512f")]
+    fn inner(_s: Avx512, dst: &mut [f32], src: &[f32]) {
+        let n = dst.len().min(src.len());
+        let head = ((64 - dst.as_ptr() as usize % 64) % 64 / 4).min(n);
+        dst[..head].copy_from_slice(&src[..head]);
+        let end = head + (n - head) / 16 * 16;
+        for i in (head..end).step_by(16) {
+            // SAFETY: `i + 16 <= end <= n` elements of both slices; `dst + i` is 64-byte
+            // aligned (`head` aligns it, steps are 64 bytes), as `_mm512_stream_ps` requires.
+            unsafe {
+                let v = _mm512_loadu_ps(src.as_ptr().add(i));
+                _mm512_stream_ps(dst.as_mut_ptr().add(i), v);
+            }
+        }
+        dst[end..n].copy_from_slice(&src[end..n]);
+        // Orders the streaming stores before whatever this thread stores next (the dispatch's
+        // completion), so a reader that synchronises with it sees the rows.
+        _mm_sfence();
+    }
+    let s = Avx512::get().expect("ISA kernel called on a CPU without the ISA");
+    // SAFETY: `s` exists, so the CPU has AVX-512F.
+    unsafe { inner(s, dst, src) }
+}
