@@ -2,7 +2,8 @@
 //! product per key row), weighted sums of matrix rows (scores along transposed keys, and
 //! probabilities times V rows), the same sums for a group of coefficient rows at once (the
 //! grouped prefill: the query heads of one kv head) and the rotate-half rotary row. The interleaved rotary form needs lane shuffles
-//! for a cheap op and uses the scalar row.
+//! for a cheap op and uses the scalar row. Also the decode step's streamed present copy
+//! (AVX-512 only; the other tables copy plainly).
 
 #![cfg(target_arch = "x86_64")]
 
