@@ -129,6 +129,17 @@ const K: usize = 200; // not a multiple of the block
 const N: usize = 40;
 const BLOCK: usize = 32;
 
+/// A 4-bit, block-`BLOCK`, accuracy-level-0 MatMulNBits node's attributes for `k` x `n`.
+fn nbits_attrs(k: usize, n: usize) -> [(&'static str, Attr); 5] {
+    [
+        ("K", Attr::Int(k as i64)),
+        ("N", Attr::Int(n as i64)),
+        ("bits", Attr::Int(4)),
+        ("block_size", Attr::Int(BLOCK as i64)),
+        ("accuracy_level", Attr::Int(0)),
+    ]
+}
+
 /// `y = Sigmoid(MatMulNBits(a, b, scales, zp) + bias)`, 4-bit, block 32, accuracy level 0 (so
 /// the fused node computes in f32, as ORT does).
 fn nbits_model() -> Vec<u8> {
@@ -152,13 +163,7 @@ fn nbits_model() -> Vec<u8> {
             "mmnb",
             &["a", "b", "scales", "zp", "", "bias"],
             &["h"],
-            &[
-                ("K", Attr::Int(K as i64)),
-                ("N", Attr::Int(N as i64)),
-                ("bits", Attr::Int(4)),
-                ("block_size", Attr::Int(BLOCK as i64)),
-                ("accuracy_level", Attr::Int(0)),
-            ],
+            &nbits_attrs(K, N),
         )
         .node("Sigmoid", "", "sig", &["h"], &["y"], &[])
         .output("y", dtype::FLOAT);
@@ -268,13 +273,7 @@ fn tied_model(flip: bool) -> Vec<u8> {
             "lm_head",
             &["h", "lm_codes", "scales"],
             &["logits"],
-            &[
-                ("K", Attr::Int(HID as i64)),
-                ("N", Attr::Int(VOCAB as i64)),
-                ("bits", Attr::Int(4)),
-                ("block_size", Attr::Int(BLOCK as i64)),
-                ("accuracy_level", Attr::Int(0)),
-            ],
+            &nbits_attrs(HID, VOCAB),
         )
         .output("h", dtype::FLOAT)
         .output("logits", dtype::FLOAT);

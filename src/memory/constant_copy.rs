@@ -21,9 +21,7 @@ impl ConstantCopy {
     pub fn try_copy(bytes: &[u8]) -> Result<ConstantCopy, AllocError> {
         let mut buf = AlignedBuf::<u8>::try_zeroed(bytes.len())?;
         buf.as_mut_slice().copy_from_slice(bytes);
-        let held = buf.held_bytes() as u64;
-        let now = LIVE_BYTES.fetch_add(held, Relaxed) + held;
-        PEAK_BYTES.fetch_max(now, Relaxed);
+        super::gauge_add(&LIVE_BYTES, &PEAK_BYTES, buf.held_bytes() as u64);
         COPIES.fetch_add(1, Relaxed);
         Ok(ConstantCopy(buf))
     }

@@ -96,6 +96,18 @@ static SCRATCH: LazyLock<Governor> =
 static WEIGHT_CACHE: LazyLock<GovernedWeightCache> =
     LazyLock::new(|| GovernedWeightCache::new(weights()));
 
+/// Adds `bytes` to a statistics gauge and raises its high-water mark to the new value (Relaxed:
+/// figures for the stats JSON only; no budget is enforced through them).
+pub(crate) fn gauge_add(
+    live: &std::sync::atomic::AtomicU64,
+    peak: &std::sync::atomic::AtomicU64,
+    bytes: u64,
+) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let now = live.fetch_add(bytes, Relaxed) + bytes;
+    peak.fetch_max(now, Relaxed);
+}
+
 /// The process-wide governor of prepacked weights.
 pub fn weights() -> &'static Governor {
     &WEIGHTS

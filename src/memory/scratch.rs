@@ -44,8 +44,7 @@ impl<T> Drop for Parked<T> {
 }
 
 fn count_parked(bytes: u64) {
-    let now = PARKED_BYTES.fetch_add(bytes, Relaxed) + bytes;
-    PEAK_PARKED_BYTES.fetch_max(now, Relaxed);
+    super::gauge_add(&PARKED_BYTES, &PEAK_PARKED_BYTES, bytes);
 }
 
 #[derive(Default)]

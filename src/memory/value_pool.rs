@@ -69,7 +69,7 @@ impl ValuePool {
         if self.free.try_reserve(1).is_ok() {
             self.free.push(buf);
         } else {
-            self.note_released(buf.held_bytes() as u64);
+            note_released(buf.held_bytes() as u64);
         }
     }
 
@@ -99,8 +99,7 @@ impl ValuePool {
         // this run when not even the smallest buffer fits).
         let _ = self.hold(kept);
         for b in self.free.drain(keep..) {
-            RELEASED_BUFFERS.fetch_add(1, Relaxed);
-            RELEASED_BYTES.fetch_add(b.held_bytes() as u64, Relaxed);
+            note_released(b.held_bytes() as u64);
         }
     }
 
@@ -135,18 +134,18 @@ impl ValuePool {
         };
         let after = self.kept_bytes();
         if after >= before {
-            let now = KEPT_BYTES.fetch_add(after - before, Relaxed) + (after - before);
-            PEAK_KEPT_BYTES.fetch_max(now, Relaxed);
+            super::gauge_add(&KEPT_BYTES, &PEAK_KEPT_BYTES, after - before);
         } else {
             KEPT_BYTES.fetch_sub(before - after, Relaxed);
         }
         ok
     }
+}
 
-    fn note_released(&self, bytes: u64) {
-        RELEASED_BUFFERS.fetch_add(1, Relaxed);
-        RELEASED_BYTES.fetch_add(bytes, Relaxed);
-    }
+/// Counts a buffer of `bytes` freed rather than kept.
+fn note_released(bytes: u64) {
+    RELEASED_BUFFERS.fetch_add(1, Relaxed);
+    RELEASED_BYTES.fetch_add(bytes, Relaxed);
 }
 
 impl Drop for ValuePool {
