@@ -234,7 +234,8 @@ fn gather_tied(
     let zp_row = blocks.div_ceil(2);
     // `check_shapes` matched the scales' and zero points' shapes to the table's; their lengths
     // must then cover its `n` rows, which the row slices below rely on.
-    if scales.len() != n * blocks || zp.is_some_and(|z| z.len() != n * zp_row) {
+    let covers = |len: usize, per_row: usize| n.checked_mul(per_row) == Some(len);
+    if !covers(scales.len(), blocks) || zp.is_some_and(|z| !covers(z.len(), zp_row)) {
         return Err(invalid("scales or zero points do not cover the table"));
     }
     let mut codes = crate::memory::try_vec(row_bytes, 0u8)
