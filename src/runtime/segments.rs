@@ -54,9 +54,17 @@ impl Default for SegmentClaims {
 }
 
 impl SegmentClaims {
-    pub fn new() -> Self {
+    /// All counters zero: a constant expression, so a call's claims are zeroed where they lie
+    /// on its stack, not built elsewhere and copied there.
+    #[inline(always)]
+    pub const fn new() -> Self {
         SegmentClaims {
-            seg: std::array::from_fn(|_| Counters::default()),
+            seg: [const {
+                Counters {
+                    taken: AtomicUsize::new(0),
+                    back: AtomicUsize::new(0),
+                }
+            }; MAX_SEGMENTS],
         }
     }
 }

@@ -489,3 +489,38 @@ fn column_codes_give_back_the_codes_of_b() {
         }
     }
 }
+
+/// A's prepared buffers are parked per thread and reused without being cleared when their
+/// size is unchanged: every element a call reads must be written by that call. A call whose
+/// A is NaN over k 40..64 leaves those values behind; the next call on the same thread, with
+/// K = 40 (the same padded length at block 32), must read zeros there (0 x NaN is NaN on the
+/// fp32 path). Seen failing with the padding left unwritten.
+#[test]
+fn reused_a_buffers_carry_nothing_over() {
+    for acc in [0, 4] {
+        let first = Problem::new(64, 33, 1, 32, acc, false, false, 700 + acc as u64);
+        let mut a_nan = first.a.clone();
+        a_nan[40..].fill(f32::NAN);
+        let second = Problem::new(40, 33, 1, 32, acc, false, false, 710 + acc as u64);
+        let mut want = vec![0f32; second.p.n];
+        matmul_reference(&second.a, 1, &second.weight(), None, &mut want);
+        let (pk1, pk2) = (
+            pack(&first.b, &first.scales, None, &first.p),
+            pack(&second.b, &second.scales, None, &second.p),
+        );
+        for kern in Kernels::supported() {
+            let mut out = vec![0f32; first.p.n];
+            matmul_packed_with(kern, &a_nan, 1, &pk1, None, &mut out, &Serial).unwrap();
+            let mut got = vec![f32::NAN; second.p.n];
+            matmul_packed_with(kern, &second.a, 1, &pk2, None, &mut got, &Serial).unwrap();
+            let ctx = format!("acc={acc} {}", kern.route(acc, 1).text());
+            assert!(got.iter().all(|x| x.is_finite()), "{ctx}: {got:?}");
+            let tol = if acc == 4 { 2e-2 } else { 1e-5 };
+            assert!(
+                rel_l2(&got, &want) <= tol,
+                "{ctx}: rel L2 {}",
+                rel_l2(&got, &want)
+            );
+        }
+    }
+}

@@ -185,9 +185,11 @@ fn run_fast(
                 let body = |ci: usize| {
                     let (rt, cc) = (ci / col_chunks, ci % col_chunks);
                     let rows = rt * row_tile..((rt + 1) * row_tile).min(m);
+                    // One result tile per chunk (not per group: a decode call has N / 32 groups).
+                    let mut res = [[0f32; NR]; MR];
                     split.run(cc, &claims, &mut |run| {
                         for g in run {
-                            ctx.group(&pk.group(g), g, rows.clone());
+                            ctx.group(&pk.group(g), g, rows.clone(), &mut res);
                         }
                     });
                 };
@@ -211,6 +213,7 @@ fn run_fast(
                 let h_len = if p.f16_scales() { kbs * NR } else { 0 };
                 let short = Shortfall::default();
                 let body = |cc: usize| {
+                    let mut res = [[0f32; NR]; MR];
                     let done = try_with_scratch_u8(wb + zb, |bytes| {
                         try_with_scratch_f32(kbs * NR, |s| {
                             try_with_scratch_u16(h_len, |h| {
@@ -231,7 +234,7 @@ fn run_fast(
                                             k_blocks: kbs,
                                             block_size: p.block_size,
                                         };
-                                        ctx.group(&view, g, 0..m);
+                                        ctx.group(&view, g, 0..m, &mut res);
                                     }
                                 });
                             })
@@ -268,8 +271,15 @@ struct Ctx<'a, 'o> {
 
 impl Ctx<'_, '_> {
     /// Computes column group `g` for `rows` (which start at a multiple of `MR`, and of
-    /// `AMX_ROWS` on the AMX path) and writes it.
-    fn group(&self, view: &GroupView, g: usize, rows: std::ops::Range<usize>) {
+    /// `AMX_ROWS` on the AMX path) and writes it; `res` is the chunk's result tile (the tile
+    /// kernel writes every row it is asked for, so what it held before does not matter).
+    fn group(
+        &self,
+        view: &GroupView,
+        g: usize,
+        rows: std::ops::Range<usize>,
+        res: &mut [[f32; NR]; MR],
+    ) {
         debug_assert!(rows.start.is_multiple_of(MR) && rows.end <= self.m);
         let cols = g * NR..((g + 1) * NR).min(self.p.n);
         let mut r0 = rows.start;
@@ -297,10 +307,9 @@ impl Ctx<'_, '_> {
                 r0 = end;
             }
         }
-        let mut res = [[0f32; NR]; MR];
         while r0 < rows.end {
             let nr = (rows.end - r0).min(MR);
-            (self.tile)(self.lv, view, self.prep, r0, nr, &mut res);
+            (self.tile)(self.lv, view, self.prep, r0, nr, res);
             for (ri, row) in res.iter().enumerate().take(nr) {
                 self.write_row(r0 + ri, cols.clone(), row);
             }
@@ -310,14 +319,20 @@ impl Ctx<'_, '_> {
 
     /// Writes `row` (+ bias) to output row `r`, columns `cols` (of one group, `<= NR`).
     fn write_row(&self, r: usize, cols: std::ops::Range<usize>, row: &[f32; NR]) {
+        let at = r * self.p.n + cols.start;
+        let Some(bias) = self.bias else {
+            // SAFETY: (row r, columns of group g) belongs to exactly one chunk: chunks
+            // partition (row tile x group range), so no other writer touches this range.
+            unsafe { self.dst.write(at, &row[..cols.len()]) };
+            return;
+        };
         let mut vals = [0f32; NR];
         let v = &mut vals[..cols.len()];
-        for (i, c) in cols.clone().enumerate() {
-            v[i] = row[i] + self.bias.map_or(0.0, |b| b[c]);
+        for ((v, &x), &b) in v.iter_mut().zip(row).zip(&bias[cols]) {
+            *v = x + b;
         }
-        // SAFETY: (row r, columns of group g) belongs to exactly one chunk: chunks partition
-        // (row tile x group range), so no other writer touches this range.
-        unsafe { self.dst.write(r * self.p.n + cols.start, v) };
+        // SAFETY: as above.
+        unsafe { self.dst.write(at, v) };
     }
 }
 

@@ -63,8 +63,10 @@ impl PreparedA {
     }
 
     /// Re-prepares in place, reusing the buffers' capacity (no allocation when they are big
-    /// enough). Padding is zeroed again on every call; on the int8 path the rows `m..rows` are
-    /// zero rows (with zero scales and sums) for kernels that read whole row tiles (AMX).
+    /// enough). Every element is written on every call: the rows from A, their padding (zeros)
+    /// and, on the int8 path, the rows `m..rows` as zero rows (with zero scales and sums) for
+    /// kernels that read whole row tiles (AMX). A buffer whose length is unchanged is not
+    /// cleared first (a decode step would otherwise fill it twice).
     /// `Err(bytes)` when a buffer cannot grow.
     fn refill(
         &mut self,
@@ -74,11 +76,14 @@ impl PreparedA {
         rows: usize,
         p: &NBitsParams,
     ) -> Result<(), usize> {
+        // Sizes the buffer to `n` elements; what it held is overwritten below.
         fn reset<T: Copy + Default>(v: &mut Vec<T>, n: usize) -> Result<(), usize> {
-            v.clear();
-            v.try_reserve_exact(n)
-                .map_err(|_| n.saturating_mul(std::mem::size_of::<T>()))?;
-            v.resize(n, T::default());
+            if v.len() != n {
+                v.clear();
+                v.try_reserve_exact(n)
+                    .map_err(|_| n.saturating_mul(std::mem::size_of::<T>()))?;
+                v.resize(n, T::default());
+            }
             Ok(())
         }
         let (kb, bs) = (p.k_blocks(), p.block_size);
@@ -95,6 +100,7 @@ impl PreparedA {
         reset(&mut self.fsum, f32_rows * kb)?;
         if p.int8_compute() {
             for r in 0..m {
+                // The quantiser writes the row's K codes and all `kb` scales and sums.
                 quant(
                     &a[r * p.k..(r + 1) * p.k],
                     bs,
@@ -102,11 +108,16 @@ impl PreparedA {
                     &mut self.qscale[r * kb..(r + 1) * kb],
                     &mut self.qsum[r * kb..(r + 1) * kb],
                 );
+                self.q[r * kp + p.k..(r + 1) * kp].fill(0);
             }
+            self.q[m * kp..].fill(0);
+            self.qscale[m * kb..].fill(0.0);
+            self.qsum[m * kb..].fill(0);
         } else {
             for r in 0..m {
                 let row = &a[r * p.k..(r + 1) * p.k];
                 self.f[r * kp..r * kp + p.k].copy_from_slice(row);
+                self.f[r * kp + p.k..(r + 1) * kp].fill(0.0);
                 for b in 0..kb {
                     let blk = &self.f[r * kp + b * bs..r * kp + (b + 1) * bs];
                     self.fsum[r * kb + b] = blk.iter().sum();
