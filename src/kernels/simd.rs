@@ -310,6 +310,11 @@ mod lanes {
         fn keep_nan(self, v: Self::V, x: Self::V) -> Self::V;
         fn reduce_add(self, v: Self::V) -> f32;
         fn reduce_max(self, v: Self::V) -> f32;
+        /// `W` horizontal sums at once: lane `i` of the result is the sum of the lanes of `v[i]`
+        /// (`v.len() == W`; panics otherwise). A transpose-and-add tree: about two shuffles and
+        /// one add per vector, where `W` separate [`Simd::reduce_add`]s take a dependent chain of
+        /// shuffles and adds each. The order of the additions differs from `reduce_add`'s.
+        fn sums(self, v: &[Self::V]) -> Self::V;
 
         /// `1 / a` (within an ulp; exact division unless a variant has a cheaper refined estimate).
         #[inline(always)]
@@ -475,6 +480,21 @@ mod lanes {
                 _mm_cvtss_f32(_mm_max_ss(s, _mm_shuffle_ps::<1>(s, s)))
             })
         }
+        #[inline(always)]
+        fn sums(self, v: &[__m256]) -> __m256 {
+            let v: &[__m256; 8] = v.try_into().expect("sums: W vectors");
+            tf!({
+                // hadd(a, b) = (a0+a1, a2+a3, b0+b1, b2+b3 | the same of the high halves): two
+                // rounds leave, per 128-bit half, the four rows' partial sums of that half.
+                let h0 = _mm256_hadd_ps(_mm256_hadd_ps(v[0], v[1]), _mm256_hadd_ps(v[2], v[3]));
+                let h1 = _mm256_hadd_ps(_mm256_hadd_ps(v[4], v[5]), _mm256_hadd_ps(v[6], v[7]));
+                // Low halves of both plus high halves of both: rows 0..3, then 4..7.
+                _mm256_add_ps(
+                    _mm256_permute2f128_ps::<0x20>(h0, h1),
+                    _mm256_permute2f128_ps::<0x31>(h0, h1),
+                )
+            })
+        }
     }
 
     impl Simd for Avx512 {
@@ -618,6 +638,37 @@ mod lanes {
         #[inline(always)]
         fn reduce_max(self, v: __m512) -> f32 {
             tf!(_mm512_reduce_max_ps(v))
+        }
+        #[inline(always)]
+        fn sums(self, v: &[__m512]) -> __m512 {
+            let v: &[__m512; 16] = v.try_into().expect("sums: W vectors");
+            tf!({
+                // 1. Rows (2i, 2i + 1): per 128-bit lane (a0..a3, b0..b3), unpacklo + unpackhi =
+                //    (a0+a2, b0+b2, a1+a3, b1+b3).
+                let s1: [__m512; 8] = std::array::from_fn(|i| {
+                    let (a, b) = (v[2 * i], v[2 * i + 1]);
+                    _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b))
+                });
+                // 2. Rows 4j..4j + 4: the 64-bit halves of two such vectors, interleaved and
+                //    added, leave per 128-bit lane the four rows' sums over that lane.
+                let s2: [__m512; 4] = std::array::from_fn(|j| {
+                    let (x, y) = (_mm512_castps_pd(s1[2 * j]), _mm512_castps_pd(s1[2 * j + 1]));
+                    _mm512_add_ps(
+                        _mm512_castpd_ps(_mm512_unpacklo_pd(x, y)),
+                        _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)),
+                    )
+                });
+                // 3. and 4. Lanes (0, 2) plus lanes (1, 3) of two vectors (`0x88` picks 128-bit
+                //    lanes 0, 2 of each, `0xDD` lanes 1, 3): twice, so lane i of the result holds
+                //    rows 4i..4i + 4 summed over all four lanes.
+                let fold = |x: __m512, y: __m512| {
+                    _mm512_add_ps(
+                        _mm512_shuffle_f32x4::<0x88>(x, y),
+                        _mm512_shuffle_f32x4::<0xDD>(x, y),
+                    )
+                };
+                fold(fold(s2[0], s2[1]), fold(s2[2], s2[3]))
+            })
         }
     }
 }

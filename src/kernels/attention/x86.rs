@@ -35,9 +35,35 @@ fn dot_generic<S: Simd>(s: S, a: &[f32], b: &[f32]) -> f32 {
     s.reduce_add(s.add(acc0, acc1))
 }
 
+/// `out[j] = scale * dot(q, k[j])`. When the row length is a multiple of `W`, `W` key rows at a
+/// time: one accumulator per row (so `W` independent FMA chains), then all `W` horizontal sums
+/// in one transpose-and-add tree ([`Simd::sums`]) and one vector store; the rows left over (and
+/// other row lengths) one dot product each.
 #[inline(always)]
 fn scores_generic<S: Simd>(s: S, q: &[f32], k: &[f32], scale: f32, out: &mut [f32]) {
-    for (o, kr) in out.iter_mut().zip(k.chunks_exact(q.len())) {
+    let (d, w) = (q.len(), S::W);
+    if d == 0 {
+        out.fill(0.0); // empty dot products
+        return;
+    }
+    let rows = out.len().min(k.len() / d);
+    let mut r = 0;
+    if d.is_multiple_of(w) {
+        let sc = s.splat(scale);
+        while r + w <= rows {
+            let mut acc = [s.splat(0.0); 16];
+            let keys = &k[r * d..(r + w) * d];
+            for c in (0..d).step_by(w) {
+                let qv = s.load(q, c);
+                for (i, a) in acc.iter_mut().take(w).enumerate() {
+                    *a = s.fma(qv, s.load(keys, i * d + c), *a);
+                }
+            }
+            s.store(out, r, s.mul(sc, s.sums(&acc[..w])));
+            r += w;
+        }
+    }
+    for (o, kr) in out[r..rows].iter_mut().zip(k[r * d..].chunks_exact(d)) {
         *o = scale * dot_generic(s, q, kr);
     }
 }
