@@ -1,9 +1,9 @@
-//! AVX2 / AVX-512 attention kernels over the shared [`Simd`] lanes: scaled QK scores (one dot
-//! product per key row), weighted sums of matrix rows (scores along transposed keys, and
-//! probabilities times V rows), the same sums for a group of coefficient rows at once (the
-//! grouped prefill: the query heads of one kv head) and the rotate-half rotary row. The interleaved rotary form needs lane shuffles
-//! for a cheap op and uses the scalar row. Also the decode step's streamed present copy
-//! (AVX-512 only; the other tables copy plainly).
+//! AVX2 / AVX-512 attention kernels over the shared [`Simd`] lanes: scaled QK scores (`W` key
+//! rows at a time, their horizontal sums in one tree), weighted sums of matrix rows (scores along
+//! transposed keys, and probabilities times V rows), the same sums for a group of coefficient
+//! rows at once (the grouped prefill: the query heads of one kv head) and the rotate-half rotary
+//! row. The interleaved rotary form needs lane shuffles for a cheap op and uses the scalar row.
+//! Also the decode step's streamed present copy (AVX-512 only; the other tables copy plainly).
 
 #![cfg(target_arch = "x86_64")]
 
