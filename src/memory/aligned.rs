@@ -71,11 +71,20 @@ impl<T: Copy + Default> AlignedBuf<T> {
         })
     }
 
-    /// A 64-byte aligned copy of `src`.
+    /// A 64-byte aligned copy of `src`. Aborts when the memory cannot be had, as
+    /// [`Self::zeroed`]: anything sized by a model goes through [`Self::try_from_slice`].
     pub fn from_slice(src: &[T]) -> Self {
-        let mut b = Self::zeroed(src.len());
+        match Self::try_from_slice(src) {
+            Ok(b) => b,
+            Err(e) => panic!("AlignedBuf::from_slice: {e}"),
+        }
+    }
+
+    /// A 64-byte aligned copy of `src`, or an error when the memory cannot be had.
+    pub fn try_from_slice(src: &[T]) -> Result<Self, AllocError> {
+        let mut b = Self::try_zeroed(src.len())?;
         b.as_mut_slice().copy_from_slice(src);
-        b
+        Ok(b)
     }
 
     pub fn as_slice(&self) -> &[T] {

@@ -19,8 +19,7 @@ pub struct ConstantCopy(AlignedBuf<u8>);
 impl ConstantCopy {
     /// Copies `bytes` (fallibly).
     pub fn try_copy(bytes: &[u8]) -> Result<ConstantCopy, AllocError> {
-        let mut buf = AlignedBuf::<u8>::try_zeroed(bytes.len())?;
-        buf.as_mut_slice().copy_from_slice(bytes);
+        let buf = AlignedBuf::try_from_slice(bytes)?;
         super::gauge_add(&LIVE_BYTES, &PEAK_BYTES, buf.held_bytes() as u64);
         COPIES.fetch_add(1, Relaxed);
         Ok(ConstantCopy(buf))

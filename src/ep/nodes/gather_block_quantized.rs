@@ -21,7 +21,7 @@ use crate::abi::kernel_info::KernelInfo;
 use crate::abi::status::{Error, Result};
 use crate::abi::tensor::{ElemType, Tensor};
 use crate::ep::op::{types, Decline, KernelEnv, OpDef, OpKernel};
-use crate::kernels::gather_quant::{gather, gather_rows, U4Table};
+use crate::kernels::gather_quant::{gather_rows, U4Table};
 use crate::kernels::matmul_nbits::PackedNBits;
 use crate::memory::CachedWeight;
 use crate::telemetry::ledger;
@@ -136,13 +136,28 @@ fn check_shapes(
         .ok_or_else(|| invalid("data's row count overflows"))
 }
 
-fn run<I: Copy + Into<i64> + crate::abi::tensor::Element>(
-    table: &U4Table<'_>,
-    group: usize,
+/// Where the gathered rows' codes come from: the data input, or a packed lm_head's weight.
+enum Codes<'a> {
+    Input(Tensor<'a>),
+    Tied(&'a TiedCodes),
+}
+
+/// Gathers the rows the indices (int32 or int64) name, along axis 0 of a table of `entries`
+/// entries of `group` rows of `row_len` values, `row(r, dst)` filling one row
+/// (`gather_quant::gather_rows`: negative indices from the end, zeros out of range).
+fn gather_by(
     indices: &Tensor<'_>,
+    entries: usize,
+    group: usize,
+    row_len: usize,
     out: &mut [f32],
+    row: impl FnMut(usize, &mut [f32]),
 ) -> Result<()> {
-    gather(table, group, indices.data::<I>()?, out);
+    match indices.elem() {
+        I32 => gather_rows(entries, group, row_len, indices.data::<i32>()?, out, row),
+        I64 => gather_rows(entries, group, row_len, indices.data::<i64>()?, out, row),
+        _ => return Err(invalid("indices must be int32 or int64")),
+    }
     Ok(())
 }
 
@@ -152,14 +167,13 @@ impl OpKernel for GatherBlockQuantized {
     }
 
     fn compute(&self, ctx: &KernelContext<'_>) -> Result<()> {
-        let data = match &self.tied {
-            Some(_) => None,
-            None => Some(ctx.required_input(0)?),
+        let codes = match &self.tied {
+            Some(t) => Codes::Tied(t),
+            None => Codes::Input(ctx.required_input(0)?),
         };
-        let data_shape = match (&self.tied, &data) {
-            (Some(t), _) => &t.shape[..],
-            (None, Some(d)) => d.shape(),
-            (None, None) => return Err(invalid("input data is missing")),
+        let data_shape = match &codes {
+            Codes::Input(d) => d.shape(),
+            Codes::Tied(t) => &t.shape[..],
         };
         let indices = ctx.required_input(1)?;
         let scales = ctx.required_input(2)?;
@@ -190,30 +204,21 @@ impl OpKernel for GatherBlockQuantized {
             return Ok(());
         }
         let zp = zp.as_ref().map(|z| z.data::<u8>()).transpose()?;
-        let Some(data) = data else {
-            // `tied` is set (a tied table is rank 2, so `group` is 1).
-            let t = self
-                .tied
-                .as_ref()
-                .ok_or_else(|| invalid("input data is missing"))?;
-            let variant = gather_tied(t, scales.data::<f32>()?, zp, self.block, &indices, out)?;
-            ledger::record("GatherBlockQuantized", variant, 1);
-            return Ok(());
+        let scales = scales.data::<f32>()?;
+        let variant = match &codes {
+            // A tied table is rank 2, so `group` is 1.
+            Codes::Tied(t) => gather_tied(t, scales, zp, self.block, &indices, out)?,
+            Codes::Input(data) => {
+                let table = U4Table::new(data.data::<u8>()?, row_bytes, scales, zp, self.block)
+                    .map_err(invalid)?;
+                let entries = table.rows() / group.max(1);
+                gather_by(&indices, entries, group, table.row_len(), out, |r, dst| {
+                    table.dequant_row(r, dst)
+                })?;
+                "scalar"
+            }
         };
-        let table = U4Table::new(
-            data.data::<u8>()?,
-            row_bytes,
-            scales.data::<f32>()?,
-            zp,
-            self.block,
-        )
-        .map_err(invalid)?;
-        match indices.elem() {
-            I32 => run::<i32>(&table, group, &indices, out)?,
-            I64 => run::<i64>(&table, group, &indices, out)?,
-            _ => return Err(invalid("indices must be int32 or int64")),
-        }
-        ledger::record("GatherBlockQuantized", "scalar", 1);
+        ledger::record("GatherBlockQuantized", variant, 1);
         Ok(())
     }
 }
@@ -261,11 +266,7 @@ fn gather_tied(
             Err(e) => failed = Some(e),
         }
     };
-    match indices.elem() {
-        I32 => gather_rows(n, 1, row_bytes * 2, indices.data::<i32>()?, out, &mut row),
-        I64 => gather_rows(n, 1, row_bytes * 2, indices.data::<i64>()?, out, &mut row),
-        _ => return Err(invalid("indices must be int32 or int64")),
-    }
+    gather_by(indices, n, 1, row_bytes * 2, out, &mut row)?;
     match failed {
         Some(e) => Err(Error::fail(e)),
         None => Ok("scalar-tied"),
