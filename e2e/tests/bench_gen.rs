@@ -353,7 +353,7 @@ fn generated_llm_matches_ort_and_runs_its_heavy_nodes_on_rcpu() {
     }
 }
 
-/// `rcpu-bench llm` end to end on a one-layer model: every case gets parity, a headline with its
+/// `rcpu-bench llm` end to end on a one-layer model: every case gets parity (which passes), a headline with its
 /// null band, the bandwidth fraction, rcpu's counters and a profile naming rcpu's nodes; the model
 /// lands in the cache with its genai_config.json.
 #[test]
@@ -393,6 +393,14 @@ fn bench_binary_runs_llm_decode_generate_and_prefill() {
         assert!(text.contains(&format!("HEADLINE {case}")), "{case}: {text}");
     }
     assert_eq!(text.matches("parity: logits rel L2").count(), 3, "{text}");
+    // Each arm's logits travel as a file of f32 (the worker's `floats_file`): a misread file
+    // fails parity. Seen failing with the bytes read big-endian.
+    assert!(
+        text.lines()
+            .filter(|l| l.starts_with("parity: logits rel L2"))
+            .all(|l| l.ends_with(" OK")),
+        "{text}"
+    );
     assert!(text.contains("parity: greedy ids"), "{text}");
     assert!(
         text.contains("null band") && text.contains("of read bw"),

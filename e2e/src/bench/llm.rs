@@ -289,16 +289,32 @@ pub(super) fn logits_parity(
     tail: Option<usize>,
 ) -> Result<bool, String> {
     let mut outs = vec![];
-    for a in arms.iter_mut() {
-        let mut req = json!({"cmd": "output", "first": true});
+    for (i, a) in arms.iter_mut().enumerate() {
+        // The logits come back as a file of f32 (see the worker's `output`), read and removed
+        // here.
+        let path =
+            std::env::temp_dir().join(format!("rcpu-bench-{}-logits-{i}.f32", std::process::id()));
+        let path_s = path.to_string_lossy().into_owned();
+        let mut req = json!({"cmd": "output", "first": true, "floats_file": path_s});
         if let Some(n) = tail {
             req["tail"] = json!(n);
         }
-        let v = a.call(req)?;
-        let data = v["data"].as_array().cloned().unwrap_or_default();
+        let v = a.call(req);
+        let bytes = std::fs::read(&path);
+        // Removed whatever happened (a failed call may still have written it).
+        let _ = std::fs::remove_file(&path);
+        let count = v?["count"].as_u64().unwrap_or(0) as usize;
+        let bytes = bytes.map_err(|e| format!("{path_s}: {e}"))?;
+        if bytes.len() != count * 4 {
+            return Err(format!(
+                "{path_s}: {} bytes for {count} logits",
+                bytes.len()
+            ));
+        }
         outs.push(
-            data.iter()
-                .map(|x| x.as_f64().unwrap_or(f64::NAN) as f32)
+            bytes
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
                 .collect::<Vec<f32>>(),
         );
     }

@@ -160,8 +160,22 @@ fn handle(st: &mut State, req: &Value) -> Result<Value, String> {
                 let keep = parts.floats.len().min(n as usize);
                 parts.floats.drain(..parts.floats.len() - keep);
             }
+            let shapes = ys.iter().map(|y| y.shape.clone()).collect::<Vec<_>>();
+            // `floats_file`: the floats go to that file as little-endian f32 instead of into
+            // the reply (a 512-token prompt's logits over a 151936-word vocabulary are 78 M
+            // floats: about a minute of JSON per arm, a fraction of a second as bytes).
+            if let Some(path) = req["floats_file"].as_str() {
+                let bytes: Vec<u8> = parts.floats.iter().flat_map(|x| x.to_le_bytes()).collect();
+                std::fs::write(path, bytes).map_err(|e| format!("{path}: {e}"))?;
+                return Ok(json!({
+                    "shapes": shapes,
+                    "floats_file": path,
+                    "count": parts.floats.len(),
+                    "ints": parts.ints,
+                }));
+            }
             Ok(json!({
-                "shapes": ys.iter().map(|y| y.shape.clone()).collect::<Vec<_>>(),
+                "shapes": shapes,
                 "data": parts.floats,
                 "ints": parts.ints,
             }))
