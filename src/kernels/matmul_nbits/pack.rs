@@ -18,7 +18,10 @@
 //! * scales: `[group][block][32]`, as f32 for accuracy levels 0..3 and as f16 for level 4 unless
 //!   the session asks for f32 (see below). A second stream per lane next to the weights:
 //!   measured (issue 17, see `tile_avx512`) to cost its share of the bytes and no more, so it is
-//!   not interleaved into the weight stream.
+//!   not interleaved into the weight stream. Stop 29 built the interleaved layout (each block's
+//!   scales after its codes, one stream a lane) through every kernel and measured no gain per
+//!   decode token (old/new 0.944-1.016 over six runs of three prefetch variants; README,
+//!   stop 29); only with the software prefetch off did the second stream cost (~6%).
 //! * `zero_points` (only when the node has them): `[group][block][16]` u8, byte `i` = zero point
 //!   of column i (low nibble) and of column 16 + i (high nibble), like the weights; absent means
 //!   8 everywhere.
