@@ -305,7 +305,7 @@ pub(super) fn logits_parity(
         let _ = std::fs::remove_file(&path);
         let count = v?["count"].as_u64().unwrap_or(0) as usize;
         let bytes = bytes.map_err(|e| format!("{path_s}: {e}"))?;
-        if bytes.len() != count * 4 {
+        if count.checked_mul(4) != Some(bytes.len()) {
             return Err(format!(
                 "{path_s}: {} bytes for {count} logits",
                 bytes.len()
