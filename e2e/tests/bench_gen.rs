@@ -407,6 +407,18 @@ fn bench_binary_runs_llm_decode_generate_and_prefill() {
         "{text}"
     );
     assert!(text.contains("decode_dispatches="), "{text}");
+    // The lane probe ran after every round: a finite round trip on two CPUs, NaN on one.
+    let rts: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("lane round trip after each round"))
+        .collect();
+    assert_eq!(rts.len(), 3, "{text}");
+    // The arms' CPUs as the header gives them ("cpus=[0, 1]"): two or more, a finite figure.
+    let two_cpus = text
+        .split_once("cpus=[")
+        .and_then(|(_, rest)| rest.split_once(']'))
+        .is_some_and(|(list, _)| list.contains(','));
+    assert!(rts.iter().all(|l| l.contains("NaN") != two_cpus), "{rts:?}");
     assert!(
         text.lines().any(|l| l.contains("GroupQueryAttention")
             && l.contains("Rcpu")

@@ -22,7 +22,7 @@ use super::gen_llm::Llm;
 use super::llm_report::{round_fractions, summarize, ReadFloor, Timed, ROUND_READ_PASSES};
 use super::quant::{median, quantile};
 use super::target::{placement, progress, Target};
-use super::{cpu_probe, membw, profile, rounds};
+use super::{cpu_probe, lane_probe, membw, profile, rounds};
 
 /// One thing to time.
 #[derive(Debug, Clone, PartialEq)]
@@ -411,11 +411,12 @@ fn run_case(
     let mut samples = [0usize; 3];
     let mut read_gbps = vec![];
     let mut probe_ms = vec![];
+    let mut lane_rt_ns = vec![];
     // Foreign load over the timed calls (compare's measure: /proc/stat busy ticks of the arms'
     // CPUs not accounted for by the bench's own processes).
     let (mut ticks, mut ours) = (CpuTicks::default(), 0.0);
     println!(
-        "{:>5}  {:<14} {:>10} {:>10} {:>10} {:>9} {:>13} {:>9} {:>10} {:>9}",
+        "{:>5}  {:<14} {:>10} {:>10} {:>10} {:>9} {:>13} {:>9} {:>10} {:>9} {:>8}",
         "round",
         "order",
         "ort ms/tok",
@@ -425,7 +426,8 @@ fn run_case(
         "null_b_over_a",
         "read GB/s",
         "rcpu/read",
-        "probe ms"
+        "probe ms",
+        "lane rt"
     );
     for r in 0..o.rounds {
         let round = rounds::run(arms, cpus, r, &req, false)?;
@@ -434,6 +436,8 @@ fn run_case(
         read_gbps.push(floor.reader.round(ROUND_READ_PASSES));
         // And how fast the same CPUs compute right now (`cpu_probe`).
         probe_ms.push(cpu_probe::probe_ms(floor.reader.threads()));
+        // And how far apart the arms' first two CPUs sit right now (`lane_probe`).
+        lane_rt_ns.push(lane_probe::round_trip_ns(cpus));
         for (i, c) in round.calls.iter().enumerate() {
             // Generate: the worker's own CPU over the steps (its prompt prefill left out).
             cpu[i] += c.res["steps_cpu_s"].as_f64().unwrap_or(c.cpu_s);
@@ -447,9 +451,9 @@ fn run_case(
         }
         let (a, b, n) = (p50s[0][r], p50s[1][r], p50s[2][r]);
         let twin = if o.null_arm == "ort" { a } else { b };
-        let (rd, pr) = (read_gbps[r], probe_ms[r]);
+        let (rd, pr, rt) = (read_gbps[r], probe_ms[r], lane_rt_ns[r]);
         println!(
-            "{:>5}  {:<14} {a:>10.3} {b:>10.3} {n:>10.3} {:>9.3} {:>13.3} {rd:>9.1} {:>9.1}% {pr:>9.2}",
+            "{:>5}  {:<14} {a:>10.3} {b:>10.3} {n:>10.3} {:>9.3} {:>13.3} {rd:>9.1} {:>9.1}% {pr:>9.2} {rt:>8.0}",
             r + 1,
             rounds::order_name(r),
             a / b,
@@ -471,6 +475,7 @@ fn run_case(
         foreign,
         read_gbps,
         probe_ms,
+        lane_rt_ns,
     };
     let mut summary = summarize(o, &case.name(), per_token, t, floor, &timed, &stats);
     let mut prof = json!(null);

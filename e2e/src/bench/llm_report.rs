@@ -7,6 +7,7 @@ use serde_json::{json, Value};
 use super::args::Opts;
 use super::counters;
 use super::cpu_probe::unhindered;
+use super::lane_probe::{far_rounds, FAR_NS};
 use super::membw::Buffers;
 use super::quant::{max, median, min};
 use super::steady::{steady_start, SteadyCfg};
@@ -29,6 +30,9 @@ pub struct Timed {
     pub read_gbps: Vec<f64>,
     /// Per round: the compute probe right after that read (ms, `cpu_probe::probe_ms`).
     pub probe_ms: Vec<f64>,
+    /// Per round: the round trip of a cache line between the arms' first two CPUs right after
+    /// the probe (ns, `lane_probe::round_trip_ns`; NaN on one CPU).
+    pub lane_rt_ns: Vec<f64>,
 }
 
 /// The headline of per-round figures (per arm: ort, rcpu, null; lower is better): ORT/rcpu per
@@ -117,6 +121,30 @@ pub fn round_fractions(bytes: u64, p50s: &[f64], per_token: f64, read_gbps: &[f6
         .collect()
 }
 
+/// The medians of `per_round` over the rounds `far` marks false and over those it marks true
+/// (NaN for a side without rounds).
+pub fn split_by(per_round: &[f64], far: &[bool]) -> (f64, f64) {
+    let side = |want: bool| -> Vec<f64> {
+        per_round
+            .iter()
+            .zip(far)
+            .filter(|(_, &f)| f == want)
+            .map(|(&v, _)| v)
+            .collect()
+    };
+    let med = |v: Vec<f64>| if v.is_empty() { f64::NAN } else { median(&v) };
+    (med(side(false)), med(side(true)))
+}
+
+/// A JSON number, or null for NaN / infinity (which JSON cannot hold).
+fn finite_or_null(v: f64) -> Value {
+    if v.is_finite() {
+        json!(v)
+    } else {
+        Value::Null
+    }
+}
+
 /// Prints the case's summary; returns its JSON (without the profile).
 pub fn summarize(
     o: &Opts,
@@ -135,8 +163,10 @@ pub fn summarize(
         foreign,
         read_gbps,
         probe_ms,
+        lane_rt_ns,
     } = timed;
     let steady_cpu = unhindered(probe_ms, PROBE_SLACK);
+    let far = far_rounds(lane_rt_ns, FAR_NS);
     let generate = case.starts_with("generate");
     let names = ["ort", "rcpu", "null"];
     println!(
@@ -157,8 +187,20 @@ pub fn summarize(
         steady_cpu.iter().filter(|&&u| u).count(),
         steady_cpu.len()
     );
+    let n_far = far.iter().filter(|&&f| f).count();
     println!(
-        "{:<6} {:>10} {:>10} {:>12} {:>11} {:>8} {:>12} {:>14} {:>16}",
+        "lane round trip after each round (lane_probe, a cache line between the arms' first two \
+         CPUs): min {:.0}, median {:.0}, max {:.0} ns; {n_far} of {} rounds \"far\" (over \
+         {FAR_NS} ns: the CPUs then sit apart, two threads read more and every \
+         hand-over between lanes costs more; \"near\" / \"far\" below: \"of round read\" over \
+         those rounds only)",
+        min(lane_rt_ns),
+        median(lane_rt_ns),
+        max(lane_rt_ns),
+        far.len()
+    );
+    println!(
+        "{:<6} {:>10} {:>10} {:>12} {:>11} {:>8} {:>12} {:>14} {:>16} {:>8} {:>8}",
         "arm",
         "p50 ms",
         "p90 ms",
@@ -167,7 +209,9 @@ pub fn summarize(
         "GB/s",
         "of read bw",
         "of round read",
-        "CPUs unhindered"
+        "CPUs unhindered",
+        "near",
+        "far"
     );
     let mut arm_json = vec![];
     for i in 0..3 {
@@ -186,15 +230,25 @@ pub fn summarize(
             .map(|(&f, _)| f)
             .collect();
         let of_unhindered = median(&kept);
+        let (near_f, far_f) = split_by(&per_round, &far);
+        let pct_or_dash = |v: f64| {
+            if v.is_finite() {
+                format!("{:.1}%", v * 100.0)
+            } else {
+                "-".to_string()
+            }
+        };
         println!(
-            "{:<6} {p50:>10.3} {p90:>10.3} {cpu_ms:>12.3} {:>11.1} {gbps:>8.2} {:>11.1}% {:>13.1}% {:>15.1}%",
+            "{:<6} {p50:>10.3} {p90:>10.3} {cpu_ms:>12.3} {:>11.1} {gbps:>8.2} {:>11.1}% {:>13.1}% {:>15.1}% {:>8} {:>8}",
             names[i],
             bytes[i] as f64 / 1e6,
             gbps / bw * 100.0,
             of_round * 100.0,
-            of_unhindered * 100.0
+            of_unhindered * 100.0,
+            pct_or_dash(near_f),
+            pct_or_dash(far_f)
         );
-        arm_json.push(json!({"arm": names[i], "p50_ms_per_token": p50, "p90_ms_per_token": p90, "cpu_ms_per_token": cpu_ms, "read_bytes_per_token": bytes[i], "gbps": gbps, "fraction_of_read_bw": gbps / bw, "fraction_of_round_read_bw": of_round, "fraction_of_round_read_bw_cpus_unhindered": of_unhindered, "rounds_fraction_of_read_bw": per_round}));
+        arm_json.push(json!({"arm": names[i], "p50_ms_per_token": p50, "p90_ms_per_token": p90, "cpu_ms_per_token": cpu_ms, "read_bytes_per_token": bytes[i], "gbps": gbps, "fraction_of_read_bw": gbps / bw, "fraction_of_round_read_bw": of_round, "fraction_of_round_read_bw_cpus_unhindered": of_unhindered, "fraction_of_round_read_bw_near": finite_or_null(near_f), "fraction_of_round_read_bw_far": finite_or_null(far_f), "rounds_fraction_of_read_bw": per_round}));
     }
     let h = Headline::of(o, p50s);
     println!(
@@ -225,6 +279,7 @@ pub fn summarize(
     json!({"case": case, "parity_ok": true, "arms": arm_json, "ort_over_rcpu": h.ratio,
         "null_band": h.band, "verdict": h.word, "foreign_share": foreign, "steady": h.steady_word,
         "rounds_p50_ms": p50s, "rounds_read_gbps": read_gbps, "rounds_probe_ms": probe_ms,
+        "rounds_lane_rt_ns": lane_rt_ns.iter().map(|&v| finite_or_null(v)).collect::<Vec<_>>(),
         "rcpu_counters": route_json})
 }
 
@@ -244,6 +299,18 @@ mod tests {
         }
         let p = round_fractions(256_000_000, &[2.0], 64.0, &[2.0]);
         assert!((p[0] - 1.0).abs() < 1e-12, "{p:?}");
+    }
+
+    /// Near rounds 0.9 and 0.8 (median 0.85), far rounds 0.6 and 0.7 (0.65); one side empty is NaN.
+    #[test]
+    fn split_by_takes_each_sides_own_median() {
+        let (near, far) = split_by(&[0.9, 0.6, 0.8, 0.7], &[false, true, false, true]);
+        assert!(
+            (near - 0.85).abs() < 1e-12 && (far - 0.65).abs() < 1e-12,
+            "{near} {far}"
+        );
+        let (near, far) = split_by(&[0.9, 0.8], &[false, false]);
+        assert!((near - 0.85).abs() < 1e-12 && far.is_nan(), "{near} {far}");
     }
 
     #[test]

@@ -2,9 +2,10 @@
 //! args (command line), gen (decode-shaped models), model (what a model holds), target (model and
 //! placement), os (the few unsafe OS calls), conditions (/proc, /sys), quant (quantiles), steady
 //! (steady-state window), verdict (null band), membw (bandwidth floor), cpu_probe (the CPUs' speed
-//! beside each round's read), gen_llm / llm_model /
-//! llm (whole LLMs: generator, cache and feeds, the llm subcommand), gen_mixed (rcpu's nodes
-//! alternating with heavy nodes left to ORT), gen_glue (chains of small glue nodes), ort_opts (ORT's own session options of an arm), demo (the generation demo),
+//! beside each round's read), lane_probe (how far apart the arms' CPUs sit, beside it too),
+//! gen_llm / llm_model / llm (whole LLMs: generator, cache and feeds, the llm subcommand),
+//! gen_mixed (rcpu's nodes alternating with heavy nodes left to ORT), gen_glue (chains of small
+//! glue nodes), ort_opts (ORT's own session options of an arm), demo (the generation demo),
 //! profile (ORT's profiler), report (the compare report and JSON), counters (ledger and pool
 //! report), arm/worker (one process per arm), rounds (one interleaved round of the arms, shared
 //! by compare, llm and demo), svg (plots), and one file per subcommand.
@@ -25,6 +26,7 @@ pub mod gen_glue;
 pub mod gen_llm;
 pub mod gen_mixed;
 pub mod gen_qlinear;
+pub mod lane_probe;
 pub mod llm;
 pub mod llm_model;
 pub mod llm_report;

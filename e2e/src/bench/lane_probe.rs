@@ -1,0 +1,158 @@
+//! A lane placement probe read beside each round's memory read (`rcpu-bench llm`): how long one
+//! cache line takes to go from the arms' first CPU to their second and back, right now.
+//!
+//! Why: on the development host (a 2 vCPU Zen 4 VM) the round's plain two-thread read is bimodal,
+//! ~31-37 GB/s most of the time and 40-64 GB/s in windows minutes apart, while a one-thread read
+//! stays at ~25-28 GB/s in both. Sampled together every few seconds (one thread bouncing a line
+//! off another, then the reads; 90 samples over 8 minutes), the fast windows were exactly those
+//! in which the round trip rose from ~100-130 ns to ~200-480 ns: the hypervisor then runs the two
+//! vCPUs apart (on different core complexes, each with its own path to memory, so two threads
+//! read more), and every line one lane writes and the other reads crosses between them at ~4x the
+//! usual latency. A decode step synchronises its lanes ~145 times a token (every GEMV and every
+//! attention call) and hands each GEMV's activations and output across, so in such a round the
+//! lanes pay more per token for the same bytes while the read they are measured against grew:
+//! "of round read" falls there for reasons of placement, not of the kernels. The report splits
+//! the rounds by this probe (`far_rounds`), so each figure is read against its own placement.
+//! (Sometimes the two vCPUs share one core instead: a round trip of ~50 ns, and the compute
+//! probe slower.)
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Barrier;
+use std::time::Instant;
+
+use super::os::pin;
+use super::quant::median;
+
+/// Round trips per pass: ~0.5-2 ms on the development host.
+const TRIPS: u64 = 4000;
+
+/// Passes per probe (the median is kept).
+const PASSES: usize = 3;
+
+/// A probe that has not finished after this long stops and reads NaN.
+const GIVE_UP_AFTER: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// What the timing side posts instead of a trip number when it gives up.
+const GAVE_UP: u64 = u64::MAX;
+
+/// A round counts as "far" when its round trip exceeds this many nanoseconds. On the development
+/// host the round trip takes three values: ~45-55 ns (the two vCPUs on one core's two hardware
+/// threads; the compute probe then runs ~1.3x slower), ~90-130 ns (two cores that share a cache)
+/// and ~390-480 ns (apart). A factor over the run's fastest cannot tell the last two apart when
+/// the fastest was the first, so the line is absolute, between the two: on x86 servers a round
+/// trip between cores of one die is commonly under 200 ns, between dies or sockets above 300.
+pub const FAR_NS: f64 = 250.0;
+
+/// One atomic on a cache line pair of its own, so the two directions do not share a line.
+#[repr(align(128))]
+#[derive(Default)]
+struct Line(AtomicU64);
+
+/// Nanoseconds a cache line takes from `cpus[0]` to `cpus[1]` and back (median of a few passes
+/// of [`TRIPS`] round trips, one thread pinned to each CPU); NaN with fewer than two CPUs or when
+/// a thread cannot be pinned.
+pub fn round_trip_ns(cpus: &[usize]) -> f64 {
+    let (Some(&a), Some(&b)) = (cpus.first(), cpus.get(1)) else {
+        return f64::NAN;
+    };
+    let (ping, pong) = (Line::default(), Line::default());
+    let (ping, pong) = (&ping, &pong);
+    let gate = Barrier::new(2);
+    let failed = AtomicBool::new(false);
+    // Each side pins itself, says whether it could, and both go on only if both could.
+    let ready = |cpu: usize| {
+        if pin(&[cpu]).is_err() {
+            failed.store(true, Ordering::Relaxed);
+        }
+        // The barrier orders the flag's store before both loads.
+        gate.wait();
+        !failed.load(Ordering::Relaxed)
+    };
+    let ready = &ready;
+    // Both sides on threads of their own: pinning the bench's own thread would change where the
+    // rest of the run goes.
+    std::thread::scope(|s| {
+        let echo = s.spawn(move || {
+            if !ready(b) {
+                return false;
+            }
+            for i in 1..=TRIPS * PASSES as u64 {
+                // Acquire / Release: each side sees the other's latest step before answering;
+                // the ordering is what makes the line travel once per direction.
+                loop {
+                    match ping.0.load(Ordering::Acquire) {
+                        p if p == i => break,
+                        GAVE_UP => return false,
+                        _ => std::hint::spin_loop(),
+                    }
+                }
+                pong.0.store(i, Ordering::Release);
+            }
+            true
+        });
+        let timer = s.spawn(move || {
+            if !ready(a) {
+                return None;
+            }
+            let mut passes = Vec::with_capacity(PASSES);
+            let mut i = 0u64;
+            let start = Instant::now();
+            for _ in 0..PASSES {
+                let t = Instant::now();
+                for _ in 0..TRIPS {
+                    // Two threads that cannot both run (one CPU given twice, a host that
+                    // deschedules one) would take seconds: give up instead.
+                    if i.is_multiple_of(256) && start.elapsed() > GIVE_UP_AFTER {
+                        ping.0.store(GAVE_UP, Ordering::Release);
+                        return None;
+                    }
+                    i += 1;
+                    ping.0.store(i, Ordering::Release);
+                    while pong.0.load(Ordering::Acquire) != i {
+                        std::hint::spin_loop();
+                    }
+                }
+                passes.push(t.elapsed().as_secs_f64() * 1e9 / TRIPS as f64);
+            }
+            Some(median(&passes))
+        });
+        let timed = timer.join().ok().flatten();
+        match (timed, echo.join()) {
+            (Some(ns), Ok(true)) => ns,
+            _ => f64::NAN,
+        }
+    })
+}
+
+/// Of the rounds, those whose round trip (`rts[r]`, ns) exceeds `far_ns`: the rounds in which the
+/// lanes ran apart. Non-finite figures count as not far (no evidence).
+pub fn far_rounds(rts: &[f64], far_ns: f64) -> Vec<bool> {
+    rts.iter().map(|&r| r.is_finite() && r > far_ns).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_round_trip_is_positive_and_finite_on_two_cpus() {
+        let cpus = super::super::os::affinity().unwrap();
+        if cpus.len() < 2 {
+            assert!(round_trip_ns(&cpus).is_nan());
+            return;
+        }
+        let ns = round_trip_ns(&cpus[..2]);
+        assert!(ns.is_finite() && ns > 0.0, "{ns}");
+        assert!(round_trip_ns(&cpus[..1]).is_nan());
+    }
+
+    #[test]
+    fn far_rounds_exceed_the_line() {
+        let rts = [46.0, 110.0, 480.0, 249.0, f64::NAN, 251.0, f64::INFINITY];
+        assert_eq!(
+            far_rounds(&rts, 250.0),
+            [false, false, true, false, false, true, false]
+        );
+        assert!(far_rounds(&[], 250.0).is_empty());
+    }
+}
