@@ -3,18 +3,17 @@
 //!
 //! Why: on the development host (a 2 vCPU Zen 4 VM) the round's plain two-thread read is bimodal,
 //! ~31-37 GB/s most of the time and 40-64 GB/s in windows minutes apart, while a one-thread read
-//! stays at ~25-28 GB/s in both. Sampled together every few seconds (one thread bouncing a line
-//! off another, then the reads; 90 samples over 8 minutes), the fast windows were exactly those
-//! in which the round trip rose from ~100-130 ns to ~200-480 ns: the hypervisor then runs the two
-//! vCPUs apart (on different core complexes, each with its own path to memory, so two threads
-//! read more), and every line one lane writes and the other reads crosses between them at ~4x the
-//! usual latency. A decode step synchronises its lanes ~145 times a token (every GEMV and every
-//! attention call) and hands each GEMV's activations and output across, so in such a round the
-//! lanes pay more per token for the same bytes while the read they are measured against grew:
-//! "of round read" falls there for reasons of placement, not of the kernels. The report splits
-//! the rounds by this probe (`far_rounds`), so each figure is read against its own placement.
-//! (Sometimes the two vCPUs share one core instead: a round trip of ~50 ns, and the compute
-//! probe slower.)
+//! stays at ~25-28 GB/s in both. Over 160 rounds of `rcpu-bench llm` with this probe, the 34 whose
+//! round trip was 380-430 ns read 46.8-63.1 GB/s and the others (90-130 ns, or ~50) 27.4-38.6:
+//! the fast windows are exactly those in which the round trip is ~4x longer. The hypervisor then
+//! runs the two vCPUs apart (each with its own path to memory, so two threads read more), and
+//! every line one lane writes and the other reads crosses between them at ~4x the usual latency.
+//! A decode step synchronises its lanes 121 times a Qwen2-0.5B token (every GEMV or GEMV pair
+//! and every attention call) and hands each GEMV's activations and output across, so in such a
+//! round the lanes pay more per token for the same bytes while the read they are measured against
+//! grew. The report splits the rounds by this probe (`far_rounds`), so each figure is read
+//! against its own placement. (Sometimes the two vCPUs share one core instead: a round trip of
+//! ~50 ns, and the compute probe slower.)
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Barrier;
