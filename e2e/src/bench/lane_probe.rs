@@ -4,7 +4,7 @@
 //! Why: on the development host (a 2 vCPU Zen 4 VM) the round's plain two-thread read is bimodal,
 //! ~31-37 GB/s most of the time and 40-64 GB/s in windows minutes apart, while a one-thread read
 //! stays at ~25-28 GB/s in both. Over 160 rounds of `rcpu-bench llm` with this probe, the 34 whose
-//! round trip was 380-430 ns read 46.8-63.1 GB/s and the others (90-130 ns, or ~50) 27.4-38.6:
+//! round trip was 382-439 ns read 46.8-63.1 GB/s and the others (88-126 ns, or ~50) 27.4-38.6:
 //! the fast windows are exactly those in which the round trip is ~4x longer. The hypervisor then
 //! runs the two vCPUs apart (each with its own path to memory, so two threads read more), and
 //! every line one lane writes and the other reads crosses between them at ~4x the usual latency.
@@ -37,7 +37,7 @@ const GAVE_UP: u64 = u64::MAX;
 /// A round counts as "far" when its round trip exceeds this many nanoseconds. On the development
 /// host the round trip takes three values: ~45-55 ns (the two vCPUs on one core's two hardware
 /// threads; the compute probe then runs ~1.3x slower), ~90-130 ns (two cores that share a cache)
-/// and ~390-480 ns (apart). A factor over the run's fastest cannot tell the last two apart when
+/// and ~380-530 ns (apart). A factor over the run's fastest cannot tell the last two apart when
 /// the fastest was the first, so the line is absolute, between the two: on x86 servers a round
 /// trip between cores of one die is commonly under 200 ns, between dies or sockets above 300.
 pub const FAR_NS: f64 = 250.0;
