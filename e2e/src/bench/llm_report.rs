@@ -121,27 +121,26 @@ pub fn round_fractions(bytes: u64, p50s: &[f64], per_token: f64, read_gbps: &[f6
         .collect()
 }
 
-/// The medians of `per_round` over the rounds `far` marks false and over those it marks true
-/// (NaN for a side without rounds).
-pub fn split_by(per_round: &[f64], far: &[bool]) -> (f64, f64) {
+/// The medians of `per_round` over the rounds `marks` marks false and over those it marks true
+/// (NaN for a side without rounds, as `median` gives for an empty slice).
+pub fn split_by(per_round: &[f64], marks: &[bool]) -> (f64, f64) {
     let side = |want: bool| -> Vec<f64> {
         per_round
             .iter()
-            .zip(far)
-            .filter(|(_, &f)| f == want)
+            .zip(marks)
+            .filter(|(_, &m)| m == want)
             .map(|(&v, _)| v)
             .collect()
     };
-    let med = |v: Vec<f64>| if v.is_empty() { f64::NAN } else { median(&v) };
-    (med(side(false)), med(side(true)))
+    (median(&side(false)), median(&side(true)))
 }
 
-/// A JSON number, or null for NaN / infinity (which JSON cannot hold).
-fn finite_or_null(v: f64) -> Value {
+/// A fraction as "87.3%", or "-" for NaN (no rounds on that side).
+fn pct_or_dash(v: f64) -> String {
     if v.is_finite() {
-        json!(v)
+        format!("{:.1}%", v * 100.0)
     } else {
-        Value::Null
+        "-".to_string()
     }
 }
 
@@ -223,21 +222,8 @@ pub fn summarize(
         let gbps = bytes[i] as f64 / (p50 * per_token * 1e-3) / 1e9;
         let per_round = round_fractions(bytes[i], &p50s[i], per_token, read_gbps);
         let of_round = median(&per_round);
-        let kept: Vec<f64> = per_round
-            .iter()
-            .zip(&steady_cpu)
-            .filter(|(_, &u)| u)
-            .map(|(&f, _)| f)
-            .collect();
-        let of_unhindered = median(&kept);
+        let (_, of_unhindered) = split_by(&per_round, &steady_cpu);
         let (near_f, far_f) = split_by(&per_round, &far);
-        let pct_or_dash = |v: f64| {
-            if v.is_finite() {
-                format!("{:.1}%", v * 100.0)
-            } else {
-                "-".to_string()
-            }
-        };
         println!(
             "{:<6} {p50:>10.3} {p90:>10.3} {cpu_ms:>12.3} {:>11.1} {gbps:>8.2} {:>11.1}% {:>13.1}% {:>15.1}% {:>8} {:>8}",
             names[i],
@@ -248,7 +234,7 @@ pub fn summarize(
             pct_or_dash(near_f),
             pct_or_dash(far_f)
         );
-        arm_json.push(json!({"arm": names[i], "p50_ms_per_token": p50, "p90_ms_per_token": p90, "cpu_ms_per_token": cpu_ms, "read_bytes_per_token": bytes[i], "gbps": gbps, "fraction_of_read_bw": gbps / bw, "fraction_of_round_read_bw": of_round, "fraction_of_round_read_bw_cpus_unhindered": of_unhindered, "fraction_of_round_read_bw_near": finite_or_null(near_f), "fraction_of_round_read_bw_far": finite_or_null(far_f), "rounds_fraction_of_read_bw": per_round}));
+        arm_json.push(json!({"arm": names[i], "p50_ms_per_token": p50, "p90_ms_per_token": p90, "cpu_ms_per_token": cpu_ms, "read_bytes_per_token": bytes[i], "gbps": gbps, "fraction_of_read_bw": gbps / bw, "fraction_of_round_read_bw": of_round, "fraction_of_round_read_bw_cpus_unhindered": of_unhindered, "fraction_of_round_read_bw_near": near_f, "fraction_of_round_read_bw_far": far_f, "rounds_fraction_of_read_bw": per_round}));
     }
     let h = Headline::of(o, p50s);
     println!(
@@ -279,7 +265,7 @@ pub fn summarize(
     json!({"case": case, "parity_ok": true, "arms": arm_json, "ort_over_rcpu": h.ratio,
         "null_band": h.band, "verdict": h.word, "foreign_share": foreign, "steady": h.steady_word,
         "rounds_p50_ms": p50s, "rounds_read_gbps": read_gbps, "rounds_probe_ms": probe_ms,
-        "rounds_lane_rt_ns": lane_rt_ns.iter().map(|&v| finite_or_null(v)).collect::<Vec<_>>(),
+        "rounds_lane_rt_ns": lane_rt_ns,
         "rcpu_counters": route_json})
 }
 
