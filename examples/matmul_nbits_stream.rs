@@ -27,12 +27,26 @@
 //! several hundred MB, e.g. 200 copies at K=896 N=4864); p10 / p50 per arm. An arm is
 //! `L1[/L2]` (the L1 and the `prefetcht2` distance, L2 defaulting to this CPU's
 //! `default_l2_prefetch_bytes()`; 0 = off), `guided:L1[/L2]` (the same on the guided split
-//! instead of the segmented one), or `read` (a plain two-lane read of the packed codes in two
-//! contiguous halves, the rate to compare with).
+//! instead of the segmented one), `read` (a plain two-lane read of the packed codes in two
+//! contiguous halves, the rate to compare with), or `reads` (each group's codes, then its
+//! scales, the groups in two contiguous halves: the kernel's bytes in its two streams per
+//! lane, without its arithmetic).
+//!
+//! What `reads` showed (stop 31, K=896 N=4864, 200 copies, p10): the second stream costs about
+//! its bytes (the two vCPUs apart, each with its own path to memory: 38.0 us against 32.8 us
+//! for the codes alone, 12% fewer bytes), while the kernel, 46.0 us in the same run, streams its
+//! bytes at 0.83 of that plain read. With one lane the same shows in any placement (kernel
+//! 78.6-85.6 us against 66.9-75.7, 0.84-0.90; also at K=4864 N=896): the kernel's own stream
+//! is the gap, not its layout. No prefetch variant closed it (one lane, arms interleaved; the
+//! default 3072 bytes ahead on every line against: the scales 12-48 blocks ahead instead of 6,
+//! within 2%; a second weight prefetch 6144 bytes ahead as `prefetcht0`, `prefetcht1` or
+//! `prefetchnta`, 6-9% slower, 12288 ahead 25-28%; the 3072-byte prefetch on every other line
+//! only, 17-20% slower, every fourth, 8-12%; none, 4-6%).
 
 #[path = "common/timing.rs"]
 mod timing;
 
+use rcpu::kernels::matmul_nbits::pack::Scales;
 use rcpu::kernels::matmul_nbits::prefetch::{
     default_l2_prefetch_bytes, reset_prefetch, set_l2_prefetch_bytes, set_prefetch_bytes,
 };
@@ -89,6 +103,29 @@ fn read(lanes: &Lanes, buf: &[u8], parts: usize) {
     let size = buf.len().div_ceil(parts);
     lanes.chunks(Dispatch::Decode, parts, &|i| {
         std::hint::black_box(sum(&buf[i * size..((i + 1) * size).min(buf.len())]));
+    });
+}
+
+/// Reads each column group's codes, then its scales, the groups in two contiguous halves.
+fn read_groups(lanes: &Lanes, m: &PackedNBits) {
+    let g = m.params().n.div_ceil(NR);
+    let half = g.div_ceil(2);
+    lanes.chunks(Dispatch::Decode, 2, &|i| {
+        let mut s = 0u64;
+        for gi in i * half..((i + 1) * half).min(g) {
+            let v = m.group(gi);
+            s = s.wrapping_add(sum(v.w));
+            // Eight loads per 64-byte line of scales, as `sum` does for the codes.
+            s = match v.scales {
+                Scales::F16(x) => x.chunks_exact(32).fold(s, |a, l| {
+                    (0..8).fold(a, |a, i| a.wrapping_add(u64::from(l[4 * i])))
+                }),
+                Scales::F32(x) => x.chunks_exact(16).fold(s, |a, l| {
+                    (0..8).fold(a, |a, i| a.wrapping_add(u64::from(l[2 * i].to_bits())))
+                }),
+            };
+        }
+        std::hint::black_box(s);
     });
 }
 
@@ -276,6 +313,9 @@ enum Arm {
     Kernel { l1: usize, l2: usize, guided: bool },
     /// A plain two-lane read of the weight codes in two contiguous halves.
     Read,
+    /// A plain two-lane read of each group's codes and then its scales, the groups in two
+    /// contiguous halves (the kernel's two streams per lane, without its arithmetic).
+    ReadScales,
 }
 
 impl Arm {
@@ -283,6 +323,9 @@ impl Arm {
     fn parse(s: &str) -> Option<Arm> {
         if s == "read" {
             return Some(Arm::Read);
+        }
+        if s == "reads" {
+            return Some(Arm::ReadScales);
         }
         let (guided, s) = match s.strip_prefix("guided:") {
             Some(rest) => (true, rest),
@@ -298,6 +341,7 @@ impl Arm {
     fn label(&self) -> String {
         match *self {
             Arm::Read => "plain read (codes)".into(),
+            Arm::ReadScales => "plain read (codes + scales by group)".into(),
             Arm::Kernel { l1, l2, guided } => {
                 let split = if guided { "guided" } else { "segmented" };
                 format!("pf={l1:>5}/{l2:<5} {split:>9}")
@@ -352,6 +396,7 @@ fn sweep(
                 let s = Instant::now();
                 match arms[ai] {
                     Arm::Read => read(&lanes, m.weight_bytes(), 2),
+                    Arm::ReadScales => read_groups(&lanes, m),
                     Arm::Kernel { .. } => {
                         matmul_packed(&a, rows, m, None, &mut out, &*lanes).unwrap();
                     }
@@ -365,7 +410,7 @@ fn sweep(
     for (ai, arm) in arms.iter().enumerate() {
         let bytes = match arm {
             Arm::Read => mats[0].weight_bytes().len(),
-            Arm::Kernel { .. } => mats[0].bytes(),
+            Arm::ReadScales | Arm::Kernel { .. } => mats[0].bytes(),
         };
         let v = &mut t[ai];
         v.sort_by(f64::total_cmp);

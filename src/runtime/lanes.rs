@@ -169,7 +169,7 @@ impl Lanes {
         let shared = Arc::new(Shared {
             signal: Signal::default(),
             lender: FnLender::new(),
-            counters: Counters::default(),
+            counters: Counters::new(threads),
             blocktime: Duration::from_micros(cfg.blocktime_us),
             hooks: Hooks::default(),
         });
@@ -269,7 +269,8 @@ impl Lanes {
         if n == 0 {
             return;
         }
-        let c = &self.shared.counters;
+        // Lane 0's block: the dispatching threads' own (see `counters`).
+        let c = self.shared.counters.lane(0);
         Counters::add(
             match kind {
                 Dispatch::Decode => &c.decode_dispatches,
@@ -330,7 +331,7 @@ impl Lanes {
     /// Moves the caller off a worker's CPU for one dispatch (see "Caller placement"); the guard
     /// puts the caller's affinity mask back when dropped.
     fn place_caller(&self) -> CallerMove {
-        let c = &self.shared.counters;
+        let c = self.shared.counters.lane(0);
         let (Some(home), Some(cur)) = (self.caller_cpu, os::current_cpu()) else {
             return CallerMove(None);
         };
@@ -366,12 +367,13 @@ impl Drop for CallerMove {
 
 fn worker_main(sh: &Shared, lane: usize) {
     IN_CHUNK.with(|c| c.set(true));
+    let counters = sh.counters.lane(lane);
     let mut seen = 0;
     let mut cur = HintCursor::default();
     loop {
         match sh
             .signal
-            .wait(seen, sh.blocktime, &sh.counters, &sh.hooks, lane, &mut cur)
+            .wait(seen, sh.blocktime, counters, &sh.hooks, lane, &mut cur)
         {
             Wake::Exit => {
                 sh.hooks.at(Point::WorkerExits(lane));

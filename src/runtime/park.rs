@@ -64,7 +64,7 @@
 //! *before* bumping the epoch, so a worker that sees the bump finds the job (or, if it
 //! arrives late, an empty lender, which simply means the job is already done).
 
-use super::counters::Counters;
+use super::counters::{Counters, LaneCounters};
 use super::hooks::{Hooks, Point};
 use parking_lot::{Condvar, Mutex};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -204,7 +204,7 @@ impl Signal {
         &self,
         seen: u64,
         blocktime: Duration,
-        c: &Counters,
+        c: &LaneCounters,
         hooks: &Hooks,
         lane: usize,
         cur: &mut HintCursor,
@@ -246,7 +246,7 @@ impl Signal {
         &self,
         seen: u64,
         blocktime: Duration,
-        c: &Counters,
+        c: &LaneCounters,
         hooks: &Hooks,
         lane: usize,
         cur: &mut HintCursor,
@@ -313,7 +313,7 @@ impl StragglerWait {
         }
     }
 
-    pub(crate) fn record(&self, c: &Counters) {
+    pub(crate) fn record(&self, c: &LaneCounters) {
         if self.spins > 0 {
             Counters::add(&c.straggler_waits, 1);
             Counters::add(&c.straggler_spins, self.spins);
