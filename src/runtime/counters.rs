@@ -33,7 +33,7 @@ macro_rules! counters {
             /// Adds this lane's counts to `into`.
             fn add_to(&self, into: &mut PoolCounters) {
                 // Relaxed: counters are statistics; no other memory is published through them.
-                $( into.$name += self.$name.load(Ordering::Relaxed); )*
+                $( into.$name = into.$name.saturating_add(self.$name.load(Ordering::Relaxed)); )*
             }
 
             /// Zeroes this lane's counters.
