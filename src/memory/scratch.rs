@@ -23,12 +23,61 @@ use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 
 // Relaxed throughout: statistics only; the budget itself is enforced by the governor's CAS.
-static REUSES: AtomicU64 = AtomicU64::new(0);
 static FRESH: AtomicU64 = AtomicU64::new(0);
 static PARKED_BYTES: AtomicU64 = AtomicU64::new(0);
 static PEAK_PARKED_BYTES: AtomicU64 = AtomicU64::new(0);
 static PARKS: AtomicU64 = AtomicU64::new(0);
 static DECLINED_PARKS: AtomicU64 = AtomicU64::new(0);
+
+/// Reuses are counted per thread: the lanes reuse their scratch in every parallel call (each
+/// decode step's attention, every prefill task), and one process-wide counter would be a line
+/// all of them write at the same moments. Each thread bumps a counter of its own (a heap block on
+/// its own cache-line pair); [`reuses`] sums the live threads' counters and those of the threads
+/// that exited, under one lock, so the total is exact at any moment.
+#[repr(align(128))]
+#[derive(Default)]
+struct ReuseCount(AtomicU64);
+
+/// The live threads' counters, and what the exited threads had counted (changed together, under
+/// the lock).
+static REUSE_COUNTS: parking_lot::Mutex<(Vec<std::sync::Arc<ReuseCount>>, u64)> =
+    parking_lot::Mutex::new((Vec::new(), 0));
+
+/// This thread's counter, registered on first use and retired when the thread exits.
+struct ThreadReuses(std::sync::Arc<ReuseCount>);
+
+impl ThreadReuses {
+    fn register() -> ThreadReuses {
+        let c = std::sync::Arc::new(ReuseCount::default());
+        REUSE_COUNTS.lock().0.push(c.clone());
+        ThreadReuses(c)
+    }
+}
+
+impl Drop for ThreadReuses {
+    fn drop(&mut self) {
+        let mut g = REUSE_COUNTS.lock();
+        g.1 += self.0 .0.load(Relaxed);
+        g.0.retain(|c| !std::sync::Arc::ptr_eq(c, &self.0));
+    }
+}
+
+thread_local! {
+    static REUSES: ThreadReuses = ThreadReuses::register();
+}
+
+fn count_reuse() {
+    if REUSES.try_with(|c| c.0 .0.fetch_add(1, Relaxed)).is_err() {
+        // Thread teardown: the counter is gone; count with the exited threads.
+        REUSE_COUNTS.lock().1 += 1;
+    }
+}
+
+/// Calls served by a parked buffer, over all threads since the process started.
+fn reuses() -> u64 {
+    let g = REUSE_COUNTS.lock();
+    g.0.iter().fold(g.1, |t, c| t + c.0.load(Relaxed))
+}
 
 /// A parked buffer and the grant that pays for it.
 struct Parked<T> {
@@ -82,7 +131,7 @@ fn lend<T: Copy + Default, R>(
         .ok()
         .flatten();
     if let Some(p) = parked.as_mut().filter(|p| p.buf.len() >= len) {
-        REUSES.fetch_add(1, Relaxed);
+        count_reuse();
         let r = f(&mut p.buf[..len]);
         put_back(slot, parked);
         return Some(r);
@@ -218,11 +267,44 @@ pub struct ScratchStats {
 
 pub fn scratch_stats() -> ScratchStats {
     ScratchStats {
-        reuses: REUSES.load(Relaxed),
+        reuses: reuses(),
         fresh_allocations: FRESH.load(Relaxed),
         parked_bytes: PARKED_BYTES.load(Relaxed),
         peak_parked_bytes: PEAK_PARKED_BYTES.load(Relaxed),
         parks: PARKS.load(Relaxed),
         declined_parks: DECLINED_PARKS.load(Relaxed),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_threads_reuse_counter_sits_on_lines_of_its_own_and_all_are_summed() {
+        // A heap block aligned to and filling a 128-byte line pair: no two threads' counters
+        // share a line (the adjacent-line prefetcher moves lines in pairs).
+        assert_eq!(std::mem::align_of::<ReuseCount>(), 128);
+        assert_eq!(std::mem::size_of::<ReuseCount>(), 128);
+        // Two threads' counters are two registered blocks, each counted once in the sum (other
+        // tests may reuse scratch meanwhile, so only the lower bound is exact here; the serial
+        // tests check exact totals, also after threads exit).
+        let before = reuses();
+        // Both threads hold their counters at once (else one could reuse the other's freed block).
+        let both = std::sync::Barrier::new(2);
+        let (a, b) = std::thread::scope(|s| {
+            let t = || {
+                let at = REUSES.with(|c| {
+                    c.0 .0.fetch_add(3, Relaxed);
+                    std::sync::Arc::as_ptr(&c.0) as usize
+                });
+                both.wait();
+                at
+            };
+            let (x, y) = (s.spawn(t), s.spawn(t));
+            (x.join().unwrap(), y.join().unwrap())
+        });
+        assert_ne!(a, b);
+        assert!(reuses() >= before + 6);
     }
 }
