@@ -19,6 +19,7 @@
 //! destructor). A nested call on the same thread (while the parked buffer is lent out) gets a fresh buffer.
 
 use super::Grant;
+use crate::os::cache::CachePadded;
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 
@@ -34,9 +35,7 @@ static DECLINED_PARKS: AtomicU64 = AtomicU64::new(0);
 /// all of them write at the same moments. Each thread bumps a counter of its own (a heap block on
 /// its own cache-line pair); [`reuses`] sums the live threads' counters and those of the threads
 /// that exited, under one lock, so the total is exact at any moment.
-#[repr(align(128))]
-#[derive(Default)]
-struct ReuseCount(AtomicU64);
+type ReuseCount = CachePadded<AtomicU64>;
 
 /// The live threads' counters, and what the exited threads had counted (changed together, under
 /// the lock).

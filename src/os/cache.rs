@@ -1,6 +1,15 @@
 //! Cache hints over an address range: the platform side of the idle lanes' prefetch
 //! (`runtime::park`, "Idle prefetch"). A prefetch is a CPU instruction, not a system call, but
 //! like the OS calls it is a safe wrapper over one unsafe block that names nothing of rcpu.
+//! Also [`CachePadded`], the layout that keeps a value written by one thread off the lines
+//! others write.
+
+/// `T` alone on a 128-byte pair of cache lines (aligned to it, and padded to a multiple of it):
+/// a value one thread writes shares no line with what other threads write. A pair, not one
+/// 64-byte line, because the adjacent-line prefetcher moves lines in pairs.
+#[repr(align(128))]
+#[derive(Debug, Default)]
+pub struct CachePadded<T>(pub T);
 
 /// Hints every cache line of the address range `[addr, addr + len)` into the L2 cache
 /// (`prefetcht1`; nothing off x86_64). The addresses are never dereferenced: a prefetch never

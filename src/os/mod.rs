@@ -3,7 +3,8 @@
 //! lives, each block with a `// SAFETY:` comment.
 //!
 //! - [`affinity`]: the calling thread's affinity mask, pinning, the CPU it runs on;
-//! - [`cache`]: cache hints (`prefetcht1`) over an address range, never a dereference;
+//! - [`cache`]: cache hints (`prefetcht1`) over an address range, never a dereference; the
+//!   128-byte padding of values written by one thread;
 //! - [`thread`]: thread id, the calling thread's CPU time, the clock-tick rate of /proc times;
 //! - [`huge_pages`]: memory advice (`madvise(MADV_HUGEPAGE)`) on memory rcpu owns;
 //! - [`mapped`]: 2 MiB-aligned anonymous mappings and the disjoint pieces the weight arena

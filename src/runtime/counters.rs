@@ -12,6 +12,7 @@
 //! (Qwen2-0.5B decode, old / new per round: 1.001 over 97 rounds with the vCPUs near each other,
 //! 0.993 over 23 with them apart), so it is kept for its reason, not for a measured gain.
 
+use crate::os::cache::CachePadded;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 macro_rules! counters {
@@ -22,9 +23,8 @@ macro_rules! counters {
             $( $(#[$doc])* pub $name: u64, )*
         }
 
-        /// The live counters one lane bumps, on cache lines no other lane writes.
+        /// The live counters one lane bumps (kept on cache lines of their own by [`Counters`]).
         #[derive(Debug, Default)]
-        #[repr(align(128))]
         pub(crate) struct LaneCounters {
             $( pub(crate) $name: AtomicU64, )*
         }
@@ -82,31 +82,32 @@ counters! {
     idle_prefetch_cut,
 }
 
-/// The live counters of one pool: one [`LaneCounters`] per lane.
+/// The live counters of one pool: one [`LaneCounters`] per lane, each on cache lines no other
+/// lane writes.
 #[derive(Debug)]
 pub(crate) struct Counters {
-    lanes: Box<[LaneCounters]>,
+    lanes: Box<[CachePadded<LaneCounters>]>,
 }
 
 impl Counters {
     /// Counters for a pool of `lanes` lanes (at least one block).
     pub(crate) fn new(lanes: usize) -> Counters {
         Counters {
-            lanes: (0..lanes.max(1)).map(|_| LaneCounters::default()).collect(),
+            lanes: (0..lanes.max(1)).map(|_| CachePadded::default()).collect(),
         }
     }
 
     /// The block lane `lane` bumps (0: the dispatching threads; `w + 1`: worker `w`). A lane
     /// past the pool's count (never passed) shares the last block: a statistic, never a fault.
     pub(crate) fn lane(&self, lane: usize) -> &LaneCounters {
-        &self.lanes[lane.min(self.lanes.len() - 1)]
+        &self.lanes[lane.min(self.lanes.len() - 1)].0
     }
 
     /// The sum over the lanes.
     pub(crate) fn snapshot(&self) -> PoolCounters {
         let mut out = PoolCounters::default();
         for l in self.lanes.iter() {
-            l.add_to(&mut out);
+            l.0.add_to(&mut out);
         }
         out
     }
@@ -115,7 +116,7 @@ impl Counters {
     /// increment before or after the reset; either is a valid reading.
     pub(crate) fn reset(&self) {
         for l in self.lanes.iter() {
-            l.reset();
+            l.0.reset();
         }
     }
 
@@ -136,7 +137,7 @@ mod tests {
         let c = Counters::new(3);
         // No two lanes' blocks share a 128-byte line pair (the adjacent-line prefetcher moves
         // lines in pairs): each block is aligned to it and fills it.
-        assert_eq!(std::mem::align_of::<LaneCounters>(), 128);
+        assert_eq!(std::mem::align_of::<CachePadded<LaneCounters>>(), 128);
         let addr = |l: usize| c.lane(l) as *const LaneCounters as usize;
         for l in 0..3 {
             assert_eq!(addr(l) % 128, 0);

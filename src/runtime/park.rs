@@ -66,6 +66,7 @@
 
 use super::counters::{Counters, LaneCounters};
 use super::hooks::{Hooks, Point};
+use crate::os::cache::CachePadded;
 use parking_lot::{Condvar, Mutex};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -83,11 +84,6 @@ pub const CALLER_YIELD_EVERY: u64 = 64;
 pub const IDLE_PREFETCH_MAX_BYTES: usize = 1 << 20;
 /// Bytes an idle worker prefetches between two looks at the epoch.
 pub const IDLE_PREFETCH_STEP_BYTES: usize = 1024;
-
-/// Keeps the hot `epoch` on its own cache line, away from the counters and the mutex.
-#[repr(align(128))]
-#[derive(Default)]
-struct Padded<T>(T);
 
 /// What a waiting worker was woken for.
 pub(crate) enum Wake {
@@ -117,9 +113,10 @@ pub(crate) struct HintCursor {
 /// The publish/park rendezvous of one pool (see the module documentation).
 #[derive(Default)]
 pub(crate) struct Signal {
-    epoch: Padded<AtomicU64>,
-    sleepers: Padded<AtomicUsize>,
-    hint: Padded<HintSlot>,
+    // Each on cache lines of its own: the hot `epoch` away from the other fields and the mutex.
+    epoch: CachePadded<AtomicU64>,
+    sleepers: CachePadded<AtomicUsize>,
+    hint: CachePadded<HintSlot>,
     shutdown: AtomicBool,
     lock: Mutex<()>,
     cv: Condvar,

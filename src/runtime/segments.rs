@@ -19,6 +19,7 @@
 //! front runs cover `[lo, lo + F)` and the back runs `[hi - B, hi)` with `F + B <= len`, so the
 //! runs are disjoint and, once every chunk has returned, cover the segment.
 
+use crate::os::cache::CachePadded;
 use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -29,22 +30,21 @@ pub const MAX_SEGMENTS: usize = 16;
 /// owner is alone, shorter ones as the segment runs out, so a thief's last runs are short.
 const RUN_DIV: usize = 4;
 
-/// One segment's counters, on a cache line pair of their own: a lane claiming runs of its
-/// own segment does not contend with the other owners. (With the counters packed side by side,
-/// a plain two-lane read through this split took 72.7-73.1 us at K=896 N=4864 against
-/// 66.3-66.7 us padded and 65.0-65.4 us for two fixed halves, interleaved in one process.)
+/// One segment's counters (kept on a cache line pair of their own by [`SegmentClaims`]).
 #[derive(Debug, Default)]
-#[repr(align(128))]
 struct Counters {
     taken: AtomicUsize,
     back: AtomicUsize,
 }
 
 /// The claim counters of one call of a segmented split (on the caller's stack; all zero at the
-/// start of the call).
+/// start of the call), each segment's on a cache line pair of their own: a lane claiming runs of
+/// its own segment does not contend with the other owners. (With the counters packed side by
+/// side, a plain two-lane read through this split took 72.7-73.1 us at K=896 N=4864 against
+/// 66.3-66.7 us padded and 65.0-65.4 us for two fixed halves, interleaved in one process.)
 #[derive(Debug)]
 pub struct SegmentClaims {
-    seg: [Counters; MAX_SEGMENTS],
+    seg: [CachePadded<Counters>; MAX_SEGMENTS],
 }
 
 impl Default for SegmentClaims {
@@ -60,10 +60,10 @@ impl SegmentClaims {
     pub const fn new() -> Self {
         SegmentClaims {
             seg: [const {
-                Counters {
+                CachePadded(Counters {
                     taken: AtomicUsize::new(0),
                     back: AtomicUsize::new(0),
-                }
+                })
             }; MAX_SEGMENTS],
         }
     }
@@ -95,12 +95,12 @@ impl Segments {
     fn claim(&self, c: &SegmentClaims, s: usize, len: usize) -> Option<usize> {
         // Relaxed: only the uniqueness of claims matters (one RMW order per counter); the
         // dispatch's barrier publishes what the runs wrote.
-        let seen = c.seg[s].taken.load(Ordering::Relaxed);
+        let seen = c.seg[s].0.taken.load(Ordering::Relaxed);
         if seen >= len {
             return None;
         }
         let want = self.run_len(len - seen);
-        let before = c.seg[s].taken.fetch_add(want, Ordering::Relaxed);
+        let before = c.seg[s].0.taken.fetch_add(want, Ordering::Relaxed);
         (before < len).then(|| want.min(len - before))
     }
 
@@ -124,7 +124,7 @@ impl Segments {
             let seg = self.segment(units, s);
             while let Some(got) = self.claim(c, s, seg.len()) {
                 // Relaxed: as in `claim`.
-                let b = c.seg[s].back.fetch_add(got, Ordering::Relaxed);
+                let b = c.seg[s].0.back.fetch_add(got, Ordering::Relaxed);
                 f(seg.end - b - got..seg.end - b);
             }
         }
