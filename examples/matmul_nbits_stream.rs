@@ -28,23 +28,48 @@
 //! `L1[/L2]` (the L1 and the `prefetcht2` distance, L2 defaulting to this CPU's
 //! `default_l2_prefetch_bytes()`; 0 = off), `guided:L1[/L2]` (the same on the guided split
 //! instead of the segmented one), `read` (a plain two-lane read of the packed codes in two
-//! contiguous halves, the rate to compare with), or `reads` (each group's codes, then its
+//! contiguous halves, the rate to compare with), `reads` (each group's codes, then its
 //! scales, the groups in two contiguous halves: the kernel's bytes in its two streams per
-//! lane, without its arithmetic).
+//! lane, without its arithmetic), or `two:PF` / `rec:PF` (`common/layout_tile.rs`, a copy of
+//! the VNNI tile's M=1 body, over copies of the same codes and f16 scales in two layouts: codes
+//! and scales as two streams, as packed, or one stream of records, each block's codes followed
+//! by its scales; PF = its L1 prefetch distance, 0 = none; the groups in two contiguous halves;
+//! the two layouts checked bit for bit against each other before timing).
 //!
 //! What `reads` showed (stop 31, K=896 N=4864, 200 copies, p10): the second stream costs about
 //! its bytes (the two vCPUs apart, each with its own path to memory: 38.0 us against 32.8 us
 //! for the codes alone, 12% fewer bytes), while the kernel, 46.0 us in the same run, streams its
 //! bytes at 0.83 of that plain read. With one lane the same shows in any placement (kernel
 //! 78.6-85.6 us against 66.9-75.7, 0.84-0.90; also at K=4864 N=896): the kernel's own stream
-//! is the gap, not its layout. No prefetch variant closed it (one lane, arms interleaved; the
-//! default 3072 bytes ahead on every line against: the scales 12-48 blocks ahead instead of 6,
-//! within 2%; a second weight prefetch 6144 bytes ahead as `prefetcht0`, `prefetcht1` or
-//! `prefetchnta`, 6-9% slower, 12288 ahead 25-28%; the 3072-byte prefetch on every other line
-//! only, 17-20% slower, every fourth, 8-12%; none, 4-6%).
+//! is the gap. No prefetch variant closed it (one lane, arms interleaved; the default 3072
+//! bytes ahead on every line against: the scales 12-48 blocks ahead instead of 6, within 2%; a
+//! second weight prefetch 6144 bytes ahead as `prefetcht0`, `prefetcht1` or `prefetchnta`, 6-9%
+//! slower, 12288 ahead 25-28%; the 3072-byte prefetch on every other line only, 17-20% slower,
+//! every fourth, 8-12%; none, 4-6%).
+//!
+//! What the layout arms showed (stop 32, one lane, the vCPUs near each other, 200 copies, p10,
+//! three runs, `--sweep K N 1 24 200 4 1 --pf=3072/0,two:3072,two:0,rec:0,reads`): the gap is
+//! the two streams together with the software prefetch, not the arithmetic. K=896 N=4864: the
+//! kernel 76.2 / 79.3 / 77.2 us, `two:3072` 74.3 / 76.4 / 73.7, `two:0` 70.0 / 73.9 / 70.4,
+//! `rec:0` 67.4 / 70.2 / 67.3, the plain read of the same bytes 66.9 / 70.4 / 67.0. K=4864
+//! N=896: the kernel 83.2 / 85.3 / 84.3, `two:3072` 76.6 / 78.6 / 77.8, `two:0` 81.3 / 83.1 /
+//! 81.8, `rec:0` 70.5 / 73.6 / 71.9, the plain read 70.0 / 73.0 / 71.5. One stream of records
+//! without a software prefetch streams at the plain read's rate (0.99-1.01 of it) where the
+//! packed layout reaches 0.84-0.90; records with the 3072-byte prefetch were slower than either
+//! (81.6 us at K=896 N=4864). Two lanes near each other share one path, and every arm comes within
+//! a few percent of the plain read (`rec:0` 1-5% ahead of `two:3072`). A C loop of the same shape
+//! (per block 512 bytes of codes, two `vpdpbusd` per 64 bytes, its 64 bytes of scales next to
+//! them or in a second array) showed the same on one lane: 29.4-32.6 GB/s for one stream without
+//! prefetch, 26.6-28.4 for two streams with it. So the packed layout's next step is the records
+//! (stop 29 built them and measured no gain per token, but with two lanes near each other, where
+//! the shared path and not a lane's stream is the limit; the far placement and hosts where a lane
+//! has a path of its own are where a lane's stream counts).
 
 #[path = "common/timing.rs"]
 mod timing;
+
+#[path = "common/layout_tile.rs"]
+mod layout_tile;
 
 use rcpu::kernels::matmul_nbits::pack::Scales;
 use rcpu::kernels::matmul_nbits::prefetch::{
@@ -316,6 +341,11 @@ enum Arm {
     /// A plain two-lane read of each group's codes and then its scales, the groups in two
     /// contiguous halves (the kernel's two streams per lane, without its arithmetic).
     ReadScales,
+    /// `layout_tile` (the VNNI tile's M=1 shape) over copies of the weights in one of two
+    /// layouts, the groups in two contiguous halves: `records` = one stream of records (each
+    /// block's codes, then its scales), else codes and scales as two streams (the packed layout);
+    /// `pf` = the L1 prefetch distance (0: none).
+    Layout { records: bool, pf: usize },
 }
 
 impl Arm {
@@ -326,6 +356,12 @@ impl Arm {
         }
         if s == "reads" {
             return Some(Arm::ReadScales);
+        }
+        for (prefix, records) in [("two:", false), ("rec:", true)] {
+            if let Some(pf) = s.strip_prefix(prefix) {
+                let pf = pf.parse().ok()?;
+                return Some(Arm::Layout { records, pf });
+            }
         }
         let (guided, s) = match s.strip_prefix("guided:") {
             Some(rest) => (true, rest),
@@ -342,6 +378,10 @@ impl Arm {
         match *self {
             Arm::Read => "plain read (codes)".into(),
             Arm::ReadScales => "plain read (codes + scales by group)".into(),
+            Arm::Layout { records, pf } => {
+                let l = if records { "records" } else { "two streams" };
+                format!("layout_tile {l:>11} pf={pf:>5}")
+            }
             Arm::Kernel { l1, l2, guided } => {
                 let split = if guided { "guided" } else { "segmented" };
                 format!("pf={l1:>5}/{l2:<5} {split:>9}")
@@ -376,6 +416,11 @@ fn sweep(
         threads,
         ..Default::default()
     });
+    let layouts = arms
+        .iter()
+        .any(|a| matches!(a, Arm::Layout { .. }))
+        .then(|| Layouts::new(&mats));
+    let row_a = layout_tile::RowA::new(k.next_multiple_of(32), 32, rng());
     let mut t: Vec<Vec<f64>> = vec![vec![]; arms.len()];
     let mut j = 0;
     for r in 0..reps {
@@ -397,6 +442,10 @@ fn sweep(
                 match arms[ai] {
                     Arm::Read => read(&lanes, m.weight_bytes(), 2),
                     Arm::ReadScales => read_groups(&lanes, m),
+                    Arm::Layout { records, pf } => {
+                        let l = layouts.as_ref().expect("layout copies");
+                        l.run(&lanes, (j - 1) % layers, records, pf, &row_a);
+                    }
                     Arm::Kernel { .. } => {
                         matmul_packed(&a, rows, m, None, &mut out, &*lanes).unwrap();
                     }
@@ -410,7 +459,7 @@ fn sweep(
     for (ai, arm) in arms.iter().enumerate() {
         let bytes = match arm {
             Arm::Read => mats[0].weight_bytes().len(),
-            Arm::ReadScales | Arm::Kernel { .. } => mats[0].bytes(),
+            Arm::ReadScales | Arm::Kernel { .. } | Arm::Layout { .. } => mats[0].bytes(),
         };
         let v = &mut t[ai];
         v.sort_by(f64::total_cmp);
@@ -423,5 +472,139 @@ fn sweep(
             q(0.5) * 1e6,
             bytes as f64 / q(0.5) / 1e9
         );
+    }
+}
+
+/// Copies of every weight's codes and f16 scales in the two layouts `layout_tile` compares,
+/// each in one buffer like the weight arena (huge pages): `two` = per copy all groups' codes,
+/// then all groups' scales; `records` = per copy, per group, per block its codes then its scales.
+struct Layouts {
+    two: AlignedBuf<u8>,
+    records: AlignedBuf<u8>,
+    /// Bytes per copy (the same in both), groups, blocks per group, block size.
+    per_copy: usize,
+    groups: usize,
+    k_blocks: usize,
+    bs: usize,
+}
+
+impl Layouts {
+    fn new(mats: &[PackedNBits]) -> Layouts {
+        let p = mats[0].params();
+        let (groups, k_blocks, bs) = (p.n.div_ceil(NR), p.k_blocks(), p.block_size);
+        let (wb, sb) = (k_blocks * bs * NR / 2, k_blocks * NR * 2);
+        let per_copy = groups * (wb + sb);
+        let mut two = AlignedBuf::<u8>::try_zeroed(per_copy * mats.len()).expect("layout copy");
+        let mut records = AlignedBuf::<u8>::try_zeroed(per_copy * mats.len()).expect("layout copy");
+        for (c, m) in mats.iter().enumerate() {
+            let (t, r) = (
+                &mut two.as_mut_slice()[c * per_copy..(c + 1) * per_copy],
+                &mut records.as_mut_slice()[c * per_copy..(c + 1) * per_copy],
+            );
+            for g in 0..groups {
+                let v = m.group(g);
+                let Scales::F16(sc) = v.scales else {
+                    panic!("layout arms need f16 scales (acc 4)")
+                };
+                let sbytes: Vec<u8> = sc.iter().flat_map(|x| x.to_le_bytes()).collect();
+                t[g * wb..(g + 1) * wb].copy_from_slice(v.w);
+                t[groups * wb + g * sb..groups * wb + (g + 1) * sb].copy_from_slice(&sbytes);
+                let rec = &mut r[g * (wb + sb)..(g + 1) * (wb + sb)];
+                let (bw, bsb) = (bs * NR / 2, NR * 2);
+                for kb in 0..k_blocks {
+                    let at = kb * (bw + bsb);
+                    rec[at..at + bw].copy_from_slice(&v.w[kb * bw..(kb + 1) * bw]);
+                    rec[at + bw..at + bw + bsb].copy_from_slice(&sbytes[kb * bsb..(kb + 1) * bsb]);
+                }
+            }
+        }
+        let l = Layouts {
+            two,
+            records,
+            per_copy,
+            groups,
+            k_blocks,
+            bs,
+        };
+        // Both layouts must give the plain scalar result, bit for bit: per block the exact integer
+        // dot of (code - 8) and A, then `total = fma(dot, scale, total)` as the tile does.
+        let a = layout_tile::RowA::new(k_blocks * bs, bs, rng());
+        for g in 0..groups {
+            let v = mats[0].group(g);
+            let mut want = [0f32; NR];
+            for (col, w) in want.iter_mut().enumerate() {
+                for kb in 0..k_blocks {
+                    let dot: i32 = (kb * bs..(kb + 1) * bs)
+                        .map(|k| {
+                            let byte = v.w[(k / 4) * 64 + 4 * (col % 16) + k % 4];
+                            let code = if col < 16 { byte & 0x0F } else { byte >> 4 };
+                            (i32::from(code) - 8) * i32::from(a.q[k])
+                        })
+                        .sum();
+                    *w = (dot as f32).mul_add(v.scales.get(kb * NR + col), *w);
+                }
+            }
+            for records in [false, true] {
+                let got = layout_tile::tile::<false>(&l.group(0, g, records), &a, 0, 0);
+                assert!(
+                    got.iter()
+                        .zip(&want)
+                        .all(|(p, q)| p.to_bits() == q.to_bits()),
+                    "layout_tile (records: {records}) differs from the scalar result in group {g}"
+                );
+            }
+        }
+        l
+    }
+
+    fn group(&self, copy: usize, g: usize, records: bool) -> layout_tile::GroupStreams<'_> {
+        let (bw, bsb) = (self.bs * NR / 2, NR * 2);
+        let (wb, sb) = (self.k_blocks * bw, self.k_blocks * bsb);
+        let range = copy * self.per_copy..(copy + 1) * self.per_copy;
+        if records {
+            let at = g * (wb + sb);
+            layout_tile::GroupStreams {
+                bytes: &self.records.as_slice()[range],
+                w_off: at,
+                w_stride: bw + bsb,
+                s_off: at + bw,
+                s_stride: bw + bsb,
+                k_blocks: self.k_blocks,
+                block_size: self.bs,
+            }
+        } else {
+            layout_tile::GroupStreams {
+                bytes: &self.two.as_slice()[range],
+                w_off: g * wb,
+                w_stride: bw,
+                s_off: self.groups * wb + g * sb,
+                s_stride: bsb,
+                k_blocks: self.k_blocks,
+                block_size: self.bs,
+            }
+        }
+    }
+
+    /// One call: the groups of copy `copy` in two contiguous halves over the lanes. The two
+    /// streams' layout prefetches the scales as the VNNI tile does (6 blocks ahead with the L1
+    /// prefetch on); the records' scales come with the codes' prefetch.
+    fn run(&self, lanes: &Lanes, copy: usize, records: bool, pf: usize, a: &layout_tile::RowA) {
+        let half = self.groups.div_ceil(2);
+        let sa = if records || pf == 0 {
+            0
+        } else {
+            pf.div_ceil(self.bs * NR / 2)
+        };
+        lanes.chunks(Dispatch::Decode, 2, &|i| {
+            for g in i * half..((i + 1) * half).min(self.groups) {
+                let v = self.group(copy, g, records);
+                let r = if pf == 0 {
+                    layout_tile::tile::<false>(&v, a, 0, 0)
+                } else {
+                    layout_tile::tile::<true>(&v, a, pf, sa)
+                };
+                std::hint::black_box(r);
+            }
+        });
     }
 }
