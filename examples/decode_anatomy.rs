@@ -37,7 +37,7 @@
 mod rng_common;
 
 use rcpu::kernels::matmul_nbits::prefetch::{
-    reset_prefetch, set_l2_prefetch_bytes, set_prefetch_bytes, DEFAULT_PREFETCH_BYTES,
+    reset_prefetch, set_l2_prefetch_bytes, set_prefetch_bytes,
 };
 use rcpu::kernels::matmul_nbits::{
     decode_second_segment, matmul_packed, pack, NBitsParams, PackedNBits,
@@ -337,7 +337,8 @@ fn main() {
                 if arms[arm].3 {
                     reset_prefetch();
                 } else {
-                    set_prefetch_bytes(DEFAULT_PREFETCH_BYTES);
+                    // The L1 prefetch as it was before issue 17.
+                    set_prefetch_bytes(2048);
                     set_l2_prefetch_bytes(0);
                 }
                 let s0 = Instant::now();

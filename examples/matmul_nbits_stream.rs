@@ -27,14 +27,15 @@
 //! several hundred MB, e.g. 200 copies at K=896 N=4864); p10 / p50 per arm. An arm is
 //! `L1[/L2]` (the L1 and the `prefetcht2` distance, L2 defaulting to this CPU's
 //! `default_l2_prefetch_bytes()`; 0 = off), `guided:L1[/L2]` (the same on the guided split
-//! instead of the segmented one), `read` (a plain two-lane read of the packed codes in two
-//! contiguous halves, the rate to compare with), `reads` (each group's codes, then its
-//! scales, the groups in two contiguous halves: the kernel's bytes in its two streams per
-//! lane, without its arithmetic), or `two:PF` / `rec:PF` (`common/layout_tile.rs`, a copy of
-//! the VNNI tile's M=1 body, over copies of the same codes and f16 scales in two layouts: codes
-//! and scales as two streams, as packed, or one stream of records, each block's codes followed
-//! by its scales; PF = its L1 prefetch distance, 0 = none; the groups in two contiguous halves;
-//! the two layouts checked bit for bit against each other before timing).
+//! instead of the segmented one), `read` (a plain two-lane read of the packed bytes in two
+//! contiguous halves, the rate to compare with), `reads` (each group's packed bytes, the groups
+//! in two contiguous halves: the kernel's bytes per lane, without its arithmetic; until stop 32,
+//! when the scales were a second array, each group's codes and then its scales), or `two:PF` /
+//! `rec:PF` (`common/layout_tile.rs`, a copy of the VNNI tile's M=1 body, over copies of the
+//! same codes and f16 scales in two layouts: codes and scales as two streams, as packed until
+//! stop 32, or one stream of records, each block's codes followed by its scales, as packed
+//! since; PF = its L1 prefetch distance, 0 = none; the groups in two contiguous halves; both
+//! checked bit for bit against a scalar result before timing).
 //!
 //! What `reads` showed (stop 31, K=896 N=4864, 200 copies, p10): the second stream costs about
 //! its bytes (the two vCPUs apart, each with its own path to memory: 38.0 us against 32.8 us
@@ -71,7 +72,6 @@ mod timing;
 #[path = "common/layout_tile.rs"]
 mod layout_tile;
 
-use rcpu::kernels::matmul_nbits::pack::Scales;
 use rcpu::kernels::matmul_nbits::prefetch::{
     default_l2_prefetch_bytes, reset_prefetch, set_l2_prefetch_bytes, set_prefetch_bytes,
 };
@@ -131,24 +131,15 @@ fn read(lanes: &Lanes, buf: &[u8], parts: usize) {
     });
 }
 
-/// Reads each column group's codes, then its scales, the groups in two contiguous halves.
+/// Reads each column group's records (its codes and scales, as packed), the groups in two
+/// contiguous halves.
 fn read_groups(lanes: &Lanes, m: &PackedNBits) {
     let g = m.params().n.div_ceil(NR);
     let half = g.div_ceil(2);
     lanes.chunks(Dispatch::Decode, 2, &|i| {
         let mut s = 0u64;
         for gi in i * half..((i + 1) * half).min(g) {
-            let v = m.group(gi);
-            s = s.wrapping_add(sum(v.w));
-            // Eight loads per 64-byte line of scales, as `sum` does for the codes.
-            s = match v.scales {
-                Scales::F16(x) => x.chunks_exact(32).fold(s, |a, l| {
-                    (0..8).fold(a, |a, i| a.wrapping_add(u64::from(l[4 * i])))
-                }),
-                Scales::F32(x) => x.chunks_exact(16).fold(s, |a, l| {
-                    (0..8).fold(a, |a, i| a.wrapping_add(u64::from(l[2 * i].to_bits())))
-                }),
-            };
+            s = s.wrapping_add(sum(m.group(gi).rec));
         }
         std::hint::black_box(s);
     });
@@ -201,7 +192,7 @@ fn single(k: usize, n: usize, threads: usize, passes: usize) {
     let groups = n.div_ceil(NR);
     let parts = StreamSplit::new(groups, w.len() / groups, lanes.lanes()).chunks();
     println!(
-        "K={k} N={n}: {:.0} MB packed ({:.0} MB weight codes), {} lanes",
+        "K={k} N={n}: {:.0} MB packed ({:.0} MB of records), {} lanes",
         all / 1e6,
         w.len() as f64 / 1e6,
         lanes.lanes()
@@ -336,9 +327,9 @@ fn decoder(layers: usize, h: usize, inter: usize, threads: usize, passes: usize)
 enum Arm {
     /// The kernel with the L1 and L2 prefetch distances, on the guided split when `guided`.
     Kernel { l1: usize, l2: usize, guided: bool },
-    /// A plain two-lane read of the weight codes in two contiguous halves.
+    /// A plain two-lane read of the packed bytes in two contiguous halves.
     Read,
-    /// A plain two-lane read of each group's codes and then its scales, the groups in two
+    /// A plain two-lane read of each group's packed bytes, the groups in two
     /// contiguous halves (the kernel's two streams per lane, without its arithmetic).
     ReadScales,
     /// `layout_tile` (the VNNI tile's M=1 shape) over copies of the weights in one of two
@@ -376,8 +367,8 @@ impl Arm {
 
     fn label(&self) -> String {
         match *self {
-            Arm::Read => "plain read (codes)".into(),
-            Arm::ReadScales => "plain read (codes + scales by group)".into(),
+            Arm::Read => "plain read (packed bytes)".into(),
+            Arm::ReadScales => "plain read (group by group)".into(),
             Arm::Layout { records, pf } => {
                 let l = if records { "records" } else { "two streams" };
                 format!("layout_tile {l:>11} pf={pf:>5}")
@@ -392,7 +383,7 @@ impl Arm {
 
 /// The kernel at each arm's prefetch distances and split (and the plain read), interleaved
 /// call by call in one process (order rotated every round) over `copies` copies of the weight.
-/// GB/s count the bytes each arm streams (the read: the codes only, so its rate compares with
+/// GB/s count the bytes each arm streams (the read: the packed bytes, so its rate compares with
 /// the kernel's over all packed bytes).
 #[allow(clippy::too_many_arguments)]
 fn sweep(
@@ -503,18 +494,15 @@ impl Layouts {
             );
             for g in 0..groups {
                 let v = m.group(g);
-                let Scales::F16(sc) = v.scales else {
-                    panic!("layout arms need f16 scales (acc 4)")
-                };
-                let sbytes: Vec<u8> = sc.iter().flat_map(|x| x.to_le_bytes()).collect();
-                t[g * wb..(g + 1) * wb].copy_from_slice(v.w);
-                t[groups * wb + g * sb..groups * wb + (g + 1) * sb].copy_from_slice(&sbytes);
-                let rec = &mut r[g * (wb + sb)..(g + 1) * (wb + sb)];
+                assert!(v.f16, "layout arms need f16 scales (acc 4)");
+                // The packed records as they are, and split into codes and scales.
+                r[g * (wb + sb)..(g + 1) * (wb + sb)].copy_from_slice(v.rec);
                 let (bw, bsb) = (bs * NR / 2, NR * 2);
                 for kb in 0..k_blocks {
-                    let at = kb * (bw + bsb);
-                    rec[at..at + bw].copy_from_slice(&v.w[kb * bw..(kb + 1) * bw]);
-                    rec[at + bw..at + bw + bsb].copy_from_slice(&sbytes[kb * bsb..(kb + 1) * bsb]);
+                    let (c, sc) = (kb * (bw + bsb), v.scales_at(kb));
+                    t[g * wb + kb * bw..g * wb + (kb + 1) * bw].copy_from_slice(&v.rec[c..c + bw]);
+                    let s0 = groups * wb + g * sb + kb * bsb;
+                    t[s0..s0 + bsb].copy_from_slice(&v.rec[sc..sc + bsb]);
                 }
             }
         }
@@ -536,12 +524,12 @@ impl Layouts {
                 for kb in 0..k_blocks {
                     let dot: i32 = (kb * bs..(kb + 1) * bs)
                         .map(|k| {
-                            let byte = v.w[(k / 4) * 64 + 4 * (col % 16) + k % 4];
+                            let byte = v.chunk(k - k % 4)[4 * (col % 16) + k % 4];
                             let code = if col < 16 { byte & 0x0F } else { byte >> 4 };
                             (i32::from(code) - 8) * i32::from(a.q[k])
                         })
                         .sum();
-                    *w = (dot as f32).mul_add(v.scales.get(kb * NR + col), *w);
+                    *w = (dot as f32).mul_add(v.scale(kb, col), *w);
                 }
             }
             for records in [false, true] {

@@ -16,22 +16,36 @@ pub struct CachePadded<T>(pub T);
 /// faults, so the range may be stale or unmapped (an idle worker's prefetch of the next weight
 /// stream, `runtime::park`, relies on that).
 pub fn prefetch_l2(addr: usize, len: usize) {
+    prefetch_lines::<false>(addr, len)
+}
+
+/// [`prefetch_l2`] into the L1 cache (`prefetcht0`): for a small range a lane is about to read
+/// (a decode call's prepared activations, which another lane has just written).
+pub fn prefetch_l1(addr: usize, len: usize) {
+    prefetch_lines::<true>(addr, len)
+}
+
+fn prefetch_lines<const L1: bool>(addr: usize, len: usize) {
     #[cfg(target_arch = "x86_64")]
     {
         #[target_feature(enable = "sse")]
-        fn lines(addr: usize, len: usize) {
+        fn lines<const L1: bool>(addr: usize, len: usize) {
             let end = addr.saturating_add(len);
             let mut at = addr & !63;
             while at < end {
-                _mm_prefetch::<_MM_HINT_T1>(at as *const i8);
+                if L1 {
+                    _mm_prefetch::<_MM_HINT_T0>(at as *const i8);
+                } else {
+                    _mm_prefetch::<_MM_HINT_T1>(at as *const i8);
+                }
                 at += 64;
             }
         }
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T1};
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0, _MM_HINT_T1};
         // SAFETY: SSE is part of the x86_64 baseline, so the feature `lines` enables is present
         // on every CPU this code runs on; `lines` only issues prefetch hints, which neither
         // dereference nor fault on any address.
-        unsafe { lines(addr, len) }
+        unsafe { lines::<L1>(addr, len) }
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = (addr, len);

@@ -426,14 +426,16 @@ fn route_texts_are_the_ledger_names() {
 }
 
 /// Guarantee: the hint an M=1 call leaves the idle lanes for the next call
-/// (`decode_second_segment`) is the packed codes of the whole segment that call's second chunk
-/// streams (the second half with two lanes), from its first byte, cut at
+/// (`decode_second_segment`) is the packed records of the whole segment that call's second
+/// chunk streams (the second half with two lanes), from its first byte, cut at
 /// `IDLE_PREFETCH_SEGMENT_MAX`; nothing when the call runs on one lane or has one column group.
-/// Qwen2-0.5B shapes (K=896, 32 columns of 28 blocks = 14336 code bytes per group).
-/// Seen failing: with the hint back to the segment's first run (a quarter of it).
+/// Qwen2-0.5B shapes (K=896, 32 columns of 28 blocks, each a record of 512 code bytes and 32 f16
+/// scales = 16128 bytes per group). Seen failing: with the hint back to the segment's first run
+/// (a quarter of it); with the hint still measured in code bytes after the scales joined the
+/// records.
 #[test]
 fn idle_hint_is_the_second_lanes_segment() {
-    let group = 28 * 512;
+    let group = 28 * (512 + 64);
     // (N, lanes, offset and length of the hint in groups' bytes)
     for (n, lanes, at, len) in [
         (896, 2, 14 * group, 14 * group),

@@ -19,14 +19,16 @@ fn prefetch_distance_changes_no_result() {
     let _serial = crate::serial();
     // 1 << 36: 64 GiB past the weights, far outside any mapping of this process.
     // (L1, L2) pairs.
+    // The defaults (0: records need no software prefetch) and the distances used before.
     let dists = [
         (64, 0),
         (DEFAULT_PREFETCH_BYTES, 0),
-        (DEFAULT_VNNI_PREFETCH_BYTES, INTEL_L2_PREFETCH_BYTES),
         (DEFAULT_VNNI_PREFETCH_BYTES, 0),
+        (2048, 0),
+        (3072, INTEL_L2_PREFETCH_BYTES),
         (0, 64),
         (1 << 36, 0),
-        (DEFAULT_VNNI_PREFETCH_BYTES, 1 << 36),
+        (3072, 1 << 36),
     ];
     let shapes = [
         (100, 33, 1, 32),

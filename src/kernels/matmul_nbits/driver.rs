@@ -20,7 +20,8 @@
 use super::dispatch::{amx_scratch_len, GemmFn, Kernels, TileFn, AMX_ROWS};
 use super::nonfinite::{self, RowFix};
 use super::pack::{
-    group_weight_bytes, group_zp_bytes, groups, pack_group, GroupView, PackedNBits, Scales, NR,
+    group_record_bytes, group_zp_bytes, groups, pack_group, record_bytes, GroupView, PackedNBits,
+    NR,
 };
 use super::params::{NBitsParams, NBitsWeight};
 use super::prepare_a::{with_prepared, PreparedA};
@@ -28,10 +29,7 @@ use super::route::NBitsRoute;
 use super::MR;
 use crate::kernels::disjoint::DisjointOut;
 use crate::kernels::simd::Level;
-use crate::memory::scratch::{
-    try_with_scratch_f32, try_with_scratch_i32, try_with_scratch_u16, try_with_scratch_u8,
-    Shortfall,
-};
+use crate::memory::scratch::{try_with_scratch_i32, try_with_scratch_u8, Shortfall};
 use crate::runtime::par::{Dispatch, Par, SegmentClaims, StreamSplit};
 
 /// Column groups of one weight a pair call computes before it turns to the other's
@@ -154,9 +152,9 @@ fn run_fast(
         };
         let g_count = groups(&p);
         let split = if m == 1 {
-            StreamSplit::decode(g_count, group_weight_bytes(&p), par.lanes())
+            StreamSplit::decode(g_count, group_record_bytes(&p), par.lanes())
         } else {
-            StreamSplit::new(g_count, group_weight_bytes(&p), par.lanes())
+            StreamSplit::new(g_count, group_record_bytes(&p), par.lanes())
         };
         let col_chunks = split.chunks();
         // The segmented split's claim counters for this call (unused by the other splits).
@@ -187,6 +185,9 @@ fn run_fast(
                     let rows = rt * row_tile..((rt + 1) * row_tile).min(m);
                     // One result tile per chunk (not per group: a decode call has N / 32 groups).
                     let mut res = [[0f32; NR]; MR];
+                    if m == 1 {
+                        prep.prefetch_row0(p.int8_compute());
+                    }
                     split.run(cc, &claims, &mut |run| {
                         for g in run {
                             ctx.group(&pk.group(g), g, rows.clone(), &mut res);
@@ -202,46 +203,35 @@ fn run_fast(
             Source::Unpacked(weight) => {
                 let (p, zero_points) = (weight.p, weight.zero_points);
                 let kbs = p.k_blocks();
-                let (wb, zb) = (
-                    group_weight_bytes(p),
+                let (rb, zb) = (
+                    group_record_bytes(p),
                     zero_points.map_or(0, |_| group_zp_bytes(p)),
                 );
-                // Each chunk packs one group at a time into its lane's parked scratch (weights and
-                // zero points in one byte buffer, scales in an f32 and, with f16 scales, an f16
-                // one): no allocation once the lane's buffers are parked. `pack_group` writes
-                // every byte the group reads, so stale contents are fine.
-                let h_len = if p.f16_scales() { kbs * NR } else { 0 };
+                // Each chunk packs one group at a time into its lane's parked scratch (records and
+                // zero points in one byte buffer, sized for f32 scales, the larger kind): no
+                // allocation once the lane's buffer is parked. `pack_group` writes every byte the
+                // group reads, so stale contents are fine.
                 let short = Shortfall::default();
                 let body = |cc: usize| {
                     let mut res = [[0f32; NR]; MR];
-                    let done = try_with_scratch_u8(wb + zb, |bytes| {
-                        try_with_scratch_f32(kbs * NR, |s| {
-                            try_with_scratch_u16(h_len, |h| {
-                                let (w, z) = bytes.split_at_mut(wb);
-                                let mut z = zero_points.map(|_| z);
-                                split.run(cc, &claims, &mut |run| {
-                                    for g in run {
-                                        let zm = z.as_deref_mut();
-                                        let half = pack_group(&weight, g, w, s, h, zm);
-                                        let view = GroupView {
-                                            w,
-                                            scales: if half {
-                                                Scales::F16(h)
-                                            } else {
-                                                Scales::F32(s)
-                                            },
-                                            zps: z.as_deref(),
-                                            k_blocks: kbs,
-                                            block_size: p.block_size,
-                                        };
-                                        ctx.group(&view, g, 0..m, &mut res);
-                                    }
-                                });
-                            })
-                        })
+                    let done = try_with_scratch_u8(rb.saturating_add(zb), |bytes| {
+                        let (r, z) = bytes.split_at_mut(rb);
+                        let mut z = zero_points.map(|_| z);
+                        split.run(cc, &claims, &mut |run| {
+                            for g in run {
+                                let half = pack_group(&weight, g, r, z.as_deref_mut());
+                                let view = GroupView {
+                                    rec: &r[..kbs * record_bytes(p.block_size, half)],
+                                    f16: half,
+                                    zps: z.as_deref(),
+                                    k_blocks: kbs,
+                                    block_size: p.block_size,
+                                };
+                                ctx.group(&view, g, 0..m, &mut res);
+                            }
+                        });
                     });
-                    let bytes = (wb + zb) + kbs * NR * 4 + h_len * 2;
-                    short.note(done.flatten().flatten(), bytes);
+                    short.note(done, rb.saturating_add(zb));
                 };
                 if m == 1 {
                     par.chunks(Dispatch::Decode, col_chunks, &body);
@@ -425,7 +415,7 @@ pub(crate) fn run_pair(
     };
     with_prepared(kernels, a, m, &p, |prep| {
         let g_count = groups(&p);
-        let unit = group_weight_bytes(&p).saturating_mul(2);
+        let unit = group_record_bytes(&p).saturating_mul(2);
         let claims = SegmentClaims::new();
         let dst = DisjointOut::new(out);
         if m == 1 {
@@ -435,6 +425,7 @@ pub(crate) fn run_pair(
                 let mut v1 = [0f32; PAIR_RUN_GROUPS * NR];
                 let mut v2 = [0f32; PAIR_RUN_GROUPS * NR];
                 let mut y = [0f32; PAIR_RUN_GROUPS * NR];
+                prep.prefetch_row0(p.int8_compute());
                 split.run(ci, &claims, &mut |run| {
                     // Up to PAIR_RUN_GROUPS groups of the first weight, then the same of the
                     // second: each lane streams runs of consecutive bytes of one weight at a time.

@@ -46,7 +46,7 @@ pub use route::{NBitsPath, NBitsRoute};
 
 use crate::runtime::par::{Par, StreamSplit};
 
-/// The packed weight codes of the segment an M=1 call of `packed` over `lanes` lanes hands its
+/// The packed records of the segment an M=1 call of `packed` over `lanes` lanes hands its
 /// second chunk (`StreamSplit::range(1)`; the caller claims chunk 0 right after it publishes
 /// the job, so this is what another lane streams, front to back, before it takes what is left
 /// of the other segments from their far ends), at most [`IDLE_PREFETCH_SEGMENT_MAX`] bytes of
@@ -59,14 +59,11 @@ use crate::runtime::par::{Par, StreamSplit};
 /// old / new per round, medians of 12 and 16 rounds: 1.024 and 1.012.)
 pub fn decode_second_segment(packed: &PackedNBits, lanes: usize) -> &[u8] {
     let p = packed.params();
-    let wb = pack::group_weight_bytes(p);
-    let split = StreamSplit::decode(pack::groups(p), wb, lanes);
+    let split = StreamSplit::decode(pack::groups(p), pack::group_record_bytes(p), lanes);
     if split.chunks() < 2 {
         return &[];
     }
-    let r = split.range(1);
-    // In range: the split covers `groups(p)` groups of `wb` code bytes each.
-    let bytes = &packed.weight_bytes()[r.start * wb..r.end * wb];
+    let bytes = packed.groups_bytes(split.range(1));
     &bytes[..bytes.len().min(IDLE_PREFETCH_SEGMENT_MAX)]
 }
 

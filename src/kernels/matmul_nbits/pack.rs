@@ -5,7 +5,9 @@
 //! nibbles. Tail columns are padded with code 0, scale 0 and zero point 0, so they produce 0.
 //! Per group, everything a kernel streams is contiguous:
 //!
-//! * `weights`: `[group][block][chunk of 4 k][64 bytes]`, `block_size / 4` chunks per block.
+//! * records: per group, per block, one record: the block's codes, `[chunk of 4 k][64 bytes]`
+//!   (`block_size / 4` chunks), then its 32 scales (`[32]`, little endian). So each group is one
+//!   contiguous stream that a kernel reads front to back, codes and scales as they are used.
 //!   In a chunk starting at k0, byte `4 * i + j` (lane i in 0..16, j in 0..4) holds the code of
 //!   (k0 + j, column i) in its low nibble and the code of (k0 + j, column 16 + i) in its high
 //!   nibble. One 64-byte load is 16 dword lanes of four consecutive k, and both nibbles of a
@@ -15,13 +17,19 @@
 //!   (before: one mask per nibble and an A broadcast per 4 k of 16 columns). fp32 extracts
 //!   `(v >> 8j) & 0x0F` and `(v >> 8j + 4) & 0x0F` for k0 + j.
 //!   k beyond K (tail of the last block) holds code 0; callers pad A with zeros there.
-//! * scales: `[group][block][32]`, as f32 for accuracy levels 0..3 and as f16 for level 4 unless
-//!   the session asks for f32 (see below). A second stream per lane next to the weights:
-//!   measured (issue 17, see `tile_avx512`) to cost its share of the bytes and no more, so it is
-//!   not interleaved into the weight stream. Stop 29 built the interleaved layout (each block's
-//!   scales after its codes, one stream a lane) through every kernel and measured no gain per
-//!   decode token (old/new 0.944-1.016 over six runs of three prefetch variants; README,
-//!   stop 29); only with the software prefetch off did the second stream cost (~6%).
+//!   The scales are f32 for accuracy levels 0..3 and f16 for level 4 unless the session asks for
+//!   f32 (see below), chosen per group, so a record is `block_size * 16 + 128` or `+ 64` bytes:
+//!   a multiple of 64, and every group starts 64-byte aligned, so no 64-byte load straddles two
+//!   lines.
+//!
+//!   Why records (stop 32): until then the scales were a second array, `[group][block][32]`, a
+//!   second stream per lane next to the codes, with a software prefetch on each. One lane
+//!   streamed the VNNI tile's bytes at 0.84-0.90 of a plain read of them; a copy of the tile over
+//!   records without software prefetch streamed at 0.99-1.01 (`examples/matmul_nbits_stream`,
+//!   arms `two:` and `rec:`, whose doc has the numbers). Two lanes sharing one memory path hid
+//!   the difference (stop 29 had built records and measured no gain per token that way); a lane
+//!   with a path of its own (the development VM's vCPUs when placed apart, a core of a larger
+//!   host) streams at its own rate, which is what records raise.
 //! * `zero_points` (only when the node has them): `[group][block][16]` u8, byte `i` = zero point
 //!   of column i (low nibble) and of column 16 + i (high nibble), like the weights; absent means
 //!   8 everywhere.
@@ -60,70 +68,25 @@ pub(crate) const LANES: usize = NR / 2;
 /// k per 64-byte chunk.
 pub(crate) const CHUNK_K: usize = 4;
 
-/// A MatMulNBits weight rearranged for the tile kernels. Its buffers are pieces of the
-/// process-wide huge-page weight arena ([`crate::memory::weight_arena`]), claimed in the order
-/// weights, scales, f16 scales, zero points, so consecutive packs lie back to back.
+/// A MatMulNBits weight rearranged for the tile kernels: every group's records in one piece of
+/// the process-wide huge-page weight arena ([`crate::memory::weight_arena`]), then (when the
+/// node has them) the zero points in another, so consecutive packs lie back to back.
 #[derive(Debug)]
 pub struct PackedNBits {
     pub(crate) params: NBitsParams,
-    /// 64-byte aligned (as is every group inside it: group sizes are multiples of 64 bytes),
-    /// so no 64-byte weight or scale load of the kernels straddles two cache lines.
-    pub(crate) weights: ArenaBuf<u8>,
-    /// f32 scales of every group that reads f32 (all of them below level 4; at level 4 only
-    /// groups whose scales f16 cannot hold): `[group][block][32]` over all groups, or empty when
-    /// no group reads f32.
-    pub(crate) scales: ArenaBuf<f32>,
-    /// f16 scales (bits) of the groups that read f16, `[group][block][32]` over all groups, or
-    /// empty when none does (always below level 4).
-    pub(crate) scales16: ArenaBuf<u16>,
-    /// Per group: whether it reads `scales16` (else `scales`).
+    /// Every group's records, group after group (see the module documentation). 64-byte
+    /// aligned, as is every group inside it (records are multiples of 64 bytes).
+    pub(crate) records: ArenaBuf<u8>,
+    /// Byte offset of each group's records in `records`, and the total at the end (groups with
+    /// f32 and with f16 scales differ in size).
+    pub(crate) group_at: Vec<usize>,
+    /// Per group: whether its scales are f16 (else f32).
     pub(crate) f16_groups: Vec<bool>,
     pub(crate) zero_points: Option<ArenaBuf<u8>>,
     /// Largest |scale| of the weight (finite: hostile scales are never packed); bounds every
     /// output's magnitude, so the overflow check after a call can skip rows that cannot overflow
     /// (see `nonfinite::cannot_overflow`).
     pub(crate) scale_max: f32,
-}
-
-/// One group's scales, `[block][32]`, in the format the group was packed with.
-#[derive(Debug, Clone, Copy)]
-pub enum Scales<'a> {
-    F32(&'a [f32]),
-    /// IEEE binary16 bits, every one 0 or normal (see [`f16_exact_enough`]).
-    F16(&'a [u16]),
-}
-
-impl<'a> Scales<'a> {
-    /// Number of scales.
-    pub fn len(&self) -> usize {
-        match self {
-            Scales::F32(s) => s.len(),
-            Scales::F16(s) => s.len(),
-        }
-    }
-
-    /// True when there are none.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// The scales as (f32, f16) slices, the one not in use empty: SIMD kernels take this once
-    /// per call and pick the per-block load at compile time.
-    pub(crate) fn split(self) -> (&'a [f32], &'a [u16]) {
-        match self {
-            Scales::F32(s) => (s, &[]),
-            Scales::F16(s) => (&[], s),
-        }
-    }
-
-    /// Scale `i` as f32 (f16 widens exactly).
-    #[inline]
-    pub fn get(&self, i: usize) -> f32 {
-        match self {
-            Scales::F32(s) => s[i],
-            Scales::F16(s) => f16_to_f32(F16Bits(s[i]), NanRule::Hardware),
-        }
-    }
 }
 
 /// Whether f16 holds `s` to within 2^-11 of itself (round to nearest even): 0, or a magnitude
@@ -138,22 +101,82 @@ pub(crate) fn scale_to_f16(s: f32) -> u16 {
     f32_to_f16(s, NanRule::Hardware).0
 }
 
-/// One column group's slices, as the kernels see them.
+/// One column group's records, as the kernels see them.
 #[derive(Debug, Clone, Copy)]
 pub struct GroupView<'a> {
-    /// `k_blocks * block_size * 16` bytes.
-    pub w: &'a [u8],
-    /// `k_blocks * 32` scales.
-    pub scales: Scales<'a>,
+    /// `k_blocks` records of [`GroupView::record_bytes`] each: a block's codes, then its scales.
+    pub rec: &'a [u8],
+    /// Whether the scales are f16 bits (else f32).
+    pub f16: bool,
     /// `k_blocks * 16` zero-point bytes (two columns each), or `None` for 8.
     pub zps: Option<&'a [u8]>,
     pub k_blocks: usize,
     pub block_size: usize,
 }
 
-/// Packed weight bytes per column group.
-pub(crate) fn group_weight_bytes(p: &NBitsParams) -> usize {
-    p.k_blocks() * p.block_size * NR / 2
+impl<'a> GroupView<'a> {
+    /// Code bytes of one block (`block_size * 16`, a multiple of 64).
+    #[inline]
+    pub fn code_bytes(&self) -> usize {
+        self.block_size * LANES
+    }
+
+    /// Bytes of one record: the block's codes and its 32 scales.
+    #[inline]
+    pub fn record_bytes(&self) -> usize {
+        record_bytes(self.block_size, self.f16)
+    }
+
+    /// Whether `rec` holds all `k_blocks` records (what every kernel asserts before its
+    /// unchecked loads).
+    #[inline]
+    pub fn complete(&self) -> bool {
+        self.k_blocks
+            .checked_mul(self.record_bytes())
+            .is_some_and(|n| n <= self.rec.len())
+    }
+
+    /// The 64 code bytes of the chunk starting at `k0` (a multiple of [`CHUNK_K`]).
+    #[inline]
+    pub fn chunk(&self, k0: usize) -> &'a [u8] {
+        let kb = k0 / self.block_size;
+        let at = kb * self.record_bytes() + (k0 - kb * self.block_size) * LANES;
+        &self.rec[at..at + CHUNK_BYTES]
+    }
+
+    /// Byte offset in `rec` of block `kb`'s scales.
+    #[inline]
+    pub fn scales_at(&self, kb: usize) -> usize {
+        kb * self.record_bytes() + self.code_bytes()
+    }
+
+    /// The scale of column `col` in block `kb`, as f32 (f16 widens exactly).
+    #[inline]
+    pub fn scale(&self, kb: usize, col: usize) -> f32 {
+        let at = self.scales_at(kb);
+        if self.f16 {
+            let b = &self.rec[at + 2 * col..at + 2 * col + 2];
+            f16_to_f32(F16Bits(u16::from_le_bytes([b[0], b[1]])), NanRule::Hardware)
+        } else {
+            let b = &self.rec[at + 4 * col..at + 4 * col + 4];
+            f32::from_le_bytes([b[0], b[1], b[2], b[3]])
+        }
+    }
+}
+
+/// Bytes of one chunk of codes (`CHUNK_K` k of `NR` columns).
+pub(crate) const CHUNK_BYTES: usize = CHUNK_K * NR / 2;
+
+/// Bytes of one record: `block_size * 16` code bytes and 32 scales of 2 (f16) or 4 bytes.
+pub(crate) fn record_bytes(block_size: usize, f16: bool) -> usize {
+    block_size * LANES + NR * if f16 { 2 } else { 4 }
+}
+
+/// Packed bytes of one column group with f32 scales (the larger kind): what the splits size
+/// their units by and the unpacked path packs a group into.
+pub(crate) fn group_record_bytes(p: &NBitsParams) -> usize {
+    p.k_blocks()
+        .saturating_mul(record_bytes(p.block_size, false))
 }
 
 /// Zero-point bytes per column group.
@@ -173,24 +196,31 @@ impl PackedNBits {
     }
 
     /// Bytes really held: what the pieces took from the weight arena (alignment padding
-    /// included) plus the per-group flags on the heap.
+    /// included) plus the per-group offsets and flags on the heap.
     pub fn bytes(&self) -> usize {
-        self.weights.taken_bytes()
-            + self.scales.taken_bytes()
-            + self.scales16.taken_bytes()
+        self.records.taken_bytes()
+            + self.group_at.capacity() * std::mem::size_of::<usize>()
             + self.f16_groups.capacity()
             + self.zero_points.as_ref().map_or(0, |z| z.taken_bytes())
     }
 
-    /// Start address of the arena region holding the packed codes (diagnostics and tests:
-    /// which region, e.g. to find it in `/proc/self/smaps`).
+    /// Start address of the arena region holding the records (diagnostics and tests: which
+    /// region, e.g. to find it in `/proc/self/smaps`).
     pub fn region_addr(&self) -> usize {
-        self.weights.mapping().addr()
+        self.records.mapping().addr()
     }
 
-    /// The packed weight codes (all groups), e.g. for streaming diagnostics.
+    /// The packed records of every group (codes and scales), e.g. for streaming diagnostics.
     pub fn weight_bytes(&self) -> &[u8] {
-        self.weights.as_slice()
+        self.records.as_slice()
+    }
+
+    /// The records of groups `groups` (a range of group indices, clamped to the groups there
+    /// are): one contiguous run of bytes.
+    pub fn groups_bytes(&self, groups: std::ops::Range<usize>) -> &[u8] {
+        let last = self.group_at.len() - 1;
+        let (a, b) = (groups.start.min(last), groups.end.min(last));
+        &self.records.as_slice()[self.group_at[a]..self.group_at[b.max(a)]]
     }
 
     /// Writes column `n`'s K codes into `out` in ORT's layout for one row of B (code `k` in
@@ -206,30 +236,28 @@ impl PackedNBits {
         if n >= p.n || out.len() < bytes {
             return false;
         }
-        let wb = group_weight_bytes(p);
-        let w = &self.weights.as_slice()[n / NR * wb..][..wb];
+        let g = self.group(n / NR);
         let (lane, shift) = (n % NR % LANES, 4 * (n % NR / LANES));
         let out = &mut out[..bytes];
         out.fill(0);
-        for k in 0..p.k {
-            // The chunk of k, lane `lane`'s dword, byte k % 4 (see the module documentation).
-            let byte = w[k / CHUNK_K * 4 * LANES + 4 * lane + k % CHUNK_K];
-            out[k / 2] |= ((byte >> shift) & 0x0F) << (4 * (k % 2));
+        for k0 in (0..p.k).step_by(CHUNK_K) {
+            // Lane `lane`'s dword of the chunk, byte k % 4 (see the module documentation).
+            let chunk = g.chunk(k0);
+            for k in k0..(k0 + CHUNK_K).min(p.k) {
+                let byte = chunk[4 * lane + k % CHUNK_K];
+                out[k / 2] |= ((byte >> shift) & 0x0F) << (4 * (k % 2));
+            }
         }
         true
     }
 
-    /// The slices of column group `g`.
+    /// The records of column group `g`.
     pub fn group(&self, g: usize) -> GroupView<'_> {
         let p = &self.params;
-        let (wb, sb, zb) = (group_weight_bytes(p), p.k_blocks() * NR, group_zp_bytes(p));
+        let zb = group_zp_bytes(p);
         GroupView {
-            w: &self.weights.as_slice()[g * wb..(g + 1) * wb],
-            scales: if self.f16_groups[g] {
-                Scales::F16(&self.scales16.as_slice()[g * sb..(g + 1) * sb])
-            } else {
-                Scales::F32(&self.scales.as_slice()[g * sb..(g + 1) * sb])
-            },
+            rec: &self.records.as_slice()[self.group_at[g]..self.group_at[g + 1]],
+            f16: self.f16_groups[g],
             zps: self
                 .zero_points
                 .as_ref()
@@ -258,7 +286,7 @@ pub fn try_pack(
     zero_points: Option<&[u8]>,
     p: &NBitsParams,
 ) -> Option<PackedNBits> {
-    let threads = if groups(p) * group_weight_bytes(p) >= PARALLEL_PACK_MIN_BYTES {
+    let threads = if groups(p).saturating_mul(group_record_bytes(p)) >= PARALLEL_PACK_MIN_BYTES {
         crate::runtime::lanes::default_threads()
     } else {
         1
@@ -295,49 +323,48 @@ pub fn try_pack_threads(
     };
     weight.check_sizes(None).unwrap_or_else(|e| panic!("{e}"));
     let g_count = groups(p);
-    let (wb, sb, zb) = (group_weight_bytes(p), p.k_blocks() * NR, group_zp_bytes(p));
-    // Which groups get f16 scales (the choice `pack_group` makes again for each group).
-    // g_count = ceil(N / 32): tiny next to the weights, but still derived from the model.
+    let zb = group_zp_bytes(p);
+    // Which groups get f16 scales (the choice `pack_group` makes again for each group), and
+    // where each group's records start. g_count = ceil(N / 32): tiny next to the weights, but
+    // still derived from the model, so reserved fallibly and summed with checked arithmetic.
     let mut f16_groups: Vec<bool> = Vec::new();
     f16_groups.try_reserve_exact(g_count).ok()?;
     f16_groups.extend((0..g_count).map(|g| group_f16(scales, p, g)));
-    let any_f32 = f16_groups.iter().any(|&h| !h);
-    let any_f16 = f16_groups.iter().any(|&h| h);
-    let half_len = if any_f16 { g_count * sb } else { 0 };
+    let mut group_at: Vec<usize> = Vec::new();
+    group_at.try_reserve_exact(g_count + 1).ok()?;
+    group_at.push(0);
+    for &half in &f16_groups {
+        let size = p.k_blocks().checked_mul(record_bytes(p.block_size, half))?;
+        group_at.push(group_at.last()?.checked_add(size)?);
+    }
     let arena = weight_arena();
-    let mut weights = arena.try_alloc::<u8>(g_count.checked_mul(wb)?).ok()?;
-    let mut sc = arena
-        .try_alloc::<f32>(if any_f32 { g_count.checked_mul(sb)? } else { 0 })
-        .ok()?;
-    let mut sc16 = arena.try_alloc::<u16>(half_len).ok()?;
+    let mut records = arena.try_alloc::<u8>(*group_at.last()?).ok()?;
     let mut zps = match zero_points {
         Some(_) => Some(arena.try_alloc::<u8>(g_count.checked_mul(zb)?).ok()?),
         None => None,
     };
     let per = g_count.div_ceil(threads.clamp(1, g_count.max(1)));
-    // Each share: `per` groups of every buffer (an empty buffer gives empty shares).
-    let mut w_sh = Shares::new(weights.as_mut_slice(), per * wb);
-    let mut s_sh = Shares::new(sc.as_mut_slice(), per * sb);
-    let mut h_sh = Shares::new(sc16.as_mut_slice(), per * sb);
+    // Each share: `per` groups' records and zero points.
+    let mut rest = records.as_mut_slice();
     let mut z_sh = zps
         .as_mut()
         .map(|z| Shares::new(z.as_mut_slice(), per * zb));
-    let f16_groups_ref = &f16_groups;
+    let (at, f16_groups_ref) = (&group_at, &f16_groups);
     std::thread::scope(|scope| {
         let mut g0 = 0;
         while g0 < g_count {
             let n = per.min(g_count - g0);
-            let (w, s, h) = (w_sh.take(), s_sh.take(), h_sh.take());
+            let (r, tail) = std::mem::take(&mut rest).split_at_mut(at[g0 + n] - at[g0]);
+            rest = tail;
             let mut z = z_sh.as_mut().map(|z| z.take());
             // Packs groups g0..g0 + n into this share's slices.
             let mut run = move || {
-                for i in 0..n {
-                    let w = &mut w[i * wb..(i + 1) * wb];
-                    let s = s.get_mut(i * sb..(i + 1) * sb).unwrap_or_default();
-                    let h = h.get_mut(i * sb..(i + 1) * sb).unwrap_or_default();
+                for g in g0..g0 + n {
+                    let r = &mut r[at[g] - at[g0]..at[g + 1] - at[g0]];
+                    let i = g - g0;
                     let z = z.as_deref_mut().map(|z| &mut z[i * zb..(i + 1) * zb]);
-                    let half = pack_group(&weight, g0 + i, w, s, h, z);
-                    debug_assert_eq!(half, f16_groups_ref[g0 + i]);
+                    let half = pack_group(&weight, g, r, z);
+                    debug_assert_eq!(half, f16_groups_ref[g]);
                 }
             };
             if g0 + n == g_count {
@@ -351,9 +378,8 @@ pub fn try_pack_threads(
     });
     Some(PackedNBits {
         params: *p,
-        weights,
-        scales: sc,
-        scales16: sc16,
+        records,
+        group_at,
         f16_groups,
         zero_points: zps,
         scale_max: super::nonfinite::abs_max(scales),
@@ -396,9 +422,9 @@ pub(crate) fn group_f16(scales: &[f32], p: &NBitsParams, g: usize) -> bool {
 /// Chunks [`pack_group`] fills per tile (a multiple of 4).
 const PACK_TILE: usize = 128;
 
-/// Packs column group `g` into the given (zeroed or stale) slices; every byte is written except
-/// in the scale slice the group does not use. Scales go to `h_out` as f16 when [`group_f16`]
-/// says so (returns true), else to `s_out` as f32 (returns false); the unused one may be empty.
+/// Packs column group `g` into `rec`, its records (zeroed or stale; at least `k_blocks *
+/// record_bytes(block_size, half)` bytes, every one of which is written), and its zero points
+/// into `z_out`. The scales are f16 when [`group_f16`] says so (returns true), else f32.
 ///
 /// Chunk `i` of a group covers k = 4i..4i+4, which is the `u16` at byte `2i` of each column's
 /// row of B (blocks are multiples of 4 long); a lane zips two columns' words ([`zip_nibbles`]).
@@ -406,9 +432,7 @@ const PACK_TILE: usize = 128;
 pub(crate) fn pack_group(
     weight: &NBitsWeight<'_>,
     g: usize,
-    w_out: &mut [u8],
-    s_out: &mut [f32],
-    h_out: &mut [u16],
+    rec: &mut [u8],
     z_out: Option<&mut [u8]>,
 ) -> bool {
     let NBitsWeight {
@@ -429,12 +453,16 @@ pub(crate) fn pack_group(
         }
     };
     let half = group_f16(scales, p, g);
-    for col in 0..NR {
-        for kb in 0..kbs {
+    let (bs, rb) = (p.block_size, record_bytes(p.block_size, half));
+    let rec = &mut rec[..kbs * rb];
+    for kb in 0..kbs {
+        let at = kb * rb + bs * LANES;
+        for col in 0..NR {
             if half {
-                h_out[kb * NR + col] = scale_to_f16(scale(col, kb));
+                let v = scale_to_f16(scale(col, kb)).to_le_bytes();
+                rec[at + 2 * col..at + 2 * col + 2].copy_from_slice(&v);
             } else {
-                s_out[kb * NR + col] = scale(col, kb);
+                rec[at + 4 * col..at + 4 * col + 4].copy_from_slice(&scale(col, kb).to_le_bytes());
             }
         }
     }
@@ -449,11 +477,16 @@ pub(crate) fn pack_group(
             }
         }
     }
-    let chunks = kbs * p.block_size / CHUNK_K;
+    // Chunk c's 64 bytes: in record c / (bs / 4), at (c % (bs / 4)) * 64. Four consecutive
+    // chunks from a multiple of 4 lie in one record (bs / 4 is a multiple of 4: bs >= 16).
+    let cpb = bs / CHUNK_K;
+    let chunk_at = |c: usize| (c / cpb) * rb + (c % cpb) * CHUNK_BYTES;
+    let chunks = kbs * cpb;
     let full = p.k / CHUNK_K;
-    let w_out = &mut w_out[..chunks * 4 * LANES];
     // Chunks from the one straddling K on are built by OR-ing codes in.
-    w_out[full.min(chunks) * 4 * LANES..].fill(0);
+    for c in full.min(chunks)..chunks {
+        rec[chunk_at(c)..chunk_at(c) + CHUNK_BYTES].fill(0);
+    }
     // Full chunks: lane i of chunk c is the u16 at byte 2c of column i's row (low nibbles) and
     // of column 16 + i's row (high nibbles), nibble-zipped. Work goes [`PACK_TILE`] chunks at a
     // time (8 KiB of output, which stays in L1) and lane by lane inside a tile, so each row is
@@ -475,10 +508,10 @@ pub(crate) fn pack_group(
     let full_quads = full / 4;
     for t0 in (0..full_quads).step_by(PACK_TILE / 4) {
         let t1 = (t0 + PACK_TILE / 4).min(full_quads);
-        let tile = &mut w_out[t0 * 16 * LANES..t1 * 16 * LANES];
         for lane in 0..LANES {
             let (lo_row, hi_row) = (row(lane), row(LANES + lane));
-            for (q, out) in (t0..t1).zip(tile.chunks_exact_mut(16 * LANES)) {
+            for q in t0..t1 {
+                let out = &mut rec[chunk_at(4 * q)..chunk_at(4 * q) + 4 * CHUNK_BYTES];
                 let (lo, hi) = (quad(lo_row, q), quad(hi_row, q));
                 // Two chunks per step: dword t of `x` = chunk 2h + t's (low word, high word).
                 for h in 0..2 {
@@ -488,9 +521,9 @@ pub(crate) fn pack_group(
                         | (l & 0xFFFF_0000) << 16
                         | (u & 0xFFFF_0000) << 32;
                     let z = zip_nibbles(x);
-                    let at = 2 * h * 4 * LANES + 4 * lane;
+                    let at = 2 * h * CHUNK_BYTES + 4 * lane;
                     out[at..at + 4].copy_from_slice(&(z as u32).to_le_bytes());
-                    out[at + 4 * LANES..at + 4 * LANES + 4]
+                    out[at + CHUNK_BYTES..at + CHUNK_BYTES + 4]
                         .copy_from_slice(&((z >> 32) as u32).to_le_bytes());
                 }
             }
@@ -501,8 +534,8 @@ pub(crate) fn pack_group(
         row.get(2 * c..2 * c + 2)
             .map_or(0, |x| u16::from_le_bytes([x[0], x[1]]) as u32)
     };
-    let rest = &mut w_out[full_quads * 16 * LANES..full * 4 * LANES];
-    for (c, out) in (full_quads * 4..).zip(rest.chunks_exact_mut(4 * LANES)) {
+    for c in full_quads * 4..full {
+        let out = &mut rec[chunk_at(c)..chunk_at(c) + CHUNK_BYTES];
         for (lane, d) in out.chunks_exact_mut(4).enumerate() {
             let x = word(row(lane), c) | word(row(LANES + lane), c) << 16;
             d.copy_from_slice(&(zip_nibbles(x as u64) as u32).to_le_bytes());
@@ -510,7 +543,7 @@ pub(crate) fn pack_group(
     }
     // The chunk straddling K (codes past K stay 0, as do chunks past K).
     if full < chunks {
-        let out = &mut w_out[full * 4 * LANES..(full + 1) * 4 * LANES];
+        let out = &mut rec[chunk_at(full)..chunk_at(full) + CHUNK_BYTES];
         for col in 0..cols {
             let (lane, shift) = (col % LANES, 4 * (col / LANES));
             for k in CHUNK_K * full..p.k {

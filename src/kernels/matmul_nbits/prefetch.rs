@@ -52,6 +52,19 @@
 //! to ~103 us against a normal read (a neighbour on our cores, whose cache traffic evicts lines
 //! fetched far ahead, presumably). It stays 3072.
 //!
+//! Stop 32: everything above was measured on the two-stream layout (codes, and the scales in a
+//! second array). With the records (`pack`: each block's codes followed by its scales, one
+//! stream a group) the hardware prefetcher alone keeps one lane at a plain read's rate, and a
+//! software prefetch only costs (one lane, vCPUs near each other, p10, two runs, `--sweep K N 1
+//! 24 200 4 1 --pf=3072/0,0/0,1024/0,rec:0,reads`): the VNNI tile at K=896 N=4864 79.5 / 78.5 us
+//! at 3072 bytes, 70.2 / 70.4 without, 86.3 / 85.7 at 1024 (the plain read of the same bytes
+//! 68.8 / 69.0); K=4864 N=896 84.4 / 83.9, 78.7 / 79.5, 92.3 / 92.7. The `vpmaddubsw` tile
+//! (`RCPU_ISA=avx512`, K=896 N=4864) 80.9 / 82.8 at 2048, 72.2 / 73.1 without. The fp32 tile
+//! (acc 0) computes at ~21 GB/s a lane, below the read, and did not move (129.7 / 129.8 us).
+//! With two lanes near each other every distance was within 1.5%. So the L1 distances default
+//! to 0 (no prefetch instruction at all). The VNNI tile's L2 distance on Intel CPUs stays as
+//! measured there on the old layout (not re-measured: no Intel host at hand).
+//!
 //! The distance is a process-wide setting so that diagnostics can compare distances
 //! interleaved in one process (the only comparison that survives a noisy shared machine);
 //! nothing in the library changes it.
@@ -59,10 +72,10 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Default L1 distance of the fp32 and `vpmaddubsw` tiles, in bytes ahead of the 64-byte chunk
-/// being loaded.
-pub const DEFAULT_PREFETCH_BYTES: usize = 2048;
-/// Default L1 distance of the VNNI tile.
-pub const DEFAULT_VNNI_PREFETCH_BYTES: usize = 3072;
+/// being loaded: none since the records (see the module documentation).
+pub const DEFAULT_PREFETCH_BYTES: usize = 0;
+/// Default L1 distance of the VNNI tile: none since the records.
+pub const DEFAULT_VNNI_PREFETCH_BYTES: usize = 0;
 /// The VNNI tile's second, L2 (`prefetcht2`) prefetch distance on Intel CPUs, where it was
 /// measured as a gain (with the chunk-by-chunk loop); elsewhere it is off (measured on Zen 4 with
 /// the lean loop, see above). [`default_l2_prefetch_bytes`] picks one per process.
@@ -85,8 +98,7 @@ static DISTANCE: AtomicUsize = AtomicUsize::new(DEFAULT_PREFETCH_BYTES);
 static VNNI_DISTANCE: AtomicUsize = AtomicUsize::new(DEFAULT_VNNI_PREFETCH_BYTES);
 static L2_DISTANCE: AtomicUsize = AtomicUsize::new(L2_UNSET);
 
-/// Sets every tile's L1 prefetch distance in bytes (0 turns it off; the VNNI tile, whose loop
-/// issues its prefetches unconditionally, then prefetches the line it loads). Diagnostics only.
+/// Sets every tile's L1 prefetch distance in bytes (0 turns it off). Diagnostics only.
 #[doc(hidden)]
 pub fn set_prefetch_bytes(bytes: usize) {
     DISTANCE.store(bytes, Ordering::Relaxed);

@@ -35,6 +35,26 @@ pub struct PreparedA {
 }
 
 impl PreparedA {
+    /// Hints row 0's prepared values (the int8 ones with their block scales and sums, else the
+    /// f32 ones with their block sums) into this core's L1 cache, all at once. A decode call's
+    /// worker lanes read the row that the calling thread has just written: without the hint the
+    /// tile meets those lines one by one as its loop reaches them, each a transfer from the
+    /// caller's cache (see `driver`).
+    pub(crate) fn prefetch_row0(&self, int8: bool) {
+        fn hint<T>(v: &[T], n: usize) {
+            let v = &v[..n.min(v.len())];
+            crate::os::cache::prefetch_l1(v.as_ptr() as usize, std::mem::size_of_val(v));
+        }
+        if int8 {
+            hint(&self.q, self.kp);
+            hint(&self.qsum, self.kb);
+            hint(&self.qscale, self.kb);
+        } else {
+            hint(&self.f, self.kp);
+            hint(&self.fsum, self.kb);
+        }
+    }
+
     /// Prepares the first `m` rows of `a` (row length `p.k`) for `p`'s accuracy level, with the
     /// scalar quantiser.
     pub fn new(a: &[f32], m: usize, p: &NBitsParams) -> PreparedA {

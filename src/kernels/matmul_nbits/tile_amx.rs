@@ -23,7 +23,7 @@ use std::arch::x86_64::*;
 use std::ops::Range;
 
 use super::dispatch::{amx_panel_len as panel_len, AMX_ROWS};
-use super::pack::{GroupView, Scales, CHUNK_K, NR};
+use super::pack::{GroupView, CHUNK_K, NR};
 use super::prepare_a::PreparedA;
 use super::tile_avx512::{scales, zero_point_bytes};
 
@@ -87,7 +87,7 @@ impl Drop for Tiles {
 #[target_feature(enable = "avx512f,avx512bw")]
 fn unpack(g: &GroupView, panel: &mut [i32]) {
     let kp = g.k_blocks * g.block_size;
-    assert!(panel.len() >= panel_len(kp) && g.w.len() >= kp * NR / 2);
+    assert!(panel.len() >= panel_len(kp) && g.complete());
     let half = kp / CHUNK_K * ROW_BYTES;
     let (mask, spread) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi32(0x0101_0101));
     let dst = panel.as_mut_ptr() as *mut u8;
@@ -98,9 +98,9 @@ fn unpack(g: &GroupView, panel: &mut [i32]) {
         let z_hi = _mm512_mullo_epi32(_mm512_srli_epi32::<4>(z), spread);
         for c in 0..g.block_size / CHUNK_K {
             let row = kb * g.block_size / CHUNK_K + c;
-            // SAFETY: chunk `row` is bytes row * 64 .. row * 64 + 64 of `w`, inside its
-            // `kp * 16` bytes (asserted).
-            let v = unsafe { _mm512_loadu_si512(g.w.as_ptr().add(row * ROW_BYTES) as *const _) };
+            let chunk = g.chunk(row * CHUNK_K);
+            // SAFETY: `chunk` is the 64 code bytes of chunk `row` (a checked slice).
+            let v = unsafe { _mm512_loadu_si512(chunk.as_ptr() as *const _) };
             let lo = _mm512_sub_epi8(_mm512_and_si512(v, mask), z_lo);
             let hi = _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16::<4>(v), mask), z_hi);
             // SAFETY: B rows `row` of both halves end at `half + (row + 1) * 64 <= kp * 32`
@@ -217,7 +217,6 @@ unsafe fn row_tile<const T: usize, const F16: bool>(
     panel: &[i32],
     total: &mut [[__m512; 2]; AMX_ROWS],
 ) {
-    let (s32, s16) = g.scales.split();
     let bs = g.block_size;
     let half = a.kp / CHUNK_K * ROW_BYTES;
     let b = panel.as_ptr() as *const u8;
@@ -246,7 +245,9 @@ unsafe fn row_tile<const T: usize, const F16: bool>(
         }
         if kb > 0 {
             let (kb, c) = (kb - 1, &cbuf[(kb - 1) % 2]);
-            let s = scales::<F16>(s32, s16, kb);
+            // SAFETY: kb < k_blocks; `group_i8` asserted the records present and picked F16
+            // from g.f16.
+            let s = unsafe { scales::<F16>(g, kb) };
             for i in 0..T {
                 for rr in 0..TR {
                     let r = i * TR + rr;
@@ -323,7 +324,7 @@ pub(crate) unsafe fn group_i8(
     emit: &mut dyn FnMut(usize, &[f32; NR]),
 ) {
     let kp = g.k_blocks * g.block_size;
-    assert!(g.scales.len() >= g.k_blocks * NR && a.kp == kp && a.kb == g.k_blocks);
+    assert!(g.complete() && a.kp == kp && a.kb == g.k_blocks);
     assert!(rows.start.is_multiple_of(AMX_ROWS) && rows.start <= rows.end);
     // Whole row tiles of A (padding rows included) for every tile load.
     let padded = rows.end.next_multiple_of(AMX_ROWS);
@@ -337,7 +338,7 @@ pub(crate) unsafe fn group_i8(
     let panel = &*panel;
     // SAFETY: the caller's contract; sizes asserted above (and by `unpack`).
     unsafe {
-        if matches!(g.scales, Scales::F16(_)) {
+        if g.f16 {
             group_rows::<true>(g, a, rows, panel, emit)
         } else {
             group_rows::<false>(g, a, rows, panel, emit)

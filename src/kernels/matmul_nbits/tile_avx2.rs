@@ -8,14 +8,14 @@
 
 use std::arch::x86_64::*;
 
-use super::pack::{GroupView, Scales, CHUNK_K, NR};
+use super::pack::{GroupView, CHUNK_BYTES, CHUNK_K, NR};
 use super::prepare_a::PreparedA;
 use super::MR;
 
 macro_rules! by_rows {
     ($f:ident, $g:expr, $a:expr, $r0:expr, $nr:expr, $res:expr) => {
         // The scale format is fixed per group: chosen here once, not per block.
-        if matches!($g.scales, Scales::F16(_)) {
+        if $g.f16 {
             by_rows!(@rows $f, true, $g, $a, $r0, $nr, $res)
         } else {
             by_rows!(@rows $f, false, $g, $a, $r0, $nr, $res)
@@ -41,15 +41,17 @@ fn nib<const SH: i32>(v: __m256i) -> __m256 {
     ))
 }
 
-/// Half `h` of chunk `k0`.
+/// Half `h` of chunk `c` of block `kb`.
 ///
 /// # Safety
-/// `g.w` must hold `(k0 + CHUNK_K) * NR / 2` bytes.
+/// Every record of the group present ([`GroupView::complete`]), `kb < k_blocks`, `c <
+/// block_size / CHUNK_K`, `h < 2`.
 #[inline]
 #[target_feature(enable = "avx2")]
-unsafe fn half_chunk(g: &GroupView, k0: usize, h: usize) -> __m256i {
-    // SAFETY: chunk k0 occupies bytes k0*16 .. k0*16+64 of w (the caller's contract).
-    unsafe { _mm256_loadu_si256(g.w.as_ptr().add(k0 * (NR / 2) + 32 * h) as *const __m256i) }
+unsafe fn half_chunk(g: &GroupView, kb: usize, c: usize, h: usize) -> __m256i {
+    let at = kb * g.record_bytes() + c * CHUNK_BYTES + 32 * h;
+    // SAFETY: the caller's contract: these 32 bytes lie in block kb's codes, inside `rec`.
+    unsafe { _mm256_loadu_si256(g.rec.as_ptr().add(at) as *const __m256i) }
 }
 
 /// Zero points of block `kb`, half `h`, as i32 lanes: `[low columns, high columns]` (8 when
@@ -71,14 +73,15 @@ fn zero_points(g: &GroupView, kb: usize, h: usize) -> [__m256i; 2] {
     }
 }
 
-/// Scales of block `kb`, half `h`, from a group's `split` scales: `[low columns, high
-/// columns]`, f32 loads or (`F16`) f16 widened exactly with `vcvtph2ps`.
+/// Scales of block `kb`, half `h` (from its record): `[low columns, high columns]`, f32 loads
+/// or (`F16`) f16 widened exactly with `vcvtph2ps`. Panics if the record is not in `g.rec`.
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
-fn scales<const F16: bool>(s32: &[f32], s16: &[u16], kb: usize, h: usize) -> [__m256; 2] {
+fn scales<const F16: bool>(g: &GroupView, kb: usize, h: usize) -> [__m256; 2] {
+    let at = g.scales_at(kb);
     if F16 {
-        let s = &s16[kb * NR..kb * NR + NR];
-        let at = |i: usize| s[i..i + 8].as_ptr() as *const __m128i;
+        let s = &g.rec[at..at + 2 * NR];
+        let at = |i: usize| s[2 * i..2 * i + 16].as_ptr() as *const __m128i;
         // SAFETY: each load reads the 8 u16 (16 bytes) of a checked sub-slice.
         unsafe {
             [
@@ -87,14 +90,10 @@ fn scales<const F16: bool>(s32: &[f32], s16: &[u16], kb: usize, h: usize) -> [__
             ]
         }
     } else {
-        let s = &s32[kb * NR..kb * NR + NR];
-        // SAFETY: `s` is 32 floats; 8h + 16 + 8 <= 32.
-        unsafe {
-            [
-                _mm256_loadu_ps(s.as_ptr().add(8 * h)),
-                _mm256_loadu_ps(s.as_ptr().add(16 + 8 * h)),
-            ]
-        }
+        let s = &g.rec[at..at + 4 * NR];
+        let at = |i: usize| s[4 * i..4 * i + 32].as_ptr() as *const f32;
+        // SAFETY: each load reads the 8 floats (32 bytes) of a checked sub-slice.
+        unsafe { [_mm256_loadu_ps(at(8 * h)), _mm256_loadu_ps(at(16 + 8 * h))] }
     }
 }
 
@@ -136,9 +135,8 @@ unsafe fn f32_rows<const R: usize, const F16: bool>(
     r0: usize,
     res: &mut [[f32; NR]; MR],
 ) {
-    let (s32, s16) = g.scales.split();
     let bs = g.block_size;
-    assert!(g.w.len() >= g.k_blocks * bs * NR / 2 && g.scales.len() >= g.k_blocks * NR);
+    assert!(g.complete());
     assert!(
         a.f.len() >= (r0 + R) * a.kp && a.kp == g.k_blocks * bs && a.fsum.len() >= (r0 + R) * a.kb
     );
@@ -149,8 +147,8 @@ unsafe fn f32_rows<const R: usize, const F16: bool>(
             let mut acc = [[[_mm256_setzero_ps(); 2]; 2]; R];
             for c in 0..bs / CHUNK_K {
                 let k0 = kb * bs + c * CHUNK_K;
-                // SAFETY: k0 + 4 <= k_blocks * bs (asserted length above).
-                let v = unsafe { half_chunk(g, k0, h) };
+                // SAFETY: chunk c < bs / 4 of block kb, every record present (asserted above).
+                let v = unsafe { half_chunk(g, kb, c, h) };
                 macro_rules! step {
                     ($j:literal, $sl:literal, $sh:literal) => {
                         let (wl, wh) = (nib::<$sl>(v), nib::<$sh>(v));
@@ -169,7 +167,7 @@ unsafe fn f32_rows<const R: usize, const F16: bool>(
                 step!(2, 16, 20);
                 step!(3, 24, 28);
             }
-            let s = scales::<F16>(s32, s16, kb, h);
+            let s = scales::<F16>(g, kb, h);
             let z = zero_points(g, kb, h);
             for (r, acc_r) in acc.iter().enumerate() {
                 let neg_sum = _mm256_set1_ps(-a.fsum[(r0 + r) * a.kb + kb]);
@@ -211,9 +209,8 @@ unsafe fn i8_rows<const R: usize, const F16: bool>(
     r0: usize,
     res: &mut [[f32; NR]; MR],
 ) {
-    let (s32, s16) = g.scales.split();
     let bs = g.block_size;
-    assert!(g.w.len() >= g.k_blocks * bs * NR / 2 && g.scales.len() >= g.k_blocks * NR);
+    assert!(g.complete());
     assert!(
         a.q.len() >= (r0 + R) * a.kp && a.kp == g.k_blocks * bs && a.qsum.len() >= (r0 + R) * a.kb
     );
@@ -244,8 +241,9 @@ unsafe fn i8_rows<const R: usize, const F16: bool>(
                             })
                         });
                         $(
-                            // SAFETY: k0 + 4 <= k_blocks * bs (asserted length above).
-                            let v = unsafe { half_chunk(g, k0, $h) };
+                            // SAFETY: chunk c < bs / 4 of block kb, every record present
+                            // (asserted above).
+                            let v = unsafe { half_chunk(g, kb, c, $h) };
                             let sets = [
                                 _mm256_and_si256(v, mask),
                                 _mm256_and_si256(_mm256_srli_epi16::<4>(v), mask),
@@ -268,7 +266,7 @@ unsafe fn i8_rows<const R: usize, const F16: bool>(
                     }
                 }
                 $(
-                    let (s, z) = (scales::<F16>(s32, s16, kb, $h), zero_points(g, kb, $h));
+                    let (s, z) = (scales::<F16>(g, kb, $h), zero_points(g, kb, $h));
                     for (r, (acc_r, total_r)) in acc.iter().zip(total.iter_mut()).enumerate() {
                         let i = (r0 + r) * a.kb + kb;
                         let qsum = _mm256_set1_epi32(a.qsum[i]);

@@ -23,8 +23,9 @@
 //! against the tile's 87.5 and 84.0-86.9, so the arithmetic (two `vpdpbusd` per 64 bytes, the
 //! per-block epilogue) costs 2-3% and trimming it cannot pay much; the weight loads alone,
 //! without the scale stream, 76.5 and 73.1-73.7 us: the scales (11-12% of the bytes) cost their
-//! share of the bytes and no more, so a second stream per lane is not what slows the tile (see
-//! `pack`). (A variant reading block 0's scales for every block, a hot buffer, came out slower,
+//! share of the bytes and no more. (That was two lanes sharing one memory path; one lane on its
+//! own streamed the two-stream layout at 0.84-0.90 of a plain read, which the records closed,
+//! stop 32: see `pack`.) (A variant reading block 0's scales for every block, a hot buffer, came out slower,
 //! 94-100 and 96-98 us; not understood.) What did cost was the decode split (the guided split's
 //! alternating runs, `runtime::segments`) and too few lines in flight (the L2 prefetch,
 //! `prefetch`).
@@ -34,8 +35,8 @@
 //! reached ~50 GB/s instead of ~34) the lanes' own instructions ran ~3x slower than usual (A
 //! preparation 3.6 instead of 1.2 us a call) and the GEMVs streamed at ~34 GB/s, 65% of that
 //! read: bound by the tile's instruction rate. The VNNI tile's inner loop is therefore lean:
-//! four chunks per iteration off one weight pointer, the L1 prefetch without a branch (the L2
-//! one, off by default but on Intel, behind a test the compiler hoists out of the loop), the
+//! four chunks per iteration off one weight pointer, the L1 prefetch without a branch (now, with
+//! the records, behind a test the compiler hoists out of the loop, like the L2 one), the
 //! chunk offset computed without the mask the wrapping `k0 * NR / 2` made the compiler add; about 8
 //! instructions per 64 bytes at M=1 where the chunk-by-chunk loop (a branch per prefetch, the
 //! address recomputed per chunk) issued about 15. Measured on weights hot in L3, where the tile
@@ -53,19 +54,16 @@
 
 use std::arch::x86_64::*;
 
-use super::pack::{GroupView, Scales, CHUNK_K, LANES, NR};
+use super::pack::{GroupView, CHUNK_BYTES, CHUNK_K, LANES, NR};
 use super::prefetch::{prefetch_bytes, vnni_prefetch_bytes};
 use super::prepare_a::PreparedA;
 use super::MR;
 use crate::kernels::x86_asm::fma_bcast;
 
-/// Bytes of one chunk (`CHUNK_K` codes of each of the group's `NR` columns): one zmm load.
-const CHUNK_BYTES: usize = CHUNK_K * NR / 2;
-
 macro_rules! by_rows {
     ($f:ident, $g:expr, $a:expr, $r0:expr, $nr:expr, $res:expr) => {
         // The scale format is fixed per group: chosen here once, not per block.
-        if matches!($g.scales, Scales::F16(_)) {
+        if $g.f16 {
             by_rows!(@rows $f, true, $g, $a, $r0, $nr, $res)
         } else {
             by_rows!(@rows $f, false, $g, $a, $r0, $nr, $res)
@@ -96,14 +94,14 @@ fn nib<const SH: u32>(v: __m512i, lut: __m512) -> __m512 {
 // the distance is a runtime setting so that a machine can be re-checked with
 // `examples/matmul_nbits_stream --sweep`.
 
-/// Prefetches the cache line `dist` bytes past chunk `k0` into L1 and the one `far` bytes past
-/// it into L2 (`prefetcht2`; nothing for a distance of 0). The address may lie past the group
-/// or the whole buffer: a prefetch never faults, and the pointer is only computed (wrapping),
-/// never dereferenced.
+/// Prefetches the cache line `dist` bytes past the chunk at `at` into L1 and the one `far`
+/// bytes past it into L2 (`prefetcht2`; nothing for a distance of 0). The address may lie past
+/// the group or the whole buffer: a prefetch never faults, and the pointer is only computed
+/// (wrapping), never dereferenced. A group's records are one stream, so the lines ahead are its
+/// next codes and scales alike.
 #[inline]
 #[target_feature(enable = "avx512f")]
-fn prefetch(g: &GroupView, k0: usize, dist: usize, far: usize) {
-    let at = g.w.as_ptr().wrapping_add(k0 * (NR / 2));
+fn prefetch(at: *const u8, dist: usize, far: usize) {
     if dist != 0 {
         _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(dist) as *const i8);
     }
@@ -112,43 +110,24 @@ fn prefetch(g: &GroupView, k0: usize, dist: usize, far: usize) {
     }
 }
 
-/// Prefetches the scales of block `kb + ahead` (one line of f16 scales, two of f32; nothing
-/// when `ahead` is 0), like [`prefetch`] never dereferencing the address.
+/// Start of block `kb`'s record (only computed, wrapping; dereferenced by [`chunk`] and
+/// [`scales`] under their contracts).
 #[inline]
-#[target_feature(enable = "avx512f")]
-fn prefetch_scales<const F16: bool>(s32: &[f32], s16: &[u16], kb: usize, ahead: usize) {
-    if ahead != 0 {
-        let at = (kb + ahead) * NR;
-        if F16 {
-            _mm_prefetch::<_MM_HINT_T0>(s16.as_ptr().wrapping_add(at) as *const i8);
-        } else {
-            let p = s32.as_ptr().wrapping_add(at);
-            _mm_prefetch::<_MM_HINT_T0>(p as *const i8);
-            _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(16) as *const i8);
-        }
-    }
+fn block(g: &GroupView, kb: usize) -> *const u8 {
+    g.rec.as_ptr().wrapping_add(kb * g.record_bytes())
 }
 
-/// Blocks ahead for the scale prefetch: the weight prefetch's distance in blocks (of
-/// `bs * NR / 2` weight bytes), at least one; 0 when prefetch is off.
-#[inline]
-fn scale_blocks_ahead(pf: usize, bs: usize) -> usize {
-    if pf == 0 {
-        0
-    } else {
-        pf.div_ceil(bs * NR / 2)
-    }
-}
-
-/// The 64 weight bytes of chunk `k0`.
+/// The 64 code bytes at `at`.
 ///
 /// # Safety
-/// `g.w` must hold `(k0 + CHUNK_K) * NR / 2` bytes.
+/// `at` must be a chunk of a record of a group whose records are all present
+/// ([`GroupView::complete`]): block `kb`'s chunk `c` is `block(g, kb) + c * CHUNK_BYTES`, `c <
+/// block_size / CHUNK_K`.
 #[inline]
 #[target_feature(enable = "avx512f")]
-unsafe fn chunk(g: &GroupView, k0: usize) -> __m512i {
-    // SAFETY: chunk k0 occupies bytes k0*16 .. k0*16+64 of w (the caller's contract).
-    unsafe { _mm512_loadu_si512(g.w.as_ptr().add(k0 * (NR / 2)) as *const _) }
+unsafe fn chunk(at: *const u8) -> __m512i {
+    // SAFETY: the caller's contract: 64 readable bytes.
+    unsafe { _mm512_loadu_si512(at as *const _) }
 }
 
 /// Zero-point bytes of block `kb` as i32 lanes (low nibble: column i, high nibble: column
@@ -177,27 +156,30 @@ fn zero_point_halves(g: &GroupView, kb: usize) -> [__m512i; 2] {
     ]
 }
 
-/// The two halves' scales of block `kb` from a group's `split` scales: f32 loads, or (`F16`)
-/// f16 widened exactly with `vcvtph2ps`.
+/// The two halves' scales of block `kb` (its record's 32 scales): f32 loads, or (`F16`) f16
+/// widened exactly with `vcvtph2ps`.
+///
+/// # Safety
+/// `kb < g.k_blocks`, every record of the group present ([`GroupView::complete`]) and `F16 ==
+/// g.f16` (the kernels assert the first two once per group and pick `F16` from `g.f16`).
 #[inline]
 #[target_feature(enable = "avx512f")]
-pub(super) fn scales<const F16: bool>(s32: &[f32], s16: &[u16], kb: usize) -> [__m512; 2] {
+pub(super) unsafe fn scales<const F16: bool>(g: &GroupView, kb: usize) -> [__m512; 2] {
+    let s = g.rec.as_ptr().wrapping_add(g.scales_at(kb));
     if F16 {
-        let s = &s16[kb * NR..kb * NR + NR];
-        // SAFETY: `s` is exactly 32 readable u16 (two 32-byte halves).
+        // SAFETY: block kb's record (present: the contract) ends with 32 f16 scales, 64 bytes.
         unsafe {
             [
-                _mm512_cvtph_ps(_mm256_loadu_si256(s.as_ptr() as *const __m256i)),
-                _mm512_cvtph_ps(_mm256_loadu_si256(s.as_ptr().add(16) as *const __m256i)),
+                _mm512_cvtph_ps(_mm256_loadu_si256(s as *const __m256i)),
+                _mm512_cvtph_ps(_mm256_loadu_si256(s.add(32) as *const __m256i)),
             ]
         }
     } else {
-        let s = &s32[kb * NR..kb * NR + NR];
-        // SAFETY: `s` is exactly 32 readable floats.
+        // SAFETY: block kb's record (present: the contract) ends with 32 f32 scales, 128 bytes.
         unsafe {
             [
-                _mm512_loadu_ps(s.as_ptr()),
-                _mm512_loadu_ps(s.as_ptr().add(16)),
+                _mm512_loadu_ps(s as *const f32),
+                _mm512_loadu_ps(s.add(64) as *const f32),
             ]
         }
     }
@@ -242,13 +224,11 @@ unsafe fn f32_rows<const R: usize, const F16: bool>(
     r0: usize,
     res: &mut [[f32; NR]; MR],
 ) {
-    let (s32, s16) = g.scales.split();
     let bs = g.block_size;
     // No L2 prefetch here: on top of the L1 one it cost this compute-heavier tile 2-3% (see
     // `prefetch`).
     let pf = prefetch_bytes();
-    let sa = scale_blocks_ahead(pf, bs);
-    assert!(g.w.len() >= g.k_blocks * bs * NR / 2 && g.scales.len() >= g.k_blocks * NR);
+    assert!(g.complete());
     assert!(
         a.f.len() >= (r0 + R) * a.kp && a.kp == g.k_blocks * bs && a.fsum.len() >= (r0 + R) * a.kb
     );
@@ -257,14 +237,14 @@ unsafe fn f32_rows<const R: usize, const F16: bool>(
     );
     let mut total = [[_mm512_setzero_ps(); 2]; R];
     for kb in 0..g.k_blocks {
-        prefetch_scales::<F16>(s32, s16, kb, sa);
         // [row][half][k parity]
         let mut acc = [[[_mm512_setzero_ps(); 2]; 2]; R];
         for c in 0..bs / CHUNK_K {
             let k0 = kb * bs + c * CHUNK_K;
-            prefetch(g, k0, pf, 0);
-            // SAFETY: k0 + 4 <= k_blocks * bs (asserted length above).
-            let v = unsafe { chunk(g, k0) };
+            let at = block(g, kb).wrapping_add(c * CHUNK_BYTES);
+            prefetch(at, pf, 0);
+            // SAFETY: chunk c of block kb, every record present (asserted above).
+            let v = unsafe { chunk(at) };
             // w[2j] = low columns at k0 + j, w[2j + 1] = high columns.
             let w = [
                 _mm512_permutexvar_ps(v, lut),
@@ -286,7 +266,8 @@ unsafe fn f32_rows<const R: usize, const F16: bool>(
                 }
             }
         }
-        let s = scales::<F16>(s32, s16, kb);
+        // SAFETY: kb < k_blocks, records present (asserted above), F16 chosen from g.f16.
+        let s = unsafe { scales::<F16>(g, kb) };
         let zp = zero_point_halves(g, kb).map(|z| _mm512_cvtepi32_ps(z));
         for (r, acc_r) in acc.iter().enumerate() {
             let neg_sum = _mm512_set1_ps(-a.fsum[(r0 + r) * a.kb + kb]);
@@ -335,10 +316,7 @@ fn finish_block(total: &mut [__m512; 2], c: [__m512i; 2], s: &[__m512; 2], scale
 
 macro_rules! check_i8_sizes {
     ($g:expr, $a:expr, $r0:expr, $r:expr) => {
-        assert!(
-            $g.w.len() >= $g.k_blocks * $g.block_size * NR / 2
-                && $g.scales.len() >= $g.k_blocks * NR
-        );
+        assert!($g.complete());
         assert!(
             $a.q.len() >= ($r0 + $r) * $a.kp
                 && $a.kp == $g.k_blocks * $g.block_size
@@ -355,15 +333,12 @@ unsafe fn i8_vnni_rows<const R: usize, const F16: bool>(
     r0: usize,
     res: &mut [[f32; NR]; MR],
 ) {
-    let (s32, s16) = g.scales.split();
     check_i8_sizes!(g, a, r0, R);
     let bs = g.block_size;
     let (pf, pf2) = vnni_prefetch_bytes();
-    let sa = scale_blocks_ahead(pf, bs);
     let mask = _mm512_set1_epi8(0x0F);
     let mut total = [[_mm512_setzero_ps(); 2]; R];
     for kb in 0..g.k_blocks {
-        prefetch_scales::<F16>(s32, s16, kb, sa);
         // Seeds: `lo` starts at -zp_lo * qsum; `full` (= lo + 16 hi) at -(zp_lo + 16 zp_hi) * qsum,
         // which is the zero-point byte itself times -qsum.
         let z = zero_point_bytes(g, kb);
@@ -376,23 +351,26 @@ unsafe fn i8_vnni_rows<const R: usize, const F16: bool>(
         let mut full: [[__m512i; 2]; R] = std::array::from_fn(|r| [zp_seed(z, qsum(r)), zero]);
         // Chunks four at a time (a block's chunk count is a power of two from 4), chunk `ch`
         // on chain `ch % 2`: constant chain indices keep the accumulators in registers, and
-        // the lean body (one weight pointer per four chunks, the L1 prefetch unconditional, the
-        // L2 one on a loop-invariant test the compiler hoists out of the loop) issues about half
-        // the instructions per weight byte of a chunk-by-chunk loop, which counts when the core
-        // is shared (`prefetch::vnni_prefetch_bytes`).
+        // the lean body (one weight pointer per four chunks, the L1 and L2 prefetches on
+        // loop-invariant tests the compiler hoists out of the loop; both off by default since
+        // the records) issues about half the instructions per weight byte of a chunk-by-chunk
+        // loop, which counts when the core is shared (`prefetch::vnni_prefetch_bytes`).
         for c in (0..bs / CHUNK_K).step_by(4) {
             let k0 = kb * bs + c * CHUNK_K;
             // Only computed (wrapping), never dereferenced: a chunk's bytes are read by
             // `chunk` below, whose bounds the assertion above covers.
-            let w = g.w.as_ptr().wrapping_add(k0 * (NR / 2));
+            let w = block(g, kb).wrapping_add(c * CHUNK_BYTES);
             for ch in 0..4 {
                 let at = w.wrapping_add(ch * CHUNK_BYTES);
-                _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(pf) as *const i8);
+                if pf != 0 {
+                    _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(pf) as *const i8);
+                }
                 if pf2 != 0 {
                     _mm_prefetch::<_MM_HINT_T2>(at.wrapping_add(pf2) as *const i8);
                 }
-                // SAFETY: chunk k0 + 4 ch ends at or before k_blocks * bs (asserted length).
-                let v = unsafe { chunk(g, k0 + ch * CHUNK_K) };
+                // SAFETY: chunk c + ch of block kb (c + ch < bs / 4), every record present
+                // (asserted).
+                let v = unsafe { chunk(at) };
                 let v_lo = _mm512_and_si512(v, mask);
                 for r in 0..R {
                     // SAFETY: row r0 + r has kp >= k0 + 4 (ch + 1) values (asserted).
@@ -402,7 +380,8 @@ unsafe fn i8_vnni_rows<const R: usize, const F16: bool>(
                 }
             }
         }
-        let s = scales::<F16>(s32, s16, kb);
+        // SAFETY: kb < k_blocks, records present (asserted above), F16 chosen from g.f16.
+        let s = unsafe { scales::<F16>(g, kb) };
         for r in 0..R {
             let lo = _mm512_add_epi32(lo[r][0], lo[r][1]);
             let full = _mm512_add_epi32(full[r][0], full[r][1]);
@@ -422,26 +401,24 @@ unsafe fn i8_maddubs_rows<const R: usize, const F16: bool>(
     r0: usize,
     res: &mut [[f32; NR]; MR],
 ) {
-    let (s32, s16) = g.scales.split();
     check_i8_sizes!(g, a, r0, R);
     let bs = g.block_size;
     // The L2 prefetch is measured for the VNNI tile only (see `prefetch`).
     let pf = prefetch_bytes();
-    let sa = scale_blocks_ahead(pf, bs);
     let mask = _mm512_set1_epi8(0x0F);
     let ones = _mm512_set1_epi16(1);
     let mut total = [[_mm512_setzero_ps(); 2]; R];
     for kb in 0..g.k_blocks {
-        prefetch_scales::<F16>(s32, s16, kb, sa);
         let zh = zero_point_halves(g, kb);
         let qsum = |r: usize| a.qsum[(r0 + r) * a.kb + kb];
         let mut acc: [[__m512i; 2]; R] =
             std::array::from_fn(|r| [zp_seed(zh[0], qsum(r)), zp_seed(zh[1], qsum(r))]);
         for c in 0..bs / CHUNK_K {
             let k0 = kb * bs + c * CHUNK_K;
-            prefetch(g, k0, pf, 0);
-            // SAFETY: k0 + 4 <= k_blocks * bs (asserted length).
-            let v = unsafe { chunk(g, k0) };
+            let at = block(g, kb).wrapping_add(c * CHUNK_BYTES);
+            prefetch(at, pf, 0);
+            // SAFETY: chunk c of block kb, every record present (asserted).
+            let v = unsafe { chunk(at) };
             let halves = [
                 _mm512_and_si512(v, mask),
                 _mm512_and_si512(_mm512_srli_epi16::<4>(v), mask),
@@ -455,7 +432,8 @@ unsafe fn i8_maddubs_rows<const R: usize, const F16: bool>(
                 }
             }
         }
-        let s = scales::<F16>(s32, s16, kb);
+        // SAFETY: kb < k_blocks, records present (asserted above), F16 chosen from g.f16.
+        let s = unsafe { scales::<F16>(g, kb) };
         for (r, acc_r) in acc.iter().enumerate() {
             finish_block(&mut total[r], *acc_r, &s, a.qscale[(r0 + r) * a.kb + kb]);
         }

@@ -12,7 +12,7 @@ use super::MR;
 /// The codes of one chunk (k0..k0 + 4) as `codes[j][col]`, straight from the packed layout
 /// (see `pack`).
 fn chunk_codes(g: &GroupView, k0: usize) -> [[u8; NR]; CHUNK_K] {
-    let chunk = &g.w[k0 * NR / 2..k0 * NR / 2 + 4 * LANES];
+    let chunk = g.chunk(k0);
     let mut codes = [[0u8; NR]; CHUNK_K];
     for (j, cj) in codes.iter_mut().enumerate() {
         for lane in 0..LANES {
@@ -55,7 +55,7 @@ pub(crate) fn tile_f32(
             let asum = a.fsum[r * a.kb + kb];
             for col in 0..NR {
                 let zp = zero_point(g, kb, col) as f32;
-                total[col] += (dot[col] - zp * asum) * g.scales.get(kb * NR + col);
+                total[col] += (dot[col] - zp * asum) * g.scale(kb, col);
             }
         }
         *out = total;
@@ -88,7 +88,7 @@ pub(crate) fn tile_i8(
             let (sa, qsum) = (a.qscale[r * a.kb + kb], a.qsum[r * a.kb + kb]);
             for col in 0..NR {
                 let corr = dot[col] - zero_point(g, kb, col) as i32 * qsum;
-                total[col] += corr as f32 * (g.scales.get(kb * NR + col) * sa);
+                total[col] += corr as f32 * (g.scale(kb, col) * sa);
             }
         }
         *out = total;
