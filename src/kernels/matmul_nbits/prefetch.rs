@@ -61,9 +61,15 @@
 //! 68.8 / 69.0); K=4864 N=896 84.4 / 83.9, 78.7 / 79.5, 92.3 / 92.7. The `vpmaddubsw` tile
 //! (`RCPU_ISA=avx512`, K=896 N=4864) 80.9 / 82.8 at 2048, 72.2 / 73.1 without. The fp32 tile
 //! (acc 0) computes at ~21 GB/s a lane, below the read, and did not move (129.7 / 129.8 us).
-//! With two lanes near each other every distance was within 1.5%. So the L1 distances default
-//! to 0 (no prefetch instruction at all). The VNNI tile's L2 distance on Intel CPUs stays as
-//! measured there on the old layout (not re-measured: no Intel host at hand).
+//! With two lanes near each other every distance was within 1.5%. So a tile over one row (M = 1)
+//! issues no L1 prefetch at all ([`DEFAULT_ROW1_PREFETCH_BYTES`]). Over several rows (prefill)
+//! the tiles keep their distances: there the prefetch still pays (M=64, two lanes, p10: 919 us at
+//! 3072 bytes against 945 with the VNNI loop prefetching the line it loads; Qwen prefill 64
+//! measured ~5% slower without it), provided the VNNI loop issues it unconditionally: with the
+//! prefetch behind a run-time test inside the loop the four-row body compiled ~3% slower at 0 and
+//! ~15% at 3072 bytes (weights hot in cache), so the test is on the row count, a constant there.
+//! The VNNI tile's L2 distance on Intel CPUs stays as measured there on the old layout (not
+//! re-measured: no Intel host at hand).
 //!
 //! The distance is a process-wide setting so that diagnostics can compare distances
 //! interleaved in one process (the only comparison that survives a noisy shared machine);
@@ -71,11 +77,14 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-/// Default L1 distance of the fp32 and `vpmaddubsw` tiles, in bytes ahead of the 64-byte chunk
-/// being loaded: none since the records (see the module documentation).
-pub const DEFAULT_PREFETCH_BYTES: usize = 0;
-/// Default L1 distance of the VNNI tile: none since the records.
-pub const DEFAULT_VNNI_PREFETCH_BYTES: usize = 0;
+/// Default L1 distance of the fp32 and `vpmaddubsw` tiles over several rows (M > 1), in bytes
+/// ahead of the 64-byte chunk being loaded.
+pub const DEFAULT_PREFETCH_BYTES: usize = 2048;
+/// Default L1 distance of the VNNI tile over several rows (M > 1).
+pub const DEFAULT_VNNI_PREFETCH_BYTES: usize = 3072;
+/// Default L1 distance of every tile over one row (M = 1, decode): none since the records (see
+/// the module documentation).
+pub const DEFAULT_ROW1_PREFETCH_BYTES: usize = 0;
 /// The VNNI tile's second, L2 (`prefetcht2`) prefetch distance on Intel CPUs, where it was
 /// measured as a gain (with the chunk-by-chunk loop); elsewhere it is off (measured on Zen 4 with
 /// the lean loop, see above). [`default_l2_prefetch_bytes`] picks one per process.
@@ -96,13 +105,16 @@ const L2_UNSET: usize = usize::MAX;
 
 static DISTANCE: AtomicUsize = AtomicUsize::new(DEFAULT_PREFETCH_BYTES);
 static VNNI_DISTANCE: AtomicUsize = AtomicUsize::new(DEFAULT_VNNI_PREFETCH_BYTES);
+static ROW1_DISTANCE: AtomicUsize = AtomicUsize::new(DEFAULT_ROW1_PREFETCH_BYTES);
 static L2_DISTANCE: AtomicUsize = AtomicUsize::new(L2_UNSET);
 
-/// Sets every tile's L1 prefetch distance in bytes (0 turns it off). Diagnostics only.
+/// Sets every tile's L1 prefetch distance in bytes, over one row and over several (0 turns it
+/// off; the VNNI tile over several rows then prefetches the line it loads). Diagnostics only.
 #[doc(hidden)]
 pub fn set_prefetch_bytes(bytes: usize) {
     DISTANCE.store(bytes, Ordering::Relaxed);
     VNNI_DISTANCE.store(bytes, Ordering::Relaxed);
+    ROW1_DISTANCE.store(bytes, Ordering::Relaxed);
 }
 
 /// Sets the VNNI tile's L2 prefetch distance in bytes (0 turns it off). Diagnostics only.
@@ -116,15 +128,21 @@ pub fn set_l2_prefetch_bytes(bytes: usize) {
 pub fn reset_prefetch() {
     DISTANCE.store(DEFAULT_PREFETCH_BYTES, Ordering::Relaxed);
     VNNI_DISTANCE.store(DEFAULT_VNNI_PREFETCH_BYTES, Ordering::Relaxed);
+    ROW1_DISTANCE.store(DEFAULT_ROW1_PREFETCH_BYTES, Ordering::Relaxed);
     L2_DISTANCE.store(L2_UNSET, Ordering::Relaxed);
 }
 
-/// The fp32 and `vpmaddubsw` tiles' L1 distance in bytes (0: off).
+/// The fp32 and `vpmaddubsw` tiles' L1 distance over several rows, in bytes (0: off).
 pub fn prefetch_bytes() -> usize {
     DISTANCE.load(Ordering::Relaxed)
 }
 
-/// The VNNI tile's (L1, L2) distances in bytes (0: off).
+/// Every tile's L1 distance over one row, in bytes (0: off).
+pub fn row1_prefetch_bytes() -> usize {
+    ROW1_DISTANCE.load(Ordering::Relaxed)
+}
+
+/// The VNNI tile's (L1 over several rows, L2) distances in bytes (0: off).
 pub fn vnni_prefetch_bytes() -> (usize, usize) {
     let l2 = match L2_DISTANCE.load(Ordering::Relaxed) {
         L2_UNSET => default_l2_prefetch_bytes(),

@@ -35,8 +35,9 @@
 //! reached ~50 GB/s instead of ~34) the lanes' own instructions ran ~3x slower than usual (A
 //! preparation 3.6 instead of 1.2 us a call) and the GEMVs streamed at ~34 GB/s, 65% of that
 //! read: bound by the tile's instruction rate. The VNNI tile's inner loop is therefore lean:
-//! four chunks per iteration off one weight pointer, the L1 prefetch without a branch (now, with
-//! the records, behind a test the compiler hoists out of the loop, like the L2 one), the
+//! four chunks per iteration off one weight pointer, the L1 prefetch without a branch (over one
+//! row, with the records, behind a test that is off by default; over several rows still
+//! without), the
 //! chunk offset computed without the mask the wrapping `k0 * NR / 2` made the compiler add; about 8
 //! instructions per 64 bytes at M=1 where the chunk-by-chunk loop (a branch per prefetch, the
 //! address recomputed per chunk) issued about 15. Measured on weights hot in L3, where the tile
@@ -55,7 +56,7 @@
 use std::arch::x86_64::*;
 
 use super::pack::{GroupView, CHUNK_BYTES, CHUNK_K, LANES, NR};
-use super::prefetch::{prefetch_bytes, vnni_prefetch_bytes};
+use super::prefetch::{prefetch_bytes, row1_prefetch_bytes, vnni_prefetch_bytes};
 use super::prepare_a::PreparedA;
 use super::MR;
 use crate::kernels::x86_asm::fma_bcast;
@@ -227,7 +228,11 @@ unsafe fn f32_rows<const R: usize, const F16: bool>(
     let bs = g.block_size;
     // No L2 prefetch here: on top of the L1 one it cost this compute-heavier tile 2-3% (see
     // `prefetch`).
-    let pf = prefetch_bytes();
+    let pf = if R == 1 {
+        row1_prefetch_bytes()
+    } else {
+        prefetch_bytes()
+    };
     assert!(g.complete());
     assert!(
         a.f.len() >= (r0 + R) * a.kp && a.kp == g.k_blocks * bs && a.fsum.len() >= (r0 + R) * a.kb
@@ -335,7 +340,12 @@ unsafe fn i8_vnni_rows<const R: usize, const F16: bool>(
 ) {
     check_i8_sizes!(g, a, r0, R);
     let bs = g.block_size;
-    let (pf, pf2) = vnni_prefetch_bytes();
+    let (pf_rows, pf2) = vnni_prefetch_bytes();
+    let pf = if R == 1 {
+        row1_prefetch_bytes()
+    } else {
+        pf_rows
+    };
     let mask = _mm512_set1_epi8(0x0F);
     let mut total = [[_mm512_setzero_ps(); 2]; R];
     for kb in 0..g.k_blocks {
@@ -351,10 +361,10 @@ unsafe fn i8_vnni_rows<const R: usize, const F16: bool>(
         let mut full: [[__m512i; 2]; R] = std::array::from_fn(|r| [zp_seed(z, qsum(r)), zero]);
         // Chunks four at a time (a block's chunk count is a power of two from 4), chunk `ch`
         // on chain `ch % 2`: constant chain indices keep the accumulators in registers, and
-        // the lean body (one weight pointer per four chunks, the L1 and L2 prefetches on
-        // loop-invariant tests the compiler hoists out of the loop; both off by default since
-        // the records) issues about half the instructions per weight byte of a chunk-by-chunk
-        // loop, which counts when the core is shared (`prefetch::vnni_prefetch_bytes`).
+        // the lean body (one weight pointer per four chunks, the L1 prefetch unconditional over
+        // several rows and off by default over one, the L2 one on a loop-invariant test) issues
+        // about half the instructions per weight byte of a chunk-by-chunk loop, which counts when
+        // the core is shared (`prefetch::vnni_prefetch_bytes`).
         for c in (0..bs / CHUNK_K).step_by(4) {
             let k0 = kb * bs + c * CHUNK_K;
             // Only computed (wrapping), never dereferenced: a chunk's bytes are read by
@@ -362,7 +372,9 @@ unsafe fn i8_vnni_rows<const R: usize, const F16: bool>(
             let w = block(g, kb).wrapping_add(c * CHUNK_BYTES);
             for ch in 0..4 {
                 let at = w.wrapping_add(ch * CHUNK_BYTES);
-                if pf != 0 {
+                // Over several rows unconditionally (a run-time test here made the four-row
+                // body slower, see `prefetch`); over one row only when a distance is set.
+                if R > 1 || pf != 0 {
                     _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(pf) as *const i8);
                 }
                 if pf2 != 0 {
@@ -404,7 +416,11 @@ unsafe fn i8_maddubs_rows<const R: usize, const F16: bool>(
     check_i8_sizes!(g, a, r0, R);
     let bs = g.block_size;
     // The L2 prefetch is measured for the VNNI tile only (see `prefetch`).
-    let pf = prefetch_bytes();
+    let pf = if R == 1 {
+        row1_prefetch_bytes()
+    } else {
+        prefetch_bytes()
+    };
     let mask = _mm512_set1_epi8(0x0F);
     let ones = _mm512_set1_epi16(1);
     let mut total = [[_mm512_setzero_ps(); 2]; R];
