@@ -79,11 +79,11 @@ fn the_l2_distance_defaults_per_vendor() {
     } else {
         0
     };
-    assert_eq!(vnni_prefetch_bytes(), (DEFAULT_VNNI_PREFETCH_BYTES, want));
+    assert_eq!(vnni_prefetch_bytes(2), (DEFAULT_VNNI_PREFETCH_BYTES, want));
     set_l2_prefetch_bytes(4096);
-    assert_eq!(vnni_prefetch_bytes().1, 4096);
+    assert_eq!(vnni_prefetch_bytes(2).1, 4096);
     set_l2_prefetch_bytes(0);
-    assert_eq!(vnni_prefetch_bytes().1, 0);
+    assert_eq!(vnni_prefetch_bytes(2).1, 0);
     reset_prefetch();
-    assert_eq!(vnni_prefetch_bytes().1, want);
+    assert_eq!(vnni_prefetch_bytes(2).1, want);
 }

@@ -139,15 +139,20 @@ impl<'a> GroupView<'a> {
     /// The 64 code bytes of the chunk starting at `k0` (a multiple of [`CHUNK_K`]).
     #[inline]
     pub fn chunk(&self, k0: usize) -> &'a [u8] {
-        let kb = k0 / self.block_size;
-        let at = kb * self.record_bytes() + (k0 - kb * self.block_size) * LANES;
+        let at = chunk_offset(k0 / CHUNK_K, self.block_size, self.record_bytes());
         &self.rec[at..at + CHUNK_BYTES]
+    }
+
+    /// Byte offset in `rec` of block `kb`'s record (its first chunk of codes).
+    #[inline]
+    pub fn block_at(&self, kb: usize) -> usize {
+        kb * self.record_bytes()
     }
 
     /// Byte offset in `rec` of block `kb`'s scales.
     #[inline]
     pub fn scales_at(&self, kb: usize) -> usize {
-        kb * self.record_bytes() + self.code_bytes()
+        self.block_at(kb) + self.code_bytes()
     }
 
     /// The scale of column `col` in block `kb`, as f32 (f16 widens exactly).
@@ -170,6 +175,14 @@ pub(crate) const CHUNK_BYTES: usize = CHUNK_K * NR / 2;
 /// Bytes of one record: `block_size * 16` code bytes and 32 scales of 2 (f16) or 4 bytes.
 pub(crate) fn record_bytes(block_size: usize, f16: bool) -> usize {
     block_size * LANES + NR * if f16 { 2 } else { 4 }
+}
+
+/// Byte offset of a group's chunk `c` (k = 4c..4c + 4) in its records of `record` bytes each:
+/// in record `c / (block_size / 4)`, at `(c % (block_size / 4)) * 64`.
+#[inline]
+fn chunk_offset(c: usize, block_size: usize, record: usize) -> usize {
+    let per_block = block_size / CHUNK_K;
+    (c / per_block) * record + (c % per_block) * CHUNK_BYTES
 }
 
 /// Packed bytes of one column group with f32 scales (the larger kind): what the splits size
@@ -477,11 +490,10 @@ pub(crate) fn pack_group(
             }
         }
     }
-    // Chunk c's 64 bytes: in record c / (bs / 4), at (c % (bs / 4)) * 64. Four consecutive
-    // chunks from a multiple of 4 lie in one record (bs / 4 is a multiple of 4: bs >= 16).
-    let cpb = bs / CHUNK_K;
-    let chunk_at = |c: usize| (c / cpb) * rb + (c % cpb) * CHUNK_BYTES;
-    let chunks = kbs * cpb;
+    // Chunk c's 64 bytes ([`chunk_offset`]). Four consecutive chunks from a multiple of 4 lie
+    // in one record (bs / 4 is a multiple of 4: bs >= 16).
+    let chunk_at = |c: usize| chunk_offset(c, bs, rb);
+    let chunks = kbs * (bs / CHUNK_K);
     let full = p.k / CHUNK_K;
     // Chunks from the one straddling K on are built by OR-ing codes in.
     for c in full.min(chunks)..chunks {

@@ -132,21 +132,23 @@ pub fn reset_prefetch() {
     L2_DISTANCE.store(L2_UNSET, Ordering::Relaxed);
 }
 
-/// The fp32 and `vpmaddubsw` tiles' L1 distance over several rows, in bytes (0: off).
-pub fn prefetch_bytes() -> usize {
-    DISTANCE.load(Ordering::Relaxed)
+/// The fp32 and `vpmaddubsw` tiles' L1 distance for a tile over `rows` rows, in bytes (0: off):
+/// the one-row distance for one row, else theirs.
+pub fn prefetch_bytes(rows: usize) -> usize {
+    l1_distance(rows, &DISTANCE)
 }
 
-/// Every tile's L1 distance over one row, in bytes (0: off).
-pub fn row1_prefetch_bytes() -> usize {
-    ROW1_DISTANCE.load(Ordering::Relaxed)
-}
-
-/// The VNNI tile's (L1 over several rows, L2) distances in bytes (0: off).
-pub fn vnni_prefetch_bytes() -> (usize, usize) {
+/// The VNNI tile's (L1, L2) distances for a tile over `rows` rows, in bytes (0: off); the L1 one
+/// is the one-row distance for one row.
+pub fn vnni_prefetch_bytes(rows: usize) -> (usize, usize) {
     let l2 = match L2_DISTANCE.load(Ordering::Relaxed) {
         L2_UNSET => default_l2_prefetch_bytes(),
         d => d,
     };
-    (VNNI_DISTANCE.load(Ordering::Relaxed), l2)
+    (l1_distance(rows, &VNNI_DISTANCE), l2)
+}
+
+/// [`ROW1_DISTANCE`] for one row, else `several`.
+fn l1_distance(rows: usize, several: &AtomicUsize) -> usize {
+    if rows == 1 { &ROW1_DISTANCE } else { several }.load(Ordering::Relaxed)
 }

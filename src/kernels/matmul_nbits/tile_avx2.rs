@@ -49,7 +49,7 @@ fn nib<const SH: i32>(v: __m256i) -> __m256 {
 #[inline]
 #[target_feature(enable = "avx2")]
 unsafe fn half_chunk(g: &GroupView, kb: usize, c: usize, h: usize) -> __m256i {
-    let at = kb * g.record_bytes() + c * CHUNK_BYTES + 32 * h;
+    let at = g.block_at(kb) + c * CHUNK_BYTES + 32 * h;
     // SAFETY: the caller's contract: these 32 bytes lie in block kb's codes, inside `rec`.
     unsafe { _mm256_loadu_si256(g.rec.as_ptr().add(at) as *const __m256i) }
 }

@@ -25,8 +25,8 @@
 //! without the scale stream, 76.5 and 73.1-73.7 us: the scales (11-12% of the bytes) cost their
 //! share of the bytes and no more. (That was two lanes sharing one memory path; one lane on its
 //! own streamed the two-stream layout at 0.84-0.90 of a plain read, which the records closed,
-//! stop 32: see `pack`.) (A variant reading block 0's scales for every block, a hot buffer, came out slower,
-//! 94-100 and 96-98 us; not understood.) What did cost was the decode split (the guided split's
+//! stop 32: see `pack`.) (A variant reading block 0's scales for every block, a hot buffer,
+//! came out slower, 94-100 and 96-98 us; not understood.) What did cost was the decode split (the guided split's
 //! alternating runs, `runtime::segments`) and too few lines in flight (the L2 prefetch,
 //! `prefetch`).
 //!
@@ -37,8 +37,7 @@
 //! read: bound by the tile's instruction rate. The VNNI tile's inner loop is therefore lean:
 //! four chunks per iteration off one weight pointer, the L1 prefetch without a branch (over one
 //! row, with the records, behind a test that is off by default; over several rows still
-//! without), the
-//! chunk offset computed without the mask the wrapping `k0 * NR / 2` made the compiler add; about 8
+//! without), the chunk offset computed without the mask the wrapping `k0 * NR / 2` made the compiler add; about 8
 //! instructions per 64 bytes at M=1 where the chunk-by-chunk loop (a branch per prefetch, the
 //! address recomputed per chunk) issued about 15. Measured on weights hot in L3, where the tile
 //! is bound by its instructions (`matmul_nbits_stream --sweep 896 4864 2 40 1 4 1
@@ -56,7 +55,7 @@
 use std::arch::x86_64::*;
 
 use super::pack::{GroupView, CHUNK_BYTES, CHUNK_K, LANES, NR};
-use super::prefetch::{prefetch_bytes, row1_prefetch_bytes, vnni_prefetch_bytes};
+use super::prefetch::{prefetch_bytes, vnni_prefetch_bytes};
 use super::prepare_a::PreparedA;
 use super::MR;
 use crate::kernels::x86_asm::fma_bcast;
@@ -89,7 +88,7 @@ fn nib<const SH: u32>(v: __m512i, lut: __m512) -> __m512 {
     _mm512_permutexvar_ps(_mm512_srli_epi32::<SH>(v), lut)
 }
 
-// Software prefetch of the weight stream, `prefetch::prefetch_bytes()` ahead (see `prefetch`
+// Software prefetch of the weight stream, `prefetch::prefetch_bytes(rows)` ahead (see `prefetch`
 // for the measurements). An earlier measurement on a Zen 4 VM had found a 4 KiB-ahead
 // `prefetcht0` per chunk slower (K=N=4096 L3 91.9 vs 79.0 us; K=4096 N=57344 4407 vs 4322 us);
 // the distance is a runtime setting so that a machine can be re-checked with
@@ -115,7 +114,7 @@ fn prefetch(at: *const u8, dist: usize, far: usize) {
 /// [`scales`] under their contracts).
 #[inline]
 fn block(g: &GroupView, kb: usize) -> *const u8 {
-    g.rec.as_ptr().wrapping_add(kb * g.record_bytes())
+    g.rec.as_ptr().wrapping_add(g.block_at(kb))
 }
 
 /// The 64 code bytes at `at`.
@@ -228,11 +227,7 @@ unsafe fn f32_rows<const R: usize, const F16: bool>(
     let bs = g.block_size;
     // No L2 prefetch here: on top of the L1 one it cost this compute-heavier tile 2-3% (see
     // `prefetch`).
-    let pf = if R == 1 {
-        row1_prefetch_bytes()
-    } else {
-        prefetch_bytes()
-    };
+    let pf = prefetch_bytes(R);
     assert!(g.complete());
     assert!(
         a.f.len() >= (r0 + R) * a.kp && a.kp == g.k_blocks * bs && a.fsum.len() >= (r0 + R) * a.kb
@@ -340,12 +335,7 @@ unsafe fn i8_vnni_rows<const R: usize, const F16: bool>(
 ) {
     check_i8_sizes!(g, a, r0, R);
     let bs = g.block_size;
-    let (pf_rows, pf2) = vnni_prefetch_bytes();
-    let pf = if R == 1 {
-        row1_prefetch_bytes()
-    } else {
-        pf_rows
-    };
+    let (pf, pf2) = vnni_prefetch_bytes(R);
     let mask = _mm512_set1_epi8(0x0F);
     let mut total = [[_mm512_setzero_ps(); 2]; R];
     for kb in 0..g.k_blocks {
@@ -416,11 +406,7 @@ unsafe fn i8_maddubs_rows<const R: usize, const F16: bool>(
     check_i8_sizes!(g, a, r0, R);
     let bs = g.block_size;
     // The L2 prefetch is measured for the VNNI tile only (see `prefetch`).
-    let pf = if R == 1 {
-        row1_prefetch_bytes()
-    } else {
-        prefetch_bytes()
-    };
+    let pf = prefetch_bytes(R);
     let mask = _mm512_set1_epi8(0x0F);
     let ones = _mm512_set1_epi16(1);
     let mut total = [[_mm512_setzero_ps(); 2]; R];
