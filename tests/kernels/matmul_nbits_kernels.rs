@@ -233,7 +233,7 @@ fn quantiser_matches_scalar_bit_for_bit() {
         // Longer rows: 16 and 17 blocks, 33 blocks and a partial one.
         for k in [bs, 3 * bs, 5 * bs + 7, 1000, 16 * bs, 17 * bs, 33 * bs + 5] {
             let mut pr = Problem::new(k, 1, 4, bs, 4, false, false, 900 + i as u64 + k as u64);
-            // Row 1: exact .5 quanta (scale 1 where the block max is 127); row 2: zeros.
+            // Row 1: exact .5 quanta (scale 1 where the block max is 127).
             for (j, x) in pr.a[k..2 * k].iter_mut().enumerate() {
                 *x = if j % bs == 0 {
                     127.0
@@ -241,7 +241,18 @@ fn quantiser_matches_scalar_bit_for_bit() {
                     ((j % 255) as f32 - 127.0) + 0.5
                 };
             }
+            // Row 2: zeros; every third block subnormal (its multiplier 127 / max is +inf: its
+            // products are +-inf, or NaN for a zero); the block after it holding infinities
+            // (multiplier 0: NaN products) but no NaN.
             pr.a[2 * k..3 * k].fill(0.0);
+            for (j, x) in pr.a[2 * k..3 * k].iter_mut().enumerate() {
+                let sign = if j % 2 == 0 { 1.0 } else { -1.0 };
+                match (j / bs) % 3 {
+                    1 if j % 3 != 0 => *x = f32::from_bits(1 + (j % 1000) as u32) * sign,
+                    2 if j % 13 == 0 => *x = f32::INFINITY * sign,
+                    _ => {}
+                }
+            }
             // Row 3: non-finite values (NaN is ignored by the block max and coded 0; an infinite
             // block max gives zero codes), mixed into ordinary blocks.
             for (j, x) in pr.a[3 * k..].iter_mut().enumerate() {
