@@ -114,8 +114,13 @@ impl Grant {
     /// Adjust the grant to the bytes really held. Shrinking always succeeds; growing is checked against
     /// the budget like a new reservation and fails with [`OverBudget`] (grant unchanged) if it does not fit.
     pub fn settle(&mut self, actual_bytes: u64) -> Result<(), OverBudget> {
+        if actual_bytes == self.held {
+            // The steady state (a buffer reused at its size): no write to the shared counters,
+            // which every lane settling its own grant would otherwise pass between caches.
+            return Ok(());
+        }
         let gov = self.gov.get();
-        if actual_bytes <= self.held {
+        if actual_bytes < self.held {
             gov.live.fetch_sub(self.held - actual_bytes, Relaxed);
         } else if !gov.try_take(actual_bytes - self.held) {
             gov.growth_declines.fetch_add(1, Relaxed);

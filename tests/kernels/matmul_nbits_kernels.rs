@@ -131,12 +131,18 @@ fn prefill_shape() {
     }
 }
 
-/// Many column groups at M = 1: several decode chunks.
+/// Many column groups at M = 1: several decode chunks. K from 4096 on: every lane prepares
+/// its own A (`PER_LANE_A_MIN_K`), here also with a partial last block, a partial last group,
+/// zero points and a bias; K = 1000 the calling thread prepares it.
 #[test]
 fn decode_many_chunks() {
     for acc in [0, 4] {
         let pr = Problem::new(4096, 257, 1, 32, acc, acc == 0, false, 5 + acc as u64);
         check(&pr, &format!("decode acc={acc}"));
+        for k in [1000, 4099] {
+            let pr = Problem::new(k, 70, 1, 32, acc, true, true, 7 + acc as u64);
+            check(&pr, &format!("decode K={k} bias acc={acc}"));
+        }
     }
 }
 

@@ -143,6 +143,11 @@ fn run_fast(
     }
     // The kernels' level, minted once for the call and handed to every tile call.
     let lv = Level::require(kernels.isa)?;
+    if let (1, Source::Packed(pk)) = (m, src) {
+        if per_lane_a(&p) {
+            return decode_packed(kernels, lv, a, pk, bias, out, par).map(|()| name);
+        }
+    }
     // A is prepared once per call into this thread's parked buffers (no allocation when warm).
     with_prepared(kernels, a, m, &p, |prep| {
         let tile = if p.int8_compute() {
@@ -243,6 +248,93 @@ fn run_fast(
         }
         Ok(name)
     })?
+}
+
+/// A decode call (M = 1) over packed weights with a long row ([`per_lane_a`]): `Par::chunks`
+/// (`Dispatch::Decode`) over the segmented split, each lane preparing A for itself
+/// (`with_prepared`: its own parked buffers) before its first group. Preparing A once on the
+/// calling thread and lending it makes the call a chain: the caller quantises A (reading the
+/// part of it other lanes produced, and writing lines other lanes read the call before, each
+/// write waiting for their copies to go), then publishes the job, then each lane fetches the
+/// prepared row from the caller's cache; with the vCPUs apart each link costs a cross-die
+/// transfer. Per lane, the preparation runs while the others wake, and writes lines no other
+/// lane reads.
+fn decode_packed(
+    kernels: &Kernels,
+    lv: Level,
+    a: &[f32],
+    pk: &PackedNBits,
+    bias: Option<&[f32]>,
+    out: &mut [f32],
+    par: &dyn Par,
+) -> Result<(), String> {
+    let p = pk.params;
+    let tile = if p.int8_compute() {
+        kernels.i8_tile
+    } else {
+        kernels.f32_tile
+    };
+    let split = StreamSplit::decode(groups(&p), group_record_bytes(&p), par.lanes());
+    let claims = SegmentClaims::new();
+    let dst = DisjointOut::new(out);
+    let failed = LaneError::default();
+    let body = |cc: usize| {
+        failed.note(with_prepared(kernels, a, 1, &p, |prep| {
+            let ctx = Ctx {
+                tile,
+                gemm: kernels.gemm(p.accuracy_level, 1),
+                amx_tail_min: kernels.amx_tail_min,
+                lv,
+                prep,
+                p: &p,
+                bias,
+                dst: &dst,
+                m: 1,
+            };
+            // One result tile per chunk (not per group: a decode call has N / 32 groups).
+            let mut res = [[0f32; NR]; MR];
+            split.run(cc, &claims, &mut |run| {
+                for g in run {
+                    ctx.group(&pk.group(g), g, 0..1, &mut res);
+                }
+            });
+        }));
+    };
+    par.chunks(Dispatch::Decode, split.chunks(), &body);
+    failed.result()
+}
+
+/// Shortest K whose decode calls (M = 1, packed) have every lane prepare A for itself
+/// ([`decode_packed`]); shorter rows are prepared once by the calling thread and lent to the lanes.
+///
+/// Qwen2-0.5B decode (`rcpu-bench llm`, 2 lanes, old / new per round, four runs each, the vCPUs
+/// near / apart): every call per lane 1.013 / 1.027; only the down projection's (K = 4864)
+/// 1.010 / 1.035; only the K = 896 calls' 0.999 / 1.027; down only against every call 1.006 /
+/// 1.006. A short row costs little to prepare and hand over (896 int8 codes, 14 cache lines),
+/// while each lane preparing its own reads the f32 row instead (4x the lines) and repeats the
+/// work; a long one is where the hand-over chain (see [`decode_packed`]) costs microseconds.
+pub(crate) const PER_LANE_A_MIN_K: usize = 4096;
+
+/// Whether a decode call over weights of `p` prepares A on every lane ([`PER_LANE_A_MIN_K`]).
+fn per_lane_a(p: &NBitsParams) -> bool {
+    p.k >= PER_LANE_A_MIN_K
+}
+
+/// The first error a lane met preparing its A (a decode call's lanes prepare A each).
+#[derive(Default)]
+struct LaneError(std::sync::OnceLock<String>);
+
+impl LaneError {
+    fn note(&self, r: Result<(), String>) {
+        if let Err(e) = r {
+            // A second error is the same shortfall seen by another lane: the first one says it.
+            let _ = self.0.set(e);
+        }
+    }
+
+    fn result(self) -> Result<(), String> {
+        self.0.into_inner().map_or(Ok(()), Err)
+    }
 }
 
 struct Ctx<'a, 'o> {
@@ -413,6 +505,47 @@ pub(crate) fn run_pair(
     } else {
         kernels.f32_tile
     };
+    if m == 1 && per_lane_a(&p) {
+        let g_count = groups(&p);
+        let unit = group_record_bytes(&p).saturating_mul(2);
+        let claims = SegmentClaims::new();
+        let dst = DisjointOut::new(out);
+        // Each lane prepares A for itself, as `decode_packed` does.
+        let split = StreamSplit::decode(g_count, unit, par.lanes());
+        let failed = LaneError::default();
+        let body = |ci: usize| {
+            failed.note(with_prepared(kernels, a, 1, &p, |prep| {
+                let mut res = [[0f32; NR]; MR];
+                let mut v1 = [0f32; PAIR_RUN_GROUPS * NR];
+                let mut v2 = [0f32; PAIR_RUN_GROUPS * NR];
+                let mut y = [0f32; PAIR_RUN_GROUPS * NR];
+                split.run(ci, &claims, &mut |run| {
+                    // Up to PAIR_RUN_GROUPS groups of the first weight, then the same of the
+                    // second: each lane streams runs of consecutive bytes of one weight at a time.
+                    let mut g0 = run.start;
+                    while g0 < run.end {
+                        let g1 = (g0 + PAIR_RUN_GROUPS).min(run.end);
+                        for (w, v) in [(first, &mut v1), (second, &mut v2)] {
+                            for g in g0..g1 {
+                                tile(lv, &w.group(g), prep, 0, 1, &mut res);
+                                let at = (g - g0) * NR;
+                                v[at..at + NR].copy_from_slice(&res[0]);
+                            }
+                        }
+                        let cols = g0 * NR..(g1 * NR).min(p.n);
+                        let w = cols.len();
+                        epi(&v1[..w], &v2[..w], &mut y[..w]);
+                        // SAFETY: the columns of groups g0..g1 belong to this chunk alone (the
+                        // split's runs partition the groups), so no other writer touches them.
+                        unsafe { dst.write(cols.start, &y[..w]) };
+                        g0 = g1;
+                    }
+                });
+            }));
+        };
+        par.chunks(Dispatch::Decode, split.chunks(), &body);
+        return failed.result().map(|()| Some(name));
+    }
     with_prepared(kernels, a, m, &p, |prep| {
         let g_count = groups(&p);
         let unit = group_record_bytes(&p).saturating_mul(2);
