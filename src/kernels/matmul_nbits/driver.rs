@@ -144,17 +144,11 @@ fn run_fast(
     // The kernels' level, minted once for the call and handed to every tile call.
     let lv = Level::require(kernels.isa)?;
     if let (1, Source::Packed(pk)) = (m, src) {
-        if per_lane_a(&p) {
-            return decode_packed(kernels, lv, a, pk, bias, out, par).map(|()| name);
-        }
+        let call = |from: DecodeA<'_>| decode_packed(kernels, lv, a, pk, bias, out, par, from);
+        return decode_a(kernels, a, &p, call).map(|()| name);
     }
     // A is prepared once per call into this thread's parked buffers (no allocation when warm).
     with_prepared(kernels, a, m, &p, |prep| {
-        let tile = if p.int8_compute() {
-            kernels.i8_tile
-        } else {
-            kernels.f32_tile
-        };
         let g_count = groups(&p);
         let split = if m == 1 {
             StreamSplit::decode(g_count, group_record_bytes(&p), par.lanes())
@@ -165,18 +159,8 @@ fn run_fast(
         // The segmented split's claim counters for this call (unused by the other splits).
         let claims = SegmentClaims::new();
         let dst = DisjointOut::new(out);
-        let gemm = kernels.gemm(p.accuracy_level, m);
-        let ctx = Ctx {
-            tile,
-            gemm,
-            amx_tail_min: kernels.amx_tail_min,
-            lv,
-            prep,
-            p: &p,
-            bias,
-            dst: &dst,
-            m,
-        };
+        let ctx = Ctx::new(kernels, lv, prep, &p, bias, &dst, m);
+        let gemm = ctx.gemm;
         match src {
             Source::Packed(pk) => {
                 let row_tile = if gemm.is_some() {
@@ -184,26 +168,20 @@ fn run_fast(
                 } else {
                     ROW_TILE
                 };
-                let row_tiles = if m == 1 { 1 } else { m.div_ceil(row_tile) };
+                // M = 1 went to `decode_packed` above.
+                let row_tiles = m.div_ceil(row_tile);
                 let body = |ci: usize| {
                     let (rt, cc) = (ci / col_chunks, ci % col_chunks);
                     let rows = rt * row_tile..((rt + 1) * row_tile).min(m);
-                    // One result tile per chunk (not per group: a decode call has N / 32 groups).
+                    // One result tile per chunk (not per group).
                     let mut res = [[0f32; NR]; MR];
-                    if m == 1 {
-                        prep.prefetch_row0(p.int8_compute());
-                    }
                     split.run(cc, &claims, &mut |run| {
                         for g in run {
                             ctx.group(&pk.group(g), g, rows.clone(), &mut res);
                         }
                     });
                 };
-                if m == 1 {
-                    par.chunks(Dispatch::Decode, col_chunks, &body);
-                } else {
-                    par.chunks(Dispatch::Task, row_tiles * col_chunks, &body);
-                }
+                par.chunks(Dispatch::Task, row_tiles * col_chunks, &body);
             }
             Source::Unpacked(weight) => {
                 let (p, zero_points) = (weight.p, weight.zero_points);
@@ -250,15 +228,61 @@ fn run_fast(
     })?
 }
 
-/// A decode call (M = 1) over packed weights with a long row ([`per_lane_a`]): `Par::chunks`
-/// (`Dispatch::Decode`) over the segmented split, each lane preparing A for itself
-/// (`with_prepared`: its own parked buffers) before its first group. Preparing A once on the
-/// calling thread and lending it makes the call a chain: the caller quantises A (reading the
-/// part of it other lanes produced, and writing lines other lanes read the call before, each
-/// write waiting for their copies to go), then publishes the job, then each lane fetches the
-/// prepared row from the caller's cache; with the vCPUs apart each link costs a cross-die
-/// transfer. Per lane, the preparation runs while the others wake, and writes lines no other
-/// lane reads.
+/// Where the lanes of a decode call (M = 1) find A prepared.
+#[derive(Clone, Copy)]
+enum DecodeA<'p> {
+    /// Prepared once by the calling thread, lent to every lane.
+    Lent(&'p PreparedA),
+    /// Each lane prepares its own (`with_prepared`: its parked buffers) before its first group.
+    PerLane,
+}
+
+impl DecodeA<'_> {
+    /// Runs `f` on this lane's prepared A; `Err` when the lane could not allocate its own.
+    fn with(
+        self,
+        kernels: &Kernels,
+        a: &[f32],
+        p: &NBitsParams,
+        f: impl FnOnce(&PreparedA),
+    ) -> Result<(), String> {
+        match self {
+            DecodeA::Lent(prep) => {
+                // The calling thread has just written it: fetch the row at once rather than
+                // meeting its lines one by one.
+                prep.prefetch_row0(p.int8_compute());
+                f(prep);
+                Ok(())
+            }
+            DecodeA::PerLane => with_prepared(kernels, a, 1, p, f),
+        }
+    }
+}
+
+/// Runs a decode call (`call`) with A prepared where [`per_lane_a`] says: on every lane for a
+/// long row, else once here and lent. Preparing A on the calling thread makes the call a chain:
+/// the caller quantises A (reading the part of it other lanes produced, and writing lines other
+/// lanes read the call before, each write waiting for their copies to go), then publishes the
+/// job, then each lane fetches the prepared row from the caller's cache; with the vCPUs apart
+/// each link is a cross-die transfer. Per lane, the preparation runs while the others wake and
+/// writes lines no other lane reads, at the price of every lane reading the f32 row and
+/// repeating the work: worth it for a long row only.
+fn decode_a(
+    kernels: &Kernels,
+    a: &[f32],
+    p: &NBitsParams,
+    call: impl FnOnce(DecodeA<'_>) -> Result<(), String>,
+) -> Result<(), String> {
+    if per_lane_a(p) {
+        call(DecodeA::PerLane)
+    } else {
+        with_prepared(kernels, a, 1, p, |prep| call(DecodeA::Lent(prep)))?
+    }
+}
+
+/// A decode call (M = 1) over packed weights: `Par::chunks` (`Dispatch::Decode`) over the
+/// segmented split, A from `from`.
+#[allow(clippy::too_many_arguments)]
 fn decode_packed(
     kernels: &Kernels,
     lv: Level,
@@ -267,30 +291,16 @@ fn decode_packed(
     bias: Option<&[f32]>,
     out: &mut [f32],
     par: &dyn Par,
+    from: DecodeA<'_>,
 ) -> Result<(), String> {
     let p = pk.params;
-    let tile = if p.int8_compute() {
-        kernels.i8_tile
-    } else {
-        kernels.f32_tile
-    };
     let split = StreamSplit::decode(groups(&p), group_record_bytes(&p), par.lanes());
     let claims = SegmentClaims::new();
     let dst = DisjointOut::new(out);
     let failed = LaneError::default();
     let body = |cc: usize| {
-        failed.note(with_prepared(kernels, a, 1, &p, |prep| {
-            let ctx = Ctx {
-                tile,
-                gemm: kernels.gemm(p.accuracy_level, 1),
-                amx_tail_min: kernels.amx_tail_min,
-                lv,
-                prep,
-                p: &p,
-                bias,
-                dst: &dst,
-                m: 1,
-            };
+        failed.note(from.with(kernels, a, &p, |prep| {
+            let ctx = Ctx::new(kernels, lv, prep, &p, bias, &dst, 1);
             // One result tile per chunk (not per group: a decode call has N / 32 groups).
             let mut res = [[0f32; NR]; MR];
             split.run(cc, &claims, &mut |run| {
@@ -304,15 +314,70 @@ fn decode_packed(
     failed.result()
 }
 
+/// A pair call over one row (decode): the split's unit is the two groups' weight bytes, and
+/// each run of groups a chunk takes is done [`PAIR_RUN_GROUPS`] at a time (see [`run_pair`]);
+/// A from `from`.
+#[allow(clippy::too_many_arguments)]
+fn decode_pair(
+    lv: Level,
+    tile: TileFn,
+    kernels: &Kernels,
+    a: &[f32],
+    (first, second): (&PackedNBits, &PackedNBits),
+    epi: &super::PairEpilogue<'_>,
+    out: &mut [f32],
+    par: &dyn Par,
+    from: DecodeA<'_>,
+) -> Result<(), String> {
+    let p = first.params;
+    let unit = group_record_bytes(&p).saturating_mul(2);
+    let split = StreamSplit::decode(groups(&p), unit, par.lanes());
+    let claims = SegmentClaims::new();
+    let dst = DisjointOut::new(out);
+    let failed = LaneError::default();
+    let body = |ci: usize| {
+        failed.note(from.with(kernels, a, &p, |prep| {
+            let mut res = [[0f32; NR]; MR];
+            let mut v1 = [0f32; PAIR_RUN_GROUPS * NR];
+            let mut v2 = [0f32; PAIR_RUN_GROUPS * NR];
+            let mut y = [0f32; PAIR_RUN_GROUPS * NR];
+            split.run(ci, &claims, &mut |run| {
+                // Up to PAIR_RUN_GROUPS groups of the first weight, then the same of the
+                // second: each lane streams runs of consecutive bytes of one weight at a time.
+                let mut g0 = run.start;
+                while g0 < run.end {
+                    let g1 = (g0 + PAIR_RUN_GROUPS).min(run.end);
+                    for (w, v) in [(first, &mut v1), (second, &mut v2)] {
+                        for g in g0..g1 {
+                            tile(lv, &w.group(g), prep, 0, 1, &mut res);
+                            let at = (g - g0) * NR;
+                            v[at..at + NR].copy_from_slice(&res[0]);
+                        }
+                    }
+                    let cols = g0 * NR..(g1 * NR).min(p.n);
+                    let w = cols.len();
+                    epi(&v1[..w], &v2[..w], &mut y[..w]);
+                    // SAFETY: the columns of groups g0..g1 belong to this chunk alone (the
+                    // split's runs partition the groups), so no other writer touches them.
+                    unsafe { dst.write(cols.start, &y[..w]) };
+                    g0 = g1;
+                }
+            });
+        }));
+    };
+    par.chunks(Dispatch::Decode, split.chunks(), &body);
+    failed.result()
+}
+
 /// Shortest K whose decode calls (M = 1, packed) have every lane prepare A for itself
-/// ([`decode_packed`]); shorter rows are prepared once by the calling thread and lent to the lanes.
+/// ([`decode_a`]); shorter rows are prepared once by the calling thread and lent to the lanes.
 ///
 /// Qwen2-0.5B decode (`rcpu-bench llm`, 2 lanes, old / new per round, four runs each, the vCPUs
 /// near / apart): every call per lane 1.013 / 1.027; only the down projection's (K = 4864)
 /// 1.010 / 1.035; only the K = 896 calls' 0.999 / 1.027; down only against every call 1.006 /
 /// 1.006. A short row costs little to prepare and hand over (896 int8 codes, 14 cache lines),
 /// while each lane preparing its own reads the f32 row instead (4x the lines) and repeats the
-/// work; a long one is where the hand-over chain (see [`decode_packed`]) costs microseconds.
+/// work; a long one is where the hand-over chain (see [`decode_a`]) costs microseconds.
 pub(crate) const PER_LANE_A_MIN_K: usize = 4096;
 
 /// Whether a decode call over weights of `p` prepares A on every lane ([`PER_LANE_A_MIN_K`]).
@@ -349,6 +414,40 @@ struct Ctx<'a, 'o> {
     bias: Option<&'a [f32]>,
     dst: &'a DisjointOut<'o>,
     m: usize,
+}
+
+/// The tile kernel of `kernels` for weights of `p` (int8 or fp32 compute).
+fn tile_for(kernels: &Kernels, p: &NBitsParams) -> TileFn {
+    if p.int8_compute() {
+        kernels.i8_tile
+    } else {
+        kernels.f32_tile
+    }
+}
+
+impl<'a, 'o> Ctx<'a, 'o> {
+    /// The context of an `m`-row call of `kernels` over weights of `p`, A prepared in `prep`.
+    fn new(
+        kernels: &Kernels,
+        lv: Level,
+        prep: &'a PreparedA,
+        p: &'a NBitsParams,
+        bias: Option<&'a [f32]>,
+        dst: &'a DisjointOut<'o>,
+        m: usize,
+    ) -> Self {
+        Ctx {
+            tile: tile_for(kernels, p),
+            gemm: kernels.gemm(p.accuracy_level, m),
+            amx_tail_min: kernels.amx_tail_min,
+            lv,
+            prep,
+            p,
+            bias,
+            dst,
+            m,
+        }
+    }
 }
 
 impl Ctx<'_, '_> {
@@ -500,139 +599,67 @@ pub(crate) fn run_pair(
         return Ok(None);
     }
     let name = kernels.route(p.accuracy_level, m).paired();
-    let tile = if p.int8_compute() {
-        kernels.i8_tile
-    } else {
-        kernels.f32_tile
-    };
-    if m == 1 && per_lane_a(&p) {
-        let g_count = groups(&p);
-        let unit = group_record_bytes(&p).saturating_mul(2);
-        let claims = SegmentClaims::new();
-        let dst = DisjointOut::new(out);
-        // Each lane prepares A for itself, as `decode_packed` does.
-        let split = StreamSplit::decode(g_count, unit, par.lanes());
-        let failed = LaneError::default();
-        let body = |ci: usize| {
-            failed.note(with_prepared(kernels, a, 1, &p, |prep| {
-                let mut res = [[0f32; NR]; MR];
-                let mut v1 = [0f32; PAIR_RUN_GROUPS * NR];
-                let mut v2 = [0f32; PAIR_RUN_GROUPS * NR];
-                let mut y = [0f32; PAIR_RUN_GROUPS * NR];
-                split.run(ci, &claims, &mut |run| {
-                    // Up to PAIR_RUN_GROUPS groups of the first weight, then the same of the
-                    // second: each lane streams runs of consecutive bytes of one weight at a time.
-                    let mut g0 = run.start;
-                    while g0 < run.end {
-                        let g1 = (g0 + PAIR_RUN_GROUPS).min(run.end);
-                        for (w, v) in [(first, &mut v1), (second, &mut v2)] {
-                            for g in g0..g1 {
-                                tile(lv, &w.group(g), prep, 0, 1, &mut res);
-                                let at = (g - g0) * NR;
-                                v[at..at + NR].copy_from_slice(&res[0]);
-                            }
-                        }
-                        let cols = g0 * NR..(g1 * NR).min(p.n);
-                        let w = cols.len();
-                        epi(&v1[..w], &v2[..w], &mut y[..w]);
-                        // SAFETY: the columns of groups g0..g1 belong to this chunk alone (the
-                        // split's runs partition the groups), so no other writer touches them.
-                        unsafe { dst.write(cols.start, &y[..w]) };
-                        g0 = g1;
-                    }
-                });
-            }));
+    let tile = tile_for(kernels, &p);
+    if m == 1 {
+        let call = |from: DecodeA<'_>| {
+            decode_pair(lv, tile, kernels, a, (first, second), epi, out, par, from)
         };
-        par.chunks(Dispatch::Decode, split.chunks(), &body);
-        return failed.result().map(|()| Some(name));
+        return decode_a(kernels, a, &p, call).map(|()| Some(name));
     }
     with_prepared(kernels, a, m, &p, |prep| {
         let g_count = groups(&p);
         let unit = group_record_bytes(&p).saturating_mul(2);
         let claims = SegmentClaims::new();
         let dst = DisjointOut::new(out);
-        if m == 1 {
-            let split = StreamSplit::decode(g_count, unit, par.lanes());
-            let body = |ci: usize| {
-                let mut res = [[0f32; NR]; MR];
-                let mut v1 = [0f32; PAIR_RUN_GROUPS * NR];
-                let mut v2 = [0f32; PAIR_RUN_GROUPS * NR];
-                let mut y = [0f32; PAIR_RUN_GROUPS * NR];
-                prep.prefetch_row0(p.int8_compute());
-                split.run(ci, &claims, &mut |run| {
-                    // Up to PAIR_RUN_GROUPS groups of the first weight, then the same of the
-                    // second: each lane streams runs of consecutive bytes of one weight at a time.
-                    let mut g0 = run.start;
-                    while g0 < run.end {
-                        let g1 = (g0 + PAIR_RUN_GROUPS).min(run.end);
-                        for (w, v) in [(first, &mut v1), (second, &mut v2)] {
-                            for g in g0..g1 {
-                                tile(lv, &w.group(g), prep, 0, 1, &mut res);
-                                let at = (g - g0) * NR;
-                                v[at..at + NR].copy_from_slice(&res[0]);
-                            }
-                        }
-                        let cols = g0 * NR..(g1 * NR).min(p.n);
-                        let w = cols.len();
-                        epi(&v1[..w], &v2[..w], &mut y[..w]);
-                        // SAFETY: the columns of groups g0..g1 belong to this chunk alone (the
-                        // split's runs partition the groups), so no other writer touches them.
-                        unsafe { dst.write(cols.start, &y[..w]) };
-                        g0 = g1;
-                    }
-                });
-            };
-            par.chunks(Dispatch::Decode, split.chunks(), &body);
-        } else {
-            let split = StreamSplit::new(g_count, unit, par.lanes());
-            let col_chunks = split.chunks();
-            let body = |ci: usize| {
-                let (rt, cc) = (ci / col_chunks, ci % col_chunks);
-                let rows = rt * ROW_TILE..((rt + 1) * ROW_TILE).min(m);
-                let mut res = [[0f32; NR]; MR];
-                let mut v1 = [[0f32; NR]; ROW_TILE];
-                let mut v2 = [[0f32; NR]; ROW_TILE];
-                let mut y = [[0f32; NR]; ROW_TILE];
-                split.run(cc, &claims, &mut |run| {
-                    for g in run {
-                        for (w, v) in [(first, &mut v1), (second, &mut v2)] {
-                            let view = w.group(g);
-                            // The row blocks `Ctx::group` walks for these rows.
-                            let mut r0 = rows.start;
-                            while r0 < rows.end {
-                                let nr = (rows.end - r0).min(MR);
-                                tile(lv, &view, prep, r0, nr, &mut res);
-                                let at = r0 - rows.start;
-                                v[at..at + nr].copy_from_slice(&res[..nr]);
-                                r0 += nr;
-                            }
-                        }
-                        let cols = g * NR..((g + 1) * NR).min(p.n);
-                        let w = cols.len();
-                        let nr = rows.len();
-                        if w == NR {
-                            // A whole group: the tile's rows are contiguous, one epilogue call
-                            // (elementwise, so the same values as row by row).
-                            epi(
-                                v1[..nr].as_flattened(),
-                                v2[..nr].as_flattened(),
-                                y[..nr].as_flattened_mut(),
-                            );
-                        } else {
-                            for i in 0..nr {
-                                epi(&v1[i][..w], &v2[i][..w], &mut y[i][..w]);
-                            }
-                        }
-                        for (i, r) in rows.clone().enumerate() {
-                            // SAFETY: (row r, columns of group g) belongs to exactly one chunk:
-                            // chunks partition (row tile x group range).
-                            unsafe { dst.write(r * p.n + cols.start, &y[i][..w]) };
+        // M = 1 went to `decode_pair` above.
+        let split = StreamSplit::new(g_count, unit, par.lanes());
+        let col_chunks = split.chunks();
+        let body = |ci: usize| {
+            let (rt, cc) = (ci / col_chunks, ci % col_chunks);
+            let rows = rt * ROW_TILE..((rt + 1) * ROW_TILE).min(m);
+            let mut res = [[0f32; NR]; MR];
+            let mut v1 = [[0f32; NR]; ROW_TILE];
+            let mut v2 = [[0f32; NR]; ROW_TILE];
+            let mut y = [[0f32; NR]; ROW_TILE];
+            split.run(cc, &claims, &mut |run| {
+                for g in run {
+                    for (w, v) in [(first, &mut v1), (second, &mut v2)] {
+                        let view = w.group(g);
+                        // The row blocks `Ctx::group` walks for these rows.
+                        let mut r0 = rows.start;
+                        while r0 < rows.end {
+                            let nr = (rows.end - r0).min(MR);
+                            tile(lv, &view, prep, r0, nr, &mut res);
+                            let at = r0 - rows.start;
+                            v[at..at + nr].copy_from_slice(&res[..nr]);
+                            r0 += nr;
                         }
                     }
-                });
-            };
-            par.chunks(Dispatch::Task, m.div_ceil(ROW_TILE) * col_chunks, &body);
-        }
+                    let cols = g * NR..((g + 1) * NR).min(p.n);
+                    let w = cols.len();
+                    let nr = rows.len();
+                    if w == NR {
+                        // A whole group: the tile's rows are contiguous, one epilogue call
+                        // (elementwise, so the same values as row by row).
+                        epi(
+                            v1[..nr].as_flattened(),
+                            v2[..nr].as_flattened(),
+                            y[..nr].as_flattened_mut(),
+                        );
+                    } else {
+                        for i in 0..nr {
+                            epi(&v1[i][..w], &v2[i][..w], &mut y[i][..w]);
+                        }
+                    }
+                    for (i, r) in rows.clone().enumerate() {
+                        // SAFETY: (row r, columns of group g) belongs to exactly one chunk:
+                        // chunks partition (row tile x group range).
+                        unsafe { dst.write(r * p.n + cols.start, &y[i][..w]) };
+                    }
+                }
+            });
+        };
+        par.chunks(Dispatch::Task, m.div_ceil(ROW_TILE) * col_chunks, &body);
         Some(name)
     })
 }
