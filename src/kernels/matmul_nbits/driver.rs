@@ -4,7 +4,9 @@
 //! (`Dispatch::Decode`) over the chunks of `StreamSplit::decode` (segmented: one chunk per lane,
 //! each streaming its own contiguous segment of groups front to back and then claiming what is
 //! left of the others from their far ends, `runtime::segments`, so each lane reads one long
-//! run and the lanes still finish together; `StreamSplit::run` hands a chunk its runs).
+//! run and the lanes still finish together; `StreamSplit::run` hands a chunk its runs); A is
+//! prepared once by the calling thread and lent to the lanes, or, for a long row, by every lane
+//! for itself (`decode_a`, `PER_LANE_A_MIN_K`).
 //! M > 1 (packed):
 //! `Par::chunks` (`Dispatch::Task`) over (row tile of [`ROW_TILE`] rows) x (range of
 //! `StreamSplit::new`: long runs, a few per lane, a chunk count that is a multiple of the
