@@ -77,7 +77,8 @@ unsafe fn quantize_batch(
     assert!(n <= BATCH && bs.is_multiple_of(16));
     assert!(src.len() == n * bs && dst.len() == n * bs && qscale.len() == n && qsum.len() == n);
     let sp = src.as_ptr();
-    let mut mx = [_mm512_setzero_ps(); BATCH];
+    // Block j's running maximum magnitude (f32 bits, in the integer type `fold16` takes).
+    let mut mx = [_mm512_setzero_si512(); BATCH];
     // Lanes where some block of the batch held a NaN.
     let mut nan: __mmask16 = 0;
     for (j, m) in mx.iter_mut().enumerate().take(n) {
@@ -88,15 +89,12 @@ unsafe fn quantize_batch(
             // vmaxps returns its second operand when either is NaN: with the running maximum
             // second, a NaN element leaves it unchanged, as `f32::max` does in the scalar
             // reference; the maxima are therefore never NaN, which `fold16` relies on.
-            *m = _mm512_max_ps(_mm512_abs_ps(v), *m);
+            let running = _mm512_castsi512_ps(*m);
+            *m = _mm512_castps_si512(_mm512_max_ps(_mm512_abs_ps(v), running));
         }
     }
     // Lane j: block j's largest magnitude (lanes from n on: 0).
-    let mut mxi = [_mm512_setzero_si512(); BATCH];
-    for (d, &m) in mxi.iter_mut().zip(&mx) {
-        *d = _mm512_castps_si512(m);
-    }
-    let amax = _mm512_castsi512_ps(fold16(mxi, Fold::MaxF32));
+    let amax = _mm512_castsi512_ps(fold16(mx, Fold::MaxF32));
     let c127 = _mm512_set1_ps(127.0);
     // As the scalar reference: scale = amax / 127, multiplier 127 / amax, or 0 for amax = 0.
     let scale = _mm512_div_ps(amax, c127);
@@ -120,35 +118,26 @@ unsafe fn quantize_batch(
     let mut sums = [_mm512_setzero_si512(); BATCH];
     for (j, sum) in sums.iter_mut().enumerate().take(n) {
         let invj = _mm512_permutexvar_ps(_mm512_set1_epi32(j as i32), inv);
-        if finite {
-            for i in (j * bs..(j + 1) * bs).step_by(16) {
-                // SAFETY: i + 16 <= n * bs = src.len() = dst.len().
-                unsafe {
-                    let x = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(sp.add(i)), invj));
-                    *sum = _mm512_add_epi32(*sum, x);
-                    _mm_storeu_si128(
-                        dst.as_mut_ptr().add(i) as *mut __m128i,
-                        _mm512_cvtsepi32_epi8(x),
-                    );
-                }
-            }
-            continue;
-        }
         for i in (j * bs..(j + 1) * bs).step_by(16) {
-            // SAFETY: i + 16 <= n * bs = src.len() = dst.len().
-            unsafe {
-                let v = _mm512_mul_ps(_mm512_loadu_ps(sp.add(i)), invj);
+            // SAFETY: i + 16 <= n * bs = src.len().
+            let v = _mm512_mul_ps(unsafe { _mm512_loadu_ps(sp.add(i)) }, invj);
+            let x = if finite {
+                _mm512_cvtps_epi32(v)
+            } else {
                 // As the scalar reference: NaN codes are 0 and the clamp happens in float
                 // (cvtps would turn NaN and +-inf into i32::MIN before an integer clamp).
                 let v = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask::<_CMP_ORD_Q>(v, v), v);
                 let v = _mm512_min_ps(_mm512_max_ps(v, flo), fhi);
-                let x = _mm512_min_epi32(_mm512_max_epi32(_mm512_cvtps_epi32(v), lo), hi);
-                *sum = _mm512_add_epi32(*sum, x);
+                _mm512_min_epi32(_mm512_max_epi32(_mm512_cvtps_epi32(v), lo), hi)
+            };
+            *sum = _mm512_add_epi32(*sum, x);
+            // SAFETY: i + 16 <= n * bs = dst.len().
+            unsafe {
                 _mm_storeu_si128(
                     dst.as_mut_ptr().add(i) as *mut __m128i,
                     _mm512_cvtsepi32_epi8(x),
-                );
-            }
+                )
+            };
         }
     }
     let total = fold16(sums, Fold::AddI32);
