@@ -321,9 +321,8 @@ fn decode_packed(
 /// A from `from`.
 #[allow(clippy::too_many_arguments)]
 fn decode_pair(
-    lv: Level,
-    tile: TileFn,
     kernels: &Kernels,
+    lv: Level,
     a: &[f32],
     (first, second): (&PackedNBits, &PackedNBits),
     epi: &super::PairEpilogue<'_>,
@@ -332,6 +331,7 @@ fn decode_pair(
     from: DecodeA<'_>,
 ) -> Result<(), String> {
     let p = first.params;
+    let tile = tile_for(kernels, &p);
     let unit = group_record_bytes(&p).saturating_mul(2);
     let split = StreamSplit::decode(groups(&p), unit, par.lanes());
     let claims = SegmentClaims::new();
@@ -601,13 +601,12 @@ pub(crate) fn run_pair(
         return Ok(None);
     }
     let name = kernels.route(p.accuracy_level, m).paired();
-    let tile = tile_for(kernels, &p);
     if m == 1 {
-        let call = |from: DecodeA<'_>| {
-            decode_pair(lv, tile, kernels, a, (first, second), epi, out, par, from)
-        };
+        let call =
+            |from: DecodeA<'_>| decode_pair(kernels, lv, a, (first, second), epi, out, par, from);
         return decode_a(kernels, a, &p, call).map(|()| Some(name));
     }
+    let tile = tile_for(kernels, &p);
     with_prepared(kernels, a, m, &p, |prep| {
         let g_count = groups(&p);
         let unit = group_record_bytes(&p).saturating_mul(2);
