@@ -2,7 +2,10 @@
 (`rcpu-bench gen llm:...`, model.onnx + genai_config.json), once on og's CPU default (ORT's CPU EP) and once
 with rcpu, each in a fresh process (og_generate.py). At accuracy_level 0/1 the greedy tokens must be
 identical and every step's logits within rel L2 1e-4; rcpu's ledger must show its kernels ran. Both ways
-of selecting rcpu are covered: the Config API and a provider entry in genai_config.json."""
+of selecting rcpu are covered: the Config API and a provider entry in genai_config.json. Both ways og hands
+over the KV cache too: `past_present_share_buffer: true` (what the genai builder writes for
+GroupQueryAttention models, and the generated genai_config.json: one buffer per cache, the past input and the
+present output at once) and `false` (past and present apart)."""
 
 from __future__ import annotations
 
@@ -25,14 +28,19 @@ PROMPT = "17,3,250,4,99,8"
 MAX_LENGTH = 20
 
 
-def _generate_model(dest: pathlib.Path, acc: int) -> pathlib.Path:
+def _generate_model(dest: pathlib.Path, acc: int, share: bool = True) -> pathlib.Path:
     if not BENCH.is_file():
         pytest.fail(f"{BENCH} missing: `cargo build --release --workspace` first", pytrace=False)
     dest.mkdir(parents=True, exist_ok=True)
     spec = f"llm:preset=qwen2-0.5b,layers=2,vocab=1000,acc={acc},ctx=128,seed={7 + acc}"
     out = subprocess.run([str(BENCH), "gen", spec, "--out", str(dest / "model.onnx")], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
-    assert (dest / "genai_config.json").is_file()
+    cfg_path = dest / "genai_config.json"
+    cfg = json.loads(cfg_path.read_text())
+    assert cfg["search"]["past_present_share_buffer"] is True, "the builder's setting for GQA models"
+    if not share:
+        cfg["search"]["past_present_share_buffer"] = False
+        cfg_path.write_text(json.dumps(cfg, indent=2))
     return dest
 
 
@@ -61,9 +69,9 @@ def _assert_rcpu_ran(rc: dict) -> None:
         assert calls.get(op, 0) >= steps, f"rcpu's ledger: {op} ran {calls.get(op, 0)} times over {steps} steps: {calls}"
 
 
-@pytest.mark.parametrize("acc", [0, 1])
-def test_og_greedy_tokens_match_ort(tmp_path, plugin_path, acc):
-    model = _generate_model(tmp_path / f"acc{acc}", acc)
+@pytest.mark.parametrize(("acc", "share"), [(0, True), (1, True), (0, False)])
+def test_og_greedy_tokens_match_ort(tmp_path, plugin_path, acc, share):
+    model = _generate_model(tmp_path / f"acc{acc}-share{int(share)}", acc, share)
     cpu = _og(model, "cpu", plugin_path)
     rc = _og(model, "rcpu", plugin_path, "api")
     _assert_same_generation(cpu, rc)

@@ -67,6 +67,18 @@ impl Tensor {
             ),
         }
     }
+    /// [`Tensor::parts`] for a buffer ORT may write (a pre-allocated output sharing it).
+    fn parts_mut(&mut self) -> (*mut c_void, usize, ONNXTensorElementDataType) {
+        let elem = self.parts().2;
+        let (p, bytes): (*mut c_void, usize) = match &mut self.data {
+            Data::F32(v) => (v.as_mut_ptr() as _, v.len() * 4),
+            Data::U8(v) => (v.as_mut_ptr() as _, v.len()),
+            Data::I8(v) => (v.as_mut_ptr() as _, v.len()),
+            Data::I32(v) => (v.as_mut_ptr() as _, v.len() * 4),
+            Data::I64(v) => (v.as_mut_ptr() as _, v.len() * 8),
+        };
+        (p, bytes, elem)
+    }
 }
 
 /// Where a session runs.
@@ -443,6 +455,13 @@ impl Session {
         }
     }
 
+    pub fn output_names(&self) -> Vec<String> {
+        self.outputs
+            .iter()
+            .map(|s| s.to_string_lossy().into_owned())
+            .collect()
+    }
+
     pub fn input_names(&self) -> Vec<String> {
         self.inputs
             .iter()
@@ -452,26 +471,81 @@ impl Session {
 
     /// Runs with inputs in the session's input order; returns every output.
     pub fn run(&self, inputs: &[Tensor]) -> Res<Vec<Tensor>> {
-        self.run_with(inputs, read_tensor)
+        let ins = inputs
+            .iter()
+            .map(|t| {
+                let (p, bytes, elem) = t.parts();
+                InPtr::of(&t.shape, (p as *mut c_void, bytes, elem))
+            })
+            .collect();
+        let outs = self.run_with(ins, &[], read_tensor)?;
+        Ok(outs.into_iter().flatten().collect())
     }
 
     /// [`Session::run`] that releases the outputs unread: what a timed step costs an application
     /// that consumes ORT's outputs in place (no copy of the logits and the presents per step).
     pub fn run_discard(&self, inputs: &[Tensor]) -> Res<()> {
-        self.run_with(inputs, |_, _| Ok(())).map(|_| ())
+        let ins = inputs
+            .iter()
+            .map(|t| {
+                let (p, bytes, elem) = t.parts();
+                InPtr::of(&t.shape, (p as *mut c_void, bytes, elem))
+            })
+            .collect();
+        self.run_with(ins, &[], |_, _| Ok(())).map(|_| ())
     }
 
-    /// Runs the session on `inputs` and hands every output to `read` before releasing it.
+    /// [`Session::run`] where output `o` is written into input `alias[o]` when that is `Some`: a
+    /// pre-allocated output sharing the input's buffer, the way onnxruntime-genai hands a model
+    /// its KV cache with `past_present_share_buffer` on (each present is the past buffer itself).
+    /// Returns the other outputs, `None` for the aliased ones (their data is in `inputs`).
+    pub fn run_aliased(
+        &self,
+        inputs: &mut [Tensor],
+        alias: &[Option<usize>],
+    ) -> Res<Vec<Option<Tensor>>> {
+        let ins = inputs
+            .iter_mut()
+            .map(|t| {
+                let parts = t.parts_mut();
+                InPtr::of(&t.shape, parts)
+            })
+            .collect();
+        self.run_with(ins, alias, read_tensor)
+    }
+
+    /// [`Session::run_aliased`] that releases the other outputs unread (see
+    /// [`Session::run_discard`]).
+    pub fn run_aliased_discard(&self, inputs: &mut [Tensor], alias: &[Option<usize>]) -> Res<()> {
+        let ins = inputs
+            .iter_mut()
+            .map(|t| {
+                let parts = t.parts_mut();
+                InPtr::of(&t.shape, parts)
+            })
+            .collect();
+        self.run_with(ins, alias, |_, _| Ok(())).map(|_| ())
+    }
+
+    /// Runs the session on `inputs`, output `o` into input `alias[o]` where given (a missing
+    /// entry: none), and hands every other output to `read` before releasing it.
     fn run_with<R>(
         &self,
-        inputs: &[Tensor],
+        inputs: Vec<InPtr>,
+        alias: &[Option<usize>],
         read: impl Fn(&OrtApi, *mut OrtValue) -> Res<R>,
-    ) -> Res<Vec<R>> {
+    ) -> Res<Vec<Option<R>>> {
         let api = self.api;
         if inputs.len() != self.inputs.len() {
             return Err(format!(
                 "model has {} inputs, got {}",
                 self.inputs.len(),
+                inputs.len()
+            ));
+        }
+        if let Some(bad) = alias.iter().flatten().find(|&&i| i >= inputs.len()) {
+            return Err(format!(
+                "output aliased to input {bad}, of {}",
                 inputs.len()
             ));
         }
@@ -485,20 +559,20 @@ impl Session {
             )
         })?;
         let mut vals: Vec<*mut OrtValue> = Vec::new();
-        let result = (|| -> Res<Vec<R>> {
-            for t in inputs {
-                let (ptr, bytes, elem) = t.parts();
+        let result = (|| -> Res<Vec<Option<R>>> {
+            for t in &inputs {
                 let mut v = std::ptr::null_mut();
-                // SAFETY: the tensor borrows t's buffer, which outlives the Run call below;
-                // ORT does not write inputs.
+                // SAFETY: the tensor borrows the input's buffer, which outlives the Run call
+                // below (`InPtr` holds the borrow); ORT writes it only when it is an aliased
+                // output's, whose pointer came from a mutable borrow (`run_aliased`).
                 check(api, unsafe {
                     (api.CreateTensorWithDataAsOrtValue)(
                         mem,
-                        ptr as *mut c_void,
-                        bytes,
+                        t.ptr,
+                        t.bytes,
                         t.shape.as_ptr(),
                         t.shape.len(),
-                        elem,
+                        t.elem,
                         &mut v,
                     )
                 })?;
@@ -506,7 +580,11 @@ impl Session {
             }
             let in_names: Vec<*const c_char> = self.inputs.iter().map(|s| s.as_ptr()).collect();
             let out_names: Vec<*const c_char> = self.outputs.iter().map(|s| s.as_ptr()).collect();
-            let mut outs: Vec<*mut OrtValue> = vec![std::ptr::null_mut(); out_names.len()];
+            let aliased = |o: usize| alias.get(o).copied().flatten();
+            // An aliased output is pre-allocated: the input's own value, which Run fills.
+            let mut outs: Vec<*mut OrtValue> = (0..out_names.len())
+                .map(|o| aliased(o).map_or(std::ptr::null_mut(), |i| vals[i]))
+                .collect();
             // SAFETY: arrays sized consistently; session live.
             check(api, unsafe {
                 (api.Run)(
@@ -520,10 +598,20 @@ impl Session {
                     outs.as_mut_ptr(),
                 )
             })?;
-            let r = outs.iter().map(|&o| read(api, o)).collect();
-            for o in outs {
-                // SAFETY: outputs allocated by Run, released once.
-                unsafe { (api.ReleaseValue)(o) };
+            let r = outs
+                .iter()
+                .enumerate()
+                .map(|(o, &v)| match aliased(o) {
+                    Some(_) => Ok(None),
+                    None => read(api, v).map(Some),
+                })
+                .collect();
+            for (o, v) in outs.into_iter().enumerate() {
+                if aliased(o).is_none() {
+                    // SAFETY: outputs allocated by Run, released once (the aliased ones are
+                    // the inputs' values, released below).
+                    unsafe { (api.ReleaseValue)(v) };
+                }
             }
             r
         })();
@@ -534,6 +622,29 @@ impl Session {
         // SAFETY: created above.
         unsafe { (api.ReleaseMemoryInfo)(mem) };
         result
+    }
+}
+
+/// One input of a run: its buffer (the caller of [`Session::run_with`] holds the borrow for the
+/// run), byte length, element type and shape.
+struct InPtr {
+    ptr: *mut c_void,
+    bytes: usize,
+    elem: ONNXTensorElementDataType,
+    shape: Vec<i64>,
+}
+
+impl InPtr {
+    fn of(
+        shape: &[i64],
+        (ptr, bytes, elem): (*mut c_void, usize, ONNXTensorElementDataType),
+    ) -> InPtr {
+        InPtr {
+            ptr,
+            bytes,
+            elem,
+            shape: shape.to_vec(),
+        }
     }
 }
 

@@ -6,9 +6,13 @@ use rcpu_e2e::bench::gen::Spec;
 use rcpu_e2e::bench::model::ModelInfo;
 use rcpu_e2e::compare::rel_l2;
 use rcpu_e2e::onnx::ModelProto;
-use rcpu_e2e::{Ort, SessionSpec, Tensor};
+use rcpu_e2e::{Data, Ort, SessionSpec, Tensor};
 
 use prost::Message;
+
+/// Held by every test here that runs rcpu sessions in this process: one of them counts rcpu's
+/// ledger calls across its runs, which another test's rcpu runs would add to.
+static RCPU_IN_PROCESS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// y = x W^T from the generated initializers, dequantized here by the documented layout.
 fn reference(model: &[u8], x: &[f32], k: usize, n: usize, block: usize) -> Vec<f32> {
@@ -253,7 +257,8 @@ fn bench_binary_compares_a_qlinear_model_exactly() {
 #[test]
 fn generated_llm_matches_ort_and_runs_its_heavy_nodes_on_rcpu() {
     use rcpu_e2e::bench::gen::Kind;
-    use rcpu_e2e::bench::llm_model::step_feeds;
+    use rcpu_e2e::bench::llm_model::{step_feeds, Kv};
+    let _one = RCPU_IN_PROCESS.lock().unwrap_or_else(|e| e.into_inner());
     let s = Spec::parse("llm:preset=qwen2-0.5b,layers=2,vocab=1000,acc=0,ctx=64").unwrap();
     let Kind::Llm(l) = &s.kind else {
         panic!("not an llm spec")
@@ -303,14 +308,14 @@ fn generated_llm_matches_ort_and_runs_its_heavy_nodes_on_rcpu() {
             .sum()
     };
     let pairs_before = pair_calls();
-    let prefill = step_feeds(&info, 5, 0, 1000, 3).unwrap();
+    let prefill = step_feeds(&info, 5, 0, 1000, 3, Kv::Copy).unwrap();
     let (a, r) = (ours.run(&prefill).unwrap(), theirs.run(&prefill).unwrap());
     assert_eq!(r[0].shape, vec![1, 5, 1000]);
     assert_eq!(r[1].shape, vec![1, 2, 5, 64]);
     let err = rel_l2(a[0].as_f32(), r[0].as_f32());
     assert!(err <= 1e-4, "prefill logits: rel L2 {err}");
     // Decode: one token after the reference presents.
-    let mut step = step_feeds(&info, 1, 5, 1000, 4).unwrap();
+    let mut step = step_feeds(&info, 1, 5, 1000, 4, Kv::Copy).unwrap();
     for (f, p) in step.iter_mut().skip(2).zip(r.iter().skip(1)) {
         *f = p.clone();
     }
@@ -350,6 +355,103 @@ fn generated_llm_matches_ort_and_runs_its_heavy_nodes_on_rcpu() {
     ];
     for op in info.ops.iter().filter(|o| !skip.contains(&o.as_str())) {
         assert!(stats.calls(op).unwrap() > 0, "{op} never ran on rcpu");
+    }
+}
+
+/// The KV cache as onnxruntime-genai hands it over with `past_present_share_buffer: true` (what
+/// its builder writes for GroupQueryAttention models, and what the generated genai_config.json
+/// says): one buffer per layer's keys and values, the past input and the pre-allocated present
+/// output at once. A prefill and three decode steps, on ORT and on rcpu, each both ways: the
+/// shared buffers end up holding exactly the rows the copied presents hold (so the step wrote
+/// them in place), the logits of every step match the copy run's (the attention read the same
+/// past) and ORT's within 1e-4 (accuracy_level 0).
+#[test]
+fn shared_kv_cache_matches_copied_presents_on_ort_and_rcpu() {
+    use rcpu_e2e::bench::gen::Kind;
+    use rcpu_e2e::bench::llm_model::{kv_alias, step_feeds, Kv};
+    let _one = RCPU_IN_PROCESS.lock().unwrap_or_else(|e| e.into_inner());
+    let s = Spec::parse("llm:preset=qwen2-0.5b,layers=2,vocab=1000,acc=0,ctx=64").unwrap();
+    let Kind::Llm(l) = &s.kind else {
+        panic!("not an llm spec")
+    };
+    let dir = std::env::temp_dir().join(format!("rcpu-llm-kv-{}", std::process::id()));
+    let m = rcpu_e2e::bench::llm_model::write(l, &dir, "model.onnx").unwrap();
+    let bytes = std::fs::read(&m.path).unwrap();
+    let cfg: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("genai_config.json")).unwrap()).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(cfg["search"]["past_present_share_buffer"], true);
+    let info = ModelInfo::parse(&bytes).unwrap();
+    let ort = rcpu_e2e::ort_with_rcpu();
+    let (cap, prompt, steps, head, kv_heads) = (64usize, 5usize, 3usize, 64usize, 2usize);
+    let mut logits: Vec<Vec<Vec<f32>>> = vec![];
+    for spec in [
+        SessionSpec::ort(Some(1)),
+        SessionSpec::rcpu(&[("threads", "2")]),
+    ] {
+        let sess = ort.session(&bytes, &spec).unwrap();
+        let alias = kv_alias(
+            Kv::Shared { capacity: cap },
+            &sess.input_names(),
+            &sess.output_names(),
+        );
+        assert_eq!(alias.iter().flatten().count(), 4, "{alias:?}");
+        // Copied: each step's presents become the next step's past.
+        let mut feeds = step_feeds(&info, prompt, 0, 1000, 3, Kv::Copy).unwrap();
+        // Shared: the same buffers every step.
+        let mut shared =
+            step_feeds(&info, prompt, 0, 1000, 3, Kv::Shared { capacity: cap }).unwrap();
+        let mut per_step = vec![];
+        for step in 0..=steps {
+            let total = prompt + step;
+            let copied = sess.run(&feeds).unwrap();
+            let outs = sess.run_aliased(&mut shared, &alias).unwrap();
+            assert!(outs[1..].iter().all(Option::is_none));
+            let (a, b) = (outs[0].as_ref().unwrap().as_f32(), copied[0].as_f32());
+            let err = rel_l2(a, b);
+            assert!(
+                err <= 1e-6,
+                "step {step}: shared against copied logits, rel L2 {err}"
+            );
+            // Every cache's first `total` rows per head: the copied present's rows.
+            for (buf, present) in shared[2..].iter().zip(&copied[1..]) {
+                let (buf, present) = (buf.as_f32(), present.as_f32());
+                for h in 0..kv_heads {
+                    let rows = h * total * head..(h + 1) * total * head;
+                    let at = h * cap * head;
+                    assert_eq!(
+                        &buf[at..at + total * head],
+                        &present[rows],
+                        "step {step}, kv head {h}: the shared buffer lacks the present rows"
+                    );
+                }
+            }
+            per_step.push(b.to_vec());
+            // The next token: a fixed id (the greedy one is not what this checks).
+            let next = |len: usize| {
+                vec![
+                    Tensor {
+                        shape: vec![1, 1],
+                        data: Data::I64(vec![7 + step as i64]),
+                    },
+                    Tensor {
+                        shape: vec![1, len as i64],
+                        data: Data::I64(vec![1; len]),
+                    },
+                ]
+            };
+            let mut f = next(total + 1);
+            f.extend(copied.into_iter().skip(1));
+            feeds = f;
+            let mut g = next(total + 1);
+            g.extend(shared.drain(2..));
+            shared = g;
+        }
+        logits.push(per_step);
+    }
+    for (step, (r, a)) in logits[0].iter().zip(&logits[1]).enumerate() {
+        let err = rel_l2(a, r);
+        assert!(err <= 1e-4, "step {step}: rcpu against ORT, rel L2 {err}");
     }
 }
 

@@ -110,6 +110,11 @@ enum Sub {
         /// Generated tokens per generate run.
         #[arg(long, value_name = "T", default_value_t = 32, value_parser = positive)]
         tokens: usize,
+        /// How a step hands over the KV cache: `copy` (past in, presents out as new tensors) or
+        /// `shared` (one buffer of the model's ctx positions per cache, the past input and the
+        /// present output at once: onnxruntime-genai with `past_present_share_buffer: true`).
+        #[arg(long, value_name = "KV", value_parser = ["copy", "shared"], default_value = "copy")]
+        kv: String,
         /// Prefill (prompt) lengths.
         #[arg(
             long = "prompt",
@@ -223,6 +228,8 @@ pub struct Opts {
     /// llm: what to run (decode, generate, prefill), past length, prefill lengths, overrides.
     pub modes: Vec<String>,
     pub past: usize,
+    /// llm: `--kv shared` (genai's shared past/present buffers).
+    pub kv_shared: bool,
     pub prompts: Vec<usize>,
     pub layers: Option<usize>,
     pub vocab: Option<usize>,
@@ -260,6 +267,7 @@ impl Default for Opts {
             seed: 42,
             modes: vec!["decode".into(), "generate".into(), "prefill".into()],
             past: 64,
+            kv_shared: false,
             prompts: vec![64, 512],
             layers: None,
             vocab: None,
@@ -461,6 +469,7 @@ pub fn parse(argv: &[String]) -> Result<Cmd, String> {
             modes,
             past,
             tokens,
+            kv,
             prompts,
             shape,
             profile_iters,
@@ -472,6 +481,7 @@ pub fn parse(argv: &[String]) -> Result<Cmd, String> {
             apply_arms(&mut o, arms, (6, 10));
             (o.modes, o.past, o.tokens, o.prompts) = (modes, past, tokens, prompts);
             (o.layers, o.vocab, o.profile_iters) = (shape.layers, shape.vocab, profile_iters);
+            o.kv_shared = kv == "shared";
             Cmd::Llm(o)
         }
         Sub::Gen { spec, out } => {
@@ -692,6 +702,12 @@ mod tests {
             (2, vec![8, 16], Some(2))
         );
         assert_eq!((o.tokens, o.rounds, o.iters, o.past), (32, 6, 10, 64));
+        assert!(!o.kv_shared, "the KV cache is copied unless asked");
+        let Cmd::Llm(o) = p("llm --gen llm:preset=qwen2-0.5b --kv shared").unwrap() else {
+            panic!("not llm")
+        };
+        assert!(o.kv_shared);
+        assert!(p("llm --gen llm:preset=qwen2-0.5b --kv both").is_err());
     }
 
     #[test]

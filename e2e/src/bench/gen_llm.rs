@@ -83,8 +83,9 @@ impl Emb {
 
 /// Bumped whenever the generator's output for a given spec changes (part of the cache key, so a
 /// model cached by an older generator is not reused). 2: tied embeddings through
-/// GatherBlockQuantized, lm_head scales [vocab, k_blocks].
-const GENERATOR_VERSION: u32 = 2;
+/// GatherBlockQuantized, lm_head scales [vocab, k_blocks]. 3: genai_config.json says
+/// `past_present_share_buffer: true`, as the genai builder writes for GroupQueryAttention models.
+const GENERATOR_VERSION: u32 = 3;
 
 /// A preset's model: Qwen2-0.5B or Llama-3.2-1B shapes, accuracy_level 4, block 32.
 fn preset(name: &str) -> Option<Llm> {
@@ -510,7 +511,10 @@ impl Llm {
                 "no_repeat_ngram_size": 0,
                 "num_beams": 1,
                 "num_return_sequences": 1,
-                "past_present_share_buffer": false,
+                // What the genai builder writes for a GroupQueryAttention model (CPU included):
+                // genai then hands each layer's KV cache over as one buffer, the past input and
+                // the present output at once (`rcpu-bench llm --kv shared` runs it that way).
+                "past_present_share_buffer": true,
                 "repetition_penalty": 1.0,
                 "temperature": 1.0,
                 "top_k": 1,

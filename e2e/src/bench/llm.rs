@@ -7,6 +7,12 @@
 //! - `prefill`: `--prompt` tokens from an empty cache (each length a case), iters * 16 / tokens
 //!   runs per round (at least 1, at most iters).
 //!
+//! `--kv shared` runs decode and generate the way onnxruntime-genai runs a model whose
+//! genai_config says `past_present_share_buffer: true` (what its builder writes for
+//! GroupQueryAttention models): one buffer of the model's `ctx` positions per layer's keys and
+//! values, passed as the past input and pre-allocated as the present output, written in place
+//! (`llm_model::Kv`); the default `copy` feeds past and reads back presents as separate tensors.
+//!
 //! Per case: parity first (logits; generate: the greedy token ids), then the per-token table
 //! (p50/p90, CPU, weight bytes, GB/s and its fraction of the read bandwidth of a same-size buffer
 //! measured in this run), the headline ORT/rcpu with its null band and the steady verdict beside
@@ -192,9 +198,12 @@ pub fn run(o: &Opts) -> Result<i32, String> {
         ..
     } = setup(o, &spec, &needs)?;
     let (vocab, acc) = (l.vocab, l.layer.acc);
+    // The shared KV cache holds the model's context, as genai's default max_length does.
+    let kv_capacity = if o.kv_shared { l.ctx } else { 0 };
     println!(
-        "rcpu-bench llm: {} | {} | threads={threads} cpus={cpus:?} rounds={} iters={} warmup={} null={}",
-        t.label, t.path, o.rounds, o.iters, o.warmup, o.null_arm
+        "rcpu-bench llm: {} | {} | threads={threads} cpus={cpus:?} rounds={} iters={} warmup={} null={} kv={}",
+        t.label, t.path, o.rounds, o.iters, o.warmup, o.null_arm,
+        if o.kv_shared { "shared" } else { "copy" }
     );
     let bytes = read_bytes(&t, &mut arms)?;
     println!("{}", describe_read_bytes(&t, &bytes));
@@ -216,7 +225,16 @@ pub fn run(o: &Opts) -> Result<i32, String> {
     let mut results = vec![];
     let mut code = 0;
     for case in cases(o) {
-        let r = run_case(o, &mut arms, &case, &t, &floor, vocab, tol, &cpus)?;
+        let r = run_case(
+            o,
+            &mut arms,
+            &case,
+            &t,
+            &floor,
+            (vocab, kv_capacity),
+            tol,
+            &cpus,
+        )?;
         if r["parity_ok"] == false {
             code = 2;
         }
@@ -226,6 +244,7 @@ pub fn run(o: &Opts) -> Result<i32, String> {
         let doc = json!({"model": t.label, "path": t.path, "threads": threads, "cpus": cpus,
             "weight_bytes_per_token": t.weight_bytes, "read_bytes_per_token": bytes, "read_gbps": bw,
             "read_gbps_4k_pages": bw_ref.small_pages, "read_gbps_huge_pages": bw_ref.huge_pages,
+            "kv": if o.kv_shared { "shared" } else { "copy" }, "kv_capacity": kv_capacity,
             "cases": results});
         std::fs::write(
             path,
@@ -347,20 +366,30 @@ fn run_case(
     case: &Case,
     t: &Target,
     floor: &ReadFloor,
-    vocab: usize,
+    (vocab, kv_capacity): (usize, usize),
     tol: f64,
     cpus: &[usize],
 ) -> Result<Value, String> {
-    println!("\n== {} ==", case.name());
+    let kv_note = if kv_capacity > 0 {
+        format!(" kv=shared ({kv_capacity} positions)")
+    } else {
+        String::new()
+    };
+    println!("\n== {}{kv_note} ==", case.name());
     let req = match case {
         Case::Step { seq, past } => {
+            // A prefill (past 0) runs as genai's first step does: into the shared buffers too.
             for a in arms.iter_mut() {
-                a.call(json!({"cmd": "llm_feed", "seq": seq, "past": past, "vocab": vocab}))?;
+                a.call(
+                    json!({"cmd": "llm_feed", "seq": seq, "past": past, "vocab": vocab,
+                    "kv_capacity": kv_capacity}),
+                )?;
             }
             json!({"cmd": "time", "iters": step_iters(o.iters, *seq)})
         }
         Case::Generate { prompt, tokens } => {
-            json!({"cmd": "generate", "prompt": prompt, "tokens": tokens, "vocab": vocab})
+            json!({"cmd": "generate", "prompt": prompt, "tokens": tokens, "vocab": vocab,
+                "kv_capacity": kv_capacity})
         }
     };
     // Parity (rule 7) before timing.
@@ -369,7 +398,10 @@ fn run_case(
         Case::Generate { prompt, .. } => {
             // The prompt's logits are gated as a prefill's; the greedy ids are reported.
             for a in arms.iter_mut() {
-                a.call(json!({"cmd": "llm_feed", "seq": prompt, "past": 0, "vocab": vocab}))?;
+                a.call(
+                    json!({"cmd": "llm_feed", "seq": prompt, "past": 0, "vocab": vocab,
+                    "kv_capacity": kv_capacity}),
+                )?;
             }
             let ok = logits_parity(arms, tol, None)?;
             let mut ids = vec![];

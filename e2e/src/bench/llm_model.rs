@@ -108,19 +108,71 @@ pub fn write(l: &Llm, dir: &Path, file: &str) -> Result<LlmModel, String> {
     })
 }
 
+/// How a step hands the model its KV cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kv {
+    /// Past and present are separate tensors: the step reads `past` positions and returns
+    /// presents of `past + seq` (a model run with `past_present_share_buffer: false`).
+    Copy,
+    /// onnxruntime-genai's `past_present_share_buffer: true`, what its model builder writes for
+    /// GroupQueryAttention models: one buffer of `capacity` positions per layer's keys and per
+    /// layer's values, passed as the past input and pre-allocated as the present output, which
+    /// the step writes in place (the attention reads `past` positions of it, the mask says how
+    /// many).
+    Shared { capacity: usize },
+}
+
+impl Kv {
+    /// `Shared` with `capacity` positions, `Copy` for 0 (the bench's request field).
+    pub fn from_capacity(capacity: usize) -> Kv {
+        match capacity {
+            0 => Kv::Copy,
+            c => Kv::Shared { capacity: c },
+        }
+    }
+}
+
+/// For every output of a session (names `outputs`), the input it shares its buffer with under
+/// `kv`: `present.L.key` / `present.L.value` write into `past_key_values.L.key` / `.value` when
+/// shared; nothing otherwise.
+pub fn kv_alias(kv: Kv, inputs: &[String], outputs: &[String]) -> Vec<Option<usize>> {
+    if kv == Kv::Copy {
+        return vec![];
+    }
+    outputs
+        .iter()
+        .map(|o| {
+            let past = format!("past_key_values.{}", o.strip_prefix("present.")?);
+            inputs.iter().position(|i| *i == past)
+        })
+        .collect()
+}
+
 /// Feeds of one step: `seq` new tokens (seeded ids below `vocab`) after `past` cached positions
-/// (attention_mask all ones over past + seq, past key/values seeded in [-0.5, 0.5)).
+/// (attention_mask all ones over past + seq, past key/values seeded in [-0.5, 0.5)); under
+/// [`Kv::Shared`] each past buffer holds `capacity` positions, the first `past` seeded and the
+/// rest zero.
 pub fn step_feeds(
     info: &ModelInfo,
     seq: usize,
     past: usize,
     vocab: usize,
     seed: u64,
+    kv: Kv,
 ) -> Result<Vec<Tensor>, String> {
     if vocab == 0 || seq == 0 {
         return Err("an LLM step needs a vocabulary and at least one new token".into());
     }
     let total = past.checked_add(seq).ok_or("past + seq overflows")?;
+    let positions = match kv {
+        Kv::Copy => past,
+        Kv::Shared { capacity } if capacity >= total => capacity,
+        Kv::Shared { capacity } => {
+            return Err(format!(
+                "a shared KV cache of {capacity} positions cannot hold {past} past + {seq} new"
+            ))
+        }
+    };
     info.inputs
         .iter()
         .enumerate()
@@ -138,15 +190,23 @@ pub fn step_feeds(
                     let [_, Some(kv), _, Some(head)] = inp.dims[..] else {
                         return Err(format!("input '{name}' is not [batch, kv, past, head]"));
                     };
-                    let n = (kv as usize)
-                        .checked_mul(head as usize)
-                        .and_then(|x| x.checked_mul(past))
-                        .ok_or_else(|| format!("input '{name}': size overflows"))?;
-                    let v = crate::rand_f32(n, seed ^ (1000 + i as u64));
-                    Tensor::f32(
-                        &[1, kv, past as i64, head],
-                        v.iter().map(|x| x * 0.5).collect(),
-                    )
+                    let (heads, head) = (kv as usize, head as usize);
+                    let size = |p: usize| {
+                        heads
+                            .checked_mul(head)
+                            .and_then(|x| x.checked_mul(p))
+                            .ok_or_else(|| format!("input '{name}': size overflows"))
+                    };
+                    let v = crate::rand_f32(size(past)?, seed ^ (1000 + i as u64));
+                    // Head h's rows are [h * positions, h * positions + past) (BNSH).
+                    let mut buf = vec![0f32; size(positions)?];
+                    for (h, rows) in v.chunks(past.max(1) * head).enumerate().take(heads) {
+                        let at = h * positions * head;
+                        for (d, x) in buf[at..at + rows.len()].iter_mut().zip(rows) {
+                            *d = x * 0.5;
+                        }
+                    }
+                    Tensor::f32(&[1, kv, positions as i64, head as i64], buf)
                 }
                 other => return Err(format!("LLM input '{other}' is not one the bench feeds")),
             })
@@ -181,7 +241,8 @@ pub fn argmax_last(logits: &Tensor, vocab: usize) -> Result<i64, String> {
 }
 
 /// A greedy generation: prefill `prompt` tokens, then `tokens` decode steps, each feeding the
-/// previous step's presents back as past and the argmax of its logits as the next token.
+/// previous step's presents back as past (under [`Kv::Shared`]: the same buffers, which the step
+/// wrote) and the argmax of its logits as the next token.
 pub struct Generation {
     pub prefill_ns: f64,
     pub step_ns: Vec<f64>,
@@ -197,10 +258,19 @@ pub fn generate(
     tokens: usize,
     vocab: usize,
     seed: u64,
+    kv: Kv,
 ) -> Result<Generation, String> {
-    let feeds = step_feeds(info, prompt, 0, vocab, seed)?;
+    if let Kv::Shared { capacity } = kv {
+        if prompt.checked_add(tokens).is_none_or(|n| n > capacity) {
+            return Err(format!(
+                "a shared KV cache of {capacity} positions cannot hold {prompt} + {tokens} tokens"
+            ));
+        }
+    }
+    let mut feeds = step_feeds(info, prompt, 0, vocab, seed, kv)?;
+    let alias = kv_alias(kv, &s.input_names(), &s.output_names());
     let t = std::time::Instant::now();
-    let mut outs = s.run(&feeds)?;
+    let mut outs = s.run_aliased(&mut feeds, &alias)?;
     let prefill_ns = t.elapsed().as_nanos() as f64;
     if outs.len() + 1 != info.inputs.len() {
         return Err(format!(
@@ -210,25 +280,39 @@ pub fn generate(
             outs.len()
         ));
     }
-    let mut ids = vec![argmax_last(&outs[0], vocab)?];
+    let logits = |outs: &[Option<Tensor>]| -> Result<i64, String> {
+        let l = outs
+            .first()
+            .and_then(Option::as_ref)
+            .ok_or("no logits output")?;
+        argmax_last(l, vocab)
+    };
+    let mut ids = vec![logits(&outs)?];
     let mut step_ns = Vec::with_capacity(tokens);
     let cpu0 = super::os::usage().cpu_s();
     for step in 0..tokens {
         let total = prompt + step + 1;
-        let mut feeds = Vec::with_capacity(outs.len() + 1);
-        feeds.push(Tensor {
-            shape: vec![1, 1],
-            data: Data::I64(vec![*ids.last().unwrap_or(&0)]),
-        });
-        feeds.push(Tensor {
-            shape: vec![1, total as i64],
-            data: Data::I64(vec![1; total]),
-        });
-        feeds.extend(outs.drain(1..));
+        let mut next = vec![
+            Tensor {
+                shape: vec![1, 1],
+                data: Data::I64(vec![*ids.last().unwrap_or(&0)]),
+            },
+            Tensor {
+                shape: vec![1, total as i64],
+                data: Data::I64(vec![1; total]),
+            },
+        ];
+        match kv {
+            // The presents come back as the next step's past.
+            Kv::Copy => next.extend(outs.drain(1..).flatten()),
+            // The same buffers again: the step wrote its rows into them.
+            Kv::Shared { .. } => next.extend(feeds.drain(2..)),
+        }
+        feeds = next;
         let t = std::time::Instant::now();
-        outs = s.run(&feeds)?;
+        outs = s.run_aliased(&mut feeds, &alias)?;
         step_ns.push(t.elapsed().as_nanos() as f64);
-        ids.push(argmax_last(&outs[0], vocab)?);
+        ids.push(logits(&outs)?);
     }
     Ok(Generation {
         prefill_ns,
@@ -236,4 +320,69 @@ pub fn generate(
         steps_cpu_s: super::os::usage().cpu_s() - cpu0,
         ids,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tiny() -> ModelInfo {
+        let l = Llm::parse("s", "preset=qwen2-0.5b,layers=1,vocab=64,ctx=16").unwrap();
+        ModelInfo::parse(&l.generate().bytes).unwrap()
+    }
+
+    #[test]
+    fn shared_feeds_hold_the_copied_past_rows_at_the_start_of_each_head() {
+        let info = tiny();
+        let (past, cap, head, heads) = (5usize, 16usize, 64usize, 2usize);
+        let copied = step_feeds(&info, 1, past, 64, 9, Kv::Copy).unwrap();
+        let shared = step_feeds(&info, 1, past, 64, 9, Kv::Shared { capacity: cap }).unwrap();
+        assert_eq!(copied.len(), shared.len());
+        for (c, s) in copied.iter().zip(&shared).skip(2) {
+            assert_eq!(c.shape, vec![1, heads as i64, past as i64, head as i64]);
+            assert_eq!(s.shape, vec![1, heads as i64, cap as i64, head as i64]);
+            let (c, s) = (c.as_f32(), s.as_f32());
+            for h in 0..heads {
+                let at = h * cap * head;
+                assert_eq!(
+                    &s[at..at + past * head],
+                    &c[h * past * head..(h + 1) * past * head]
+                );
+                assert!(s[at + past * head..at + cap * head]
+                    .iter()
+                    .all(|&x| x == 0.0));
+            }
+        }
+        // The mask and the ids do not change with the cache's form.
+        assert_eq!(copied[..2], shared[..2]);
+        assert!(step_feeds(&info, 12, 5, 64, 9, Kv::Shared { capacity: cap }).is_err());
+        assert!(step_feeds(&info, 5, 0, 64, 9, Kv::Shared { capacity: cap }).is_ok());
+    }
+
+    #[test]
+    fn presents_alias_their_own_layers_past_only_when_shared() {
+        let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let inputs = names(&[
+            "input_ids",
+            "attention_mask",
+            "past_key_values.0.key",
+            "past_key_values.0.value",
+            "past_key_values.1.key",
+            "past_key_values.1.value",
+        ]);
+        let outputs = names(&[
+            "logits",
+            "present.0.key",
+            "present.0.value",
+            "present.1.key",
+            "present.1.value",
+        ]);
+        assert_eq!(
+            kv_alias(Kv::Shared { capacity: 8 }, &inputs, &outputs),
+            vec![None, Some(2), Some(3), Some(4), Some(5)]
+        );
+        assert!(kv_alias(Kv::Copy, &inputs, &outputs).is_empty());
+        assert_eq!(Kv::from_capacity(0), Kv::Copy);
+        assert_eq!(Kv::from_capacity(8), Kv::Shared { capacity: 8 });
+    }
 }

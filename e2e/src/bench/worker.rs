@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use super::conditions;
-use super::llm_model::{generate, step_feeds, Generation};
+use super::llm_model::{generate, kv_alias, step_feeds, Generation, Kv};
 use super::model::ModelInfo;
 use super::os;
 use crate::stats::PluginStats;
@@ -33,6 +33,8 @@ struct State {
     model: Vec<u8>,
     info: ModelInfo,
     inputs: Vec<Tensor>,
+    /// How the current LLM feeds hand over the KV cache (`llm_feed`).
+    kv: Kv,
     session: Option<Session>,
     stats: Option<PluginStats>,
 }
@@ -47,6 +49,7 @@ pub fn run(args: WorkerArgs) -> Result<(), String> {
         model,
         info,
         inputs,
+        kv: Kv::Copy,
         session: None,
         stats: None,
     };
@@ -70,16 +73,29 @@ pub fn run(args: WorkerArgs) -> Result<(), String> {
 }
 
 fn session(st: &State) -> Result<&Session, String> {
-    st.session
-        .as_ref()
-        .ok_or_else(|| "no session: send 'load' first".to_string())
+    st.session.as_ref().ok_or_else(no_session)
 }
 
 /// One timed run; the outputs are released unread (copying them is not the runtime's cost).
-fn run_timed(s: &Session, inputs: &[Tensor]) -> Result<f64, String> {
+/// Under a shared KV cache the presents are written into the past feeds, as genai runs it.
+fn run_timed(s: &Session, inputs: &mut [Tensor], kv: Kv) -> Result<f64, String> {
+    let alias = kv_alias(kv, &s.input_names(), &s.output_names());
     let t = Instant::now();
-    s.run_discard(inputs)?;
+    s.run_aliased_discard(inputs, &alias)?;
     Ok(t.elapsed().as_nanos() as f64)
+}
+
+/// One run of the current feeds; every output not written into a feed (see [`run_timed`]).
+fn run_feeds(s: &Session, inputs: &mut [Tensor], kv: Kv) -> Result<Vec<Tensor>, String> {
+    let alias = kv_alias(kv, &s.input_names(), &s.output_names());
+    Ok(s.run_aliased(inputs, &alias)?
+        .into_iter()
+        .flatten()
+        .collect())
+}
+
+fn no_session() -> String {
+    "no session: send 'load' first".to_string()
 }
 
 pub(super) fn session_spec(a: &WorkerArgs) -> SessionSpec {
@@ -96,18 +112,30 @@ pub(super) fn session_spec(a: &WorkerArgs) -> SessionSpec {
 }
 
 /// The generation a request asks for (`prompt`, `tokens`, `vocab`) on session `s`.
-fn generate_req(st: &State, s: &Session, req: &Value) -> Result<Generation, String> {
+/// `kv_capacity` (0: `Kv::Copy`).
+fn generate_req(
+    info: &ModelInfo,
+    seed: u64,
+    s: &Session,
+    req: &Value,
+) -> Result<Generation, String> {
     let n = |k: &str| req[k].as_u64().unwrap_or(0) as usize;
     let (prompt, tokens, vocab) = (n("prompt"), n("tokens"), n("vocab"));
-    generate(s, &st.info, prompt, tokens, vocab, st.args.seed)
+    let kv = Kv::from_capacity(n("kv_capacity"));
+    generate(s, info, prompt, tokens, vocab, seed, kv)
 }
 
 /// One run of a profiling pass: the current feeds, or a generation when `tokens` is set.
-fn profile_run(st: &State, s: &Session, req: &Value) -> Result<(), String> {
+fn profile_run(
+    (info, seed): (&ModelInfo, u64),
+    (inputs, kv): (&mut [Tensor], Kv),
+    s: &Session,
+    req: &Value,
+) -> Result<(), String> {
     if req["tokens"].as_u64().unwrap_or(0) > 0 {
-        generate_req(st, s, req)?;
+        generate_req(info, seed, s, req)?;
     } else {
-        s.run(&st.inputs)?;
+        run_feeds(s, inputs, kv)?;
     }
     Ok(())
 }
@@ -149,8 +177,10 @@ fn handle(st: &mut State, req: &Value) -> Result<Value, String> {
         "output" => {
             // Every output, concatenated in output order (parity covers them all): float
             // elements in "data", integer elements in "ints". `first`: the first output only
-            // (an LLM's logits).
-            let mut ys = session(st)?.run(&st.inputs)?;
+            // (an LLM's logits). Under a shared KV cache the presents are the past feeds
+            // themselves and not among them.
+            let s = st.session.as_ref().ok_or_else(no_session)?;
+            let mut ys = run_feeds(s, &mut st.inputs, st.kv)?;
             if req["first"].as_bool().unwrap_or(false) {
                 ys.truncate(1);
             }
@@ -181,20 +211,20 @@ fn handle(st: &mut State, req: &Value) -> Result<Value, String> {
             }))
         }
         "time" => {
-            let s = session(st)?;
+            let s = st.session.as_ref().ok_or_else(no_session)?;
             let ns: Vec<f64> = (0..n("iters"))
-                .map(|_| run_timed(s, &st.inputs))
+                .map(|_| run_timed(s, &mut st.inputs, st.kv))
                 .collect::<Result<_, _>>()?;
             Ok(json!({"ns": ns, "where": where_we_ran()}))
         }
         "gap" => {
-            let s = session(st)?;
+            let s = st.session.as_ref().ok_or_else(no_session)?;
             let gap = Duration::from_micros(n("gap_us") as u64);
             let busy = req["busy"].as_bool().unwrap_or(false);
             let (u0, t0) = (os::usage(), Instant::now());
             let mut ns = Vec::with_capacity(n("tokens"));
             for _ in 0..n("tokens") {
-                ns.push(run_timed(s, &st.inputs)?);
+                ns.push(run_timed(s, &mut st.inputs, st.kv)?);
                 if busy {
                     let t = Instant::now();
                     while t.elapsed() < gap {
@@ -211,12 +241,15 @@ fn handle(st: &mut State, req: &Value) -> Result<Value, String> {
             )
         }
         "llm_feed" => {
-            // An LLM step: `seq` new tokens after `past` cached positions (llm_model.rs).
-            st.inputs = step_feeds(&st.info, n("seq"), n("past"), n("vocab"), st.args.seed)?;
+            // An LLM step: `seq` new tokens after `past` cached positions (llm_model.rs), the
+            // KV cache shared with the presents when `kv_capacity` is set.
+            let kv = Kv::from_capacity(n("kv_capacity"));
+            st.inputs = step_feeds(&st.info, n("seq"), n("past"), n("vocab"), st.args.seed, kv)?;
+            st.kv = kv;
             Ok(Value::Null)
         }
         "generate" => {
-            let g = generate_req(st, session(st)?, req)?;
+            let g = generate_req(&st.info, st.args.seed, session(st)?, req)?;
             Ok(
                 json!({"prefill_ns": g.prefill_ns, "ns": g.step_ns, "steps_cpu_s": g.steps_cpu_s,
                     "ids": g.ids, "where": where_we_ran()}),
@@ -250,7 +283,7 @@ fn handle(st: &mut State, req: &Value) -> Result<Value, String> {
             let s = ort.session(&model, &spec)?;
             // One more run than asked: the summary leaves the first (one-time costs) out.
             for _ in 0..n("iters") + 1 {
-                profile_run(st, &s, req)?;
+                profile_run((&st.info, st.args.seed), (&mut st.inputs, st.kv), &s, req)?;
             }
             let file = s.end_profiling()?;
             drop(s);
@@ -264,10 +297,10 @@ fn handle(st: &mut State, req: &Value) -> Result<Value, String> {
                     opts.push(("step_times".into(), "on".into()));
                 }
                 let s = ort.session(&model, &spec)?;
-                profile_run(st, &s, req)?;
+                profile_run((&st.info, st.args.seed), (&mut st.inputs, st.kv), &s, req)?;
                 stats.reset()?;
                 for _ in 0..n("iters") {
-                    profile_run(st, &s, req)?;
+                    profile_run((&st.info, st.args.seed), (&mut st.inputs, st.kv), &s, req)?;
                 }
                 v["fused_steps"] = super::profile::fused_steps(&stats.json()?);
             }
