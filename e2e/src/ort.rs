@@ -471,13 +471,7 @@ impl Session {
 
     /// Runs with inputs in the session's input order; returns every output.
     pub fn run(&self, inputs: &[Tensor]) -> Res<Vec<Tensor>> {
-        let ins = inputs
-            .iter()
-            .map(|t| {
-                let (p, bytes, elem) = t.parts();
-                InPtr::of(&t.shape, (p as *mut c_void, bytes, elem))
-            })
-            .collect();
+        let ins = InPtr::read_only(inputs);
         let outs = self.run_with(ins, &[], read_tensor)?;
         Ok(outs.into_iter().flatten().collect())
     }
@@ -485,13 +479,7 @@ impl Session {
     /// [`Session::run`] that releases the outputs unread: what a timed step costs an application
     /// that consumes ORT's outputs in place (no copy of the logits and the presents per step).
     pub fn run_discard(&self, inputs: &[Tensor]) -> Res<()> {
-        let ins = inputs
-            .iter()
-            .map(|t| {
-                let (p, bytes, elem) = t.parts();
-                InPtr::of(&t.shape, (p as *mut c_void, bytes, elem))
-            })
-            .collect();
+        let ins = InPtr::read_only(inputs);
         self.run_with(ins, &[], |_, _| Ok(())).map(|_| ())
     }
 
@@ -504,26 +492,14 @@ impl Session {
         inputs: &mut [Tensor],
         alias: &[Option<usize>],
     ) -> Res<Vec<Option<Tensor>>> {
-        let ins = inputs
-            .iter_mut()
-            .map(|t| {
-                let parts = t.parts_mut();
-                InPtr::of(&t.shape, parts)
-            })
-            .collect();
+        let ins = InPtr::writable(inputs);
         self.run_with(ins, alias, read_tensor)
     }
 
     /// [`Session::run_aliased`] that releases the other outputs unread (see
     /// [`Session::run_discard`]).
     pub fn run_aliased_discard(&self, inputs: &mut [Tensor], alias: &[Option<usize>]) -> Res<()> {
-        let ins = inputs
-            .iter_mut()
-            .map(|t| {
-                let parts = t.parts_mut();
-                InPtr::of(&t.shape, parts)
-            })
-            .collect();
+        let ins = InPtr::writable(inputs);
         self.run_with(ins, alias, |_, _| Ok(())).map(|_| ())
     }
 
@@ -635,6 +611,28 @@ struct InPtr {
 }
 
 impl InPtr {
+    /// Inputs ORT only reads.
+    fn read_only(inputs: &[Tensor]) -> Vec<InPtr> {
+        inputs
+            .iter()
+            .map(|t| {
+                let (p, bytes, elem) = t.parts();
+                InPtr::of(&t.shape, (p as *mut c_void, bytes, elem))
+            })
+            .collect()
+    }
+
+    /// Inputs ORT may write (those an output is aliased to).
+    fn writable(inputs: &mut [Tensor]) -> Vec<InPtr> {
+        inputs
+            .iter_mut()
+            .map(|t| {
+                let parts = t.parts_mut();
+                InPtr::of(&t.shape, parts)
+            })
+            .collect()
+    }
+
     fn of(
         shape: &[i64],
         (ptr, bytes, elem): (*mut c_void, usize, ONNXTensorElementDataType),

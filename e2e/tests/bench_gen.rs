@@ -250,25 +250,32 @@ fn bench_binary_compares_a_qlinear_model_exactly() {
     assert!(text.contains("QLinearMatMul: variant="), "{text}");
 }
 
+/// A two-layer Qwen-shaped LLM (vocab 1000, acc 0, 64 positions) as `llm_model::write` writes
+/// it: the model's bytes and its genai_config.json (`tag` names the scratch directory).
+fn small_llm(tag: &str) -> (Vec<u8>, serde_json::Value) {
+    use rcpu_e2e::bench::gen::Kind;
+    let s = Spec::parse("llm:preset=qwen2-0.5b,layers=2,vocab=1000,acc=0,ctx=64").unwrap();
+    let Kind::Llm(l) = &s.kind else {
+        panic!("not an llm spec")
+    };
+    let dir = std::env::temp_dir().join(format!("rcpu-llm-{tag}-{}", std::process::id()));
+    let m = rcpu_e2e::bench::llm_model::write(l, &dir, "model.onnx").unwrap();
+    let bytes = std::fs::read(&m.path).unwrap();
+    let cfg: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("genai_config.json")).unwrap()).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    (bytes, cfg)
+}
+
 /// A tiny genai-shaped LLM (Qwen2-0.5B layer shapes, 2 layers, vocab 1000, acc 0): ORT runs it,
 /// rcpu's logits match ORT's (prefill, then a decode step fed the prefill's presents), and every
 /// MatMulNBits, GroupQueryAttention, norm and GatherBlockQuantized (the tied embedding) node ran
 /// on rcpu (the ledger counts each call); no f32 embedding table is stored.
 #[test]
 fn generated_llm_matches_ort_and_runs_its_heavy_nodes_on_rcpu() {
-    use rcpu_e2e::bench::gen::Kind;
     use rcpu_e2e::bench::llm_model::{step_feeds, Kv};
     let _one = RCPU_IN_PROCESS.lock().unwrap_or_else(|e| e.into_inner());
-    let s = Spec::parse("llm:preset=qwen2-0.5b,layers=2,vocab=1000,acc=0,ctx=64").unwrap();
-    let Kind::Llm(l) = &s.kind else {
-        panic!("not an llm spec")
-    };
-    let dir = std::env::temp_dir().join(format!("rcpu-llm-test-{}", std::process::id()));
-    let m = rcpu_e2e::bench::llm_model::write(l, &dir, "model.onnx").unwrap();
-    let bytes = std::fs::read(&m.path).unwrap();
-    let cfg: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(dir.join("genai_config.json")).unwrap()).unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
+    let (bytes, cfg) = small_llm("test");
     assert_eq!(cfg["model"]["decoder"]["num_hidden_layers"], 2);
     assert_eq!(cfg["model"]["vocab_size"], 1000);
     let info = ModelInfo::parse(&bytes).unwrap();
@@ -367,19 +374,9 @@ fn generated_llm_matches_ort_and_runs_its_heavy_nodes_on_rcpu() {
 /// past) and ORT's within 1e-4 (accuracy_level 0).
 #[test]
 fn shared_kv_cache_matches_copied_presents_on_ort_and_rcpu() {
-    use rcpu_e2e::bench::gen::Kind;
     use rcpu_e2e::bench::llm_model::{kv_alias, step_feeds, Kv};
     let _one = RCPU_IN_PROCESS.lock().unwrap_or_else(|e| e.into_inner());
-    let s = Spec::parse("llm:preset=qwen2-0.5b,layers=2,vocab=1000,acc=0,ctx=64").unwrap();
-    let Kind::Llm(l) = &s.kind else {
-        panic!("not an llm spec")
-    };
-    let dir = std::env::temp_dir().join(format!("rcpu-llm-kv-{}", std::process::id()));
-    let m = rcpu_e2e::bench::llm_model::write(l, &dir, "model.onnx").unwrap();
-    let bytes = std::fs::read(&m.path).unwrap();
-    let cfg: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(dir.join("genai_config.json")).unwrap()).unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
+    let (bytes, cfg) = small_llm("kv");
     assert_eq!(cfg["search"]["past_present_share_buffer"], true);
     let info = ModelInfo::parse(&bytes).unwrap();
     let ort = rcpu_e2e::ort_with_rcpu();
