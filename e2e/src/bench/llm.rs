@@ -7,7 +7,7 @@
 //! - `prefill`: `--prompt` tokens from an empty cache (each length a case), iters * 16 / tokens
 //!   runs per round (at least 1, at most iters).
 //!
-//! `--kv shared` runs decode and generate the way onnxruntime-genai runs a model whose
+//! `--kv shared` runs every case the way onnxruntime-genai runs a model whose
 //! genai_config says `past_present_share_buffer: true` (what its builder writes for
 //! GroupQueryAttention models): one buffer of the model's `ctx` positions per layer's keys and
 //! values, passed as the past input and pre-allocated as the present output, written in place
