@@ -546,6 +546,54 @@ fn bench_binary_runs_llm_decode_generate_and_prefill() {
     assert!(String::from_utf8_lossy(&long.stderr).contains("ctx=64"));
 }
 
+/// `rcpu-bench llm --kv shared` end to end on a one-layer model: decode and generate run with the
+/// shared KV cache (every worker reports the capacity it ran, and the bench refuses a mismatch),
+/// parity passes, and the header and the cases say so.
+#[test]
+fn bench_binary_runs_llm_with_the_shared_kv_cache() {
+    let cache = std::env::temp_dir().join(format!("rcpu-llm-kv-cache-{}", std::process::id()));
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rcpu-bench"))
+        .env("RCPU_BENCH_MODELS", &cache)
+        .args(["llm", "--gen", "llm:preset=qwen2-0.5b,acc=0,ctx=64"])
+        .args(["--layers", "1", "--vocab", "500", "--past", "4"])
+        .args([
+            "--tokens",
+            "3",
+            "--mode",
+            "decode,generate",
+            "--kv",
+            "shared",
+        ])
+        .args(["--rounds", "1", "--iters", "2", "--warmup", "1"])
+        .args(["--profile-iters", "0", "--threads", "1"])
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&cache);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("kv=shared"), "{text}");
+    for case in ["decode past=4", "generate prompt=4 tokens=3"] {
+        assert!(
+            text.lines().any(|l| l.starts_with(&format!("== {case}"))
+                && l.ends_with(" kv=shared (64 positions) ==")),
+            "{case}: {text}"
+        );
+        assert!(text.contains(&format!("HEADLINE {case}")), "{case}: {text}");
+    }
+    let parity: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("parity: logits rel L2"))
+        .collect();
+    assert!(
+        parity.len() == 2 && parity.iter().all(|l| l.ends_with(" OK")),
+        "{text}"
+    );
+}
+
 /// Tag names of an SVG document in order, checking that every element is closed in order (a
 /// minimal well-formedness parse); returns the names of the opened elements.
 fn svg_elements(doc: &str) -> Result<Vec<String>, String> {

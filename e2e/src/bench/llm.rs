@@ -434,7 +434,14 @@ fn run_case(
         if w["cmd"] == "time" {
             w["iters"] = json!(o.warmup.max(1));
         }
-        a.call(w)?;
+        let r = a.call(w)?;
+        // The worker says how it handed over the KV cache: what was asked, or the run is void.
+        if r["kv_capacity"].as_u64() != Some(kv_capacity as u64) {
+            return Err(format!(
+                "{}: ran the KV cache with capacity {} (0: copied), asked {kv_capacity}",
+                a.label, r["kv_capacity"]
+            ));
+        }
         a.settle(500);
     }
     arms[1].cmd("reset_stats")?;

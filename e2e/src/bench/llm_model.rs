@@ -130,6 +130,14 @@ impl Kv {
             c => Kv::Shared { capacity: c },
         }
     }
+
+    /// The request field back: the capacity, 0 for `Copy` (what a worker reports it ran).
+    pub fn capacity(self) -> usize {
+        match self {
+            Kv::Copy => 0,
+            Kv::Shared { capacity } => capacity,
+        }
+    }
 }
 
 /// For every output of a session (names `outputs`), the input it shares its buffer with under
@@ -244,6 +252,8 @@ pub fn argmax_last(logits: &Tensor, vocab: usize) -> Result<i64, String> {
 /// previous step's presents back as past (under [`Kv::Shared`]: the same buffers, which the step
 /// wrote) and the argmax of its logits as the next token.
 pub struct Generation {
+    /// How the steps handed over the KV cache.
+    pub kv: Kv,
     pub prefill_ns: f64,
     pub step_ns: Vec<f64>,
     /// CPU seconds (all threads of the process) over the decode steps only.
@@ -315,6 +325,7 @@ pub fn generate(
         ids.push(logits(&outs)?);
     }
     Ok(Generation {
+        kv,
         prefill_ns,
         step_ns,
         steps_cpu_s: super::os::usage().cpu_s() - cpu0,
@@ -384,5 +395,7 @@ mod tests {
         assert!(kv_alias(Kv::Copy, &inputs, &outputs).is_empty());
         assert_eq!(Kv::from_capacity(0), Kv::Copy);
         assert_eq!(Kv::from_capacity(8), Kv::Shared { capacity: 8 });
+        assert_eq!(Kv::from_capacity(8).capacity(), 8);
+        assert_eq!(Kv::Copy.capacity(), 0);
     }
 }

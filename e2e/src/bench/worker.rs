@@ -215,7 +215,7 @@ fn handle(st: &mut State, req: &Value) -> Result<Value, String> {
             let ns: Vec<f64> = (0..n("iters"))
                 .map(|_| run_timed(s, &mut st.inputs, st.kv))
                 .collect::<Result<_, _>>()?;
-            Ok(json!({"ns": ns, "where": where_we_ran()}))
+            Ok(json!({"ns": ns, "kv_capacity": st.kv.capacity(), "where": where_we_ran()}))
         }
         "gap" => {
             let s = st.session.as_ref().ok_or_else(no_session)?;
@@ -252,7 +252,7 @@ fn handle(st: &mut State, req: &Value) -> Result<Value, String> {
             let g = generate_req(&st.info, st.args.seed, session(st)?, req)?;
             Ok(
                 json!({"prefill_ns": g.prefill_ns, "ns": g.step_ns, "steps_cpu_s": g.steps_cpu_s,
-                    "ids": g.ids, "where": where_we_ran()}),
+                    "ids": g.ids, "kv_capacity": g.kv.capacity(), "where": where_we_ran()}),
             )
         }
         "profile" => {
