@@ -374,7 +374,7 @@ fn generated_llm_matches_ort_and_runs_its_heavy_nodes_on_rcpu() {
 /// past) and ORT's within 1e-4 (accuracy_level 0).
 #[test]
 fn shared_kv_cache_matches_copied_presents_on_ort_and_rcpu() {
-    use rcpu_e2e::bench::llm_model::{kv_alias, step_feeds, Kv};
+    use rcpu_e2e::bench::llm_model::{session_alias, step_feeds, Kv};
     let _one = RCPU_IN_PROCESS.lock().unwrap_or_else(|e| e.into_inner());
     let (bytes, cfg) = small_llm("kv");
     assert_eq!(cfg["search"]["past_present_share_buffer"], true);
@@ -387,11 +387,7 @@ fn shared_kv_cache_matches_copied_presents_on_ort_and_rcpu() {
         SessionSpec::rcpu(&[("threads", "2")]),
     ] {
         let sess = ort.session(&bytes, &spec).unwrap();
-        let alias = kv_alias(
-            Kv::Shared { capacity: cap },
-            &sess.input_names(),
-            &sess.output_names(),
-        );
+        let alias = session_alias(&sess, Kv::Shared { capacity: cap });
         assert_eq!(alias.iter().flatten().count(), 4, "{alias:?}");
         // Copied: each step's presents become the next step's past.
         let mut feeds = step_feeds(&info, prompt, 0, 1000, 3, Kv::Copy).unwrap();
@@ -452,24 +448,28 @@ fn shared_kv_cache_matches_copied_presents_on_ort_and_rcpu() {
     }
 }
 
+/// `rcpu-bench llm` on a Qwen-shaped model at accuracy level 0 with 64 positions, caching its
+/// models under `cache`, with `args` (separated by spaces) after the spec.
+fn llm_bench(cache: &std::path::Path, args: &str) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_rcpu-bench"))
+        .env("RCPU_BENCH_MODELS", cache)
+        .args(["llm", "--gen", "llm:preset=qwen2-0.5b,acc=0,ctx=64"])
+        .args(args.split_whitespace())
+        .output()
+        .unwrap()
+}
+
 /// `rcpu-bench llm` end to end on a one-layer model: every case gets parity (which passes), a headline with its
 /// null band, the bandwidth fraction, rcpu's counters and a profile naming rcpu's nodes; the model
 /// lands in the cache with its genai_config.json.
 #[test]
 fn bench_binary_runs_llm_decode_generate_and_prefill() {
     let cache = std::env::temp_dir().join(format!("rcpu-llm-cache-{}", std::process::id()));
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rcpu-bench"))
-        .env("RCPU_BENCH_MODELS", &cache)
-        .args(["llm", "--gen", "llm:preset=qwen2-0.5b,acc=0,ctx=64"])
-        .args([
-            "--layers", "1", "--vocab", "500", "--past", "4", "--tokens", "3",
-        ])
-        .args([
-            "--prompt", "5", "--rounds", "2", "--iters", "2", "--warmup", "1",
-        ])
-        .args(["--profile-iters", "1", "--threads", "1"])
-        .output()
-        .unwrap();
+    let out = llm_bench(
+        &cache,
+        "--layers 1 --vocab 500 --past 4 --tokens 3 --prompt 5 --rounds 2 --iters 2 --warmup 1 \
+         --profile-iters 1 --threads 1",
+    );
     let text = String::from_utf8_lossy(&out.stdout);
     let cfgs: Vec<bool> = std::fs::read_dir(&cache)
         .map(|d| {
@@ -552,22 +552,11 @@ fn bench_binary_runs_llm_decode_generate_and_prefill() {
 #[test]
 fn bench_binary_runs_llm_with_the_shared_kv_cache() {
     let cache = std::env::temp_dir().join(format!("rcpu-llm-kv-cache-{}", std::process::id()));
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rcpu-bench"))
-        .env("RCPU_BENCH_MODELS", &cache)
-        .args(["llm", "--gen", "llm:preset=qwen2-0.5b,acc=0,ctx=64"])
-        .args(["--layers", "1", "--vocab", "500", "--past", "4"])
-        .args([
-            "--tokens",
-            "3",
-            "--mode",
-            "decode,generate",
-            "--kv",
-            "shared",
-        ])
-        .args(["--rounds", "1", "--iters", "2", "--warmup", "1"])
-        .args(["--profile-iters", "0", "--threads", "1"])
-        .output()
-        .unwrap();
+    let out = llm_bench(
+        &cache,
+        "--layers 1 --vocab 500 --past 4 --tokens 3 --mode decode,generate --kv shared --rounds 1 \
+         --iters 2 --warmup 1 --profile-iters 0 --threads 1",
+    );
     let _ = std::fs::remove_dir_all(&cache);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(

@@ -199,11 +199,15 @@ pub fn run(o: &Opts) -> Result<i32, String> {
     } = setup(o, &spec, &needs)?;
     let (vocab, acc) = (l.vocab, l.layer.acc);
     // The shared KV cache holds the model's context, as genai's default max_length does.
-    let kv_capacity = if o.kv_shared { l.ctx } else { 0 };
+    let (kv_capacity, kv) = if o.kv_shared {
+        (l.ctx, "shared")
+    } else {
+        (0, "copy")
+    };
     println!(
-        "rcpu-bench llm: {} | {} | threads={threads} cpus={cpus:?} rounds={} iters={} warmup={} null={} kv={}",
-        t.label, t.path, o.rounds, o.iters, o.warmup, o.null_arm,
-        if o.kv_shared { "shared" } else { "copy" }
+        "rcpu-bench llm: {} | {} | threads={threads} cpus={cpus:?} rounds={} iters={} warmup={} \
+         null={} kv={kv}",
+        t.label, t.path, o.rounds, o.iters, o.warmup, o.null_arm
     );
     let bytes = read_bytes(&t, &mut arms)?;
     println!("{}", describe_read_bytes(&t, &bytes));
@@ -244,7 +248,7 @@ pub fn run(o: &Opts) -> Result<i32, String> {
         let doc = json!({"model": t.label, "path": t.path, "threads": threads, "cpus": cpus,
             "weight_bytes_per_token": t.weight_bytes, "read_bytes_per_token": bytes, "read_gbps": bw,
             "read_gbps_4k_pages": bw_ref.small_pages, "read_gbps_huge_pages": bw_ref.huge_pages,
-            "kv": if o.kv_shared { "shared" } else { "copy" }, "kv_capacity": kv_capacity,
+            "kv": kv, "kv_capacity": kv_capacity,
             "cases": results});
         std::fs::write(
             path,

@@ -156,6 +156,11 @@ pub fn kv_alias(kv: Kv, inputs: &[String], outputs: &[String]) -> Vec<Option<usi
         .collect()
 }
 
+/// [`kv_alias`] for session `s`'s inputs and outputs.
+pub fn session_alias(s: &Session, kv: Kv) -> Vec<Option<usize>> {
+    kv_alias(kv, &s.input_names(), &s.output_names())
+}
+
 /// Feeds of one step: `seq` new tokens (seeded ids below `vocab`) after `past` cached positions
 /// (attention_mask all ones over past + seq, past key/values seeded in [-0.5, 0.5)); under
 /// [`Kv::Shared`] each past buffer holds `capacity` positions, the first `past` seeded and the
@@ -278,7 +283,7 @@ pub fn generate(
         }
     }
     let mut feeds = step_feeds(info, prompt, 0, vocab, seed, kv)?;
-    let alias = kv_alias(kv, &s.input_names(), &s.output_names());
+    let alias = session_alias(s, kv);
     let t = std::time::Instant::now();
     let mut outs = s.run_aliased(&mut feeds, &alias)?;
     let prefill_ns = t.elapsed().as_nanos() as f64;

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use super::conditions;
-use super::llm_model::{generate, kv_alias, step_feeds, Generation, Kv};
+use super::llm_model::{generate, session_alias, step_feeds, Generation, Kv};
 use super::model::ModelInfo;
 use super::os;
 use crate::stats::PluginStats;
@@ -77,17 +77,17 @@ fn session(st: &State) -> Result<&Session, String> {
 }
 
 /// One timed run; the outputs are released unread (copying them is not the runtime's cost).
-/// Under a shared KV cache the presents are written into the past feeds, as genai runs it.
-fn run_timed(s: &Session, inputs: &mut [Tensor], kv: Kv) -> Result<f64, String> {
-    let alias = kv_alias(kv, &s.input_names(), &s.output_names());
+/// Under a shared KV cache (`alias`, from [`alias_of`]) the presents are written into the past
+/// feeds, as genai runs it.
+fn run_timed(s: &Session, inputs: &mut [Tensor], alias: &[Option<usize>]) -> Result<f64, String> {
     let t = Instant::now();
-    s.run_aliased_discard(inputs, &alias)?;
+    s.run_aliased_discard(inputs, alias)?;
     Ok(t.elapsed().as_nanos() as f64)
 }
 
 /// One run of the current feeds; every output not written into a feed (see [`run_timed`]).
 fn run_feeds(s: &Session, inputs: &mut [Tensor], kv: Kv) -> Result<Vec<Tensor>, String> {
-    let alias = kv_alias(kv, &s.input_names(), &s.output_names());
+    let alias = session_alias(s, kv);
     Ok(s.run_aliased(inputs, &alias)?
         .into_iter()
         .flatten()
@@ -212,19 +212,21 @@ fn handle(st: &mut State, req: &Value) -> Result<Value, String> {
         }
         "time" => {
             let s = st.session.as_ref().ok_or_else(no_session)?;
+            let alias = session_alias(s, st.kv);
             let ns: Vec<f64> = (0..n("iters"))
-                .map(|_| run_timed(s, &mut st.inputs, st.kv))
+                .map(|_| run_timed(s, &mut st.inputs, &alias))
                 .collect::<Result<_, _>>()?;
             Ok(json!({"ns": ns, "kv_capacity": st.kv.capacity(), "where": where_we_ran()}))
         }
         "gap" => {
             let s = st.session.as_ref().ok_or_else(no_session)?;
+            let alias = session_alias(s, st.kv);
             let gap = Duration::from_micros(n("gap_us") as u64);
             let busy = req["busy"].as_bool().unwrap_or(false);
             let (u0, t0) = (os::usage(), Instant::now());
             let mut ns = Vec::with_capacity(n("tokens"));
             for _ in 0..n("tokens") {
-                ns.push(run_timed(s, &mut st.inputs, st.kv)?);
+                ns.push(run_timed(s, &mut st.inputs, &alias)?);
                 if busy {
                     let t = Instant::now();
                     while t.elapsed() < gap {

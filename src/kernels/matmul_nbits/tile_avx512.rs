@@ -26,9 +26,9 @@
 //! share of the bytes and no more. (That was two lanes sharing one memory path; one lane on its
 //! own streamed the two-stream layout at 0.84-0.90 of a plain read, which the records closed,
 //! stop 32: see `pack`.) (A variant reading block 0's scales for every block, a hot buffer,
-//! came out slower, 94-100 and 96-98 us; not understood.) What did cost was the decode split (the guided split's
-//! alternating runs, `runtime::segments`) and too few lines in flight (the L2 prefetch,
-//! `prefetch`).
+//! came out slower, 94-100 and 96-98 us; not understood.) What did cost was the decode split
+//! (the guided split's alternating runs, `runtime::segments`) and too few lines in flight (the
+//! L2 prefetch, `prefetch`).
 //!
 //! That holds while the lanes wait on DRAM. It does not when the core is shared: in one
 //! diagnostic run on the development VM (`examples/decode_anatomy`, a moment when a plain read
@@ -37,9 +37,9 @@
 //! read: bound by the tile's instruction rate. The VNNI tile's inner loop is therefore lean:
 //! four chunks per iteration off one weight pointer, the L1 prefetch without a branch (over one
 //! row, with the records, behind a test that is off by default; over several rows still
-//! without), the chunk offset computed without the mask the wrapping `k0 * NR / 2` made the compiler add; about 8
-//! instructions per 64 bytes at M=1 where the chunk-by-chunk loop (a branch per prefetch, the
-//! address recomputed per chunk) issued about 15. Measured on weights hot in L3, where the tile
+//! without), the chunk offset computed without the mask the wrapping `k0 * NR / 2` made the
+//! compiler add; about 8 instructions per 64 bytes at M=1 where the chunk-by-chunk loop (a
+//! branch per prefetch, the address recomputed per chunk) issued about 15. Measured on weights hot in L3, where the tile
 //! is bound by its instructions (`matmul_nbits_stream --sweep 896 4864 2 40 1 4 1
 //! --pf=3072/6144`, old and new builds alternated, p50): 60.6 -> 70.7 and 60.1 -> 71.1 GB/s;
 //! K=896 N=2048 54.2 -> 60.3 and 51.1 -> 57.7. The other tiles' chunk and prefetch addresses
