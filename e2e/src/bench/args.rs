@@ -163,6 +163,20 @@ enum Sub {
         #[arg(long, value_name = "FILE")]
         svg: Option<String>,
     },
+    /// Serve the host probes `llm` reads beside every round (read bandwidth of a same-size
+    /// buffer, compute probe, the CPUs' round trip) to a harness outside the bench: one JSON line
+    /// per line read from stdin (e2e/python/og_bench.py).
+    Probe {
+        /// Bytes of the buffer read (those a token reads).
+        #[arg(long, value_name = "N", value_parser = positive)]
+        bytes: usize,
+        /// Threads that read it.
+        #[arg(long, value_name = "T", default_value_t = 2, value_parser = positive)]
+        threads: usize,
+        /// CPUs to run on (the round trip is between the first two) [default: the affinity mask].
+        #[arg(long, value_name = "LIST", value_parser = cpu_list)]
+        cpus: Option<CpuList>,
+    },
     /// One arm's process (spawned by the bench itself).
     #[command(name = "__worker", hide = true)]
     Worker {
@@ -381,6 +395,7 @@ pub enum Cmd {
     Gen(Opts),
     Llm(Opts),
     Demo(Opts),
+    Probe(super::probe::ProbeArgs),
     Worker(WorkerArgs),
     /// `--help`, `SUB --help`, `help [SUB]` or no arguments: the text to print (exit 0).
     Help(String),
@@ -506,6 +521,15 @@ pub fn parse(argv: &[String]) -> Result<Cmd, String> {
             (o.layers, o.vocab) = (shape.layers, shape.vocab);
             Cmd::Demo(o)
         }
+        Sub::Probe {
+            bytes,
+            threads,
+            cpus,
+        } => Cmd::Probe(super::probe::ProbeArgs {
+            bytes,
+            threads,
+            cpus: cpus.map(|c| c.0).unwrap_or_default(),
+        }),
         Sub::Worker {
             arm,
             threads,
@@ -824,5 +848,27 @@ mod tests {
             ("rcpu", 2, vec![0, 1], "m.onnx", 3, 7)
         );
         assert!(p("__worker --arm rcpu --bogus 1").is_err());
+    }
+
+    #[test]
+    fn probe_arguments() {
+        let Cmd::Probe(pr) = p("probe --bytes 278000000 --threads 2 --cpus 0-1").unwrap() else {
+            panic!("not a probe")
+        };
+        assert_eq!(
+            (pr.bytes, pr.threads, pr.cpus),
+            (278_000_000, 2, vec![0, 1])
+        );
+        let Cmd::Probe(pr) = p("probe --bytes 4096").unwrap() else {
+            panic!("not a probe")
+        };
+        assert_eq!(
+            (pr.threads, pr.cpus),
+            (2, vec![]),
+            "defaults: 2 threads, the affinity mask"
+        );
+        assert!(p("probe").is_err(), "--bytes is required");
+        assert!(p("probe --bytes 0").is_err());
+        assert!(p("probe --bytes 64 --cpus x").is_err());
     }
 }

@@ -8,7 +8,8 @@
 //! glue nodes), ort_opts (ORT's own session options of an arm), demo (the generation demo),
 //! profile (ORT's profiler), report (the compare report and JSON), counters (ledger and pool
 //! report), arm/worker (one process per arm), rounds (one interleaved round of the arms, shared
-//! by compare, llm and demo), svg (plots), and one file per subcommand.
+//! by compare, llm and demo), svg (plots), probe (those host probes served to a harness outside
+//! the bench), and one file per subcommand.
 
 pub mod args;
 pub mod arm;
@@ -34,6 +35,7 @@ pub mod membw;
 pub mod model;
 pub mod ort_opts;
 pub mod os;
+pub mod probe;
 pub mod profile;
 pub mod quant;
 pub mod report;
@@ -76,6 +78,7 @@ pub fn main(argv: &[String]) -> i32 {
         Cmd::Census(o) => census::run(&o),
         Cmd::Gen(o) => gen_file(&o),
         Cmd::Llm(o) => llm::run(&o),
+        Cmd::Probe(p) => probe::run(&p),
     };
     r.unwrap_or_else(|e| {
         eprintln!("rcpu-bench: {e}");

@@ -1,0 +1,426 @@
+"""Tokens per second through onnxruntime-genai: the loop users run, ORT's CPU EP against rcpu.
+
+`rcpu-bench llm` times ORT's Run on the model; this times onnxruntime-genai's own generation loop on the
+same model folder (model.onnx + genai_config.json, e.g. from `rcpu-bench gen llm:...`), its KV cache
+handling and search included, under docs/benchmarking.md's rules: every arm in a worker process of its
+own (ORT's CPU EP, rcpu, and a null arm repeating rcpu), pinned to the same CPUs, interleaved round by
+round with the order reversed every other round; after each arm's batch the next waits until that
+worker's CPU time stops moving (ORT's pool spins after a run); parity first (greedy tokens, the first
+step's logits); per arm the median over rounds of each round's p50 ms per generated token; the null
+arm's per-round ratio gives the noise band; the steady window as in `rcpu-bench` (rule 4).
+
+usage: python og_bench.py MODEL_DIR [--plugin SO] [--prompt 64] [--tokens 32] [--rounds 8] [--iters 2]
+       [--threads 2] [--intra N] [--tol X] [--json FILE]
+
+`--intra N` writes `intra_op_num_threads: N` into the session options of every arm's genai config
+(default: unset, what a genai app gets unless it says otherwise; with onnxruntime-genai 0.18.0 that ran
+ORT's CPU EP as fast as `--intra 1`); `--threads` is rcpu's lane count (provider option `threads`; 0:
+not set, the plugin's default). It also records the conditions (rule 5: the CPU model, the load average,
+other processes' share of the CPUs while the arms were timed) and what ran on rcpu (rule 6: its route
+ledger). Exit codes: 0 ok, 1 error, 2 parity mismatch (nothing timed), 3 steady state not reached (no
+headline).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import pathlib
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+EP_NAME = "RcpuExecutionProvider"
+REPO = pathlib.Path(__file__).resolve().parents[2]
+# Accuracy level 4 quantizes activations to int8 (both runtimes): the bench's tolerance for it.
+LOGITS_TOL = 2e-2
+
+
+def prompt_ids(n: int, vocab: int, seed: int) -> list[int]:
+    """A deterministic prompt of `n` token ids below `vocab` (no tokenizer: random-weight models)."""
+    x, out = seed * 2654435761 + 12345, []
+    for _ in range(n):
+        x = (x * 6364136223846793005 + 1442695040888963407) % (1 << 64)
+        out.append(int((x >> 33) % vocab))
+    return out
+
+
+# ---------------------------------------------------------------- worker (one arm, one process)
+
+
+def stats(plugin: str) -> dict:
+    """rcpu's statistics (`RcpuEp_StatsJson`: the route ledger, memory, ...) from the plugin this process
+    loaded."""
+    import ctypes
+
+    lib = ctypes.CDLL(plugin)  # the object onnxruntime loaded: the same counters
+    lib.RcpuEp_StatsJson.restype = ctypes.c_size_t
+    lib.RcpuEp_StatsJson.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+    n = lib.RcpuEp_StatsJson(None, 0) + 4096
+    buf = ctypes.create_string_buffer(n)
+    m = lib.RcpuEp_StatsJson(buf, n)
+    return json.loads(buf.raw[:m])
+
+
+def worker(model_dir: str, provider: str, plugin: str, threads: int) -> None:
+    import numpy as np
+    import onnxruntime_genai as og
+
+    config = og.Config(model_dir)
+    if provider == "rcpu":
+        og.register_execution_provider_library("rcpu", plugin)
+        config.clear_providers()
+        config.append_provider(EP_NAME)
+        if threads > 0:
+            config.set_provider_option(EP_NAME, "threads", str(threads))
+    model = og.Model(config)
+    print("READY", flush=True)
+    for line in sys.stdin:
+        cmd = json.loads(line)
+        if cmd["op"] == "quit":
+            break
+        if cmd["op"] == "stats":
+            print("RESULT " + json.dumps(stats(plugin) if provider == "rcpu" else {}), flush=True)
+            continue
+        params = og.GeneratorParams(model)
+        params.set_search_options(max_length=len(cmd["prompt"]) + cmd["tokens"], do_sample=False)
+        gen = og.Generator(model, params)
+        t = time.perf_counter()
+        gen.append_tokens(cmd["prompt"])
+        prefill = time.perf_counter() - t
+        first = np.array(gen.get_logits(), dtype=np.float32).reshape(-1) if cmd.get("logits") else None
+        steps = []
+        while not gen.is_done():
+            t = time.perf_counter()
+            gen.generate_next_token()
+            steps.append(time.perf_counter() - t)
+        out = {"prefill_ms": prefill * 1e3, "step_ms": [s * 1e3 for s in steps], "tokens": [int(v) for v in gen.get_sequence(0)]}
+        if first is not None:
+            path = cmd["logits"]
+            np.save(path, first)
+            out["logits"] = path
+        print("RESULT " + json.dumps(out), flush=True)
+
+
+# ---------------------------------------------------------------- parent
+
+
+class Arm:
+    def __init__(self, name: str, provider: str, model_dir: str, plugin: str, threads: int, cpus: set[int]):
+        self.name = name
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__, "--worker", model_dir, provider, plugin, str(threads)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        )
+        os.sched_setaffinity(self.proc.pid, cpus)
+        ready = self.proc.stdout.readline().strip()
+        if ready != "READY":
+            raise SystemExit(f"og_bench: the {name} worker did not start ({ready!r})")
+
+    def run(self, op: str = "gen", **cmd):
+        self.proc.stdin.write(json.dumps({"op": op, **cmd}) + "\n")
+        self.proc.stdin.flush()
+        while True:
+            line = self.proc.stdout.readline()
+            if not line:
+                raise SystemExit(f"og_bench: the {self.name} worker exited")
+            if line.startswith("RESULT "):
+                return json.loads(line[len("RESULT "):])
+
+    def cpu_ticks(self) -> int:
+        # utime + stime of the worker and its threads (fields 14 and 15 of /proc/PID/stat).
+        fields = pathlib.Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])
+
+    def settle(self, timeout_s: float = 2.0) -> float:
+        """Waits until the worker's CPU time stops moving (rule 3); returns the seconds waited."""
+        t0 = time.perf_counter()
+        last = self.cpu_ticks()
+        while time.perf_counter() - t0 < timeout_s:
+            time.sleep(0.03)
+            now = self.cpu_ticks()
+            if now == last:
+                break
+            last = now
+        return time.perf_counter() - t0
+
+    def close(self) -> None:
+        try:
+            self.proc.stdin.write(json.dumps({"op": "quit"}) + "\n")
+            self.proc.stdin.flush()
+            self.proc.wait(timeout=30)
+        except (BrokenPipeError, subprocess.TimeoutExpired):
+            self.proc.kill()
+
+
+class Probe:
+    """`rcpu-bench probe` (rule 8): the read bandwidth of a buffer of `nbytes` (the weights a token
+    reads), the compute probe and the CPUs' round trip, asked for after every round."""
+
+    def __init__(self, bench: pathlib.Path, nbytes: int, threads: int, cpus: set[int]):
+        self.proc = subprocess.Popen(
+            [str(bench), "probe", "--bytes", str(nbytes), "--threads", str(threads),
+             "--cpus", ",".join(str(c) for c in sorted(cpus))],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        )
+        self.first = json.loads(self.proc.stdout.readline())
+
+    def ask(self, what: str) -> dict:
+        self.proc.stdin.write(what + "\n")
+        self.proc.stdin.flush()
+        return json.loads(self.proc.stdout.readline())
+
+    def now(self) -> dict:
+        """The read, the compute probe and the round trip (a few hundred ms)."""
+        return self.ask("round")
+
+    def far(self) -> bool | None:
+        """Whether the CPUs sit apart right now (the round trip alone, a few ms); None with one CPU."""
+        rt = self.ask("rt")
+        return rt["far"] if rt["lane_rt_ns"] is not None else None
+
+    def close(self) -> None:
+        try:
+            self.proc.stdin.write("quit\n")
+            self.proc.stdin.flush()
+            self.proc.wait(timeout=30)
+        except (BrokenPipeError, subprocess.TimeoutExpired):
+            self.proc.kill()
+
+
+def cpu_model() -> str:
+    for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return "unknown"
+
+
+def busy_ticks(cpus: set[int]) -> int:
+    """Busy jiffies (all but idle and iowait) of `cpus`, from /proc/stat."""
+    total = 0
+    for line in pathlib.Path("/proc/stat").read_text().splitlines():
+        name, *v = line.split()
+        if name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in cpus:
+            total += sum(int(x) for x in v[:8]) - int(v[3]) - int(v[4])
+    return total
+
+
+def rel_l2(a, b) -> float:
+    import numpy as np
+
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
+
+
+def quantile(xs: list[float], q: float) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, max(0, math.ceil(q * len(s)) - 1))]
+
+
+def steady_from(per_round: list[float], k: int = 3, tol: float = 0.05, min_len: int = 5) -> int | None:
+    """The start of the steady window, as `rcpu-bench` finds it (rule 4, `e2e/src/bench/steady.rs`): the
+    longest suffix of at least `min_len`, `k` and half the rounds in which the rolling medians over `k`
+    rounds lie within `tol` (relative) of each other; None when there is none."""
+    n = len(per_round)
+    need = max(min_len, k, math.ceil(n / 2))
+    if n == 0 or n < need:
+        return None
+    for start in range(0, n - need + 1):
+        w = per_round[start:]
+        meds = [statistics.median(w[i + 1 - k: i + 1]) for i in range(k - 1, len(w))]
+        if min(meds) > 0 and max(meds) / min(meds) - 1 < tol:
+            return start
+    return None
+
+
+def null_band(ratios: list[float]) -> tuple[float, float]:
+    """Symmetric in log space around 1: the spread of the null ratio (10-90% with ten or more)."""
+    if len(ratios) >= 10:
+        lo, hi = quantile(ratios, 0.1), quantile(ratios, 0.9)
+    else:
+        lo, hi = min(ratios), max(ratios)
+    w = max(abs(math.log(lo)), abs(math.log(hi)))
+    return math.exp(-w), math.exp(w)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("model_dir")
+    ap.add_argument("--plugin", default=os.environ.get("RCPU_PLUGIN", str(REPO / "target/release/librcpu_ep.so")))
+    ap.add_argument("--prompt", type=int, default=64)
+    ap.add_argument("--tokens", type=int, default=32)
+    ap.add_argument("--rounds", type=int, default=8)
+    ap.add_argument("--iters", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--intra", type=int, default=None)
+    ap.add_argument("--tol", type=float, default=LOGITS_TOL)
+    ap.add_argument("--bench", default=str(REPO / "target/release/rcpu-bench"))
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args()
+    if a.prompt < 1 or a.tokens < 2 or a.rounds < 1 or a.iters < 1:
+        print("og_bench: --prompt >= 1, --tokens >= 2, --rounds >= 1, --iters >= 1", file=sys.stderr)
+        return 1
+
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix="og_bench-"))
+    try:
+        # Every arm reads its own copy of the genai config (same model file), the session options set.
+        model_dir = tmp / "model"
+        model_dir.mkdir()
+        src = pathlib.Path(a.model_dir).resolve()
+        cfg = json.loads((src / "genai_config.json").read_text())
+        dec = cfg["model"]["decoder"]
+        (model_dir / dec["filename"]).symlink_to(src / dec["filename"])
+        for extra in src.glob(dec["filename"] + ".data"):
+            (model_dir / extra.name).symlink_to(extra)
+        if a.intra is not None:
+            dec.setdefault("session_options", {})["intra_op_num_threads"] = a.intra
+        (model_dir / "genai_config.json").write_text(json.dumps(cfg, indent=2))
+        vocab = int(cfg["model"]["vocab_size"])
+        share = cfg["search"].get("past_present_share_buffer")
+
+        cpus = os.sched_getaffinity(0)
+        arms = [
+            Arm("ort", "cpu", str(model_dir), a.plugin, a.threads, cpus),
+            Arm("rcpu", "rcpu", str(model_dir), a.plugin, a.threads, cpus),
+            Arm("null", "rcpu", str(model_dir), a.plugin, a.threads, cpus),
+        ]
+        probe = None
+        try:
+            prompt = prompt_ids(a.prompt, vocab, 1)
+            load0 = os.getloadavg()
+            print(f"conditions: {cpu_model()}, {os.cpu_count()} CPUs; load average at start {load0[0]:.2f}")
+            print(f"og_bench: {src} | genai past_present_share_buffer={share} intra_op_num_threads="
+                  f"{'default' if a.intra is None else a.intra} | prompt {a.prompt} tokens {a.tokens} | "
+                  f"rounds {a.rounds} x iters {a.iters} | rcpu threads {a.threads} | cpus {sorted(cpus)}")
+            # Parity (rule 7): greedy tokens and the prompt's last logits against ORT's.
+            ref, parity = None, {}
+            for arm in arms:
+                out = arm.run(prompt=prompt, tokens=a.tokens, logits=str(tmp / f"{arm.name}.npy"))
+                import numpy as np
+
+                out["first"] = np.load(out["logits"])
+                if ref is None:
+                    ref = out
+                    continue
+                err = rel_l2(out["first"], ref["first"])
+                same = next((i for i, (x, y) in enumerate(zip(out["tokens"], ref["tokens"])) if x != y), len(ref["tokens"]))
+                print(f"parity: {arm.name} vs ort: prompt logits rel L2 {err:.3e} (tol {a.tol:g}), greedy tokens "
+                      f"agree for the first {same - a.prompt}/{a.tokens} generated")
+                parity[arm.name] = {"rel_l2": err, "tokens_agree": same - a.prompt}
+                if not err <= a.tol:
+                    print("og_bench: parity mismatch, nothing timed", file=sys.stderr)
+                    return 2
+            # The bytes a token streams on rcpu (its packed weights), and the host probes (rule 8).
+            weight_bytes = int(arms[1].run("stats")["memory"]["weight_cache"]["live_bytes"])
+            if pathlib.Path(a.bench).is_file() and weight_bytes > 0:
+                probe = Probe(pathlib.Path(a.bench), weight_bytes, a.threads if a.threads > 0 else len(cpus), cpus)
+                print(f"rcpu streams {weight_bytes / 1e6:.1f} MB of packed weights a token; a same-size buffer reads "
+                      f"{probe.first['small_pages_gbs']:.1f} GB/s on 4 KiB pages, {probe.first['huge_pages_gbs']:.1f} on "
+                      "huge pages (best of 5); after every round the bench reads it again (`rcpu-bench probe`)")
+            else:
+                print(f"no host probe ({a.bench} missing): no read bandwidth or placement per round")
+            # Rounds (rules 1-3).
+            per = {arm.name: {"p50": [], "p90": [], "prefill": []} for arm in arms}
+            host = []
+            waits, foreign = [], []
+            print(f"{'round':>5}  {'order':14} {'ort ms/tok':>10} {'rcpu ms/tok':>11} {'null ms/tok':>11} {'ORT/rcpu':>9} "
+                  f"{'null/rcpu':>9} {'read GB/s':>9} {'rcpu/read':>9} {'lane rt':>7} {'rcpu ran':>9}")
+            for r in range(a.rounds):
+                order = arms if r % 2 == 0 else arms[::-1]
+                placement = None
+                for arm in order:
+                    steps, pre = [], []
+                    # The rcpu arm's window counts as near or far when the CPUs sat so before and
+                    # after it (the hypervisor moves them within seconds); else it is mixed.
+                    before = probe.far() if probe and arm.name == "rcpu" else None
+                    own0, busy0 = arm.cpu_ticks(), busy_ticks(cpus)
+                    for _ in range(a.iters):
+                        out = arm.run(prompt=prompt, tokens=a.tokens)
+                        # The first generated token's step is the prefill's logits' choice only in some
+                        # genai versions: every step after append_tokens counts, as users see them.
+                        steps += out["step_ms"]
+                        pre.append(out["prefill_ms"])
+                    # Other processes' share of the CPUs while this arm was timed (rule 5).
+                    own, busy = arm.cpu_ticks() - own0, busy_ticks(cpus) - busy0
+                    timed = max(1, sum(steps) + sum(pre)) / 1e3 * os.sysconf("SC_CLK_TCK") * len(cpus)
+                    foreign.append(max(0, busy - own) / timed)
+                    if before is not None:
+                        after = probe.far()
+                        placement = ("far" if before else "near") if after == before else "mixed"
+                    waits.append(arm.settle())
+                    per[arm.name]["p50"].append(statistics.median(steps))
+                    per[arm.name]["p90"].append(quantile(steps, 0.9))
+                    per[arm.name]["prefill"].append(statistics.median(pre))
+                o, rc, nu = (per[n]["p50"][-1] for n in ("ort", "rcpu", "null"))
+                h = probe.now() if probe else {}
+                h["placement"] = placement
+                h["rcpu_of_read"] = weight_bytes / rc / 1e6 / h["read_gbs"] if h.get("read_gbs") else None
+                host.append(h)
+                cols = (f" {h['read_gbs']:>9.1f} {h['rcpu_of_read']:>9.1%} {h['lane_rt_ns'] or float('nan'):>7.0f} "
+                        f"{placement or '-':>9}" if probe else "")
+                print(f"{r + 1:>5}  {','.join(x.name for x in order):14} {o:>10.3f} {rc:>11.3f} {nu:>11.3f} {o / rc:>9.3f} "
+                      f"{nu / rc:>9.3f}{cols}")
+            routes = arms[1].run("stats")["ledger"]
+        finally:
+            for arm in arms:
+                arm.close()
+            if probe:
+                probe.close()
+
+        ratio = [o / r for o, r in zip(per["ort"]["p50"], per["rcpu"]["p50"])]
+        null = [n / r for n, r in zip(per["null"]["p50"], per["rcpu"]["p50"])]
+        starts = [steady_from(per[n]["p50"]) for n in per]
+        steady = None if any(s is None for s in starts) else max(starts)
+        window = slice(steady or 0, None)
+        band = null_band(null[window])
+        med = {n: statistics.median(per[n]["p50"][window]) for n in per}
+        print(f"load average at end {os.getloadavg()[0]:.2f}; other processes' share of cpus {sorted(cpus)} while "
+              f"arms were timed: median {statistics.median(foreign):.0%}, max {max(foreign):.0%}")
+        ran = {}
+        for row in routes:
+            if row["calls"] > 0:
+                ran.setdefault(row["op"], set()).add(f"{row['variant']} lanes={row['lanes']}")
+        print("rcpu ran (route ledger of the rcpu arm): " + "; ".join(f"{op}: {', '.join(sorted(v))}" for op, v in sorted(ran.items())))
+        print(f"settling after each arm's batch (rule 3): median {statistics.median(waits) * 1e3:.0f} ms, max {max(waits) * 1e3:.0f} ms")
+        print(f"{'arm':6} {'p50 ms/tok':>10} {'p90 ms/tok':>10} {'tok/s':>7} {'prefill ms':>10}")
+        for n in per:
+            print(f"{n:6} {med[n]:>10.3f} {statistics.median(per[n]['p90'][window]):>10.3f} {1e3 / med[n]:>7.1f} "
+                  f"{statistics.median(per[n]['prefill'][window]):>10.1f}")
+        if probe:
+            for place in ("near", "far"):
+                rows = [i for i, h in enumerate(host) if h["placement"] == place and h["far"] == (place == "far")]
+                if rows:
+                    print(f"{place} rounds ({len(rows)} of {len(host)}: the CPUs' round trip {'over' if place == 'far' else 'under'} "
+                          f"250 ns before and after the rcpu arm and at the round's read): ORT/rcpu "
+                          f"{statistics.median(ratio[i] for i in rows):.3f}, rcpu at "
+                          f"{statistics.median(host[i]['rcpu_of_read'] for i in rows):.1%} of the round's read")
+        head = statistics.median(ratio[window])
+        verdict = "real" if not band[0] <= head <= band[1] else "noise"
+        report = {"model": str(src), "prompt": a.prompt, "tokens": a.tokens, "rounds": a.rounds, "iters": a.iters,
+                  "threads": a.threads, "intra": a.intra, "share": share, "per_round": per,
+                  "steady_from": steady, "null_band": band, "ort_over_rcpu": head, "cpu": cpu_model(),
+                  "foreign_share": foreign, "host": host, "weight_bytes": weight_bytes, "routes": {op: sorted(v) for op, v in ran.items()}, "parity": parity}
+        if a.json:
+            pathlib.Path(a.json).write_text(json.dumps(report, indent=2))
+        if steady is None:
+            print(f"ORT/rcpu = {head:.3f} per generated token over all rounds, null band [{band[0]:.3f}, {band[1]:.3f}]; "
+                  "steady state NOT REACHED (no headline)")
+            return 3
+        print(f"HEADLINE onnxruntime-genai generation (prompt {a.prompt}, {a.tokens} tokens): ORT/rcpu = {head:.3f} per "
+              f"token (rcpu {med['rcpu']:.3f} ms vs ORT {med['ort']:.3f} ms), null band [{band[0]:.3f}, {band[1]:.3f}] "
+              f"-> {verdict}; steady from round {steady + 1}")
+        return 0
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--worker":
+        worker(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]))
+    else:
+        sys.exit(main())

@@ -1,0 +1,82 @@
+"""og_bench.py, tokens per second through onnxruntime-genai: its rules (parity first, the steady window, the
+null band) and a short run on a small generated model, end to end (three worker processes)."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+import og_bench
+from test_genai import _generate_model
+
+pytest.importorskip("onnxruntime_genai")
+
+
+def test_prompt_ids_are_deterministic_and_in_range():
+    a, b = og_bench.prompt_ids(64, 1000, 1), og_bench.prompt_ids(64, 1000, 1)
+    assert a == b and len(a) == 64 and all(0 <= t < 1000 for t in a)
+    assert og_bench.prompt_ids(64, 1000, 2) != a
+    assert len(set(a)) > 32, "a prompt of mostly one token"
+
+
+def test_steady_window_is_the_longest_steady_suffix():
+    # Drifting first rounds, then flat: steady from the first suffix whose rolling medians (over three
+    # rounds, inside the suffix) agree within 5% (rcpu-bench's rule 4).
+    assert og_bench.steady_from([20, 15, 11, 10, 10.1, 10, 10.2, 10, 10.1, 10]) == 2
+    assert og_bench.steady_from([10.0] * 8) == 0
+    # Fewer than five rounds, or a drift to the end: none.
+    assert og_bench.steady_from([10.0] * 4) is None
+    assert og_bench.steady_from([10, 11, 12, 13, 14, 15, 16, 17, 18, 19]) is None
+
+
+def test_null_band_is_symmetric_in_log_space():
+    lo, hi = og_bench.null_band([0.9, 1.0, 1.05])
+    assert math.isclose(lo * hi, 1.0) and math.isclose(lo, 0.9)
+    # Ten or more rounds: the 10-90% range, so one outlier does not set it.
+    lo, hi = og_bench.null_band([1.0] * 9 + [2.0, 0.99])
+    assert hi < 1.05
+
+
+def _run(model, tmp_path, *extra):
+    out = tmp_path / "report.json"
+    proc = subprocess.run(
+        [sys.executable, og_bench.__file__, str(model), "--rounds", "5", "--iters", "2", "--prompt", "4",
+         "--tokens", "4", "--json", str(out), *extra],
+        capture_output=True, text=True, timeout=600,
+    )
+    return proc, out
+
+
+def test_og_bench_runs_genai_on_ort_and_rcpu(tmp_path, plugin_path):
+    model = _generate_model(tmp_path / "m", 0)
+    proc, out = _run(model, tmp_path, "--plugin", str(plugin_path))
+    # 3: a short run on a busy host may not settle; the report is written either way.
+    assert proc.returncode in (0, 3), proc.stdout + proc.stderr
+    rep = json.loads(out.read_text())
+    for arm in ("ort", "rcpu", "null"):
+        p50 = rep["per_round"][arm]["p50"]
+        assert len(p50) == 5 and all(t > 0 for t in p50), (arm, p50)
+    # Accuracy level 0: rcpu's answers are ORT's (the gates of test_genai), the null arm's too.
+    for arm in ("rcpu", "null"):
+        assert rep["parity"][arm]["rel_l2"] <= 1e-4, rep["parity"]
+        assert rep["parity"][arm]["tokens_agree"] == 4, rep["parity"]
+    # The host probe (`rcpu-bench probe`) read a buffer of rcpu's packed weights after every round.
+    assert rep["weight_bytes"] > 0
+    assert len(rep["host"]) == 5 and all(h["read_gbs"] > 0 and h["rcpu_of_read"] > 0 for h in rep["host"]), rep["host"]
+    # The rcpu arm really ran on rcpu.
+    for op in ("MatMulNBits", "GroupQueryAttention", "GatherBlockQuantized"):
+        assert op in rep["routes"], rep["routes"]
+    assert "HEADLINE" in proc.stdout or "NOT REACHED" in proc.stdout
+
+
+def test_og_bench_stops_before_timing_on_a_parity_mismatch(tmp_path, plugin_path):
+    model = _generate_model(tmp_path / "m", 0)
+    # No runtime matches another to zero: with a zero tolerance the parity gate must close.
+    proc, out = _run(model, tmp_path, "--plugin", str(plugin_path), "--tol", "0")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "parity mismatch, nothing timed" in proc.stderr
+    assert "round  order" not in proc.stdout and not out.exists()
