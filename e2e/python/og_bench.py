@@ -35,6 +35,8 @@ import sys
 import tempfile
 import time
 
+import numpy as np
+
 EP_NAME = "RcpuExecutionProvider"
 REPO = pathlib.Path(__file__).resolve().parents[2]
 # Accuracy level 4 quantizes activations to int8 (both runtimes): the bench's tolerance for it.
@@ -68,7 +70,6 @@ def stats(plugin: str) -> dict:
 
 
 def worker(model_dir: str, provider: str, plugin: str, threads: int) -> None:
-    import numpy as np
     import onnxruntime_genai as og
 
     config = og.Config(model_dir)
@@ -211,8 +212,6 @@ def busy_ticks(cpus: set[int]) -> int:
 
 
 def rel_l2(a, b) -> float:
-    import numpy as np
-
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
     return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
 
@@ -301,8 +300,6 @@ def main() -> int:
             ref, parity = None, {}
             for arm in arms:
                 out = arm.run(prompt=prompt, tokens=a.tokens, logits=str(tmp / f"{arm.name}.npy"))
-                import numpy as np
-
                 out["first"] = np.load(out["logits"])
                 if ref is None:
                     ref = out
@@ -318,7 +315,10 @@ def main() -> int:
             # The bytes a token streams on rcpu (its packed weights), and the host probes (rule 8).
             weight_bytes = int(arms[1].run("stats")["memory"]["weight_cache"]["live_bytes"])
             if pathlib.Path(a.bench).is_file() and weight_bytes > 0:
-                probe = Probe(pathlib.Path(a.bench), weight_bytes, a.threads if a.threads > 0 else len(cpus), cpus)
+                try:
+                    probe = Probe(pathlib.Path(a.bench), weight_bytes, a.threads if a.threads > 0 else len(cpus), cpus)
+                except json.JSONDecodeError:
+                    raise SystemExit(f"og_bench: `{a.bench} probe` did not start (see its message above)")
                 print(f"rcpu streams {weight_bytes / 1e6:.1f} MB of packed weights a token; a same-size buffer reads "
                       f"{probe.first['small_pages_gbs']:.1f} GB/s on 4 KiB pages, {probe.first['huge_pages_gbs']:.1f} on "
                       "huge pages (best of 5); after every round the bench reads it again (`rcpu-bench probe`)")
