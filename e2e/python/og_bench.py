@@ -10,7 +10,11 @@ step's logits); per arm the median over rounds of each round's p50 ms per genera
 arm's per-round ratio gives the noise band; the steady window as in `rcpu-bench` (rule 4).
 
 usage: python og_bench.py MODEL_DIR [--plugin SO] [--prompt 64] [--tokens 32] [--rounds 8] [--iters 2]
-       [--threads 2] [--intra N] [--tol X] [--json FILE]
+       [--threads 2] [--intra N] [--tol X] [--bench RCPU_BENCH] [--json FILE]
+
+After every round `RCPU_BENCH probe` (default target/release/rcpu-bench) reads a buffer the size of rcpu's
+packed weights and times the CPUs' round trip (rule 8; also right before and after the rcpu arm's window),
+so each round's ORT/rcpu and rcpu's share of the read are reported with the vCPUs near or apart.
 
 `--intra N` writes `intra_op_num_threads: N` into the session options of every arm's genai config
 (default: unset, what a genai app gets unless it says otherwise; with onnxruntime-genai 0.18.0 that ran
@@ -341,8 +345,8 @@ def main() -> int:
                     own0, busy0 = arm.cpu_ticks(), busy_ticks(cpus)
                     for _ in range(a.iters):
                         out = arm.run(prompt=prompt, tokens=a.tokens)
-                        # The first generated token's step is the prefill's logits' choice only in some
-                        # genai versions: every step after append_tokens counts, as users see them.
+                        # Every generate_next_token counts: one token as an app sees it (genai's search,
+                        # its KV cache handling and the model's run).
                         steps += out["step_ms"]
                         pre.append(out["prefill_ms"])
                     # Other processes' share of the CPUs while this arm was timed (rule 5).
