@@ -152,6 +152,7 @@ pub fn run(o: &Opts) -> Result<i32, String> {
             r,
             &json!({"cmd": "time", "iters": o.iters}),
             true,
+            false,
         )?;
         let (mut p50, mut p90, mut settle_ms) = ([0.0; 3], [0.0; 3], [0.0; 3]);
         let mut idle_cpu_ms = 0.0;

@@ -128,7 +128,7 @@ pub fn run(o: &Opts) -> Result<i32, String> {
     );
     for r in 0..o.rounds {
         progress(&format!("round {}/{}", r + 1, o.rounds));
-        let round = rounds::run(&mut arms, &cpus, r, &req, false)?;
+        let round = rounds::run(&mut arms, &cpus, r, &req, false, false)?;
         rounds::accumulate(&mut ticks, &mut ours, &round);
         let mut cells = vec![];
         for (i, c) in round.calls.iter().enumerate() {

@@ -11,8 +11,10 @@
 //! A decode step synchronises its lanes 121 times a Qwen2-0.5B token (every GEMV or GEMV pair
 //! and every attention call) and hands each GEMV's activations and output across, so in such a
 //! round the lanes pay more per token for the same bytes while the read they are measured against
-//! grew. The report splits the rounds by this probe (`far_rounds`), so each figure is read
-//! against its own placement. (Sometimes the two vCPUs share one core instead: a round trip of
+//! grew. The report places each arm's window by this probe, taken right before and right after
+//! the window and at the read that follows the round ([`Placement`]): near or far when all three
+//! agree, mixed (left out of both) when the vCPUs moved in between, so each figure is read against
+//! its own placement. (Sometimes the two vCPUs share one core instead: a round trip of
 //! ~50 ns, and the compute probe slower.)
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -123,10 +125,40 @@ pub fn round_trip_ns(cpus: &[usize]) -> f64 {
     })
 }
 
-/// Of the rounds, those whose round trip (`rts[r]`, ns) exceeds `far_ns`: the rounds in which the
-/// lanes ran apart. Non-finite figures count as not far (no evidence).
-pub fn far_rounds(rts: &[f64], far_ns: f64) -> Vec<bool> {
-    rts.iter().map(|&r| r.is_finite() && r > far_ns).collect()
+/// Where the arms' CPUs sat over a timed window, from round trips taken around it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placement {
+    /// Every round trip at most [`FAR_NS`] (or none measurable: one CPU).
+    Near,
+    /// Every round trip over [`FAR_NS`].
+    Far,
+    /// Some over, some not: the hypervisor moved the vCPUs during the window (it does, within
+    /// seconds), so the window is neither; the report leaves it out of both columns.
+    Mixed,
+}
+
+impl Placement {
+    /// The placement of a window from the round trips taken around it (before it, after it, and
+    /// at the read it is measured against), in ns. Non-finite figures count as not far (no
+    /// evidence), so a one-CPU run is near.
+    pub fn of(rts: &[f64], far_ns: f64) -> Placement {
+        let far = |r: f64| r.is_finite() && r > far_ns;
+        if rts.iter().all(|&r| far(r)) && !rts.is_empty() {
+            Placement::Far
+        } else if rts.iter().all(|&r| !far(r)) {
+            Placement::Near
+        } else {
+            Placement::Mixed
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Placement::Near => "near",
+            Placement::Far => "far",
+            Placement::Mixed => "mixed",
+        }
+    }
 }
 
 #[cfg(test)]
@@ -146,12 +178,17 @@ mod tests {
     }
 
     #[test]
-    fn far_rounds_exceed_the_line() {
-        let rts = [46.0, 110.0, 480.0, 249.0, f64::NAN, 251.0, f64::INFINITY];
-        assert_eq!(
-            far_rounds(&rts, 250.0),
-            [false, false, true, false, false, true, false]
-        );
-        assert!(far_rounds(&[], 250.0).is_empty());
+    fn a_window_is_near_or_far_only_when_every_round_trip_agrees() {
+        use Placement::*;
+        assert_eq!(Placement::of(&[110.0, 95.0, 249.0], 250.0), Near);
+        assert_eq!(Placement::of(&[480.0, 410.0, 251.0], 250.0), Far);
+        // Moved between the round trips: neither.
+        assert_eq!(Placement::of(&[110.0, 480.0, 100.0], 250.0), Mixed);
+        assert_eq!(Placement::of(&[480.0, 410.0, 100.0], 250.0), Mixed);
+        // No evidence (one CPU): near; no evidence beside a far figure: mixed.
+        assert_eq!(Placement::of(&[f64::NAN, f64::NAN], 250.0), Near);
+        assert_eq!(Placement::of(&[f64::NAN, 480.0], 250.0), Mixed);
+        assert_eq!(Placement::of(&[f64::INFINITY], 250.0), Near);
+        assert_eq!(Placement::of(&[], 250.0), Near);
     }
 }

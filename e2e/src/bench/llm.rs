@@ -25,6 +25,7 @@ use super::args::Opts;
 use super::arm::{null_worker, ArmKind, Worker, WorkerCfg};
 use super::conditions::{foreign_share, pct, CpuTicks};
 use super::gen_llm::Llm;
+use super::lane_probe::{Placement, FAR_NS};
 use super::llm_report::{round_fractions, summarize, ReadFloor, Timed, ROUND_READ_PASSES};
 use super::quant::{median, quantile};
 use super::target::{placement, progress, Target};
@@ -455,11 +456,12 @@ fn run_case(
     let mut read_gbps = vec![];
     let mut probe_ms = vec![];
     let mut lane_rt_ns = vec![];
+    let mut placement: [Vec<Placement>; 3] = Default::default();
     // Foreign load over the timed calls (compare's measure: /proc/stat busy ticks of the arms'
     // CPUs not accounted for by the bench's own processes).
     let (mut ticks, mut ours) = (CpuTicks::default(), 0.0);
     println!(
-        "{:>5}  {:<14} {:>10} {:>10} {:>10} {:>9} {:>13} {:>9} {:>10} {:>9} {:>8}",
+        "{:>5}  {:<14} {:>10} {:>10} {:>10} {:>9} {:>13} {:>9} {:>10} {:>9} {:>8} {:>9}",
         "round",
         "order",
         "ort ms/tok",
@@ -470,18 +472,22 @@ fn run_case(
         "read GB/s",
         "rcpu/read",
         "probe ms",
-        "lane rt"
+        "lane rt",
+        "rcpu ran"
     );
     for r in 0..o.rounds {
-        let round = rounds::run(arms, cpus, r, &req, false)?;
+        let round = rounds::run(arms, cpus, r, &req, false, true)?;
         rounds::accumulate(&mut ticks, &mut ours, &round);
         // The same-size buffers read right after the arms (all three idle and settled).
         read_gbps.push(floor.reader.round(ROUND_READ_PASSES));
         // And how fast the same CPUs compute right now (`cpu_probe`).
         probe_ms.push(cpu_probe::probe_ms(floor.reader.threads()));
         // And how far apart the arms' first two CPUs sit right now (`lane_probe`).
-        lane_rt_ns.push(lane_probe::round_trip_ns(cpus));
+        let rt = lane_probe::round_trip_ns(cpus);
+        lane_rt_ns.push(rt);
         for (i, c) in round.calls.iter().enumerate() {
+            // Each arm's window: the round trips right before and after it, and at the read.
+            placement[i].push(Placement::of(&[c.rt_ns.0, c.rt_ns.1, rt], FAR_NS));
             // Generate: the worker's own CPU over the steps (its prompt prefill left out).
             cpu[i] += c.res["steps_cpu_s"].as_f64().unwrap_or(c.cpu_s);
             let ms: Vec<f64> = rounds::floats(&c.res, "ns")
@@ -496,12 +502,13 @@ fn run_case(
         let twin = if o.null_arm == "ort" { a } else { b };
         let (rd, pr, rt) = (read_gbps[r], probe_ms[r], lane_rt_ns[r]);
         println!(
-            "{:>5}  {:<14} {a:>10.3} {b:>10.3} {n:>10.3} {:>9.3} {:>13.3} {rd:>9.1} {:>9.1}% {pr:>9.2} {rt:>8.0}",
+            "{:>5}  {:<14} {a:>10.3} {b:>10.3} {n:>10.3} {:>9.3} {:>13.3} {rd:>9.1} {:>9.1}% {pr:>9.2} {rt:>8.0} {:>9}",
             r + 1,
             rounds::order_name(r),
             a / b,
             n / twin,
-            round_fractions(floor.bytes[1], &[b], per_token, &[rd])[0] * 100.0
+            round_fractions(floor.bytes[1], &[b], per_token, &[rd])[0] * 100.0,
+            placement[1][r].name()
         );
     }
     let stats = arms[1].cmd("stats")?;
@@ -519,6 +526,7 @@ fn run_case(
         read_gbps,
         probe_ms,
         lane_rt_ns,
+        placement,
     };
     let mut summary = summarize(o, &case.name(), per_token, t, floor, &timed, &stats);
     let mut prof = json!(null);

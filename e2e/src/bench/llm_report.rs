@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 use super::args::Opts;
 use super::counters;
 use super::cpu_probe::unhindered;
-use super::lane_probe::{far_rounds, FAR_NS};
+use super::lane_probe::{Placement, FAR_NS};
 use super::membw::Buffers;
 use super::quant::{max, median, min};
 use super::steady::{steady_start, SteadyCfg};
@@ -33,6 +33,9 @@ pub struct Timed {
     /// Per round: the round trip of a cache line between the arms' first two CPUs right after
     /// the probe (ns, `lane_probe::round_trip_ns`; NaN on one CPU).
     pub lane_rt_ns: Vec<f64>,
+    /// Per arm and round: where the CPUs sat over that arm's window (the round trips right before
+    /// and after it and the one above all agree, or mixed).
+    pub placement: [Vec<Placement>; 3],
 }
 
 /// The headline of per-round figures (per arm: ort, rcpu, null; lower is better): ORT/rcpu per
@@ -135,6 +138,17 @@ pub fn split_by(per_round: &[f64], marks: &[bool]) -> (f64, f64) {
     (median(&side(false)), median(&side(true)))
 }
 
+/// The median of the rounds whose placement is `want` (NaN when there are none).
+pub fn median_where(per_round: &[f64], placement: &[Placement], want: Placement) -> f64 {
+    let picked: Vec<f64> = per_round
+        .iter()
+        .zip(placement)
+        .filter(|(_, &p)| p == want)
+        .map(|(&v, _)| v)
+        .collect();
+    median(&picked)
+}
+
 /// A fraction as "87.3%", or "-" for NaN (no rounds on that side).
 fn pct_or_dash(v: f64) -> String {
     if v.is_finite() {
@@ -163,9 +177,10 @@ pub fn summarize(
         read_gbps,
         probe_ms,
         lane_rt_ns,
+        placement,
     } = timed;
     let steady_cpu = unhindered(probe_ms, PROBE_SLACK);
-    let far = far_rounds(lane_rt_ns, FAR_NS);
+    let count = |p: Placement| placement[1].iter().filter(|&&x| x == p).count();
     let generate = case.starts_with("generate");
     let names = ["ort", "rcpu", "null"];
     println!(
@@ -186,17 +201,20 @@ pub fn summarize(
         steady_cpu.iter().filter(|&&u| u).count(),
         steady_cpu.len()
     );
-    let n_far = far.iter().filter(|&&f| f).count();
     println!(
         "lane round trip after each round (lane_probe, a cache line between the arms' first two \
-         CPUs): min {:.0}, median {:.0}, max {:.0} ns; {n_far} of {} rounds \"far\" (over \
-         {FAR_NS} ns: the CPUs then sit apart, two threads read more and every \
-         hand-over between lanes costs more; \"near\" / \"far\" below: \"of round read\" over \
-         those rounds only)",
+         CPUs): min {:.0}, median {:.0}, max {:.0} ns; also right before and after each arm's \
+         window: the rcpu arm ran {} of {} rounds \"far\" (every one of the three over {FAR_NS} ns: \
+         the CPUs then sit apart, two threads read more and every hand-over between lanes costs \
+         more), {} \"near\", {} mixed (the CPUs moved in between; in neither column); \"near\" / \
+         \"far\" below: \"of round read\" over each arm's own such rounds",
         min(lane_rt_ns),
         median(lane_rt_ns),
         max(lane_rt_ns),
-        far.len()
+        count(Placement::Far),
+        placement[1].len(),
+        count(Placement::Near),
+        count(Placement::Mixed)
     );
     println!(
         "{:<6} {:>10} {:>10} {:>12} {:>11} {:>8} {:>12} {:>14} {:>16} {:>8} {:>8}",
@@ -223,7 +241,10 @@ pub fn summarize(
         let per_round = round_fractions(bytes[i], &p50s[i], per_token, read_gbps);
         let of_round = median(&per_round);
         let (_, of_unhindered) = split_by(&per_round, &steady_cpu);
-        let (near_f, far_f) = split_by(&per_round, &far);
+        let (near_f, far_f) = (
+            median_where(&per_round, &placement[i], Placement::Near),
+            median_where(&per_round, &placement[i], Placement::Far),
+        );
         println!(
             "{:<6} {p50:>10.3} {p90:>10.3} {cpu_ms:>12.3} {:>11.1} {gbps:>8.2} {:>11.1}% {:>13.1}% {:>15.1}% {:>8} {:>8}",
             names[i],
@@ -266,6 +287,7 @@ pub fn summarize(
         "null_band": h.band, "verdict": h.word, "foreign_share": foreign, "steady": h.steady_word,
         "rounds_p50_ms": p50s, "rounds_read_gbps": read_gbps, "rounds_probe_ms": probe_ms,
         "rounds_lane_rt_ns": lane_rt_ns,
+        "rounds_placement": placement.iter().map(|a| a.iter().map(|p| p.name()).collect::<Vec<_>>()).collect::<Vec<_>>(),
         "rcpu_counters": route_json})
 }
 
@@ -297,6 +319,16 @@ mod tests {
         );
         let (near, far) = split_by(&[0.9, 0.8], &[false, false]);
         assert!((near - 0.85).abs() < 1e-12 && far.is_nan(), "{near} {far}");
+    }
+
+    #[test]
+    fn near_and_far_take_their_own_rounds_and_leave_mixed_ones_out() {
+        use Placement::*;
+        let per_round = [0.9, 0.6, 0.8, 0.7, 0.1];
+        let place = [Near, Far, Near, Far, Mixed];
+        assert!((median_where(&per_round, &place, Near) - 0.85).abs() < 1e-12);
+        assert!((median_where(&per_round, &place, Far) - 0.65).abs() < 1e-12);
+        assert!(median_where(&per_round, &place[..4], Mixed).is_nan());
     }
 
     #[test]

@@ -20,6 +20,9 @@ pub struct ArmCall {
     pub idle_cpu_ms: f64,
     /// How long the arm kept using CPU after replying (spinning pool threads), ms.
     pub settle_ms: f64,
+    /// The CPUs' round trip right before the call and right after it settled (ns,
+    /// `lane_probe::round_trip_ns`); NaN unless the round was asked to take them.
+    pub rt_ns: (f64, f64),
 }
 
 /// A round's calls, indexed by arm (not by order).
@@ -51,14 +54,24 @@ pub fn order_name(r: usize) -> &'static str {
 
 /// Runs round `r`: `req` to each of the three arms in turn. `settle_in_window`: the wait for the
 /// arm to go quiet counts inside its timed window (compare: the spinning is part of the cost the
-/// foreign share must not blame on others); otherwise it follows the window.
+/// foreign share must not blame on others); otherwise it follows the window. `round_trips`: the
+/// CPUs' round trip is taken before each call and after it settled (outside the timed window; a
+/// few milliseconds each), so that each arm's window has its own placement.
 pub fn run(
     arms: &mut [Worker],
     cpus: &[usize],
     r: usize,
     req: &Value,
     settle_in_window: bool,
+    round_trips: bool,
 ) -> Result<Round, String> {
+    let rt = || {
+        if round_trips {
+            super::lane_probe::round_trip_ns(cpus)
+        } else {
+            f64::NAN
+        }
+    };
     if arms.len() != 3 {
         return Err(format!("a round needs 3 arms, got {}", arms.len()));
     }
@@ -66,6 +79,7 @@ pub fn run(
     let mut calls: Vec<Option<ArmCall>> = (0..3).map(|_| None).collect();
     let (mut ticks, mut ours) = (CpuTicks::default(), 0.0);
     for &i in &order {
+        let rt0 = rt();
         let before: Vec<f64> = arms.iter().map(|a| a.cpu_s()).collect();
         let (t0, self0) = (cpu_ticks(cpus), os::usage().cpu_s());
         let res = arms[i].call(req.clone())?;
@@ -91,6 +105,7 @@ pub fn run(
             cpu_s: after[i] - before[i],
             idle_cpu_ms,
             settle_ms,
+            rt_ns: (rt0, rt()),
         });
     }
     Ok(Round {
