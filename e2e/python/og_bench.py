@@ -115,6 +115,16 @@ def worker(model_dir: str, provider: str, plugin: str, threads: int) -> None:
 # ---------------------------------------------------------------- parent
 
 
+def close_child(proc: subprocess.Popen, quit_line: str) -> None:
+    """Asks a child that reads commands on stdin to quit, and kills it if it does not."""
+    try:
+        proc.stdin.write(quit_line + "\n")
+        proc.stdin.flush()
+        proc.wait(timeout=30)
+    except (BrokenPipeError, subprocess.TimeoutExpired):
+        proc.kill()
+
+
 class Arm:
     def __init__(self, name: str, provider: str, model_dir: str, plugin: str, threads: int, cpus: set[int]):
         self.name = name
@@ -155,12 +165,7 @@ class Arm:
         return time.perf_counter() - t0
 
     def close(self) -> None:
-        try:
-            self.proc.stdin.write(json.dumps({"op": "quit"}) + "\n")
-            self.proc.stdin.flush()
-            self.proc.wait(timeout=30)
-        except (BrokenPipeError, subprocess.TimeoutExpired):
-            self.proc.kill()
+        close_child(self.proc, json.dumps({"op": "quit"}))
 
 
 class Probe:
@@ -190,12 +195,7 @@ class Probe:
         return rt["far"] if rt["lane_rt_ns"] is not None else None
 
     def close(self) -> None:
-        try:
-            self.proc.stdin.write("quit\n")
-            self.proc.stdin.flush()
-            self.proc.wait(timeout=30)
-        except (BrokenPipeError, subprocess.TimeoutExpired):
-            self.proc.kill()
+        close_child(self.proc, "quit")
 
 
 def cpu_model() -> str:

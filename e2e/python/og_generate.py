@@ -10,24 +10,19 @@ logits of each step are the last position's (those the greedy choice was made fr
 
 from __future__ import annotations
 
-import ctypes
 import json
 import sys
 
 import onnxruntime_genai as og
+from og_bench import stats
 
 EP_NAME = "RcpuExecutionProvider"
 
 
 def rcpu_calls(plugin: str) -> dict[str, int]:
-    lib = ctypes.CDLL(plugin)  # the object ORT loaded: same counters
-    lib.RcpuEp_StatsJson.restype = ctypes.c_size_t
-    lib.RcpuEp_StatsJson.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
-    n = lib.RcpuEp_StatsJson(None, 0) + 4096
-    buf = ctypes.create_string_buffer(n)
-    m = lib.RcpuEp_StatsJson(buf, n)
+    """Calls per op in rcpu's route ledger (the plugin this process loaded)."""
     out: dict[str, int] = {}
-    for r in json.loads(buf.raw[:m])["ledger"]:
+    for r in stats(plugin)["ledger"]:
         out[r["op"]] = out.get(r["op"], 0) + r["calls"]
     return out
 

@@ -61,29 +61,24 @@ pub fn run(p: &ProbeArgs) -> Result<i32, String> {
         if line == "quit" {
             break;
         }
-        if line == "rt" {
-            let rt = lane_probe::round_trip_ns(&cpus);
-            say(
-                &mut out,
-                serde_json::json!({
-                    "lane_rt_ns": rt.is_finite().then_some(rt),
-                    "far": rt > lane_probe::FAR_NS,
-                }),
-            )?;
-            continue;
-        }
-        let read_gbs = reader.round(ROUND_READ_PASSES);
-        let probe_ms = cpu_probe::probe_ms(p.threads);
+        // A full answer reads and computes first, then times the round trip (as `llm` does
+        // after a round); `rt` only times the round trip.
+        let host = (line != "rt").then(|| {
+            (
+                reader.round(ROUND_READ_PASSES),
+                cpu_probe::probe_ms(p.threads),
+            )
+        });
         let rt = lane_probe::round_trip_ns(&cpus);
-        say(
-            &mut out,
-            serde_json::json!({
-                "read_gbs": read_gbs,
-                "probe_ms": probe_ms,
-                "lane_rt_ns": rt.is_finite().then_some(rt),
-                "far": rt > lane_probe::FAR_NS,
-            }),
-        )?;
+        let mut v = serde_json::json!({
+            "lane_rt_ns": rt.is_finite().then_some(rt),
+            "far": rt > lane_probe::FAR_NS,
+        });
+        if let Some((read_gbs, probe_ms)) = host {
+            v["read_gbs"] = read_gbs.into();
+            v["probe_ms"] = probe_ms.into();
+        }
+        say(&mut out, v)?;
     }
     Ok(0)
 }

@@ -55,8 +55,9 @@ pub fn order_name(r: usize) -> &'static str {
 /// Runs round `r`: `req` to each of the three arms in turn. `settle_in_window`: the wait for the
 /// arm to go quiet counts inside its timed window (compare: the spinning is part of the cost the
 /// foreign share must not blame on others); otherwise it follows the window. `round_trips`: the
-/// CPUs' round trip is taken before each call and after it settled (outside the timed window; a
-/// few milliseconds each), so that each arm's window has its own placement.
+/// CPUs' round trip is taken before the first call and after each call settled (outside the
+/// timed windows; a few milliseconds each), so that each arm's window has its own placement:
+/// the one taken after an arm is also the one before the next.
 pub fn run(
     arms: &mut [Worker],
     cpus: &[usize],
@@ -78,8 +79,9 @@ pub fn run(
     let order = order(r);
     let mut calls: Vec<Option<ArmCall>> = (0..3).map(|_| None).collect();
     let (mut ticks, mut ours) = (CpuTicks::default(), 0.0);
+    let mut rt_last = rt();
     for &i in &order {
-        let rt0 = rt();
+        let rt0 = rt_last;
         let before: Vec<f64> = arms.iter().map(|a| a.cpu_s()).collect();
         let (t0, self0) = (cpu_ticks(cpus), os::usage().cpu_s());
         let res = arms[i].call(req.clone())?;
@@ -105,7 +107,10 @@ pub fn run(
             cpu_s: after[i] - before[i],
             idle_cpu_ms,
             settle_ms,
-            rt_ns: (rt0, rt()),
+            rt_ns: (rt0, {
+                rt_last = rt();
+                rt_last
+            }),
         });
     }
     Ok(Round {
