@@ -28,7 +28,7 @@
 //! before and after issue 17's changes) interleaves arms pass by pass in the same process: the
 //! decode chunk schedule of `par::StreamSplit` (`par::set_stream_schedule`, diagnostics only;
 //! segmented is the library's default); with `+hint`, after each call the idle worker is asked
-//! to prefetch the next call's second segment (`Lanes::idle_prefetch` with
+//! to read the next call's second segment (`Lanes::idle_read` with
 //! `matmul_nbits::decode_second_segment`, what the MatMulNBits node does once it has seen the
 //! order of its session's calls twice; the hint is cancelled as each call starts); with `-l2`,
 //! the tiles prefetch as before issue 17 (L1 2048 bytes ahead, no L2 prefetch; `prefetch`).
@@ -46,9 +46,10 @@ use rcpu::memory::AlignedBuf;
 use rcpu::runtime::lanes::{Lanes, PoolConfig};
 use rcpu::runtime::par::{set_stream_schedule, Dispatch, Par, StreamSchedule};
 use rcpu::runtime::registry::pool_for;
+use rcpu::runtime::IdleHint;
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
 fn now_ns() -> u64 {
@@ -287,13 +288,13 @@ fn main() {
         pack(&b, &scales, None, &p)
     };
     // (shape index, packed) in decode order.
-    let mut seq: Vec<(usize, PackedNBits)> = Vec::new();
+    let mut seq: Vec<(usize, Arc<PackedNBits>)> = Vec::new();
     for _ in 0..layers {
         for (i, &(k, n)) in shapes[..5].iter().enumerate() {
-            seq.push((i, mk(k, n)));
+            seq.push((i, Arc::new(mk(k, n))));
         }
     }
-    seq.push((5, mk(shapes[5].0, shapes[5].1)));
+    seq.push((5, Arc::new(mk(shapes[5].0, shapes[5].1))));
     let sizes: Vec<usize> = seq.iter().map(|(_, m)| m.bytes()).collect();
     let total: usize = sizes.iter().sum();
     let mut huge = AlignedBuf::<u8>::try_zeroed(total).expect("plain buffer");
@@ -347,12 +348,13 @@ fn main() {
                     spin_us(gap);
                     let s = now_ns();
                     if hint {
-                        lanes.idle_prefetch(None);
+                        lanes.idle_read(None);
                     }
                     matmul_packed(&a[..m.params().k], 1, m, None, &mut out, &traced).unwrap();
                     if hint {
                         let next = &seq[(idx + 1) % seq.len()].1;
-                        lanes.idle_prefetch(Some(decode_second_segment(next, lanes.lanes())));
+                        let h = IdleHint::new(next, decode_second_segment(next, lanes.lanes()));
+                        lanes.idle_read(Some(h));
                     }
                     let e = now_ns();
                     let d = traced.take()[0];

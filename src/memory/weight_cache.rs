@@ -80,6 +80,11 @@ struct Inner {
 }
 
 /// A packed weight held by the cache's governor. Derefs to `T`.
+///
+/// Aligned to a cache line so that, inside an `Arc`, the reference counts sit on a line of
+/// their own: an idle lane upgrading its weak reference to read a weight ahead
+/// (`runtime::warm`) must not take the line holding the fields every call of that weight reads.
+#[repr(align(64))]
 pub struct CachedWeight<T: Send + Sync + 'static> {
     // Field order matters: `value` drops before `grant`, so live bytes never undercount what is held.
     value: T,

@@ -1,6 +1,7 @@
-//! Cache hints over an address range: the platform side of the idle lanes' prefetch
-//! (`runtime::park`, "Idle prefetch"). A prefetch is a CPU instruction, not a system call, but
-//! like the OS calls it is a safe wrapper over one unsafe block that names nothing of rcpu.
+//! Cache hints over an address range (a decode call's lanes prefetching the prepared
+//! activations another lane wrote). A prefetch is a CPU instruction, not a system call, but like
+//! the OS calls it is a safe wrapper over one unsafe block that names nothing of rcpu. (The idle
+//! lanes read ahead with loads, not prefetches: `runtime::warm`.)
 //! Also [`CachePadded`], the layout that keeps a value written by one thread off the lines
 //! others write.
 
@@ -11,41 +12,31 @@
 #[derive(Debug, Default)]
 pub struct CachePadded<T>(pub T);
 
-/// Hints every cache line of the address range `[addr, addr + len)` into the L2 cache
-/// (`prefetcht1`; nothing off x86_64). The addresses are never dereferenced: a prefetch never
-/// faults, so the range may be stale or unmapped (an idle worker's prefetch of the next weight
-/// stream, `runtime::park`, relies on that).
-pub fn prefetch_l2(addr: usize, len: usize) {
-    prefetch_lines::<false>(addr, len)
-}
-
-/// [`prefetch_l2`] into the L1 cache (`prefetcht0`): for a small range a lane is about to read
-/// (a decode call's prepared activations, which another lane has just written).
+/// Hints every cache line of the address range `[addr, addr + len)` into the L1 cache
+/// (`prefetcht0`; nothing off x86_64): for a small range a lane is about to read (a decode
+/// call's prepared activations, which another lane has just written). The addresses are never
+/// dereferenced: a prefetch never faults.
 pub fn prefetch_l1(addr: usize, len: usize) {
-    prefetch_lines::<true>(addr, len)
+    prefetch_lines(addr, len)
 }
 
-fn prefetch_lines<const L1: bool>(addr: usize, len: usize) {
+fn prefetch_lines(addr: usize, len: usize) {
     #[cfg(target_arch = "x86_64")]
     {
         #[target_feature(enable = "sse")]
-        fn lines<const L1: bool>(addr: usize, len: usize) {
+        fn lines(addr: usize, len: usize) {
             let end = addr.saturating_add(len);
             let mut at = addr & !63;
             while at < end {
-                if L1 {
-                    _mm_prefetch::<_MM_HINT_T0>(at as *const i8);
-                } else {
-                    _mm_prefetch::<_MM_HINT_T1>(at as *const i8);
-                }
+                _mm_prefetch::<_MM_HINT_T0>(at as *const i8);
                 at += 64;
             }
         }
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0, _MM_HINT_T1};
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
         // SAFETY: SSE is part of the x86_64 baseline, so the feature `lines` enables is present
         // on every CPU this code runs on; `lines` only issues prefetch hints, which neither
         // dereference nor fault on any address.
-        unsafe { lines::<L1>(addr, len) }
+        unsafe { lines(addr, len) }
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = (addr, len);

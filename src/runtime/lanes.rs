@@ -53,8 +53,9 @@ use super::counters::{Counters, PoolCounters};
 use super::hooks::{Hooks, Point};
 use super::lend::FnLender;
 use super::par::{Dispatch, Par};
-use super::park::{HintCursor, Signal, StragglerWait, Wake};
+use super::park::{Signal, StragglerWait, Wake};
 use super::topology::Topology;
+use super::warm::{Cursor, IdleHint};
 use crate::os;
 use parking_lot::Mutex;
 use std::any::Any;
@@ -252,17 +253,15 @@ impl Lanes {
         self.shared.hooks.set(hook)
     }
 
-    /// Asks the idle workers to prefetch `region` into their caches while they spin (at most
-    /// `park::IDLE_PREFETCH_MAX_BYTES`, see "Idle prefetch" in `park`); `None` cancels the
-    /// current hint. A hint only costs memory traffic: it never delays a dispatch by more than
-    /// one prefetch step, and `region` may be freed afterwards (a prefetch never dereferences).
-    /// Nothing with a one-lane pool.
-    pub fn idle_prefetch(&self, region: Option<&[u8]>) {
+    /// Asks the idle workers to read `hint` into their caches while they spin (see "Idle
+    /// reads" in `park`); `None` cancels the current hint. A hint only costs memory traffic: it
+    /// never delays a dispatch by more than one read step, and it holds its bytes' owners
+    /// weakly (a range whose owner is gone is skipped). Nothing with a one-lane pool.
+    pub fn idle_read(&self, hint: Option<IdleHint>) {
         if self.workers.is_empty() {
             return;
         }
-        let (addr, len) = region.map_or((0, 0), |r| (r.as_ptr() as usize, r.len()));
-        self.shared.signal.hint(addr, len);
+        self.shared.signal.hint(hint);
     }
 
     fn dispatch(&self, kind: Dispatch, n: usize, f: &(dyn Fn(usize) + Sync)) {
@@ -369,7 +368,7 @@ fn worker_main(sh: &Shared, lane: usize) {
     IN_CHUNK.with(|c| c.set(true));
     let counters = sh.counters.lane(lane);
     let mut seen = 0;
-    let mut cur = HintCursor::default();
+    let mut cur = Cursor::default();
     loop {
         match sh
             .signal
@@ -403,8 +402,8 @@ impl Par for Lanes {
     fn lanes(&self) -> usize {
         Lanes::lanes(self)
     }
-    fn idle_prefetch(&self, region: Option<&[u8]>) {
-        Lanes::idle_prefetch(self, region)
+    fn idle_read(&self, hint: Option<IdleHint>) {
+        Lanes::idle_read(self, hint)
     }
     fn chunks(&self, kind: Dispatch, n: usize, f: &(dyn Fn(usize) + Sync)) {
         self.dispatch(kind, n, f)

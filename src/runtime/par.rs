@@ -22,6 +22,7 @@ pub enum Dispatch {
 
 pub use super::segments::SegmentClaims;
 use super::segments::{Segments, MAX_SEGMENTS};
+use super::warm::IdleHint;
 use std::ops::Range;
 
 /// A way to run `n` independent chunks of work, possibly in parallel.
@@ -36,10 +37,10 @@ pub trait Par: Sync {
     /// chunk runs inline on that lane. `kind` only labels the dispatch (see [`Dispatch`]).
     fn chunks(&self, kind: Dispatch, n: usize, f: &(dyn Fn(usize) + Sync));
 
-    /// A hint that the next dispatch will probably stream `region` (its other lanes' first
-    /// chunks): idle lanes may prefetch it (`None` cancels the hint). Never required for
-    /// correctness; the default ignores it.
-    fn idle_prefetch(&self, _region: Option<&[u8]>) {}
+    /// A hint that the next dispatches will probably stream what `hint` names (e.g. another
+    /// lane's first chunk): idle lanes may read it into their caches (`None` cancels the hint;
+    /// "Idle reads" in `park`). Never required for correctness; the default ignores it.
+    fn idle_read(&self, _hint: Option<IdleHint>) {}
 }
 
 thread_local! {

@@ -40,25 +40,29 @@
 //! one needless lock/notify, never a lost wake-up. `shutdown` is stored (SeqCst) before the
 //! shutdown epoch bump, so a worker that sees that epoch (Acquire) also sees `shutdown`.
 //!
-//! # Idle prefetch
+//! # Idle reads
 //!
 //! While it spins, a worker may also warm its cache for the next job: the pool's owner posts a
-//! *hint* (an address range, at most [`IDLE_PREFETCH_MAX_BYTES`]; `Lanes::idle_prefetch`)
-//! into a slot of [`Signal`] (`gen`, `addr`, `len`: the range is stored, then `gen` bumped,
-//! Release). Every spin iteration, after it has looked at `epoch`, the worker loads `gen`
-//! (Acquire); a new value makes it take the range and start at its beginning. As long as some
-//! of the range is left, the iteration issues prefetch hints (`prefetcht1`) for the next
-//! [`IDLE_PREFETCH_STEP_BYTES`] of it instead of the `spin_loop` hint. So:
+//! *hint* ([`IdleHint`]: a byte range inside bytes an owner holds, at most [`HINT_MAX_BYTES`];
+//! `Lanes::idle_read`) into the pool's hint slot (the hint is stored under a mutex, then a
+//! generation bumped, Release; `runtime::warm`). Every spin iteration, after it has looked at
+//! `epoch`, the worker loads the generation (Acquire); a new value makes it take the hint
+//! (under the mutex) and start at its beginning. As long as some of it is left, the iteration
+//! reads the next [`STEP_BYTES`] of it (one load per cache line) instead of issuing the
+//! `spin_loop` hint. So:
 //!
 //! - a job is never delayed by more than one step: the epoch is checked before every step
-//!   exactly as before (a step is 16 prefetch instructions, well under a microsecond even when
-//!   every line misses), and a worker that sees a new epoch leaves the rest of the range (it
-//!   resumes it after the job if no newer hint arrived; a posted empty range cancels it);
-//! - the hint needs no ordering with the job or with the memory it names: a prefetch never
-//!   dereferences and never faults, so a stale range (freed weights, a torn read of `addr` and
-//!   `len` against a concurrent post) costs at most useless memory traffic, bounded by
-//!   [`IDLE_PREFETCH_MAX_BYTES`], never a wrong value or a crash;
-//! - a worker that parks drops what is left of its range (by then it is stale).
+//!   exactly as before (a step is 16 loads, a fraction of a microsecond even when every line
+//!   comes from memory), and a worker that sees a new epoch leaves the rest of the hint (it
+//!   resumes it after the job if no newer hint arrived; a posted empty hint cancels it);
+//! - the hint needs no ordering with the job: it only names bytes to read, and a worker reads the
+//!   range only while it holds the range's owner (a hint holds its owner weakly; the worker
+//!   upgrades the reference for the range it reads, so an owner outlives its last other user
+//!   by at most the rest of that range, or until the next hint or the worker parks), and a range
+//!   whose owner is gone is skipped; the reads change nothing but the caches;
+//! - a worker that parks drops what is left of its hint (by then it is stale).
+//!
+//! Loads, not prefetch instructions: see `runtime::warm` for what was measured.
 //!
 //! The job itself is not in [`Signal`]: the publisher lends it through `lend::FnLender`
 //! *before* bumping the epoch, so a worker that sees the bump finds the job (or, if it
@@ -66,6 +70,7 @@
 
 use super::counters::{Counters, LaneCounters};
 use super::hooks::{Hooks, Point};
+use super::warm::{Cursor, HintSlot};
 use crate::os::cache::CachePadded;
 use parking_lot::{Condvar, Mutex};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -80,10 +85,7 @@ pub const CALLER_SPINS_BEFORE_YIELD: u64 = 1024;
 /// ...and then yields once every this many iterations.
 pub const CALLER_YIELD_EVERY: u64 = 64;
 
-/// Bytes an idle worker prefetches for one hint at most (the tail of a longer range is dropped).
-pub const IDLE_PREFETCH_MAX_BYTES: usize = 1 << 20;
-/// Bytes an idle worker prefetches between two looks at the epoch.
-pub const IDLE_PREFETCH_STEP_BYTES: usize = 1024;
+pub use super::warm::{IdleHint, HINT_MAX_BYTES, STEP_BYTES};
 
 /// What a waiting worker was woken for.
 pub(crate) enum Wake {
@@ -91,23 +93,6 @@ pub(crate) enum Wake {
     Job(u64),
     /// The pool is shutting down.
     Exit,
-}
-
-/// The idle-prefetch slot (see "Idle prefetch" in the module documentation).
-#[derive(Default)]
-struct HintSlot {
-    gen: AtomicU64,
-    addr: AtomicUsize,
-    len: AtomicUsize,
-}
-
-/// A worker's progress through the latest hint it took.
-#[derive(Default)]
-pub(crate) struct HintCursor {
-    gen: u64,
-    addr: usize,
-    len: usize,
-    at: usize,
 }
 
 /// The publish/park rendezvous of one pool (see the module documentation).
@@ -149,37 +134,9 @@ impl Signal {
         self.wake_all();
     }
 
-    /// Posts an idle-prefetch hint (`len` 0 cancels the current one); see the module docs.
-    pub(crate) fn hint(&self, addr: usize, len: usize) {
-        let h = &self.hint.0;
-        // Relaxed: a torn pairing with a concurrent post only misdirects prefetches (module
-        // docs); the Release bump below publishes the pair to a worker's Acquire load of `gen`.
-        h.addr.store(addr, Ordering::Relaxed);
-        h.len
-            .store(len.min(IDLE_PREFETCH_MAX_BYTES), Ordering::Relaxed);
-        h.gen.fetch_add(1, Ordering::Release);
-    }
-
-    /// One idle-prefetch step: takes a newer hint if there is one, then prefetches the next
-    /// [`IDLE_PREFETCH_STEP_BYTES`] of the current range; the bytes hinted (0: nothing left).
-    fn prefetch_step(&self, cur: &mut HintCursor) -> usize {
-        let h = &self.hint.0;
-        // Acquire: pairs with the Release bump in `hint`.
-        let g = h.gen.load(Ordering::Acquire);
-        if g != cur.gen {
-            *cur = HintCursor {
-                gen: g,
-                addr: h.addr.load(Ordering::Relaxed),
-                len: h.len.load(Ordering::Relaxed),
-                at: 0,
-            };
-        }
-        let n = IDLE_PREFETCH_STEP_BYTES.min(cur.len - cur.at);
-        if n != 0 {
-            crate::os::cache::prefetch_l2(cur.addr.wrapping_add(cur.at), n);
-            cur.at += n;
-        }
-        n
+    /// Posts an idle-read hint (`None` cancels the current one); see the module docs.
+    pub(crate) fn hint(&self, hint: Option<IdleHint>) {
+        self.hint.0.post(hint);
     }
 
     fn moved(&self, seen: u64, order: Ordering) -> Option<Wake> {
@@ -196,7 +153,7 @@ impl Signal {
 
     /// Waits (spin, then park) until the epoch differs from `seen`; `lane` is the worker's
     /// lane (for the stall hooks).
-    /// `cur` is the worker's idle-prefetch progress, kept across jobs.
+    /// `cur` is the worker's progress through its idle-read hint, kept across jobs.
     pub(crate) fn wait(
         &self,
         seen: u64,
@@ -204,13 +161,13 @@ impl Signal {
         c: &LaneCounters,
         hooks: &Hooks,
         lane: usize,
-        cur: &mut HintCursor,
+        cur: &mut Cursor,
     ) -> Wake {
         if let Some(w) = self.spin(seen, blocktime, c, hooks, lane, cur) {
             return w;
         }
         // Whatever is left of the hint is stale by the time this worker wakes again.
-        cur.at = cur.len;
+        cur.drop_rest();
         hooks.at(Point::WorkerSpinEnded(lane));
         // A1, SeqCst: announce before the re-check (A2).
         self.sleepers.0.fetch_add(1, Ordering::SeqCst);
@@ -246,7 +203,7 @@ impl Signal {
         c: &LaneCounters,
         hooks: &Hooks,
         lane: usize,
-        cur: &mut HintCursor,
+        cur: &mut Cursor,
     ) -> Option<Wake> {
         if blocktime.is_zero() {
             return None;
@@ -258,8 +215,8 @@ impl Signal {
             if let Some(w) = self.moved(seen, Ordering::Acquire) {
                 break Some(w);
             }
-            // At most one prefetch step between two looks at the epoch (module docs).
-            match self.prefetch_step(cur) {
+            // At most one read step between two looks at the epoch (module docs).
+            match cur.step(&self.hint.0) {
                 0 => std::hint::spin_loop(),
                 n => {
                     hinted += n;
@@ -280,7 +237,7 @@ impl Signal {
         Counters::add(&c.idle_prefetch_bytes, hinted as u64);
         if found.is_some() {
             Counters::add(&c.spin_hits, 1);
-            if cur.at < cur.len {
+            if cur.pending() {
                 Counters::add(&c.idle_prefetch_cut, 1);
             }
         }

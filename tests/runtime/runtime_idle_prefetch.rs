@@ -1,15 +1,21 @@
-//! Idle prefetch (`Lanes::idle_prefetch`, "Idle prefetch" in `runtime::park`): a spinning
-//! worker prefetches a hinted range step by step, looks at the epoch before every step, and
-//! leaves the range at once for a new job; a range is bounded and consumed once.
+//! Idle reads (`Lanes::idle_read`, "Idle reads" in `runtime::park`): a spinning worker reads a
+//! hinted range step by step, looks at the epoch before every step, and leaves the range at
+//! once for a new job; a hint is bounded, consumed once, and never reads bytes whose owner is
+//! gone.
 
 use crate::lanes_common::{on_worker, wait_until};
 
 use rcpu::runtime::hooks::Point;
-use rcpu::runtime::park::{IDLE_PREFETCH_MAX_BYTES, IDLE_PREFETCH_STEP_BYTES};
+use rcpu::runtime::park::{IdleHint, HINT_MAX_BYTES, STEP_BYTES};
 use rcpu::runtime::{pool_for, Affinity, Dispatch, Par, PoolConfig};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+
+/// A hint naming all of `buf` (clipped to `HINT_MAX_BYTES`).
+fn whole(buf: &Arc<Vec<u8>>) -> IdleHint {
+    IdleHint::new(buf, 0..buf.len())
+}
 
 fn cfg(threads: usize, blocktime_us: u64) -> PoolConfig {
     PoolConfig {
@@ -21,8 +27,8 @@ fn cfg(threads: usize, blocktime_us: u64) -> PoolConfig {
 
 /// Guarantee: a job published while a worker prefetches is not delayed by the rest of the
 /// range (at most the step in flight completes) and not lost (the worker joins it).
-/// Staged: every prefetch step stalls the worker 2 ms (stall point `WorkerPrefetched`), so the
-/// 1 MiB range would keep it busy for about two seconds; the dispatch's caller chunk waits
+/// Staged: every read step stalls the worker 2 ms (stall point `WorkerPrefetched`), so the
+/// 1 MiB hint would keep it busy for about two seconds; the dispatch's caller chunk waits
 /// until the worker has joined, and the steps the worker takes after the publication
 /// (`CallerPublished`) are counted.
 /// Seen failing: with `Signal::spin` prefetching the whole range before it looks at the epoch
@@ -45,14 +51,14 @@ fn prefetch_yields_to_a_new_job_within_one_step() {
         Point::CallerPublished => p.store(true, Ordering::SeqCst),
         _ => {}
     })));
-    let buf = vec![1u8; 2 * IDLE_PREFETCH_MAX_BYTES];
+    let buf = Arc::new(vec![1u8; 2 * HINT_MAX_BYTES]);
     for round in 0..3 {
         // A job first: the worker has seen the latest epoch and spins.
         pool.chunks(Dispatch::Decode, 2, &|_| {});
         published.store(false, Ordering::SeqCst);
         let (k0, s0) = (pool.counters(), steps.load(Ordering::SeqCst));
         after.store(0, Ordering::SeqCst);
-        pool.idle_prefetch(Some(&buf));
+        pool.idle_read(Some(whole(&buf)));
         wait_until("the worker prefetches", || {
             steps.load(Ordering::SeqCst) >= s0 + 3
         });
@@ -81,15 +87,17 @@ fn prefetch_yields_to_a_new_job_within_one_step() {
             "round {round}: the cut range is counted: {k:?}"
         );
         // Cancel what is left, so the next round starts from a fresh hint.
-        pool.idle_prefetch(None);
+        pool.idle_read(None);
     }
     pool.set_stall_hook(None);
 }
 
-/// Guarantee: a hint longer than `IDLE_PREFETCH_MAX_BYTES` is prefetched up to that bound and
+/// Guarantee: a hint longer than `HINT_MAX_BYTES` is prefetched up to that bound and
 /// then no more (exactly that many bytes counted once the worker is idle again), in
-/// `IDLE_PREFETCH_STEP_BYTES` steps; a one-lane pool ignores hints.
-/// Seen failing: with the bound dropped in `Signal::hint` (3 MiB counted).
+/// `STEP_BYTES` steps; a one-lane pool ignores hints.
+/// A hint whose bytes' owner is gone reads nothing.
+/// Seen failing: with the bound dropped in `IdleHint::new` (3 MiB counted); with the hint
+/// holding its owner strongly (the dropped buffer read).
 #[test]
 fn prefetch_is_bounded_and_done_once() {
     let pool = pool_for(&cfg(2, 30_000_002));
@@ -100,11 +108,11 @@ fn prefetch_is_bounded_and_done_once() {
             s.fetch_add(1, Ordering::SeqCst);
         }
     })));
-    let buf = vec![1u8; 3 * IDLE_PREFETCH_MAX_BYTES];
+    let buf = Arc::new(vec![1u8; 3 * HINT_MAX_BYTES]);
     pool.chunks(Dispatch::Decode, 2, &|_| {});
     let s0 = steps.load(Ordering::SeqCst);
-    pool.idle_prefetch(Some(&buf));
-    let want = (IDLE_PREFETCH_MAX_BYTES / IDLE_PREFETCH_STEP_BYTES) as u64;
+    pool.idle_read(Some(whole(&buf)));
+    let want = (HINT_MAX_BYTES / STEP_BYTES) as u64;
     wait_until("the worker prefetches the bounded range", || {
         steps.load(Ordering::SeqCst) >= s0 + want
     });
@@ -112,19 +120,49 @@ fn prefetch_is_bounded_and_done_once() {
     std::thread::sleep(Duration::from_millis(20));
     pool.chunks(Dispatch::Decode, 2, &|_| {});
     wait_until("the worker counts its prefetch", || {
-        pool.counters().idle_prefetch_bytes >= IDLE_PREFETCH_MAX_BYTES as u64
+        pool.counters().idle_prefetch_bytes >= HINT_MAX_BYTES as u64
     });
     pool.set_stall_hook(None);
     assert_eq!(steps.load(Ordering::SeqCst) - s0, want, "steps");
     assert_eq!(
         pool.counters().idle_prefetch_bytes,
-        IDLE_PREFETCH_MAX_BYTES as u64,
+        HINT_MAX_BYTES as u64,
         "{:?}",
         pool.counters()
     );
+    // A hint whose buffer was dropped before the worker took it: no step, no byte.
+    pool.set_stall_hook(Some(Arc::new({
+        let s = steps.clone();
+        move |pt| {
+            if let Point::WorkerPrefetched(_) = pt {
+                s.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+    })));
+    let gone = Arc::new(vec![1u8; 64 * STEP_BYTES]);
+    let hint = whole(&gone);
+    assert_eq!(hint.bytes(), 64 * STEP_BYTES);
+    drop(gone);
+    let (s1, k1) = (steps.load(Ordering::SeqCst), pool.counters());
+    pool.idle_read(Some(hint));
+    std::thread::sleep(Duration::from_millis(20));
+    pool.chunks(Dispatch::Decode, 2, &|_| {});
+    std::thread::sleep(Duration::from_millis(20));
+    pool.chunks(Dispatch::Decode, 2, &|_| {});
+    pool.set_stall_hook(None);
+    assert_eq!(
+        steps.load(Ordering::SeqCst),
+        s1,
+        "steps over a dropped buffer"
+    );
+    assert_eq!(
+        pool.counters().idle_prefetch_bytes,
+        k1.idle_prefetch_bytes,
+        "bytes read of a dropped buffer"
+    );
     // One lane: no worker, nothing to hint (and no panic).
     let one = pool_for(&cfg(1, 30_000_003));
-    one.idle_prefetch(Some(&buf));
+    one.idle_read(Some(whole(&buf)));
     one.chunks(Dispatch::Decode, 2, &|_| {});
     assert_eq!(one.counters().idle_prefetch_bytes, 0);
 }

@@ -137,6 +137,14 @@ pub fn lines(arm: &str, v: &Value) -> Vec<String> {
             f["runs"].as_f64().unwrap_or(0.0),
             f["outside_steps_share"].as_f64().unwrap_or(0.0) * 100.0
         ));
+        if let (Some(run), Some(fused)) = (f["session_run_us"].as_f64(), f["run_us"].as_f64()) {
+            out.push(format!(
+                "  a session Run took {run:.0} us: {:.0} us ({:.1}%) of it outside the fused node \
+                 (ORT's path and the nodes left to ORT's CPU EP)",
+                run - fused,
+                (run - fused) / run.max(1e-9) * 100.0
+            ));
+        }
         for o in f["steps"].as_array().into_iter().flatten() {
             out.push(format!(
                 "  {:<41} {:>9.1} us/run {:>6.1}%  ({:.0} calls/run)",
@@ -171,6 +179,24 @@ mod tests {
         let outside = v["outside_steps_share"].as_f64().unwrap();
         assert!((outside - 0.1).abs() < 1e-12, "{outside}");
         assert!(fused_steps(&json!({"step_times": []})).is_null());
+    }
+
+    /// Seen failing with the difference taken the other way round (fused run minus Run).
+    #[test]
+    fn a_run_beyond_the_fused_node_is_reported() {
+        let mut v = json!({"run_us": 100.0, "runs": 1, "node_us": 90.0, "ops": []});
+        v["fused_steps"] = json!({"runs": 4.0, "run_us": 80.0, "outside_steps_share": 0.0,
+            "steps": [], "session_run_us": 100.0});
+        let out = lines("rcpu", &v).join("\n");
+        assert!(
+            out.contains("a session Run took 100 us: 20 us (20.0%) of it outside the fused node"),
+            "{out}"
+        );
+        v["fused_steps"]
+            .as_object_mut()
+            .unwrap()
+            .remove("session_run_us");
+        assert!(!lines("rcpu", &v).join("\n").contains("session Run"));
     }
 
     #[test]

@@ -18,6 +18,7 @@ use crate::kernels::matmul_nbits::{
 use crate::kernels::shape::{checked_numel, numel};
 use crate::memory::{params_hash, weight_cache, CachedWeight, KeyDigest, WeightKey};
 use crate::runtime::par::{take_lanes_used, Par};
+use crate::runtime::{IdleHint, WarmBytes};
 use crate::telemetry::ledger;
 
 use super::claim::{input, input_type, only_attrs, require_elem, require_output_elem, F32};
@@ -243,11 +244,13 @@ impl MatMulNBits {
 }
 
 /// After an M=1 call whose chain link is `link`: while the caller runs the nodes up to the next
-/// M=1 call, the idle lanes may prefetch the part of its weights they will stream (or drop the
-/// old hint when the order is not known).
+/// M=1 call, the idle lanes may read the part of its weights they will stream (or drop the old
+/// hint when the order is not known).
 pub(crate) fn hint_next(link: &Link<CachedWeight<PackedNBits>>, par: &dyn Par) {
-    let next = link.next();
-    par.idle_prefetch(next.as_ref().map(|n| decode_second_segment(n, par.lanes())));
+    let hint = link
+        .next()
+        .map(|n| IdleHint::new(&n, decode_second_segment(&n, par.lanes())));
+    par.idle_read(hint);
 }
 
 /// What a combined step needs of one MatMulNBits node that runs from a packed weight with no
@@ -268,6 +271,14 @@ pub(crate) fn packed_operand(kernel: &dyn OpKernel) -> Option<PackedOperand> {
         weight: k.packed.clone()?,
         link: k.link.clone(),
     })
+}
+
+/// A cached packed weight's bytes are its records (an idle lane reads them ahead,
+/// `runtime::warm`).
+impl WarmBytes for CachedWeight<PackedNBits> {
+    fn warm_bytes(&self) -> &[u8] {
+        self.weight_bytes()
+    }
 }
 
 impl OpKernel for MatMulNBits {

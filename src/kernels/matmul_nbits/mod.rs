@@ -46,25 +46,25 @@ pub use route::{NBitsPath, NBitsRoute};
 
 use crate::runtime::par::{Par, StreamSplit};
 
-/// The packed records of the segment an M=1 call of `packed` over `lanes` lanes hands its
-/// second chunk (`StreamSplit::range(1)`; the caller claims chunk 0 right after it publishes
-/// the job, so this is what another lane streams, front to back, before it takes what is left
-/// of the other segments from their far ends), at most [`IDLE_PREFETCH_SEGMENT_MAX`] bytes of
-/// it. Empty when the call has a single chunk (it runs on the caller alone). What a caller
-/// hints to the idle lanes (`Par::idle_prefetch`) before that call: a lane that finds its
-/// segment cached finishes it early and takes more of the caller's, so every byte fetched
-/// while the caller ran the nodes in between is a byte the call does not wait for. (Until
-/// stop 25 the hint was the segment's first run, a quarter of it: the idle lane ran out of
-/// hint in the longer gaps, e.g. attention's before the output projection. Qwen2-0.5B decode,
-/// old / new per round, medians of 12 and 16 rounds: 1.024 and 1.012.)
-pub fn decode_second_segment(packed: &PackedNBits, lanes: usize) -> &[u8] {
+/// Where, in `packed.weight_bytes()`, the records lie of the segment an M=1 call of `packed`
+/// over `lanes` lanes hands its second chunk (`StreamSplit::range(1)`; the caller claims chunk
+/// 0 right after it publishes the job, so this is what another lane streams, front to back,
+/// before it takes what is left of the other segments from their far ends), at most
+/// [`IDLE_PREFETCH_SEGMENT_MAX`] bytes of it. Empty when the call has a single chunk (it runs
+/// on the caller alone). What a caller hints to the idle lanes (`Par::idle_read`) before that
+/// call: a lane that finds its segment cached finishes it early and takes more of the caller's,
+/// so every byte fetched while the caller ran the nodes in between is a byte the call does not
+/// wait for. (Until stop 25 the hint was the segment's first run, a quarter of it: the idle
+/// lane ran out of hint in the longer gaps, e.g. attention's before the output projection.
+/// Qwen2-0.5B decode, old / new per round, medians of 12 and 16 rounds: 1.024 and 1.012.)
+pub fn decode_second_segment(packed: &PackedNBits, lanes: usize) -> std::ops::Range<usize> {
     let p = packed.params();
     let split = StreamSplit::decode(pack::groups(p), pack::group_record_bytes(p), lanes);
     if split.chunks() < 2 {
-        return &[];
+        return 0..0;
     }
-    let bytes = packed.groups_bytes(split.range(1));
-    &bytes[..bytes.len().min(IDLE_PREFETCH_SEGMENT_MAX)]
+    let r = packed.groups_range(split.range(1));
+    r.start..r.end.min(r.start.saturating_add(IDLE_PREFETCH_SEGMENT_MAX))
 }
 
 /// The most bytes of a segment [`decode_second_segment`] names: half of one lane's L2 on the

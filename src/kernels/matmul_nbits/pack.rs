@@ -202,6 +202,14 @@ pub(crate) fn groups(p: &NBitsParams) -> usize {
     p.n.div_ceil(NR)
 }
 
+/// An idle lane reads a packed weight's records ahead of the call that streams them
+/// (`runtime::warm`).
+impl crate::runtime::WarmBytes for PackedNBits {
+    fn warm_bytes(&self) -> &[u8] {
+        self.weight_bytes()
+    }
+}
+
 impl PackedNBits {
     /// The node parameters this weight was packed for.
     pub fn params(&self) -> &NBitsParams {
@@ -231,9 +239,15 @@ impl PackedNBits {
     /// The records of groups `groups` (a range of group indices, clamped to the groups there
     /// are): one contiguous run of bytes.
     pub fn groups_bytes(&self, groups: std::ops::Range<usize>) -> &[u8] {
+        &self.records.as_slice()[self.groups_range(groups)]
+    }
+
+    /// Where the records of groups `groups` lie in [`PackedNBits::weight_bytes`] (clamped as
+    /// [`PackedNBits::groups_bytes`]).
+    pub fn groups_range(&self, groups: std::ops::Range<usize>) -> std::ops::Range<usize> {
         let last = self.group_at.len() - 1;
         let (a, b) = (groups.start.min(last), groups.end.min(last));
-        &self.records.as_slice()[self.group_at[a]..self.group_at[b.max(a)]]
+        self.group_at[a]..self.group_at[b.max(a)]
     }
 
     /// Writes column `n`'s K codes into `out` in ORT's layout for one row of B (code `k` in
