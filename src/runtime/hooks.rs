@@ -33,8 +33,8 @@ pub enum Point {
     /// A worker announced itself a sleeper and found no job on its re-check; it has not taken
     /// the park mutex yet.
     WorkerParking(usize),
-    /// A spinning worker has just issued one idle-prefetch step (see `park`, "Idle prefetch").
-    WorkerPrefetched(usize),
+    /// A spinning worker has just taken one idle-read step (see `park`, "Idle reads").
+    WorkerReadAhead(usize),
     /// A worker leaves its loop (the pool shuts down); the thread ends right after.
     WorkerExits(usize),
 }

@@ -220,7 +220,7 @@ impl Signal {
                 0 => std::hint::spin_loop(),
                 n => {
                     hinted += n;
-                    hooks.at(Point::WorkerPrefetched(lane));
+                    hooks.at(Point::WorkerReadAhead(lane));
                 }
             }
             iters += 1;

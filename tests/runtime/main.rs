@@ -12,7 +12,7 @@ mod proc;
 
 mod runtime_caller_placement;
 mod runtime_dispatch;
-mod runtime_idle_prefetch;
+mod runtime_idle_read;
 mod runtime_parking;
 mod runtime_spin;
 mod runtime_stream_split;

@@ -1,12 +1,13 @@
 //! Which M=1 weight stream of a session runs after which, learned from the calls themselves, so
-//! that a MatMulNBits call can ask the idle lanes to prefetch the next call's weights while the
-//! caller runs the nodes in between (`Par::idle_prefetch`).
+//! that a MatMulNBits call can ask the idle lanes to read the next call's weights ahead while
+//! the caller runs the nodes in between (`Par::idle_read`).
 //!
 //! Nothing is trusted: every call tells its predecessor (the session's previous M=1 call) who
 //! came next, and a link answers [`Link::next`] only after it saw the same successor twice in a
 //! row; one different successor withdraws the answer until that one repeats. A wrong answer
-//! (sessions run from several threads at once, a graph with branches) costs only a useless
-//! prefetch, never a wrong result: the hint is a prefetch of bytes, not a read.
+//! (sessions run from several threads at once, a graph with branches) costs only a useless read
+//! ahead, never a wrong result: the hint only warms caches (and holds its weight weakly,
+//! `runtime::warm`).
 
 use parking_lot::Mutex;
 use std::sync::Arc;

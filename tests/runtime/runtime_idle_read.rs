@@ -25,23 +25,23 @@ fn cfg(threads: usize, blocktime_us: u64) -> PoolConfig {
     }
 }
 
-/// Guarantee: a job published while a worker prefetches is not delayed by the rest of the
+/// Guarantee: a job published while a worker reads ahead is not delayed by the rest of the
 /// range (at most the step in flight completes) and not lost (the worker joins it).
-/// Staged: every read step stalls the worker 2 ms (stall point `WorkerPrefetched`), so the
+/// Staged: every read step stalls the worker 2 ms (stall point `WorkerReadAhead`), so the
 /// 1 MiB hint would keep it busy for about two seconds; the dispatch's caller chunk waits
 /// until the worker has joined, and the steps the worker takes after the publication
 /// (`CallerPublished`) are counted.
-/// Seen failing: with `Signal::spin` prefetching the whole range before it looks at the epoch
+/// Seen failing: with `Signal::spin` reading the whole range before it looks at the epoch
 /// again (hundreds of steps after the publication).
 #[test]
-fn prefetch_yields_to_a_new_job_within_one_step() {
+fn idle_read_yields_to_a_new_job_within_one_step() {
     // A blocktime no other test uses (own pool), long enough that the worker never parks.
     let pool = pool_for(&cfg(2, 30_000_001));
     let (steps, after) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
     let published = Arc::new(AtomicBool::new(false));
     let (s, a, p) = (steps.clone(), after.clone(), published.clone());
     pool.set_stall_hook(Some(Arc::new(move |pt| match pt {
-        Point::WorkerPrefetched(_) => {
+        Point::WorkerReadAhead(_) => {
             s.fetch_add(1, Ordering::SeqCst);
             if p.load(Ordering::SeqCst) {
                 a.fetch_add(1, Ordering::SeqCst);
@@ -59,7 +59,7 @@ fn prefetch_yields_to_a_new_job_within_one_step() {
         let (k0, s0) = (pool.counters(), steps.load(Ordering::SeqCst));
         after.store(0, Ordering::SeqCst);
         pool.idle_read(Some(whole(&buf)));
-        wait_until("the worker prefetches", || {
+        wait_until("the worker reads ahead", || {
             steps.load(Ordering::SeqCst) >= s0 + 3
         });
         let joined = AtomicBool::new(false);
@@ -70,7 +70,7 @@ fn prefetch_yields_to_a_new_job_within_one_step() {
                 at_join.store(after.load(Ordering::SeqCst), Ordering::SeqCst);
                 joined.store(true, Ordering::SeqCst);
             } else {
-                wait_until("the prefetching worker joins the job", || {
+                wait_until("the reading worker joins the job", || {
                     joined.load(Ordering::SeqCst)
                 });
             }
@@ -79,7 +79,7 @@ fn prefetch_yields_to_a_new_job_within_one_step() {
         let late = at_join.load(Ordering::SeqCst);
         assert!(
             late <= 1,
-            "round {round}: {late} prefetch steps after the job was published"
+            "round {round}: {late} read steps after the job was published"
         );
         assert!(joined.load(Ordering::SeqCst), "round {round}");
         assert!(
@@ -92,19 +92,19 @@ fn prefetch_yields_to_a_new_job_within_one_step() {
     pool.set_stall_hook(None);
 }
 
-/// Guarantee: a hint longer than `HINT_MAX_BYTES` is prefetched up to that bound and
+/// Guarantee: a hint longer than `HINT_MAX_BYTES` is read up to that bound and
 /// then no more (exactly that many bytes counted once the worker is idle again), in
 /// `STEP_BYTES` steps; a one-lane pool ignores hints.
 /// A hint whose bytes' owner is gone reads nothing.
 /// Seen failing: with the bound dropped in `IdleHint::new` (3 MiB counted); with the hint
 /// holding its owner strongly (the dropped buffer read).
 #[test]
-fn prefetch_is_bounded_and_done_once() {
+fn idle_read_is_bounded_done_once_and_needs_its_owner() {
     let pool = pool_for(&cfg(2, 30_000_002));
     let steps = Arc::new(AtomicU64::new(0));
     let s = steps.clone();
     pool.set_stall_hook(Some(Arc::new(move |pt| {
-        if let Point::WorkerPrefetched(_) = pt {
+        if let Point::WorkerReadAhead(_) = pt {
             s.fetch_add(1, Ordering::SeqCst);
         }
     })));
@@ -113,13 +113,13 @@ fn prefetch_is_bounded_and_done_once() {
     let s0 = steps.load(Ordering::SeqCst);
     pool.idle_read(Some(whole(&buf)));
     let want = (HINT_MAX_BYTES / STEP_BYTES) as u64;
-    wait_until("the worker prefetches the bounded range", || {
+    wait_until("the worker reads the bounded range", || {
         steps.load(Ordering::SeqCst) >= s0 + want
     });
     // The counter is added when the spin phase ends (on the worker, after it saw a job).
     std::thread::sleep(Duration::from_millis(20));
     pool.chunks(Dispatch::Decode, 2, &|_| {});
-    wait_until("the worker counts its prefetch", || {
+    wait_until("the worker counts its reads", || {
         pool.counters().idle_prefetch_bytes >= HINT_MAX_BYTES as u64
     });
     pool.set_stall_hook(None);
@@ -134,7 +134,7 @@ fn prefetch_is_bounded_and_done_once() {
     pool.set_stall_hook(Some(Arc::new({
         let s = steps.clone();
         move |pt| {
-            if let Point::WorkerPrefetched(_) = pt {
+            if let Point::WorkerReadAhead(_) = pt {
                 s.fetch_add(1, Ordering::SeqCst);
             }
         }
