@@ -43,13 +43,14 @@
 //! # Idle reads
 //!
 //! While it spins, a worker may also warm its cache for the next job: the pool's owner posts a
-//! *hint* ([`IdleHint`]: a byte range inside bytes an owner holds, at most [`HINT_MAX_BYTES`];
-//! `Lanes::idle_read`) into the pool's hint slot (the hint is stored under a mutex, then a
-//! generation bumped, Release; `runtime::warm`). Every spin iteration, after it has looked at
-//! `epoch`, the worker loads the generation (Acquire); a new value makes it take the hint
-//! (under the mutex) and start at its beginning. As long as some of it is left, the iteration
-//! reads the next [`STEP_BYTES`] of it (one load per cache line) instead of issuing the
-//! `spin_loop` hint. So:
+//! *hint* ([`IdleHint`]: a byte range inside bytes an owner holds, at most
+//! [`HINT_MAX_BYTES`](super::warm::HINT_MAX_BYTES); `Lanes::idle_read`) into the pool's hint
+//! slot (the hint is stored under a mutex, then a generation bumped, Release; `runtime::warm`).
+//! Every spin iteration, after it has looked at `epoch`, the worker loads the generation
+//! (Acquire); a new value makes it take the hint (under the mutex) and start at its beginning.
+//! As long as some of it is left, the iteration reads the next
+//! [`STEP_BYTES`](super::warm::STEP_BYTES) of it (one load per cache line) instead of issuing
+//! the `spin_loop` hint. So:
 //!
 //! - a job is never delayed by more than one step: the epoch is checked before every step
 //!   exactly as before (a step is 16 loads, a fraction of a microsecond even when every line
@@ -70,7 +71,7 @@
 
 use super::counters::{Counters, LaneCounters};
 use super::hooks::{Hooks, Point};
-use super::warm::{Cursor, HintSlot};
+use super::warm::{Cursor, HintSlot, IdleHint};
 use crate::os::cache::CachePadded;
 use parking_lot::{Condvar, Mutex};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -84,8 +85,6 @@ pub const CLOCK_CHECK_EVERY: u64 = 64;
 pub const CALLER_SPINS_BEFORE_YIELD: u64 = 1024;
 /// ...and then yields once every this many iterations.
 pub const CALLER_YIELD_EVERY: u64 = 64;
-
-pub use super::warm::{IdleHint, HINT_MAX_BYTES, STEP_BYTES};
 
 /// What a waiting worker was woken for.
 pub(crate) enum Wake {

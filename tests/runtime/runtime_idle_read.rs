@@ -6,7 +6,7 @@
 use crate::lanes_common::{on_worker, wait_until};
 
 use rcpu::runtime::hooks::Point;
-use rcpu::runtime::park::{IdleHint, HINT_MAX_BYTES, STEP_BYTES};
+use rcpu::runtime::warm::{IdleHint, HINT_MAX_BYTES, STEP_BYTES};
 use rcpu::runtime::{pool_for, Affinity, Dispatch, Par, PoolConfig};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -122,7 +122,6 @@ fn idle_read_is_bounded_done_once_and_needs_its_owner() {
     wait_until("the worker counts its reads", || {
         pool.counters().idle_prefetch_bytes >= HINT_MAX_BYTES as u64
     });
-    pool.set_stall_hook(None);
     assert_eq!(steps.load(Ordering::SeqCst) - s0, want, "steps");
     assert_eq!(
         pool.counters().idle_prefetch_bytes,
@@ -130,15 +129,8 @@ fn idle_read_is_bounded_done_once_and_needs_its_owner() {
         "{:?}",
         pool.counters()
     );
-    // A hint whose buffer was dropped before the worker took it: no step, no byte.
-    pool.set_stall_hook(Some(Arc::new({
-        let s = steps.clone();
-        move |pt| {
-            if let Point::WorkerReadAhead(_) = pt {
-                s.fetch_add(1, Ordering::SeqCst);
-            }
-        }
-    })));
+    // A hint whose buffer was dropped before the worker took it: no step, no byte (the same
+    // step-counting hook still installed).
     let gone = Arc::new(vec![1u8; 64 * STEP_BYTES]);
     let hint = whole(&gone);
     assert_eq!(hint.bytes(), 64 * STEP_BYTES);
