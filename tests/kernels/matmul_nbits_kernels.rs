@@ -14,8 +14,9 @@ use matmul_nbits_common::{acc4_vs_fp32_bound, rel_l2, Problem, THREE};
 
 use rcpu::kernels::matmul_nbits::reference::matmul_reference;
 use rcpu::kernels::matmul_nbits::{
-    decode_second_segment, matmul_packed, matmul_packed_with, matmul_unpacked, pack, Kernels,
-    NBitsParams, NBitsPath, NBitsRoute, NBitsWeight, IDLE_PREFETCH_SEGMENT_MAX,
+    decode_first_segment, decode_second_segment, matmul_packed, matmul_packed_with,
+    matmul_unpacked, pack, Kernels, NBitsParams, NBitsPath, NBitsRoute, NBitsWeight,
+    CALLER_PREFETCH_BYTES, IDLE_PREFETCH_SEGMENT_MAX,
 };
 use rcpu::runtime::par::{Par, Serial};
 use rcpu::telemetry::ledger::Variant;
@@ -471,6 +472,42 @@ fn idle_hint_is_the_second_lanes_segment() {
             assert_eq!(hint.start, at, "N={n} lanes={lanes}: hint offset");
         }
         assert!(hint.end <= w.weight_bytes().len(), "N={n} lanes={lanes}");
+    }
+}
+
+/// The lines a caller prefetches of the next M=1 call (`decode_first_segment`) are the head of
+/// its own segment: they start where the first group's records start, are at most
+/// `CALLER_PREFETCH_BYTES` long, and end before the segment the idle lanes read ahead
+/// (`decode_second_segment`) begins; with one lane (or a single chunk) the weight's head.
+#[test]
+fn caller_prefetch_is_the_head_of_its_own_segment() {
+    let max = CALLER_PREFETCH_BYTES;
+    // (K, N, lanes, prefetch length): segments longer than the bound; a single group (one
+    // chunk) of K = 64, 2 records of 512 code and 64 scale bytes, shorter than it.
+    for (k, n, lanes, len) in [
+        (896, 896, 2, max),
+        (896, 4864, 2, max),
+        (896, 896, 4, max),
+        (896, 896, 1, max),
+        (64, 20, 2, 2 * (512 + 64)),
+    ] {
+        let p = NBitsParams::new(k, n, 32, 4, false);
+        let b = vec![0x5a_u8; n * p.k_blocks() * p.blob_bytes()];
+        let w = pack(&b, &vec![0.5; n * p.k_blocks()], None, &p);
+        let head = decode_first_segment(&w, lanes);
+        assert_eq!(head.start, 0, "K={k} N={n} lanes={lanes}: head offset");
+        assert_eq!(head.len(), len, "K={k} N={n} lanes={lanes}: head length");
+        let second = decode_second_segment(&w, lanes);
+        if !second.is_empty() {
+            assert!(
+                head.end <= second.start,
+                "K={k} N={n} lanes={lanes}: overlaps the idle lane's segment"
+            );
+        }
+        assert!(
+            head.end <= w.weight_bytes().len(),
+            "K={k} N={n} lanes={lanes}"
+        );
     }
 }
 

@@ -12,8 +12,8 @@ use crate::abi::tensor::{ElemType, Tensor};
 use crate::ep::op::{types, Decline, KernelEnv, OpDef, OpKernel};
 use crate::kernels::matmul_nbits::reference::{hostile_scales, matmul_dequant_f32};
 use crate::kernels::matmul_nbits::{
-    decode_second_segment, matmul_packed, matmul_unpacked, try_pack, NBitsInput, NBitsParams,
-    NBitsWeight, PackedNBits,
+    decode_first_segment, decode_second_segment, matmul_packed, matmul_unpacked, try_pack,
+    NBitsInput, NBitsParams, NBitsWeight, PackedNBits,
 };
 use crate::kernels::shape::{checked_numel, numel};
 use crate::memory::{params_hash, weight_cache, CachedWeight, KeyDigest, WeightKey};
@@ -245,11 +245,16 @@ impl MatMulNBits {
 
 /// After an M=1 call whose chain link is `link`: while the caller runs the nodes up to the next
 /// M=1 call, the idle lanes may read the part of its weights they will stream (or drop the old
-/// hint when the order is not known).
+/// hint when the order is not known), and the caller's first lines of it are prefetched into
+/// its own cache (`decode_first_segment`).
 pub(crate) fn hint_next(link: &Link<CachedWeight<PackedNBits>>, par: &dyn Par) {
-    let hint = link
-        .next()
-        .map(|n| IdleHint::new(&n, decode_second_segment(&n, par.lanes())));
+    let hint = link.next().map(|n| {
+        let head = decode_first_segment(&n, par.lanes());
+        if let Some(b) = n.warm_bytes().get(head) {
+            crate::os::cache::prefetch_l1(b.as_ptr() as usize, b.len());
+        }
+        IdleHint::new(&n, decode_second_segment(&n, par.lanes()))
+    });
     par.idle_read(hint);
 }
 
