@@ -77,8 +77,8 @@ pub fn decode_second_segment(packed: &PackedNBits, lanes: usize) -> std::ops::Ra
 /// are on their way while the caller runs the norm or the attention.
 ///
 /// Qwen2-0.5B decode past 64 (2 lanes, `rcpu-bench llm --null-plugin`, old / new per round,
-/// fourteen runs of 24 rounds, stop 37): near 1.006 (175 rounds, 107 faster), apart 1.016 (116
-/// rounds, 85 faster); a small gain at the edge of the host's noise, steady in sign. Other
+/// eighteen runs of 24 rounds, stop 37): near 1.007 (209 rounds, 129 faster), apart 1.017 (163
+/// rounds, 117 faster); a small gain at the edge of the host's noise, steady in sign. Other
 /// lengths (one to three runs each): 4 KiB 1.000 near / 1.020 apart, 12 KiB 1.010 / 1.013,
 /// 24 KiB 1.009 / 0.994: past what the memory system keeps in flight, the caller stalls
 /// issuing them.
