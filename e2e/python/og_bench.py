@@ -268,6 +268,13 @@ def main() -> int:
     if a.prompt < 1 or a.tokens < 2 or a.rounds < 1 or a.iters < 1:
         print("og_bench: --prompt >= 1, --tokens >= 2, --rounds >= 1, --iters >= 1", file=sys.stderr)
         return 1
+    # onnxruntime resolves a relative library path against its own package directory, not the
+    # working directory: hand the arms an absolute one.
+    plugin = pathlib.Path(a.plugin).resolve()
+    if not plugin.is_file():
+        print(f"og_bench: plugin {plugin} not found (build it: cargo build --release)", file=sys.stderr)
+        return 1
+    a.plugin = str(plugin)
 
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="og_bench-"))
     try:

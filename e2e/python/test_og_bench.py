@@ -41,19 +41,21 @@ def test_null_band_is_symmetric_in_log_space():
     assert hi < 1.05
 
 
-def _run(model, tmp_path, *extra):
+def _run(model, tmp_path, *extra, cwd=None):
     out = tmp_path / "report.json"
     proc = subprocess.run(
         [sys.executable, og_bench.__file__, str(model), "--rounds", "5", "--iters", "2", "--prompt", "4",
          "--tokens", "4", "--json", str(out), *extra],
-        capture_output=True, text=True, timeout=600,
+        capture_output=True, text=True, timeout=600, cwd=cwd,
     )
     return proc, out
 
 
 def test_og_bench_runs_genai_on_ort_and_rcpu(tmp_path, plugin_path):
     model = _generate_model(tmp_path / "m", 0)
-    proc, out = _run(model, tmp_path, "--plugin", str(plugin_path))
+    # The plugin named relative to the working directory (onnxruntime alone would look for it
+    # in its own package directory).
+    proc, out = _run(model, tmp_path, "--plugin", plugin_path.name, cwd=plugin_path.parent)
     # 3: a short run on a busy host may not settle; the report is written either way.
     assert proc.returncode in (0, 3), proc.stdout + proc.stderr
     rep = json.loads(out.read_text())
@@ -71,6 +73,13 @@ def test_og_bench_runs_genai_on_ort_and_rcpu(tmp_path, plugin_path):
     for op in ("MatMulNBits", "GroupQueryAttention", "GatherBlockQuantized"):
         assert op in rep["routes"], rep["routes"]
     assert "HEADLINE" in proc.stdout or "NOT REACHED" in proc.stdout
+
+
+def test_og_bench_names_a_missing_plugin(tmp_path):
+    proc, out = _run(tmp_path, tmp_path, "--plugin", str(tmp_path / "no_such_plugin.so"))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "no_such_plugin.so not found" in proc.stderr
+    assert not out.exists()
 
 
 def test_og_bench_stops_before_timing_on_a_parity_mismatch(tmp_path, plugin_path):
