@@ -1,8 +1,9 @@
 //! Cache hints over an address range (a decode call's lanes prefetching the prepared
 //! activations another lane wrote; a caller prefetching the first lines of its own segment of
-//! the next decode call's weights, `kernels::matmul_nbits::decode_first_segment`). A prefetch is a CPU instruction, not a system call, but like
-//! the OS calls it is a safe wrapper over one unsafe block that names nothing of rcpu. (The idle
-//! lanes read ahead with loads, not prefetches: `runtime::warm`.)
+//! the next decode call's weights, `kernels::matmul_nbits::decode_first_segment`). A prefetch is
+//! a CPU instruction, not a system call, but like the OS calls it is a safe wrapper over one
+//! unsafe block that names nothing of rcpu. (The idle lanes read ahead with loads, not
+//! prefetches: `runtime::warm`.)
 //! Also [`CachePadded`], the layout that keeps a value written by one thread off the lines
 //! others write.
 
@@ -16,8 +17,7 @@ pub struct CachePadded<T>(pub T);
 /// Hints every cache line of the address range `[addr, addr + len)` into the L1 cache
 /// (`prefetcht0`; nothing off x86_64): for a small range a lane is about to read (a decode
 /// call's prepared activations, which another lane has just written; the head of the next
-/// call's weight segment). The addresses are never
-/// dereferenced: a prefetch never faults.
+/// call's weight segment). The addresses are never dereferenced: a prefetch never faults.
 pub fn prefetch_l1(addr: usize, len: usize) {
     prefetch_lines(addr, len)
 }
