@@ -278,11 +278,11 @@ pub(crate) fn packed_operand(kernel: &dyn OpKernel) -> Option<PackedOperand> {
     })
 }
 
-/// A cached packed weight's bytes are its records (an idle lane reads them ahead,
-/// `runtime::warm`).
-impl WarmBytes for CachedWeight<PackedNBits> {
+/// A cached weight's bytes to read ahead are those of the weight it holds (for a packed weight
+/// its records, `kernels::matmul_nbits::pack`); here because `memory` may not name `runtime`.
+impl<T: WarmBytes + 'static> WarmBytes for CachedWeight<T> {
     fn warm_bytes(&self) -> &[u8] {
-        self.weight_bytes()
+        (**self).warm_bytes()
     }
 }
 
