@@ -36,12 +36,25 @@ mod runtime_shutdown;
 
 /// Runs the calling test alone in this process: held until the guard drops (a failed test's
 /// poison is cleared). On entry it puts back what the tests here change: the default
-/// scratch budget, no weight-arena mapping limit, the default prefetch distances.
-pub(crate) fn serial() -> MutexGuard<'static, ()> {
+/// scratch budget, no weight-arena mapping limit, the default prefetch distances. On drop it
+/// releases the scratch the test parked on its own thread before it lets the next test in: the
+/// harness thread's buffers would otherwise go back at that thread's exit, which can fall inside
+/// the next test and move the process-wide `parked_bytes` it measures.
+pub(crate) fn serial() -> Serial {
     static ONE: Mutex<()> = Mutex::new(());
     let guard = ONE.lock().unwrap_or_else(|e| e.into_inner());
     rcpu::memory::configure(None, Some(rcpu::memory::default_scratch_budget()));
     rcpu::memory::weight_arena().set_mapped_limit(None);
     rcpu::kernels::matmul_nbits::prefetch::reset_prefetch();
-    guard
+    Serial(guard)
+}
+
+/// The guard [`serial`] hands out.
+pub(crate) struct Serial(#[allow(dead_code)] MutexGuard<'static, ()>);
+
+impl Drop for Serial {
+    fn drop(&mut self) {
+        // Runs before the field (the lock) drops.
+        rcpu::memory::scratch::release_thread_scratch();
+    }
 }
