@@ -1,0 +1,223 @@
+"""Differential fuzzing of whole generated LLMs: random genai-builder-shaped models (`rcpu-bench gen llm:...`)
+under random provider options, a prefill and three decode steps, rcpu against ORT's CPU EP.
+
+Each case draws, from one seeded generator, a layer shape (hidden size, query and kv heads, head size,
+MLP size, quantization block, accuracy level, qkv bias, tied or untied embedding, vocabulary, one or two
+layers), a prompt length (1 to 150 tokens), the rcpu provider options (`fuse`, `threads`, `acc4_scales`,
+`weight_cache_mb`, `scratch_cache_mb`, each set or left at its default) and the token ids. Both sessions run
+the prompt, then three decode steps, each from ORT's present rows (so every step compares the same inputs).
+Findings:
+- rcpu raised where ORT computed (or the reverse);
+- accuracy levels 0-3: logits or present rows beyond rel L2 1e-4 (the parity tests' MatMulNBits bound);
+- accuracy level 4 (activations quantized to int8 by both, each its own way): rcpu's logits, or any of its
+  present rows (they come out of the int8 qkv projection), farther from the model's f32 answer (the same
+  weights at level 0, on ORT) than twice as far as ORT's own level-4 outputs are, plus 1e-3.
+
+    .venv/bin/python e2e/python/fuzz_llm.py [--cases 50] [--seed 1] [--plugin target/release/librcpu_ep.so]
+                                            [--bench target/release/rcpu-bench]
+
+prints one line per case (`ok` / `FINDING`, the spec, the options and the errors, enough to rerun it) and
+exits 1 when any case found something. `RCPU_ISA=avx2` (or `scalar`) in the environment fuzzes another
+kernel level. test_fuzz_llm.py runs a few seeded cases in the suite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import random
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+
+import numpy as np
+import onnxruntime as ort
+
+EP_NAME = "RcpuExecutionProvider"
+REPO = pathlib.Path(__file__).resolve().parents[2]
+DECODE_STEPS = 3
+EXACT_TOL = 1e-4
+# How much farther than ORT's a level-4 output may land from the f32 answer (per output and step): over
+# many token draws the two sit at the same distance (median ratio 1.00), single small tensors up to ~1.7x.
+ACC4_RATIO = 2.0
+
+
+@dataclass
+class Case:
+    """One fuzz case: the generator spec (without the accuracy level), the level, options, prompt, seed."""
+
+    spec: str
+    acc: int
+    kv: int
+    head: int
+    vocab: int
+    options: dict
+    prompt: int
+    seed: int
+
+    def describe(self) -> str:
+        return f"{self.spec},acc={self.acc} options={json.dumps(self.options)} prompt={self.prompt} seed={self.seed}"
+
+
+def draw_case(rng: random.Random) -> Case:
+    block = rng.choice([16, 32, 64, 128])
+    kv, group = rng.choice([1, 2, 3]), rng.choice([1, 2, 3, 4, 7])
+    # ORT's GroupQueryAttention takes head sizes that are multiples of 16 only.
+    head = rng.choice([16, 32, 48, 64, 96, 128])
+    hidden = rng.choice([16, 24, 40, 64, 72, 96, 128, 200, 256, 520])
+    # A tied (int4) embedding needs whole blocks per row.
+    tied = rng.choice([0, 1]) if hidden % block == 0 else 0
+    vocab = rng.randint(20, 700)
+    spec = (
+        f"llm:preset=qwen2-0.5b,layers={rng.choice([1, 2])},vocab={vocab},hidden={hidden},heads={kv * group},"
+        f"kv={kv},head={head},inter={rng.randint(8, 400)},block={block},ctx=256,tied={tied},"
+        f"qkv_bias={rng.choice([0, 1])},seed={rng.randint(1, 10**6)}"
+    )
+    choices = {
+        "fuse": ["on", "off"],
+        "threads": ["1", "2", "3"],
+        "acc4_scales": ["f16", "f32"],
+        "weight_cache_mb": ["0", "1", "4096"],
+        "scratch_cache_mb": ["0", "1", "64"],
+    }
+    options = {k: rng.choice(v) for k, v in choices.items() if rng.random() < 0.6}
+    return Case(spec, rng.choice([0, 1, 2, 3, 4, 4]), kv, head, vocab, options,
+                rng.choice([1, 2, 5, 17, 33, 64, 150]), rng.randint(0, 2**31))
+
+
+def rel_l2(a: np.ndarray, b: np.ndarray) -> float:
+    a, b = a.astype(np.float64), b.astype(np.float64)
+    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
+
+
+def generate(bench: pathlib.Path, spec: str, out: pathlib.Path) -> bytes:
+    r = subprocess.run([str(bench), "gen", spec, "--out", str(out)], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"rcpu-bench gen {spec}: {r.stderr.strip()[-400:]}")
+    return out.read_bytes()
+
+
+def session(model: bytes, devices=None, options: dict | None = None) -> ort.InferenceSession:
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    so.intra_op_num_threads = 2
+    if devices is None:
+        return ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+    so.add_provider_for_devices(devices, options or {})
+    return ort.InferenceSession(model, so, enable_fallback=0)
+
+
+class Generation:
+    """Feeds for one prompt and the decode steps after it, the same for every session of a case."""
+
+    def __init__(self, case: Case, sess: ort.InferenceSession):
+        self.case = case
+        self.inputs = [i.name for i in sess.get_inputs()]
+        self.outputs = [o.name for o in sess.get_outputs()]
+        rng = np.random.default_rng(case.seed)
+        self.ids = [rng.integers(0, case.vocab, (1, case.prompt)).astype(np.int64)]
+        self.ids += [rng.integers(0, case.vocab, (1, 1)).astype(np.int64) for _ in range(DECODE_STEPS)]
+
+    def feeds(self, step: int, past: dict[str, np.ndarray] | None) -> dict[str, np.ndarray]:
+        c, ids = self.case, self.ids[step]
+        done = 0 if step == 0 else c.prompt + step - 1
+        f = {}
+        for n in self.inputs:
+            if n == "input_ids":
+                f[n] = ids
+            elif n == "attention_mask":
+                f[n] = np.ones((1, done + ids.shape[1]), np.int64)
+            elif n == "position_ids":
+                f[n] = np.arange(done, done + ids.shape[1], dtype=np.int64)[None]
+            elif n.startswith("past_key_values"):
+                f[n] = np.zeros((1, c.kv, 0, c.head), np.float32) if past is None else past[n]
+        return f
+
+    def past_from(self, outs: list[np.ndarray]) -> dict[str, np.ndarray]:
+        return {n: outs[self.outputs.index(n.replace("past_key_values", "present"))]
+                for n in self.inputs if n.startswith("past_key_values")}
+
+
+def run_case(case: Case, bench: pathlib.Path, devices, work: pathlib.Path) -> tuple[list[str], str]:
+    """Findings of one case (empty: none) and a summary of its errors."""
+    model = generate(bench, f"{case.spec},acc={case.acc}", work / "model.onnx")
+    ref = session(model)
+    gen = Generation(case, ref)
+    try:
+        mine = session(model, devices, case.options)
+    except Exception as e:  # noqa: BLE001 - any failure of rcpu's session is the finding
+        return [f"rcpu's session failed: {str(e)[:300]}"], ""
+    f32 = session(generate(bench, f"{case.spec},acc=0", work / "f32.onnx")) if case.acc == 4 else None
+    findings, worst = [], {"logits": 0.0, "present": 0.0}
+    past = None
+    for step in range(DECODE_STEPS + 1):
+        feeds = gen.feeds(step, past)
+        want = ref.run(None, feeds)
+        try:
+            got = mine.run(None, feeds)
+        except Exception as e:  # noqa: BLE001
+            return findings + [f"step {step}: rcpu raised where ORT computed: {str(e)[:300]}"], ""
+        logits = rel_l2(got[0], want[0])
+        present = max((rel_l2(g, w) for g, w in zip(got[1:], want[1:])), default=0.0)
+        worst["logits"] = max(worst["logits"], logits)
+        worst["present"] = max(worst["present"], present)
+        if not all(np.isfinite(g).all() == np.isfinite(w).all() for g, w in zip(got, want)):
+            findings.append(f"step {step}: non-finite values where ORT has none (or the reverse)")
+        if f32 is None:
+            if logits > EXACT_TOL or present > EXACT_TOL:
+                findings.append(f"step {step}: rel L2 logits {logits:.2e} present {present:.2e} > {EXACT_TOL}")
+        else:
+            truth = f32.run(None, feeds)
+            for k, name in enumerate(gen.outputs):
+                theirs, ours = rel_l2(want[k], truth[k]), rel_l2(got[k], truth[k])
+                if ours > ACC4_RATIO * theirs + 1e-3:
+                    findings.append(f"step {step}: level-4 {name} {ours:.2e} from the f32 answer, ORT's {theirs:.2e}")
+        past = gen.past_from(want)
+    return findings, f"logits {worst['logits']:.2e} present {worst['present']:.2e}"
+
+
+def fuzz(cases: int, seed: int, bench: pathlib.Path, devices, log=print) -> int:
+    """Runs `cases` cases from `seed`; returns how many found something."""
+    rng = random.Random(seed)
+    found = 0
+    for i in range(cases):
+        case = draw_case(rng)
+        with tempfile.TemporaryDirectory(prefix="rcpu-fuzz-") as d:
+            findings, summary = run_case(case, bench, devices, pathlib.Path(d))
+        if findings:
+            found += 1
+            log(f"FINDING {i} {case.describe()}: " + "; ".join(findings))
+        else:
+            log(f"ok {i} {case.describe()} {summary}")
+    return found
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cases", type=int, default=50)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--plugin", default=str(REPO / "target/release/librcpu_ep.so"))
+    ap.add_argument("--bench", default=str(REPO / "target/release/rcpu-bench"))
+    a = ap.parse_args()
+    plugin, bench = pathlib.Path(a.plugin).resolve(), pathlib.Path(a.bench).resolve()
+    for p in (plugin, bench):
+        if not p.is_file():
+            print(f"fuzz_llm: {p} not found (build with `cargo build --release --workspace`)", file=sys.stderr)
+            return 2
+    ort.set_default_logger_severity(3)
+    ort.register_execution_provider_library("rcpu", str(plugin))
+    devices = [d for d in ort.get_ep_devices() if d.ep_name == EP_NAME]
+    if not devices:
+        print(f"fuzz_llm: no {EP_NAME} device after registering {plugin}", file=sys.stderr)
+        return 2
+    found = fuzz(a.cases, a.seed, bench, devices, log=lambda s: print(s, flush=True))
+    isa = os.environ.get("RCPU_ISA", "default")
+    print(f"fuzz_llm: {a.cases} cases from seed {a.seed} (ISA {isa}): {found} with findings")
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,57 @@
+"""A few seeded cases of the whole-model differential fuzzer (fuzz_llm.py): random generated LLMs under random
+provider options, a prefill and three decode steps on rcpu against ORT's CPU EP. The seeds are fixed, so the
+cases (and both answers) are the same on every run; `python e2e/python/fuzz_llm.py --cases N --seed S` draws more.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import random
+
+import pytest
+
+import fuzz_llm
+
+BENCH = fuzz_llm.REPO / "target" / "release" / "rcpu-bench"
+
+
+@pytest.fixture(scope="module")
+def bench() -> pathlib.Path:
+    if not BENCH.is_file():
+        pytest.fail(f"{BENCH} missing: `cargo build --release --workspace` first", pytrace=False)
+    return BENCH
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_random_generated_llms_match_ort(bench, rcpu_devices, seed):
+    lines: list[str] = []
+    found = fuzz_llm.fuzz(5, seed, bench, rcpu_devices, log=lines.append)
+    assert found == 0, "\n".join(line for line in lines if not line.startswith("ok"))
+    assert len(lines) == 5 and all(line.startswith("ok") for line in lines)
+
+
+def test_draws_cover_every_level_and_both_paths():
+    rng = random.Random(3)
+    cases = [fuzz_llm.draw_case(rng) for _ in range(200)]
+    assert {c.acc for c in cases} == {0, 1, 2, 3, 4}
+    assert {c.options.get("fuse") for c in cases} == {None, "on", "off"}
+    assert {c.prompt for c in cases} >= {1, 150}
+    assert all(c.head % 16 == 0 for c in cases)
+
+
+@pytest.mark.parametrize("acc", [0, 4])
+def test_a_wrong_answer_is_a_finding(bench, rcpu_devices, monkeypatch, tmp_path, acc):
+    """The checks can fail: "rcpu" here is ORT running the same shape with other weights."""
+    case = fuzz_llm.draw_case(random.Random(5))
+    case.acc = acc
+    real_session = fuzz_llm.session
+
+    def impostor(model, devices=None, options=None):
+        if devices is None:
+            return real_session(model)
+        other = case.spec.replace("seed=", "seed=1")
+        return real_session(fuzz_llm.generate(bench, f"{other},acc={acc}", tmp_path / "other.onnx"))
+
+    monkeypatch.setattr(fuzz_llm, "session", impostor)
+    findings, _ = fuzz_llm.run_case(case, bench, rcpu_devices, tmp_path)
+    assert findings, "answers from other weights passed the fuzzer's checks"
