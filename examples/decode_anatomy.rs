@@ -27,10 +27,10 @@
 //! `--arms=even,guided,segmented+hint` (default `guided+hint-l2,segmented+hint`: the library
 //! before and after issue 17's changes) interleaves arms pass by pass in the same process: the
 //! decode chunk schedule of `par::StreamSplit` (`par::set_stream_schedule`, diagnostics only;
-//! segmented is the library's default); with `+hint`, after each call the idle worker is asked
-//! to read the next call's second segment (`Lanes::idle_read` with
-//! `matmul_nbits::decode_second_segment`, what the MatMulNBits node does once it has seen the
-//! order of its session's calls twice; the hint is cancelled as each call starts); with `-l2`,
+//! segmented is the library's default); with `+hint`, as each call starts the idle worker is
+//! asked to read the next call's second segment once its share of this call is done
+//! (`Lanes::idle_read` with `matmul_nbits::decode_second_segment`, what the MatMulNBits node does
+//! once it has seen the order of its session's calls twice); with `-l2`,
 //! the tiles prefetch as before issue 17 (L1 2048 bytes ahead, no L2 prefetch; `prefetch`).
 
 #[path = "../tests/common/rng.rs"]
@@ -348,14 +348,12 @@ fn main() {
                     spin_us(gap);
                     let s = now_ns();
                     if hint {
-                        lanes.idle_read(None);
-                    }
-                    matmul_packed(&a[..m.params().k], 1, m, None, &mut out, &traced).unwrap();
-                    if hint {
+                        // As the MatMulNBits node: the next call's hint, posted as this one starts.
                         let next = &seq[(idx + 1) % seq.len()].1;
                         let h = IdleHint::new(next, decode_second_segment(next, lanes.lanes()));
                         lanes.idle_read(Some(h));
                     }
+                    matmul_packed(&a[..m.params().k], 1, m, None, &mut out, &traced).unwrap();
                     let e = now_ns();
                     let d = traced.take()[0];
                     in_gemv += (e - s) as f64 * 1e-9;

@@ -158,3 +158,48 @@ fn idle_read_is_bounded_done_once_and_needs_its_owner() {
     one.chunks(Dispatch::Decode, 2, &|_| {});
     assert_eq!(one.counters().idle_prefetch_bytes, 0);
 }
+
+/// Guarantee (what a MatMulNBits decode call relies on when it posts the next call's hint just
+/// before its own dispatch, `ep::nodes::matmul_nbits::hint_following`): a hint posted right
+/// before a job is read after that job, whether the worker took it up before the job came (it
+/// resumes the rest) or only once the job was done (it takes it then), and read once: exactly
+/// `HINT_MAX_BYTES / STEP_BYTES` steps in all. Staged: every read step stalls the worker 200 us,
+/// so a job published after the first step finds most of the range still unread.
+/// Seen failing: with a worker dropping the rest of its hint when a job arrives (`drop_rest` on
+/// a spin hit in `Signal::spin`): the first round stops after the steps before the job.
+#[test]
+fn a_hint_posted_before_a_job_is_read_after_it() {
+    let pool = pool_for(&cfg(2, 30_000_004));
+    let steps = Arc::new(AtomicU64::new(0));
+    let s = steps.clone();
+    pool.set_stall_hook(Some(Arc::new(move |pt| {
+        if let Point::WorkerReadAhead(_) = pt {
+            s.fetch_add(1, Ordering::SeqCst);
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    })));
+    let buf = Arc::new(vec![1u8; HINT_MAX_BYTES]);
+    let want = (HINT_MAX_BYTES / STEP_BYTES) as u64;
+    for taken_first in [true, false] {
+        // A job first: the worker has seen the latest epoch, and the last hint is done.
+        pool.chunks(Dispatch::Decode, 2, &|_| {});
+        let s0 = steps.load(Ordering::SeqCst);
+        pool.idle_read(Some(whole(&buf)));
+        if taken_first {
+            wait_until("the worker takes the hint up", || {
+                steps.load(Ordering::SeqCst) > s0
+            });
+        }
+        pool.chunks(Dispatch::Decode, 2, &|_| {});
+        wait_until("the worker reads the whole hint after the job", || {
+            steps.load(Ordering::SeqCst) >= s0 + want
+        });
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(
+            steps.load(Ordering::SeqCst) - s0,
+            want,
+            "steps with the hint taken up before the job: {taken_first}"
+        );
+    }
+    pool.set_stall_hook(None);
+}

@@ -243,19 +243,32 @@ impl MatMulNBits {
     }
 }
 
-/// After an M=1 call whose chain link is `link`: while the caller runs the nodes up to the next
-/// M=1 call, the idle lanes may read the part of its weights they will stream (or drop the old
-/// hint when the order is not known), and the caller's first lines of it are prefetched into
-/// its own cache (`decode_first_segment`).
-pub(crate) fn hint_next(link: &Link<CachedWeight<PackedNBits>>, par: &dyn Par) {
-    let hint = link.next().map(|n| {
+/// As an M=1 call whose chain link is `link` starts: posts the idle lanes' hint for the call
+/// after it (the part of its weights they will stream, `decode_second_segment`), or drops the
+/// old hint when the order is not known. Posted before this call's dispatch, the hint waits in
+/// the pool while the lanes run this call, and each worker takes it up as soon as its own share
+/// of this call is done (a worker resumes its hint after a job, `runtime::park`, "Idle reads"):
+/// it reads ahead while the caller finishes its share, then on through the nodes up to the next
+/// M=1 call. Posted after the join instead, the reads began only once the caller had returned
+/// and the hint had crossed to the worker (0.5-0.8 us a call with the vCPUs apart: README, stop
+/// 38).
+pub(crate) fn hint_following(link: &Link<CachedWeight<PackedNBits>>, par: &dyn Par) {
+    let hint = link
+        .next()
+        .map(|n| IdleHint::new(&n, decode_second_segment(&n, par.lanes())));
+    par.idle_read(hint);
+}
+
+/// As an M=1 call whose chain link is `link` ends: the first lines of the calling lane's own
+/// segment of the next call are prefetched into its cache (`decode_first_segment`), so its
+/// stream does not start cold after the nodes in between.
+pub(crate) fn prefetch_caller_head(link: &Link<CachedWeight<PackedNBits>>, par: &dyn Par) {
+    if let Some(n) = link.next() {
         let head = decode_first_segment(&n, par.lanes());
         if let Some(b) = n.warm_bytes().get(head) {
             crate::os::cache::prefetch_l1(b.as_ptr() as usize, b.len());
         }
-        IdleHint::new(&n, decode_second_segment(&n, par.lanes()))
-    });
-    par.idle_read(hint);
+    }
 }
 
 /// What a combined step needs of one MatMulNBits node that runs from a packed weight with no
@@ -395,10 +408,11 @@ impl OpKernel for MatMulNBits {
                 let link = self.link.as_ref().filter(|_| m == 1);
                 if let Some(l) = link {
                     self.env.gemv_chain.ran(l);
+                    hint_following(l, par);
                 }
                 let v = matmul_packed(a, m, w, bias, out, par).map_err(Error::fail)?;
                 if let Some(l) = link {
-                    hint_next(l, par);
+                    prefetch_caller_head(l, par);
                 }
                 v
             }
