@@ -17,6 +17,21 @@ fn whole(buf: &Arc<Vec<u8>>) -> IdleHint {
     IdleHint::new(buf, 0..buf.len())
 }
 
+/// Counts `pool`'s idle-read steps (stall point `WorkerReadAhead`), stalling each by `stall`.
+fn count_read_steps(pool: &rcpu::runtime::Lanes, stall: Duration) -> Arc<AtomicU64> {
+    let steps = Arc::new(AtomicU64::new(0));
+    let s = steps.clone();
+    pool.set_stall_hook(Some(Arc::new(move |pt| {
+        if let Point::WorkerReadAhead(_) = pt {
+            s.fetch_add(1, Ordering::SeqCst);
+            if !stall.is_zero() {
+                std::thread::sleep(stall);
+            }
+        }
+    })));
+    steps
+}
+
 fn cfg(threads: usize, blocktime_us: u64) -> PoolConfig {
     PoolConfig {
         threads,
@@ -101,13 +116,7 @@ fn idle_read_yields_to_a_new_job_within_one_step() {
 #[test]
 fn idle_read_is_bounded_done_once_and_needs_its_owner() {
     let pool = pool_for(&cfg(2, 30_000_002));
-    let steps = Arc::new(AtomicU64::new(0));
-    let s = steps.clone();
-    pool.set_stall_hook(Some(Arc::new(move |pt| {
-        if let Point::WorkerReadAhead(_) = pt {
-            s.fetch_add(1, Ordering::SeqCst);
-        }
-    })));
+    let steps = count_read_steps(&pool, Duration::ZERO);
     let buf = Arc::new(vec![1u8; 3 * HINT_MAX_BYTES]);
     pool.chunks(Dispatch::Decode, 2, &|_| {});
     let s0 = steps.load(Ordering::SeqCst);
@@ -170,14 +179,7 @@ fn idle_read_is_bounded_done_once_and_needs_its_owner() {
 #[test]
 fn a_hint_posted_before_a_job_is_read_after_it() {
     let pool = pool_for(&cfg(2, 30_000_004));
-    let steps = Arc::new(AtomicU64::new(0));
-    let s = steps.clone();
-    pool.set_stall_hook(Some(Arc::new(move |pt| {
-        if let Point::WorkerReadAhead(_) = pt {
-            s.fetch_add(1, Ordering::SeqCst);
-            std::thread::sleep(Duration::from_micros(200));
-        }
-    })));
+    let steps = count_read_steps(&pool, Duration::from_micros(200));
     let buf = Arc::new(vec![1u8; HINT_MAX_BYTES]);
     let want = (HINT_MAX_BYTES / STEP_BYTES) as u64;
     for taken_first in [true, false] {
