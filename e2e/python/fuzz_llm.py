@@ -4,8 +4,12 @@ under random provider options, a prefill and three decode steps, rcpu against OR
 Each case draws, from one seeded generator, a layer shape (hidden size, query and kv heads, head size,
 MLP size, quantization block, accuracy level, qkv bias, tied or untied embedding, vocabulary, one or two
 layers), a prompt length (1 to 150 tokens), the rcpu provider options (`fuse`, `threads`, `acc4_scales`,
-`weight_cache_mb`, `scratch_cache_mb`, each set or left at its default) and the token ids. Both sessions run
-the prompt, then three decode steps, each from ORT's present rows (so every step compares the same inputs).
+`weight_cache_mb`, `scratch_cache_mb`, each set or left at its default), the token ids, and how the KV
+cache is passed: as separate past inputs and present outputs, each decode step fed ORT's present rows (so
+every step compares the same inputs), or as onnxruntime-genai passes it with `past_present_share_buffer`,
+one max-length buffer per layer and kind bound through IO binding as both past and present (each session
+its own buffers, so a step builds on that session's own earlier rows). Both sessions run the prompt, then
+three decode steps.
 Findings:
 - rcpu raised where ORT computed (or the reverse);
 - accuracy levels 0-3: logits or present rows beyond rel L2 1e-4 (the parity tests' MatMulNBits bound);
@@ -39,6 +43,8 @@ import onnxruntime as ort
 EP_NAME = "RcpuExecutionProvider"
 REPO = pathlib.Path(__file__).resolve().parents[2]
 DECODE_STEPS = 3
+# The generated models' context (`ctx=` in the spec): the shared buffers' length.
+CTX = 256
 EXACT_TOL = 1e-4
 # How much farther than ORT's a level-4 output may land from the f32 answer (per output and step): over
 # many token draws the two sit at the same distance (median ratio 1.00), single small tensors up to ~1.7x.
@@ -57,9 +63,13 @@ class Case:
     options: dict
     prompt: int
     seed: int
+    # genai's past_present_share_buffer layout: past and present bound to one max-length buffer.
+    shared: bool = False
 
     def describe(self) -> str:
-        return f"{self.spec},acc={self.acc} options={json.dumps(self.options)} prompt={self.prompt} seed={self.seed}"
+        kv = " kv=shared" if self.shared else ""
+        return (f"{self.spec},acc={self.acc} options={json.dumps(self.options)} prompt={self.prompt}"
+                f" seed={self.seed}{kv}")
 
 
 def draw_case(rng: random.Random) -> Case:
@@ -73,7 +83,7 @@ def draw_case(rng: random.Random) -> Case:
     vocab = rng.randint(20, 700)
     spec = (
         f"llm:preset=qwen2-0.5b,layers={rng.choice([1, 2])},vocab={vocab},hidden={hidden},heads={kv * group},"
-        f"kv={kv},head={head},inter={rng.randint(8, 400)},block={block},ctx=256,tied={tied},"
+        f"kv={kv},head={head},inter={rng.randint(8, 400)},block={block},ctx={CTX},tied={tied},"
         f"qkv_bias={rng.choice([0, 1])},seed={rng.randint(1, 10**6)}"
     )
     choices = {
@@ -85,7 +95,7 @@ def draw_case(rng: random.Random) -> Case:
     }
     options = {k: rng.choice(v) for k, v in choices.items() if rng.random() < 0.6}
     return Case(spec, rng.choice([0, 1, 2, 3, 4, 4]), kv, head, vocab, options,
-                rng.choice([1, 2, 5, 17, 33, 64, 150]), rng.randint(0, 2**31))
+                rng.choice([1, 2, 5, 17, 33, 64, 150]), rng.randint(0, 2**31), rng.random() < 0.5)
 
 
 def rel_l2(a: np.ndarray, b: np.ndarray) -> float:
@@ -141,6 +151,35 @@ class Generation:
                 for n in self.inputs if n.startswith("past_key_values")}
 
 
+class SharedKv:
+    """One session's max-length key / value buffers, bound as both past and present of every step
+    (only the rows up to the step's total length are meaningful)."""
+
+    def __init__(self, gen: Generation, sess: ort.InferenceSession):
+        c = gen.case
+        self.gen, self.sess = gen, sess
+        self.bufs = {n: ort.OrtValue.ortvalue_from_numpy(np.zeros((1, c.kv, CTX, c.head), np.float32))
+                     for n in gen.inputs if n.startswith("past_key_values")}
+
+    def run(self, step: int) -> list[np.ndarray]:
+        """Outputs of `step` in `gen.outputs` order: the logits, then each present buffer's valid rows."""
+        c, g = self.gen.case, self.gen
+        total = c.prompt + step
+        io = self.sess.io_binding()
+        for n, v in g.feeds(step, {n: np.zeros((1, c.kv, 0, c.head), np.float32) for n in self.bufs}).items():
+            if n not in self.bufs:
+                io.bind_cpu_input(n, v)
+        # The logits first: `copy_outputs_to_cpu` lists the outputs in binding order.
+        io.bind_output(g.outputs[0])
+        for n, v in self.bufs.items():
+            io.bind_ortvalue_input(n, v)
+            io.bind_ortvalue_output(n.replace("past_key_values", "present"), v)
+        self.sess.run_with_iobinding(io)
+        logits = io.copy_outputs_to_cpu()[0]
+        rows = {n.replace("past_key_values", "present"): v.numpy()[:, :, :total] for n, v in self.bufs.items()}
+        return [logits] + [rows[n] for n in g.outputs[1:]]
+
+
 def run_case(case: Case, bench: pathlib.Path, devices, work: pathlib.Path) -> tuple[list[str], str]:
     """Findings of one case (empty: none) and a summary of its errors."""
     model = generate(bench, f"{case.spec},acc={case.acc}", work / "model.onnx")
@@ -153,11 +192,12 @@ def run_case(case: Case, bench: pathlib.Path, devices, work: pathlib.Path) -> tu
     f32 = session(generate(bench, f"{case.spec},acc=0", work / "f32.onnx")) if case.acc == 4 else None
     findings, worst = [], {"logits": 0.0, "present": 0.0}
     past = None
+    runners = [SharedKv(gen, s) for s in (ref, mine, f32) if s is not None] if case.shared else None
     for step in range(DECODE_STEPS + 1):
         feeds = gen.feeds(step, past)
-        want = ref.run(None, feeds)
+        want = runners[0].run(step) if runners else ref.run(None, feeds)
         try:
-            got = mine.run(None, feeds)
+            got = runners[1].run(step) if runners else mine.run(None, feeds)
         except Exception as e:  # noqa: BLE001
             return findings + [f"step {step}: rcpu raised where ORT computed: {str(e)[:300]}"], ""
         logits = rel_l2(got[0], want[0])
@@ -170,7 +210,7 @@ def run_case(case: Case, bench: pathlib.Path, devices, work: pathlib.Path) -> tu
             if logits > EXACT_TOL or present > EXACT_TOL:
                 findings.append(f"step {step}: rel L2 logits {logits:.2e} present {present:.2e} > {EXACT_TOL}")
         else:
-            truth = f32.run(None, feeds)
+            truth = runners[2].run(step) if runners else f32.run(None, feeds)
             for k, name in enumerate(gen.outputs):
                 theirs, ours = rel_l2(want[k], truth[k]), rel_l2(got[k], truth[k])
                 if ours > ACC4_RATIO * theirs + 1e-3:

@@ -30,20 +30,22 @@ def test_random_generated_llms_match_ort(bench, rcpu_devices, seed):
     assert len(lines) == 5 and all(line.startswith("ok") for line in lines)
 
 
-def test_draws_cover_every_level_and_both_paths():
+def test_draws_cover_every_level_both_paths_and_both_kv_layouts():
     rng = random.Random(3)
     cases = [fuzz_llm.draw_case(rng) for _ in range(200)]
     assert {c.acc for c in cases} == {0, 1, 2, 3, 4}
     assert {c.options.get("fuse") for c in cases} == {None, "on", "off"}
     assert {c.prompt for c in cases} >= {1, 150}
     assert all(c.head % 16 == 0 for c in cases)
+    assert {c.shared for c in cases} == {False, True}
 
 
+@pytest.mark.parametrize("shared", [False, True])
 @pytest.mark.parametrize("acc", [0, 4])
-def test_a_wrong_answer_is_a_finding(bench, rcpu_devices, monkeypatch, tmp_path, acc):
+def test_a_wrong_answer_is_a_finding(bench, rcpu_devices, monkeypatch, tmp_path, acc, shared):
     """The checks can fail: "rcpu" here is ORT running the same shape with other weights."""
     case = fuzz_llm.draw_case(random.Random(5))
-    case.acc = acc
+    case.acc, case.shared = acc, shared
     real_session = fuzz_llm.session
 
     def impostor(model, devices=None, options=None):
