@@ -43,7 +43,7 @@ def test_draws_cover_every_level_both_paths_and_both_kv_layouts():
 @pytest.mark.parametrize("shared", [False, True])
 @pytest.mark.parametrize("acc", [0, 4])
 def test_a_wrong_answer_is_a_finding(bench, rcpu_devices, monkeypatch, tmp_path, acc, shared):
-    """The checks can fail: "rcpu" here is ORT running the same shape with other weights."""
+    """The checks can fail: the rcpu session here runs the same shape with other weights."""
     case = fuzz_llm.draw_case(random.Random(5))
     case.acc, case.shared = acc, shared
     real_session = fuzz_llm.session
@@ -52,8 +52,19 @@ def test_a_wrong_answer_is_a_finding(bench, rcpu_devices, monkeypatch, tmp_path,
         if devices is None:
             return real_session(model)
         other = case.spec.replace("seed=", "seed=1")
-        return real_session(fuzz_llm.generate(bench, f"{other},acc={acc}", tmp_path / "other.onnx"))
+        model = fuzz_llm.generate(bench, f"{other},acc={acc}", tmp_path / "other.onnx")
+        return real_session(model, devices, options)
 
     monkeypatch.setattr(fuzz_llm, "session", impostor)
     findings, _ = fuzz_llm.run_case(case, bench, rcpu_devices, tmp_path)
     assert findings, "answers from other weights passed the fuzzer's checks"
+    assert not any("claimed no node" in f for f in findings), findings
+
+
+def test_a_session_rcpu_did_not_run_is_a_finding(bench, rcpu_devices, monkeypatch, tmp_path):
+    """No vacuous pass: when the "rcpu" session is ORT's CPU EP alone, the case says so."""
+    case = fuzz_llm.draw_case(random.Random(6))
+    real_session = fuzz_llm.session
+    monkeypatch.setattr(fuzz_llm, "session", lambda model, devices=None, options=None: real_session(model))
+    findings, _ = fuzz_llm.run_case(case, bench, rcpu_devices, tmp_path)
+    assert findings and "claimed no node" in findings[0], findings
