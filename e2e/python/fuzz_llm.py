@@ -16,7 +16,8 @@ Findings:
 - accuracy levels 0-3: logits or present rows beyond rel L2 1e-4 (the parity tests' MatMulNBits bound);
 - accuracy level 4 (activations quantized to int8 by both, each its own way): rcpu's logits, or any of its
   present rows (they come out of the int8 qkv projection), farther from the model's f32 answer (the same
-  weights at level 0, on ORT) than twice as far as ORT's own level-4 outputs are, plus 1e-3.
+  weights at level 0, on ORT) than 1.5x as far as ORT's own level-4 outputs are with `acc4_scales=f32`
+  (rcpu's arithmetic is then ORT's), 4x with the default f16 scales (a documented perturbation), plus 1e-3.
 
     .venv/bin/python e2e/python/fuzz_llm.py [--cases 50] [--seed 1] [--plugin target/release/librcpu_ep.so]
                                             [--bench target/release/rcpu-bench]
@@ -47,9 +48,13 @@ DECODE_STEPS = 3
 # The generated models' context (`ctx=` in the spec): the shared buffers' length.
 CTX = 1024
 EXACT_TOL = 1e-4
-# How much farther than ORT's a level-4 output may land from the f32 answer (per output and step): over
-# many token draws the two sit at the same distance (median ratio 1.00), single small tensors up to ~1.7x.
-ACC4_RATIO = 2.0
+# How much farther than ORT's a level-4 output may land from the f32 answer (per output and step), by how
+# rcpu stores the scales (`acc4_scales`). With the model's f32 scales rcpu's arithmetic is ORT's: over 97
+# random level-4 cases the largest ratio (worst output and step of a case) was 1.11, median 1.00. The f16
+# scales (the default) move every weight block's scale by up to 2^-11, and the next layer's int8
+# quantization of its input can round differently: over 203 cases median 1.13, 90th percentile 1.38,
+# largest 1.97, and 3.2 at one step of a 16-wide model (one block per row) in a campaign of 1000.
+ACC4_RATIO = {"f32": 1.5, "f16": 4.0}
 
 
 @dataclass
@@ -218,7 +223,7 @@ def run_case(case: Case, bench: pathlib.Path, devices, work: pathlib.Path) -> tu
             truth = runners[2].run(step) if runners else f32.run(None, feeds)
             for k, name in enumerate(gen.outputs):
                 theirs, ours = rel_l2(want[k], truth[k]), rel_l2(got[k], truth[k])
-                if ours > ACC4_RATIO * theirs + 1e-3:
+                if ours > ACC4_RATIO[case.options.get("acc4_scales", "f16")] * theirs + 1e-3:
                     findings.append(f"step {step}: level-4 {name} {ours:.2e} from the f32 answer, ORT's {theirs:.2e}")
         past = gen.past_from(want)
     return findings, f"logits {worst['logits']:.2e} present {worst['present']:.2e}"
