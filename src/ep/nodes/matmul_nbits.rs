@@ -252,22 +252,39 @@ impl MatMulNBits {
 /// M=1 call. Posted after the join instead, the reads began only once the caller had returned
 /// and the hint had crossed to the worker (0.5-0.8 us a call with the vCPUs apart: README, stop
 /// 38).
-pub(crate) fn hint_following(link: &Link<CachedWeight<PackedNBits>>, par: &dyn Par) {
-    let hint = link
-        .next()
-        .map(|n| IdleHint::new(&n, decode_second_segment(&n, par.lanes())));
-    par.idle_read(hint);
+///
+/// Returns the calling lane's own head of that next call, to prefetch as this call ends
+/// ([`CallerHead`]). The successor is looked up once, here: the lookup locks the link and
+/// counts a reference on the next weight, whose count line the worker writes as it reads.
+pub(crate) fn hint_following(
+    link: &Link<CachedWeight<PackedNBits>>,
+    par: &dyn Par,
+) -> Option<CallerHead> {
+    let next = link.next();
+    let head = next.as_ref().and_then(|n| {
+        let b = n.warm_bytes().get(decode_first_segment(n, par.lanes()))?;
+        Some(CallerHead {
+            addr: b.as_ptr() as usize,
+            len: b.len(),
+        })
+    });
+    par.idle_read(next.map(|n| IdleHint::new(&n, decode_second_segment(&n, par.lanes()))));
+    head
 }
 
-/// As an M=1 call whose chain link is `link` ends: the first lines of the calling lane's own
-/// segment of the next call are prefetched into its cache (`decode_first_segment`), so its
-/// stream does not start cold after the nodes in between.
-pub(crate) fn prefetch_caller_head(link: &Link<CachedWeight<PackedNBits>>, par: &dyn Par) {
-    if let Some(n) = link.next() {
-        let head = decode_first_segment(&n, par.lanes());
-        if let Some(b) = n.warm_bytes().get(head) {
-            crate::os::cache::prefetch_l1(b.as_ptr() as usize, b.len());
-        }
+/// The first lines of the calling lane's own segment of the next M=1 call
+/// (`decode_first_segment`), prefetched into its cache as the current call ends so its stream
+/// does not start cold after the nodes in between. An address range only: the prefetch never
+/// dereferences it (`os::cache::prefetch_l1`), so it needs no hold on the weight.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct CallerHead {
+    addr: usize,
+    len: usize,
+}
+
+impl CallerHead {
+    pub(crate) fn prefetch(self) {
+        crate::os::cache::prefetch_l1(self.addr, self.len);
     }
 }
 
@@ -405,14 +422,13 @@ impl OpKernel for MatMulNBits {
         let par = &*self.env.par;
         let variant = match &self.packed {
             Some(w) => {
-                let link = self.link.as_ref().filter(|_| m == 1);
-                if let Some(l) = link {
+                let head = self.link.as_ref().filter(|_| m == 1).and_then(|l| {
                     self.env.gemv_chain.ran(l);
-                    hint_following(l, par);
-                }
+                    hint_following(l, par)
+                });
                 let v = matmul_packed(a, m, w, bias, out, par).map_err(Error::fail)?;
-                if let Some(l) = link {
-                    prefetch_caller_head(l, par);
+                if let Some(h) = head {
+                    h.prefetch();
                 }
                 v
             }

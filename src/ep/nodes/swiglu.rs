@@ -32,7 +32,7 @@ use crate::kernels::matmul_nbits::{
 use crate::runtime::par::{take_lanes_used, Serial};
 use crate::telemetry::ledger;
 
-use super::matmul_nbits::{hint_following, packed_operand, prefetch_caller_head, PackedOperand};
+use super::matmul_nbits::{hint_following, packed_operand, PackedOperand};
 
 /// The combined gate / up step of one MLP (see the module documentation).
 pub(crate) struct SwiGlu {
@@ -97,16 +97,16 @@ impl SwiGlu {
         let out = ctx.output(0, &out_shape)?.into_data::<f32>()?;
         let links = [&self.gate.link, &self.up.link];
         let par = &*self.env.par;
-        if m == 1 {
+        let head = if m == 1 {
             // The session's order of M=1 calls, as the two nodes would report it.
             for l in links.into_iter().flatten() {
                 self.env.gemv_chain.ran(l);
             }
             // The idle lanes' hint for the call after the pair (the up node's successor).
-            if let Some(l) = links[1] {
-                hint_following(l, par);
-            }
-        }
+            links[1].as_ref().and_then(|l| hint_following(l, par))
+        } else {
+            None
+        };
         let route = matmul_pair(
             a,
             m,
@@ -118,8 +118,8 @@ impl SwiGlu {
         )
         .map_err(Error::fail)?
         .ok_or_else(|| Error::fail("the pair path refused rows it had accepted"))?;
-        if let Some(l) = links[1].as_ref().filter(|_| m == 1) {
-            prefetch_caller_head(l, par);
+        if let Some(h) = head {
+            h.prefetch();
         }
         let lanes = take_lanes_used();
         // Two MatMulNBits calls ran (as one dispatch); the Sigmoid and Muls ran inside them.

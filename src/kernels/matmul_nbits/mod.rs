@@ -71,7 +71,7 @@ pub fn decode_second_segment(packed: &PackedNBits, lanes: usize) -> std::ops::Ra
 /// calling lane of an M=1 call of `packed` over `lanes` lanes streams (`StreamSplit::range(0)`:
 /// the caller claims chunk 0 right after it publishes the job; with one lane, the whole weight).
 /// What the caller hints into its own cache as the previous M=1 call ends
-/// (`ep::nodes::matmul_nbits::prefetch_caller_head`): the idle lanes read their segments ahead,
+/// (`ep::nodes::matmul_nbits::CallerHead`): the idle lanes read their segments ahead,
 /// but the caller's own stream started cold after the nodes in between (presumably a memory
 /// latency per line until the hardware prefetchers caught up). Prefetched, those first lines are
 /// on their way while the caller runs the norm or the attention.
