@@ -12,7 +12,7 @@ its own buffers, so a step builds on that session's own earlier rows). Both sess
 three decode steps.
 Findings:
 - rcpu claimed no node of the model (the comparison would be ORT against itself);
-- rcpu raised where ORT computed;
+- rcpu raised where ORT computed, or an output's shape differs from ORT's;
 - accuracy levels 0-3: logits or present rows beyond rel L2 1e-4 (the parity tests' MatMulNBits bound);
 - accuracy level 4 (activations quantized to int8 by both, each its own way): rcpu's logits, or any of its
   present rows (they come out of the int8 qkv projection), farther from the model's f32 answer (the same
@@ -41,6 +41,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import onnxruntime as ort
+
+from og_bench import rel_l2
 
 EP_NAME = "RcpuExecutionProvider"
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -102,11 +104,6 @@ def draw_case(rng: random.Random) -> Case:
     options = {k: rng.choice(v) for k, v in choices.items() if rng.random() < 0.6}
     return Case(spec, rng.choice([0, 1, 2, 3, 4, 4]), kv, head, vocab, options,
                 rng.choice([1, 2, 5, 17, 33, 64, 150, 300, 700]), rng.randint(0, 2**31), rng.random() < 0.5)
-
-
-def rel_l2(a: np.ndarray, b: np.ndarray) -> float:
-    a, b = a.astype(np.float64), b.astype(np.float64)
-    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
 
 
 def generate(bench: pathlib.Path, spec: str, out: pathlib.Path) -> bytes:
@@ -173,7 +170,7 @@ class SharedKv:
         c, g = self.gen.case, self.gen
         total = c.prompt + step
         io = self.sess.io_binding()
-        for n, v in g.feeds(step, {n: np.zeros((1, c.kv, 0, c.head), np.float32) for n in self.bufs}).items():
+        for n, v in g.feeds(step, None).items():
             if n not in self.bufs:
                 io.bind_cpu_input(n, v)
         # The logits first: `copy_outputs_to_cpu` lists the outputs in binding order.
@@ -204,12 +201,15 @@ def run_case(case: Case, bench: pathlib.Path, devices, work: pathlib.Path) -> tu
     past = None
     runners = [SharedKv(gen, s) for s in (ref, mine, f32) if s is not None] if case.shared else None
     for step in range(DECODE_STEPS + 1):
-        feeds = gen.feeds(step, past)
+        feeds = None if runners else gen.feeds(step, past)
         want = runners[0].run(step) if runners else ref.run(None, feeds)
         try:
             got = runners[1].run(step) if runners else mine.run(None, feeds)
         except Exception as e:  # noqa: BLE001
             return findings + [f"step {step}: rcpu raised where ORT computed: {str(e)[:300]}"], ""
+        shapes = [(n, g.shape, w.shape) for n, g, w in zip(gen.outputs, got, want) if g.shape != w.shape]
+        if shapes:
+            return findings + [f"step {step}: output shapes differ from ORT's: {shapes}"], ""
         logits = rel_l2(got[0], want[0])
         present = max((rel_l2(g, w) for g, w in zip(got[1:], want[1:])), default=0.0)
         worst["logits"] = max(worst["logits"], logits)
@@ -225,7 +225,8 @@ def run_case(case: Case, bench: pathlib.Path, devices, work: pathlib.Path) -> tu
                 theirs, ours = rel_l2(want[k], truth[k]), rel_l2(got[k], truth[k])
                 if ours > ACC4_RATIO[case.options.get("acc4_scales", "f16")] * theirs + 1e-3:
                     findings.append(f"step {step}: level-4 {name} {ours:.2e} from the f32 answer, ORT's {theirs:.2e}")
-        past = gen.past_from(want)
+        if not runners:
+            past = gen.past_from(want)
     return findings, f"logits {worst['logits']:.2e} present {worst['present']:.2e}"
 
 

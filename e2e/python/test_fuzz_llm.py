@@ -68,3 +68,32 @@ def test_a_session_rcpu_did_not_run_is_a_finding(bench, rcpu_devices, monkeypatc
     monkeypatch.setattr(fuzz_llm, "session", lambda model, devices=None, options=None: real_session(model))
     findings, _ = fuzz_llm.run_case(case, bench, rcpu_devices, tmp_path)
     assert findings and "claimed no node" in findings[0], findings
+
+
+def test_an_output_of_another_shape_is_a_finding(bench, rcpu_devices, monkeypatch, tmp_path):
+    """An output whose shape differs from ORT's is named as such (not broadcast into a number)."""
+    case = fuzz_llm.draw_case(random.Random(7))
+    case.acc, case.shared = 0, False
+    real_session = fuzz_llm.session
+
+    class Reshaped:
+        """The rcpu session, its logits given one more axis."""
+
+        def __init__(self, sess):
+            self.sess = sess
+
+        def run(self, names, feeds):
+            out = self.sess.run(names, feeds)
+            out[0] = out[0][..., None]
+            return out
+
+        def __getattr__(self, name):
+            return getattr(self.sess, name)
+
+    def reshaped(model, devices=None, options=None):
+        s = real_session(model, devices, options)
+        return s if devices is None else Reshaped(s)
+
+    monkeypatch.setattr(fuzz_llm, "session", reshaped)
+    findings, _ = fuzz_llm.run_case(case, bench, rcpu_devices, tmp_path)
+    assert findings and "shapes differ" in findings[0], findings
