@@ -46,11 +46,13 @@ pub(crate) fn serial() -> Serial {
     rcpu::memory::configure(None, Some(rcpu::memory::default_scratch_budget()));
     rcpu::memory::weight_arena().set_mapped_limit(None);
     rcpu::kernels::matmul_nbits::prefetch::reset_prefetch();
-    Serial(guard)
+    Serial { _lock: guard }
 }
 
 /// The guard [`serial`] hands out.
-pub(crate) struct Serial(#[allow(dead_code)] MutexGuard<'static, ()>);
+pub(crate) struct Serial {
+    _lock: MutexGuard<'static, ()>,
+}
 
 impl Drop for Serial {
     fn drop(&mut self) {
