@@ -19,37 +19,53 @@ pub struct CachePadded<T>(pub T);
 /// call's prepared activations, which another lane has just written; the head of the next
 /// call's weight segment). The addresses are never dereferenced: a prefetch never faults.
 pub fn prefetch_l1(addr: usize, len: usize) {
-    prefetch_lines(addr, len)
+    prefetch_every(addr, len, 64)
 }
 
-fn prefetch_lines(addr: usize, len: usize) {
+/// Bytes of the smallest page: the step of [`prefetch_pages`].
+pub const PAGE_BYTES: usize = 4096;
+
+/// Hints the first line of every 4 KiB page the address range `[addr, addr + len)` touches
+/// (`prefetcht0`; nothing off x86_64): for a range a lane is about to read row by row whose
+/// pages are likely missing from the TLB, so their translations are looked up together instead
+/// of one page at a time as the reads reach each page (the hardware prefetcher stops at page
+/// boundaries; GroupQueryAttention's past key and value rows, `kernels::attention::gqa_decode`).
+/// The addresses are never dereferenced: a prefetch never faults.
+pub fn prefetch_pages(addr: usize, len: usize) {
+    prefetch_every(addr, len, PAGE_BYTES)
+}
+
+/// One `prefetcht0` every `step` bytes (a power of two) from the step holding `addr` to `addr + len`.
+#[inline]
+fn prefetch_every(addr: usize, len: usize, step: usize) {
     #[cfg(target_arch = "x86_64")]
     {
+        #[inline]
         #[target_feature(enable = "sse")]
-        fn lines(addr: usize, len: usize) {
+        fn hints(addr: usize, len: usize, step: usize) {
             let end = addr.saturating_add(len);
-            let mut at = addr & !63;
+            let mut at = addr & !(step - 1);
             while at < end {
                 _mm_prefetch::<_MM_HINT_T0>(at as *const i8);
-                let Some(next) = at.checked_add(64) else {
+                let Some(next) = at.checked_add(step) else {
                     break;
                 };
                 at = next;
             }
         }
         use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        // SAFETY: SSE is part of the x86_64 baseline, so the feature `lines` enables is present
-        // on every CPU this code runs on; `lines` only issues prefetch hints, which neither
+        // SAFETY: SSE is part of the x86_64 baseline, so the feature `hints` enables is present
+        // on every CPU this code runs on; `hints` only issues prefetch hints, which neither
         // dereference nor fault on any address.
-        unsafe { lines(addr, len) }
+        unsafe { hints(addr, len, step) }
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = (addr, len);
+    let _ = (addr, len, step);
 }
 
 #[cfg(test)]
 mod tests {
-    use super::prefetch_l1;
+    use super::{prefetch_l1, prefetch_pages};
 
     /// The hint never dereferences its addresses: a range at address 0, one running into the
     /// top of the address space (whose line walk must end there, not wrap around) and one over a
@@ -68,6 +84,7 @@ mod tests {
             (64, 0),
         ] {
             prefetch_l1(addr, len);
+            prefetch_pages(addr, len);
         }
     }
 }
