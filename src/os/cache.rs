@@ -1,8 +1,9 @@
 //! Cache hints over an address range (a decode call's lanes prefetching the prepared
 //! activations another lane wrote; a caller prefetching the first lines of its own segment of
-//! the next decode call's weights, `kernels::matmul_nbits::decode_first_segment`). A prefetch is
-//! a CPU instruction, not a system call, but like the OS calls it is a safe wrapper over one
-//! unsafe block that names nothing of rcpu. (The idle lanes read ahead with loads, not
+//! the next decode call's weights, `kernels::matmul_nbits::decode_first_segment`; an attention
+//! unit hinting the pages of its key and value rows, `kernels::attention::gqa_decode`). A
+//! prefetch is a CPU instruction, not a system call, but like the OS calls it is a safe wrapper
+//! over one unsafe block that names nothing of rcpu. (The idle lanes read ahead with loads, not
 //! prefetches: `runtime::warm`.)
 //! Also [`CachePadded`], the layout that keeps a value written by one thread off the lines
 //! others write.
