@@ -36,7 +36,8 @@ pub fn prefetch_pages(addr: usize, len: usize) {
     prefetch_every(addr, len, PAGE_BYTES)
 }
 
-/// One `prefetcht0` every `step` bytes (a power of two) from the step holding `addr` to `addr + len`.
+/// One `prefetcht0` every `step` bytes (a power of two), from the step holding `addr` to
+/// `addr + len`.
 #[inline]
 fn prefetch_every(addr: usize, len: usize, step: usize) {
     #[cfg(target_arch = "x86_64")]
