@@ -132,8 +132,9 @@ impl Decode<'_, '_> {
                 let (b, n) = (u / sh.kv_heads, u % sh.kv_heads);
                 let (p, total) = self.past[b];
                 let len = (p + 1).min(total);
-                self.warm_pages(b, n, p, k, v);
-                let (k_old, k_new) = self.present(0, b, n, p, k);
+                let rows = unit_rows(sh, self.shared, b, n, p);
+                self.warm_pages(&rows, k, v);
+                let (k_old, k_new) = self.present(0, b, n, p, rows.1.as_ref(), k);
                 {
                     let _ftz = FlushSubnormals::new();
                     for j in 0..group {
@@ -145,7 +146,7 @@ impl Decode<'_, '_> {
                         (self.softmax_row)(sc, &mut probs[j * max_len..j * max_len + len], len);
                     }
                 }
-                let (v_old, v_new) = self.present(1, b, n, p, v);
+                let (v_old, v_new) = self.present(1, b, n, p, rows.1.as_ref(), v);
                 let _ftz = FlushSubnormals::new();
                 // Every query head's sum over the past rows in one pass over them
                 // (`rows_group`, bit for bit the per-head sums), from the old rows'
@@ -166,14 +167,14 @@ impl Decode<'_, '_> {
         .is_some()
     }
 
-    /// Hints the pages of the rows unit (`b`, `n`) reads and writes, all at once before it starts
-    /// (`os::cache::prefetch_pages`; [`unit_rows`] says which), so their translations are looked
-    /// up together rather than one page at a time as the scores and sums reach each page (see
-    /// the module documentation for why the pages).
-    fn warm_pages(&self, b: usize, n: usize, p: usize, k: &[f32], v: &[f32]) {
-        let (present, past) = unit_rows(self.sh, self.shared, b, n, p);
+    /// Hints the pages of the rows a unit reads and writes (`rows`, from [`unit_rows`]; `k` and
+    /// `v` its present chunks), all at once before it starts (`os::cache::prefetch_pages`), so
+    /// their translations are looked up together rather than one page at a time as the scores
+    /// and sums reach each page (see the module documentation for why the pages).
+    fn warm_pages(&self, rows: &(usize, Option<Range<usize>>), k: &[f32], v: &[f32]) {
+        let (present, past) = rows;
         for d in [k, v] {
-            let r = &d[..present.min(d.len())];
+            let r = &d[..(*present).min(d.len())];
             prefetch_pages(r.as_ptr() as usize, std::mem::size_of_val(r));
         }
         if let (Some(at), Some((pk, pv))) = (past, self.past_kv) {
@@ -187,22 +188,25 @@ impl Decode<'_, '_> {
 
     /// Present rows of kv head `n` of batch `b` (`which` 0: keys, rotated; 1: values): the `p`
     /// past rows (unless present is the past buffer), the new row at `p`, zeros after it.
-    /// Returns the `p` past rows to read (the past input's when there is one) and the new row.
+    /// `past` is where the unit's past rows lie in the past input ([`unit_rows`], the range its
+    /// pages were hinted from). Returns the `p` past rows to read (the past input's when there is
+    /// one) and the new row.
     fn present<'s>(
         &'s self,
         which: usize,
         b: usize,
         n: usize,
         p: usize,
+        past: Option<&Range<usize>>,
         d: &'s mut [f32],
     ) -> (&'s [f32], &'s [f32]) {
-        let (head, past_len) = (self.sh.head, self.sh.past_len);
+        let head = self.sh.head;
         let mut old = None;
         if !self.shared {
             if let Some((pk, pv)) = self.past_kv {
                 let src = if which == 0 { pk } else { pv };
-                let at = (b * self.sh.kv_heads + n) * past_len * head;
-                let rows = &src[at..at + p * head];
+                let at = past.expect("the plan bounds the past input, so its offsets fit");
+                let rows = &src[at.clone()];
                 if p * head * 4 >= super::STREAM_COPY_MIN_BYTES {
                     (self.k.stream_copy)(&mut d[..p * head], rows);
                 } else {
