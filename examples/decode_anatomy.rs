@@ -32,6 +32,17 @@
 //! (`Lanes::idle_read` with `matmul_nbits::decode_second_segment`, what the MatMulNBits node does
 //! once it has seen the order of its session's calls twice); with `-l2`,
 //! the tiles prefetch as before issue 17 (L1 2048 bytes ahead, no L2 prefetch; `prefetch`).
+//!
+//! Arm `program` (and `program+ahead`) asks what the token's ~121 hand-overs cost: the whole
+//! sequence runs as ONE dispatch with one chunk per lane, each lane running its contiguous
+//! share of every call (the even split, A prepared on every lane) and meeting the others at a
+//! spin barrier after each call, where a call of the other arms is a dispatch of its own (the
+//! caller preparing A, publishing the job, the worker waking, the join). With `+ahead` a lane
+//! that reaches a barrier first reads its share of the next call's weights while it waits (at
+//! most `IDLE_PREFETCH_SEGMENT_MAX` bytes), as an idle worker reads its hint. Its per-shape
+//! table is left out (its calls are not dispatches); the pass also times the plain reads the
+//! same way (`read program`: one dispatch, a barrier after each matrix) beside the read per
+//! matrix (a dispatch each) and the one read of everything.
 
 #[path = "../tests/common/rng.rs"]
 mod rng_common;
@@ -40,7 +51,7 @@ use rcpu::kernels::matmul_nbits::prefetch::{
     reset_prefetch, set_l2_prefetch_bytes, set_prefetch_bytes,
 };
 use rcpu::kernels::matmul_nbits::{
-    decode_second_segment, matmul_packed, pack, NBitsParams, PackedNBits,
+    decode_second_segment, matmul_packed, pack, NBitsParams, PackedNBits, IDLE_PREFETCH_SEGMENT_MAX,
 };
 use rcpu::memory::AlignedBuf;
 use rcpu::runtime::lanes::{Lanes, PoolConfig};
@@ -48,7 +59,7 @@ use rcpu::runtime::par::{set_stream_schedule, Dispatch, Par, StreamSchedule};
 use rcpu::runtime::registry::pool_for;
 use rcpu::runtime::IdleHint;
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
@@ -164,6 +175,89 @@ impl Par for Traced<'_> {
     }
 }
 
+/// A spin barrier for `n` lanes, reusable (a generation count). The last lane to arrive resets
+/// the count, then bumps the generation (Release) that the others wait on (Acquire), so their
+/// next arrival sees the reset count and everything written before the barrier.
+struct SpinBarrier {
+    n: usize,
+    count: Line,
+    gen: Line,
+}
+
+/// An atomic on a pair of cache lines of its own (the count the lanes write apart from the
+/// generation they spin on).
+#[repr(align(128))]
+struct Line(AtomicUsize);
+
+impl SpinBarrier {
+    fn new(n: usize) -> Self {
+        SpinBarrier {
+            n,
+            count: Line(AtomicUsize::new(0)),
+            gen: Line(AtomicUsize::new(0)),
+        }
+    }
+
+    /// Waits for every lane; meanwhile reads one byte of each cache line of `ahead`, 1 KiB
+    /// between two looks at the generation.
+    fn wait(&self, ahead: &[u8]) {
+        let g = self.gen.0.load(Ordering::Acquire);
+        if self.count.0.fetch_add(1, Ordering::AcqRel) + 1 == self.n {
+            self.count.0.store(0, Ordering::Relaxed);
+            self.gen.0.store(g + 1, Ordering::Release);
+            return;
+        }
+        let mut at = 0;
+        while self.gen.0.load(Ordering::Acquire) == g {
+            if at < ahead.len() {
+                let end = (at + 1024).min(ahead.len());
+                let mut x = 0u8;
+                for i in (at..end).step_by(64) {
+                    x ^= ahead[i];
+                }
+                std::hint::black_box(x);
+                at = end;
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+    }
+}
+
+/// One lane's view of a program (arm `program`): a call's chunks are split into one contiguous
+/// share per lane, this lane runs its own share, then waits at the barrier for the others,
+/// reading its share of the next call's weights meanwhile (`aheads`, one per call; empty: no
+/// reading ahead).
+struct LanePar<'a> {
+    lane: usize,
+    lanes: usize,
+    bar: &'a SpinBarrier,
+    calls: AtomicUsize,
+    aheads: &'a [&'a [u8]],
+}
+
+impl Par for LanePar<'_> {
+    fn lanes(&self) -> usize {
+        self.lanes
+    }
+
+    fn chunks(&self, _kind: Dispatch, n: usize, f: &(dyn Fn(usize) + Sync)) {
+        for i in self.lane * n / self.lanes..(self.lane + 1) * n / self.lanes {
+            f(i);
+        }
+        let c = self.calls.fetch_add(1, Ordering::Relaxed);
+        self.bar
+            .wait(self.aheads.get(c + 1).copied().unwrap_or(&[]));
+    }
+}
+
+/// Lane `lane`'s share (of `lanes`) of `bytes`, at most `max` of it, cache-line aligned.
+fn share(bytes: &[u8], lane: usize, lanes: usize, max: usize) -> &[u8] {
+    let s = (bytes.len() * lane / lanes) & !63;
+    let e = (bytes.len() * (lane + 1) / lanes).min(s.saturating_add(max));
+    &bytes[s..e]
+}
+
 #[derive(Default)]
 struct Samples(Vec<f64>);
 
@@ -217,6 +311,55 @@ fn read(lanes: &Lanes, buf: &[u8], parts: usize) {
     let size = buf.len().div_ceil(parts);
     lanes.chunks(Dispatch::Decode, parts, &|i| {
         std::hint::black_box(sum(&buf[i * size..((i + 1) * size).min(buf.len())]));
+    });
+}
+
+/// Arm `program`: the sequence as one dispatch, one chunk per lane (see the module docs).
+fn run_program(
+    lanes: &Lanes,
+    seq: &[(usize, Arc<PackedNBits>)],
+    a: &[f32],
+    gap: u64,
+    aheads: &[Vec<&[u8]>],
+    outs: &[Mutex<Vec<f32>>],
+) {
+    let n = lanes.lanes();
+    let bar = SpinBarrier::new(n);
+    lanes.chunks(Dispatch::Decode, n, &|lane| {
+        let lp = LanePar {
+            lane,
+            lanes: n,
+            bar: &bar,
+            calls: AtomicUsize::new(0),
+            aheads: &aheads[lane],
+        };
+        // Each lane writes its own columns into a buffer of its own (the columns are disjoint;
+        // a shared buffer would need the output lent across lanes).
+        let mut out = outs[lane].lock().unwrap();
+        for (_, m) in seq {
+            if lane == 0 {
+                spin_us(gap);
+            }
+            matmul_packed(&a[..m.params().k], 1, m, None, &mut out, &lp).unwrap();
+        }
+    });
+}
+
+/// The plain read of every matrix as one program: one dispatch, each lane reading its half of a
+/// matrix, a barrier after each.
+fn read_program(lanes: &Lanes, buf: &[u8], sizes: &[usize], gap: u64) {
+    let n = lanes.lanes();
+    let bar = SpinBarrier::new(n);
+    lanes.chunks(Dispatch::Decode, n, &|lane| {
+        let mut off = 0;
+        for &sz in sizes {
+            if lane == 0 {
+                spin_us(gap);
+            }
+            std::hint::black_box(sum(share(&buf[off..off + sz], lane, n, usize::MAX)));
+            bar.wait(&[]);
+            off += sz;
+        }
     });
 }
 
@@ -310,6 +453,17 @@ fn main() {
         ..Default::default()
     });
     let traced = Traced::new(&lanes);
+    // Per lane, its share of every call's weights (arm `program+ahead`); none for `program`.
+    let l = lanes.lanes();
+    let shares: Vec<Vec<&[u8]>> = (0..l)
+        .map(|lane| {
+            seq.iter()
+                .map(|(_, m)| share(m.weight_bytes(), lane, l, IDLE_PREFETCH_SEGMENT_MAX))
+                .collect()
+        })
+        .collect();
+    let prog_aheads = [vec![Vec::new(); l], shares];
+    let prog_outs: Vec<Mutex<Vec<f32>>> = (0..l).map(|_| Mutex::new(out.clone())).collect();
     println!(
         "{} GEMVs ({layers} layers + lm_head), {:.1} MB packed, {} lanes, gaps {gaps:?} us",
         seq.len(),
@@ -324,7 +478,8 @@ fn main() {
             .collect();
         let mut seq_t: Vec<Samples> = (0..n_arms).map(|_| Samples::default()).collect();
         let mut gemv_sum: Vec<Samples> = (0..n_arms).map(|_| Samples::default()).collect();
-        let (mut read_t, mut all_t, mut read_shape) = (
+        let (mut read_t, mut read_prog_t, mut all_t, mut read_shape) = (
+            Samples::default(),
             Samples::default(),
             Samples::default(),
             (0..6).map(|_| Samples::default()).collect::<Vec<_>>(),
@@ -333,6 +488,19 @@ fn main() {
             // Every arm runs every pass, the order rotated pass by pass.
             for j in 0..n_arms {
                 let arm = (j + pass) % n_arms;
+                if arms[arm].0.starts_with("program") {
+                    set_stream_schedule(StreamSchedule::Even);
+                    reset_prefetch();
+                    let s0 = Instant::now();
+                    let ahead = usize::from(arms[arm].0.contains("+ahead"));
+                    run_program(&lanes, &seq, &a, gap, &prog_aheads[ahead], &prog_outs);
+                    let t = s0.elapsed().as_secs_f64();
+                    seq_t[arm].0.push(t);
+                    gemv_sum[arm]
+                        .0
+                        .push(t - gap as f64 * 1e-6 * seq.len() as f64);
+                    continue;
+                }
                 let hint = arms[arm].2;
                 set_stream_schedule(arms[arm].1);
                 if arms[arm].3 {
@@ -389,17 +557,22 @@ fn main() {
             }
             read_t.0.push(s0.elapsed().as_secs_f64());
             let s0 = Instant::now();
+            read_program(&lanes, huge.as_slice(), &sizes, gap);
+            read_prog_t.0.push(s0.elapsed().as_secs_f64());
+            let s0 = Instant::now();
             read(&lanes, huge.as_slice(), 2);
             all_t.0.push(s0.elapsed().as_secs_f64());
         }
         let glue = gap as f64 * 1e-6 * seq.len() as f64;
         println!(
-            "\n== gap {gap} us: plain read per matrix {:.1} GB/s (glue excluded), one read of \
-             everything {:.1} GB/s",
+            "\n== gap {gap} us: plain read per matrix {:.1} GB/s (glue excluded), as one program \
+             {:.1} GB/s, one read of everything {:.1} GB/s",
             gb(total, read_t.q(0.5) - glue),
+            gb(total, read_prog_t.q(0.5) - glue),
             gb(total, all_t.q(0.5)),
         );
         for (arm, (name, _, _, _)) in arms.iter().enumerate() {
+            let program = name.starts_with("program");
             println!(
                 "-- arm {name}: whole sequence p10 {:.2} p50 {:.2} ms incl. glue {:.2} ms; \
                  inside the calls p50 {:.2} ms = {:.1} GB/s = {:.1}% of the one-read ceiling",
@@ -426,7 +599,7 @@ fn main() {
                 "GB/s",
                 "read/call"
             );
-            for (i, x) in st[arm].iter_mut().enumerate() {
+            for (i, x) in st[arm].iter_mut().enumerate().filter(|_| !program) {
                 let bytes = seq
                     .iter()
                     .find(|(s, _)| *s == i)

@@ -11,7 +11,8 @@ use rcpu::kernels::matmul_nbits::prefetch::{
     reset_prefetch, set_l2_prefetch_bytes, set_prefetch_bytes, vnni_prefetch_bytes,
     DEFAULT_PREFETCH_BYTES, DEFAULT_VNNI_PREFETCH_BYTES, INTEL_L2_PREFETCH_BYTES,
 };
-use rcpu::kernels::matmul_nbits::{matmul_packed_with, pack, Kernels};
+use rcpu::kernels::matmul_nbits::row1_tuner::TUNER;
+use rcpu::kernels::matmul_nbits::{matmul_packed_with, matmul_pair, pack, Kernels};
 use rcpu::telemetry::ledger::Variant;
 
 #[test]
@@ -86,4 +87,36 @@ fn the_l2_distance_defaults_per_vendor() {
     assert_eq!(vnni_prefetch_bytes(2).1, 0);
     reset_prefetch();
     assert_eq!(vnni_prefetch_bytes(2).1, want);
+}
+
+/// Every decode call over packed weights (M = 1, single and pair) is counted by the one-row
+/// distance's tuner, whose trials time them (`row1_tuner`); calls over several rows are not.
+#[test]
+fn decode_calls_feed_the_row1_tuner() {
+    let _serial = crate::serial();
+    let (k, n) = (896, 100);
+    let pr = Problem::new(k, n, 3, 32, 4, false, false, 21);
+    let packed = pack(&pr.b, &pr.scales, None, &pr.p);
+    let kern = Kernels::active();
+    let mut out = vec![0f32; 3 * n];
+    let before = TUNER.calls();
+    matmul_packed_with(kern, &pr.a[..k], 1, &packed, None, &mut out, &THREE).unwrap();
+    assert_eq!(TUNER.calls(), before + 1, "a decode call was not counted");
+    matmul_packed_with(kern, &pr.a, 3, &packed, None, &mut out, &THREE).unwrap();
+    assert_eq!(
+        TUNER.calls(),
+        before + 1,
+        "a call over three rows was counted"
+    );
+    let epi = |x: &[f32], y: &[f32], o: &mut [f32]| {
+        for ((o, x), y) in o.iter_mut().zip(x).zip(y) {
+            *o = x * y;
+        }
+    };
+    matmul_pair(&pr.a[..k], 1, &packed, &packed, &epi, &mut out[..n], &THREE).unwrap();
+    assert_eq!(
+        TUNER.calls(),
+        before + 2,
+        "a decode pair call was not counted"
+    );
 }

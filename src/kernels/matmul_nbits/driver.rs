@@ -28,6 +28,7 @@ use super::pack::{
 use super::params::{NBitsParams, NBitsWeight};
 use super::prepare_a::{with_prepared, PreparedA};
 use super::route::NBitsRoute;
+use super::row1_tuner::TUNER;
 use super::MR;
 use crate::kernels::disjoint::DisjointOut;
 use crate::kernels::simd::Level;
@@ -312,8 +313,20 @@ fn decode_packed(
             });
         }));
     };
-    par.chunks(Dispatch::Decode, split.chunks(), &body);
+    timed_decode(pk.bytes(), || {
+        par.chunks(Dispatch::Decode, split.chunks(), &body)
+    });
     failed.result()
+}
+
+/// Runs a decode call's dispatch (`dispatch`, over `bytes` weight bytes), timed for the one-row
+/// prefetch distance's trial when it is a trial call (`row1_tuner`).
+fn timed_decode(bytes: usize, dispatch: impl FnOnce()) {
+    let trial = TUNER.begin(bytes);
+    dispatch();
+    if let Some(t) = trial {
+        TUNER.end(t);
+    }
 }
 
 /// A pair call over one row (decode): the split's unit is the two groups' weight bytes, and
@@ -367,7 +380,9 @@ fn decode_pair(
             });
         }));
     };
-    par.chunks(Dispatch::Decode, split.chunks(), &body);
+    timed_decode(first.bytes().saturating_add(second.bytes()), || {
+        par.chunks(Dispatch::Decode, split.chunks(), &body)
+    });
     failed.result()
 }
 

@@ -11,6 +11,7 @@
 //!   the CPU and the OS allow AMX): a whole column group for all rows of a call, the group's
 //!   weights unpacked once into a B-tile panel; bit-identical to the VNNI tile.
 //! * [`prefetch`]: the software prefetch distance of the AVX-512 kernels' weight stream.
+//! * [`row1_tuner`]: the one-row (decode) distance, chosen by timing the process's decode calls.
 //! * [`dispatch`]: the per-process kernel table and the route of a call.
 //! * `route`: the typed route ([`NBitsRoute`]) and its ledger text.
 //! * `driver`: chunking over `Par` and the unpacked fallback.
@@ -31,6 +32,7 @@ pub mod prepare_a;
 mod quant_avx512;
 pub mod reference;
 mod route;
+pub mod row1_tuner;
 #[cfg(target_arch = "x86_64")]
 mod tile_amx;
 #[cfg(target_arch = "x86_64")]

@@ -62,7 +62,9 @@
 //! (`RCPU_ISA=avx512`, K=896 N=4864) 80.9 / 82.8 at 2048, 72.2 / 73.1 without. The fp32 tile
 //! (acc 0) computes at ~21 GB/s a lane, below the read, and did not move (129.7 / 129.8 us).
 //! With two lanes near each other every distance was within 1.5%. So a tile over one row (M = 1)
-//! issues no L1 prefetch at all ([`DEFAULT_ROW1_PREFETCH_BYTES`]). Over several rows (prefill)
+//! issued no L1 prefetch at all from then on, until stop 40 found the same host in a state where
+//! that made decode ~10% slower: since then the one-row distance is chosen per process by
+//! timing its decode calls (`row1_tuner`). Over several rows (prefill)
 //! the tiles keep their distances: there the prefetch still pays (M=64, two lanes, p10: 919 us at
 //! 3072 bytes against 945 with the VNNI loop prefetching the line it loads; Qwen prefill 64
 //! measured ~5% slower without it), provided the VNNI loop issues it unconditionally: with the
@@ -82,9 +84,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 pub const DEFAULT_PREFETCH_BYTES: usize = 2048;
 /// Default L1 distance of the VNNI tile over several rows (M > 1).
 pub const DEFAULT_VNNI_PREFETCH_BYTES: usize = 3072;
-/// Default L1 distance of every tile over one row (M = 1, decode): none since the records (see
-/// the module documentation).
-pub const DEFAULT_ROW1_PREFETCH_BYTES: usize = 0;
 /// The VNNI tile's second, L2 (`prefetcht2`) prefetch distance on Intel CPUs, where it was
 /// measured as a gain (with the chunk-by-chunk loop); elsewhere it is off (measured on Zen 4 with
 /// the lean loop, see above). [`default_l2_prefetch_bytes`] picks one per process.
@@ -102,14 +101,18 @@ pub fn default_l2_prefetch_bytes() -> usize {
 
 /// `L2_DISTANCE` before anything set it: the per-vendor default applies.
 const L2_UNSET: usize = usize::MAX;
+/// `ROW1_DISTANCE` before anything set it: the tuner's choice applies.
+const ROW1_UNSET: usize = usize::MAX;
 
 static DISTANCE: AtomicUsize = AtomicUsize::new(DEFAULT_PREFETCH_BYTES);
 static VNNI_DISTANCE: AtomicUsize = AtomicUsize::new(DEFAULT_VNNI_PREFETCH_BYTES);
-static ROW1_DISTANCE: AtomicUsize = AtomicUsize::new(DEFAULT_ROW1_PREFETCH_BYTES);
+/// The one-row distance a diagnostic set (`ROW1_UNSET`: the tuner's, `row1_tuner`).
+static ROW1_DISTANCE: AtomicUsize = AtomicUsize::new(ROW1_UNSET);
 static L2_DISTANCE: AtomicUsize = AtomicUsize::new(L2_UNSET);
 
 /// Sets every tile's L1 prefetch distance in bytes, over one row and over several (0 turns it
-/// off; the VNNI tile over several rows then prefetches the line it loads). Diagnostics only.
+/// off; the VNNI tile over several rows then prefetches the line it loads), the one-row one in
+/// place of the tuner's choice. Diagnostics only.
 #[doc(hidden)]
 pub fn set_prefetch_bytes(bytes: usize) {
     DISTANCE.store(bytes, Ordering::Relaxed);
@@ -123,12 +126,12 @@ pub fn set_l2_prefetch_bytes(bytes: usize) {
     L2_DISTANCE.store(bytes, Ordering::Relaxed);
 }
 
-/// Puts every distance back to its default. Diagnostics only.
+/// Puts every distance back to its default (the one-row one: the tuner's). Diagnostics only.
 #[doc(hidden)]
 pub fn reset_prefetch() {
     DISTANCE.store(DEFAULT_PREFETCH_BYTES, Ordering::Relaxed);
     VNNI_DISTANCE.store(DEFAULT_VNNI_PREFETCH_BYTES, Ordering::Relaxed);
-    ROW1_DISTANCE.store(DEFAULT_ROW1_PREFETCH_BYTES, Ordering::Relaxed);
+    ROW1_DISTANCE.store(ROW1_UNSET, Ordering::Relaxed);
     L2_DISTANCE.store(L2_UNSET, Ordering::Relaxed);
 }
 
@@ -148,7 +151,13 @@ pub fn vnni_prefetch_bytes(rows: usize) -> (usize, usize) {
     (l1_distance(rows, &VNNI_DISTANCE), l2)
 }
 
-/// [`ROW1_DISTANCE`] for one row, else `several`.
+/// For one row the distance a diagnostic set, else the tuner's choice; `several` for more rows.
 fn l1_distance(rows: usize, several: &AtomicUsize) -> usize {
-    if rows == 1 { &ROW1_DISTANCE } else { several }.load(Ordering::Relaxed)
+    if rows != 1 {
+        return several.load(Ordering::Relaxed);
+    }
+    match ROW1_DISTANCE.load(Ordering::Relaxed) {
+        ROW1_UNSET => super::row1_tuner::TUNER.distance(),
+        d => d,
+    }
 }
