@@ -20,14 +20,22 @@
 //!
 //! # How
 //!
-//! A [`Tuner`] counts the decode calls of the process. The first [`TRIAL_CALLS`] of every
-//! [`PERIOD_CALLS`] are a trial: they alternate call by call between the [`CANDIDATES`] (so the
-//! host's drift, which moves over seconds, falls on both alike, and every weight shape of a
-//! token meets both over consecutive tokens), and each trial call is timed on the calling
-//! thread around its dispatch (two clock reads) and added to its candidate's nanoseconds and
-//! weight bytes. The trial's last call compares the candidates' nanoseconds per byte and keeps
-//! the incumbent unless the other is faster by more than [`SWITCH_MARGIN`] (noise must not make
-//! it flap). Outside trials a call only increments the counter and reads the distance.
+//! A [`Tuner`] counts the decode calls of the process. After the first [`WARMUP_CALLS`], the
+//! first [`TRIAL_CALLS`] of every [`PERIOD_CALLS`] are a trial: each runs with one of the [`CANDIDATES`] and is timed on
+//! the calling thread around its dispatch (two clock reads), its time added to its weight
+//! shape's sums for its candidate (a shape: its weight bytes; up to [`SHAPES`] of them a trial).
+//! The trial's last call compares the candidates shape by shape (the ratio of their median times
+//! per call, each shape weighted by its share of the trial's bytes) and keeps the incumbent
+//! unless the other is faster by more than [`SWITCH_MARGIN`] (noise must not make it flap).
+//! Outside trials a call only increments the counter.
+//!
+//! Which candidate a trial call gets is a bit of a hash of its index: no stride of a model's
+//! calls lines up with it (alternating by the index's parity would give every weight of a model
+//! with an even number of calls a token one candidate only; the Thue-Morse sequence, which
+//! alternates almost call by call, is biased along multiples of 3), and the host's drift, which
+//! moves over seconds, falls on both candidates alike. Comparing shape by shape keeps a trial
+//! that met the long lm_head call three times with one candidate and once with the other from
+//! favouring that one for the lm_head's own rate per byte.
 //!
 //! At ~121 calls a token (Qwen2-0.5B) a trial is ~4 tokens in every ~68: when the candidates
 //! differ by 10% it costs ~0.3% of the time. The distance changes no result (a prefetch is
@@ -49,14 +57,23 @@ use std::time::Instant;
 /// The distances (bytes ahead of the chunk being loaded) a trial compares: none, and the
 /// distance the VNNI tile uses over several rows.
 pub const CANDIDATES: [usize; 2] = [0, super::prefetch::DEFAULT_VNNI_PREFETCH_BYTES];
-/// The candidate in use before the first trial has decided, and the incumbent of the first
-/// comparison: the prefetch (it lost at most ~12% where it lost, and gained 40% where it won).
+/// The candidate in use before the first trial has decided (the warm-up included), and the
+/// incumbent of the first comparison: the prefetch (it lost at most ~12% where it lost, and gained 40% where it won).
 pub const FIRST_CHOICE: usize = 1;
+/// Decode calls before the first trial: a session's first calls meet cold pages and caches
+/// (a first trial over them, stop 40, measured the prefetch 24% slower and chose wrong, where
+/// every later trial measured it 4-18% faster).
+pub const WARMUP_CALLS: u64 = 1024;
 /// Decode calls from the start of one trial to the start of the next.
 pub const PERIOD_CALLS: u64 = 8192;
-/// Decode calls a trial times (half per candidate).
+/// Decode calls a trial times (about half with each candidate).
 pub const TRIAL_CALLS: u64 = 512;
-/// How much faster per byte the other candidate must be over a trial to replace the incumbent.
+/// Weight shapes (distinct call byte counts) a trial keeps apart; calls of further shapes are
+/// not timed.
+pub const SHAPES: usize = 16;
+/// Calls per shape and candidate a trial keeps the times of.
+pub const SAMPLES: usize = 64;
+/// How much faster the other candidate must be over a trial to replace the incumbent.
 pub const SWITCH_MARGIN: f64 = 0.02;
 
 /// The choice and the trial in progress (see the module documentation).
@@ -70,11 +87,80 @@ pub struct Tuner {
     trial: Mutex<Trial>,
 }
 
-/// Per candidate, the nanoseconds and weight bytes of its timed calls in this trial.
-#[derive(Default, Clone, Copy, Debug)]
+/// One trial's timings: per weight shape, per candidate, the times of its first calls.
+#[derive(Clone, Copy, Debug)]
 struct Trial {
-    ns: [u64; 2],
-    bytes: [u64; 2],
+    shapes: [Shape; SHAPES],
+}
+
+/// A weight shape's timings in a trial (`bytes == 0`: an unused slot): per candidate, the
+/// nanoseconds of up to [`SAMPLES`] calls (saturated at `u32::MAX`, ~4 s) and how many.
+#[derive(Clone, Copy, Debug)]
+struct Shape {
+    bytes: u64,
+    ns: [[u32; SAMPLES]; 2],
+    calls: [usize; 2],
+}
+
+impl Shape {
+    const EMPTY: Shape = Shape {
+        bytes: 0,
+        ns: [[0; SAMPLES]; 2],
+        calls: [0; 2],
+    };
+
+    /// The median time of candidate `arm`'s calls (`None`: none timed).
+    fn median(&self, arm: usize) -> Option<f64> {
+        let n = self.calls[arm].min(SAMPLES);
+        let mut v = *self.ns.get(arm)?;
+        let v = v.get_mut(..n).filter(|v| !v.is_empty())?;
+        v.sort_unstable();
+        Some(f64::from(v[n / 2]))
+    }
+}
+
+impl Trial {
+    const EMPTY: Trial = Trial {
+        shapes: [Shape::EMPTY; SHAPES],
+    };
+
+    /// Adds a call of `bytes` weight bytes that took `ns` with candidate `arm` (dropped when the
+    /// trial already holds [`SHAPES`] other shapes, or [`SAMPLES`] calls of this one with it).
+    fn add(&mut self, bytes: u64, arm: usize, ns: u64) {
+        if bytes == 0 || arm > 1 {
+            return;
+        }
+        let slot = self
+            .shapes
+            .iter()
+            .position(|s| s.bytes == bytes || s.bytes == 0);
+        if let Some(s) = slot.and_then(|i| self.shapes.get_mut(i)) {
+            s.bytes = bytes;
+            if let Some(x) = s.ns[arm].get_mut(s.calls[arm]) {
+                *x = u32::try_from(ns).unwrap_or(u32::MAX);
+                s.calls[arm] += 1;
+            }
+        }
+    }
+
+    /// Candidate 1's time over candidate 0's: per shape timed with both, the ratio of their
+    /// median times per call (a preempted call does not move it), weighted by the shape's bytes
+    /// over the trial; `None` when no shape was timed with both.
+    fn ratio(&self) -> Option<f64> {
+        let (mut sum, mut weight) = (0.0, 0.0);
+        for s in &self.shapes {
+            let (Some(m0), Some(m1)) = (s.median(0), s.median(1)) else {
+                continue;
+            };
+            if m0 <= 0.0 {
+                continue;
+            }
+            let w = s.bytes as f64 * (s.calls[0] + s.calls[1]) as f64;
+            sum += w * m1 / m0;
+            weight += w;
+        }
+        (weight > 0.0).then(|| sum / weight)
+    }
 }
 
 /// A timed trial call: its candidate, its start, its weight bytes, whether it closes the trial.
@@ -98,10 +184,7 @@ impl Tuner {
             calls: AtomicU64::new(0),
             current: AtomicUsize::new(FIRST_CHOICE),
             decided: AtomicUsize::new(FIRST_CHOICE),
-            trial: Mutex::new(Trial {
-                ns: [0; 2],
-                bytes: [0; 2],
-            }),
+            trial: Mutex::new(Trial::EMPTY),
         }
     }
 
@@ -125,11 +208,11 @@ impl Tuner {
     /// [`Tuner::end`] once the dispatch has returned).
     pub fn begin(&self, bytes: usize) -> Option<TrialCall> {
         let c = self.calls.fetch_add(1, Ordering::Relaxed);
-        let phase = c % PERIOD_CALLS;
+        let phase = c.checked_sub(WARMUP_CALLS)? % PERIOD_CALLS;
         if phase >= TRIAL_CALLS {
             return None;
         }
-        let arm = (c % 2) as usize;
+        let arm = arm_of(c);
         self.current.store(arm, Ordering::Relaxed);
         Some(TrialCall {
             arm,
@@ -145,32 +228,44 @@ impl Tuner {
         self.end_after(call, ns);
     }
 
-    /// Ends a trial call that took `ns` nanoseconds: adds it to its candidate's sums; the
-    /// trial's last call decides and puts the choice in use.
+    /// Ends a trial call that took `ns` nanoseconds: adds it to its shape's sums; the trial's
+    /// last call decides and puts the choice in use.
     fn end_after(&self, call: TrialCall, ns: u64) {
         let mut t = self.trial.lock();
-        t.ns[call.arm] = t.ns[call.arm].saturating_add(ns);
-        t.bytes[call.arm] = t.bytes[call.arm].saturating_add(call.bytes);
+        t.add(call.bytes, call.arm, ns);
         if call.last {
             let choice = decide(&t, self.decided.load(Ordering::Relaxed));
             self.decided.store(choice, Ordering::Relaxed);
             self.current.store(choice, Ordering::Relaxed);
-            *t = Trial::default();
+            *t = Trial::EMPTY;
         }
     }
 }
 
-/// The candidate a finished trial keeps: the other one only when both were timed and the other
-/// took fewer nanoseconds per byte by more than [`SWITCH_MARGIN`]; else `incumbent`.
+/// The candidate of trial call `c`: the low bit of the SplitMix64 finaliser of `c` (see the
+/// module documentation).
+fn arm_of(c: u64) -> usize {
+    let mut z = c.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    ((z ^ (z >> 31)) & 1) as usize
+}
+
+/// The candidate a finished trial keeps: the other one only when it was faster than
+/// `incumbent` by more than [`SWITCH_MARGIN`] ([`Trial::ratio`]); else `incumbent`.
 fn decide(t: &Trial, incumbent: usize) -> usize {
     let inc = incumbent % 2;
-    let other = 1 - inc;
-    if t.bytes[inc] == 0 || t.bytes[other] == 0 {
+    let Some(r) = t.ratio() else {
         return inc;
-    }
-    let per_byte = |a: usize| t.ns[a] as f64 / t.bytes[a] as f64;
-    if per_byte(other) < per_byte(inc) * (1.0 - SWITCH_MARGIN) {
-        other
+    };
+    // r: candidate 1's time over candidate 0's.
+    let other_faster = if inc == 0 {
+        r < 1.0 - SWITCH_MARGIN
+    } else {
+        1.0 / r < 1.0 - SWITCH_MARGIN
+    };
+    if other_faster {
+        1 - inc
     } else {
         inc
     }
@@ -183,6 +278,16 @@ pub static TUNER: Tuner = Tuner::new();
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A fresh tuner past its warm-up (whose calls are never trial calls).
+    fn warmed() -> Tuner {
+        let t = Tuner::new();
+        for _ in 0..WARMUP_CALLS {
+            assert!(t.begin(1 << 20).is_none(), "a warm-up call was timed");
+            assert_eq!(t.distance(), CANDIDATES[FIRST_CHOICE]);
+        }
+        t
+    }
 
     /// Runs one whole trial on `t`, timing candidate `c`'s calls at `ns_per_byte[c]` (1 MB a
     /// call), and returns the distance in use after it.
@@ -198,7 +303,7 @@ mod tests {
 
     #[test]
     fn a_trial_keeps_the_faster_distance_and_the_incumbent_within_the_margin() {
-        let t = Tuner::new();
+        let t = warmed();
         assert_eq!(t.distance(), CANDIDATES[FIRST_CHOICE]);
         // The other candidate 10% faster: it takes over.
         let other = 1 - FIRST_CHOICE;
@@ -223,27 +328,108 @@ mod tests {
         assert_eq!(trial(&t, rates), CANDIDATES[FIRST_CHOICE]);
     }
 
-    #[test]
-    fn a_trial_alternates_the_candidates_call_by_call() {
-        let t = Tuner::new();
-        let arms: Vec<usize> = (0..8)
+    /// The candidate a trial call of index `c` gets, read off a fresh tuner.
+    fn arms(n: u64) -> Vec<usize> {
+        let t = warmed();
+        (0..n)
             .map(|_| {
                 let call = t.begin(4096).expect("a trial call");
                 let arm = call.arm;
                 t.end(call);
                 arm
             })
-            .collect();
-        assert_eq!(arms, [0, 1, 0, 1, 0, 1, 0, 1]);
+            .collect()
+    }
+
+    #[test]
+    fn every_weight_shape_meets_both_candidates() {
+        let all = arms(TRIAL_CALLS);
+        let ones = all.iter().filter(|&&a| a == 1).count();
+        assert!(
+            (200..=312).contains(&ones),
+            "{ones} of {TRIAL_CALLS} on candidate 1"
+        );
+        // Decoders of 1-28 layers (four weight shapes a layer, then one or two head calls, so
+        // tokens of odd and of even length), the trial starting anywhere in a token: every
+        // layer shape is timed with both candidates, roughly half and half (alternating by the
+        // index's parity, a token of even length gives each layer shape one candidate only).
+        for layers in [1usize, 2, 3, 6, 12, 24, 28] {
+            for heads in [1, 2] {
+                let stride = 4 * layers + heads;
+                for start in [0, 1, stride / 2] {
+                    for s in 0..4 {
+                        let seen: Vec<usize> = (0..all.len())
+                            .filter(|&c| {
+                                let p = (c + start) % stride;
+                                p < 4 * layers && p % 4 == s
+                            })
+                            .map(|c| all[c])
+                            .collect();
+                        let ones = seen.iter().filter(|&&a| a == 1).count();
+                        assert!(
+                            4 * ones >= seen.len() && 4 * ones <= 3 * seen.len(),
+                            "{layers} layers, {heads} heads, start {start}: shape {s} met \
+                             candidate 1 in {ones} of {} calls",
+                            seen.len()
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn shapes_are_compared_one_by_one() {
+        // A long call met three times with candidate 0 and once with 1, equally fast with
+        // both, and a short call ten times each, 10% faster with candidate 1: pooled per byte,
+        // candidate 0 would look faster (its long calls stream at a better rate per byte).
+        let mut t = Trial::EMPTY;
+        let (long, short) = (1u64 << 20, 100u64 << 10);
+        for arm in [0, 0, 0, 1] {
+            t.add(long, arm, long / 2);
+        }
+        for _ in 0..10 {
+            t.add(short, 0, short);
+            t.add(short, 1, short * 9 / 10);
+        }
+        let r = t.ratio().expect("both candidates timed");
+        assert!(r < 1.0 - SWITCH_MARGIN, "ratio {r}");
+        assert_eq!(decide(&t, 0), 1);
+        assert_eq!(decide(&t, 1), 1);
+    }
+
+    #[test]
+    fn a_preempted_call_does_not_decide() {
+        // Candidate 1 10% faster on every call but one, which lost 2 ms (the lane preempted).
+        let mut t = Trial::EMPTY;
+        for i in 0..20 {
+            t.add(1 << 16, 0, 20_000);
+            t.add(1 << 16, 1, if i == 3 { 2_000_000 } else { 18_000 });
+        }
+        assert_eq!(decide(&t, 0), 1);
     }
 
     #[test]
     fn an_untimed_candidate_never_wins() {
-        let t = Trial {
-            ns: [100, 0],
-            bytes: [1000, 0],
-        };
+        let mut t = Trial::EMPTY;
+        t.add(1000, 0, 100);
+        t.add(2000, 1, 1);
+        assert_eq!(t.ratio(), None);
         assert_eq!(decide(&t, 0), 0);
         assert_eq!(decide(&t, 1), 1);
+    }
+
+    #[test]
+    fn a_trial_holds_a_bounded_number_of_shapes() {
+        let mut t = Trial::EMPTY;
+        for b in 1..=(SHAPES as u64 + 5) {
+            t.add(b, 0, 10);
+            t.add(b, 1, 5);
+        }
+        assert!(t
+            .shapes
+            .iter()
+            .all(|s| s.bytes != 0 && s.bytes <= SHAPES as u64));
+        assert_eq!(t.ratio(), Some(0.5));
     }
 }
