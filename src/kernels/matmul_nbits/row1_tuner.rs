@@ -46,9 +46,8 @@
 //!
 //! The counter is Relaxed: only its values matter (each call gets its own index). The
 //! distance is Relaxed too: a tile reads it at each group, and a call that reads the previous
-//! value for some groups streams the same bytes with another prefetch. The trial's sums sit
-//! under a mutex that only trial calls take (twice a trial call's dispatch of several
-//! microseconds at least).
+//! value for some groups streams the same bytes with another prefetch. A trial's timings sit
+//! under a mutex that only trial calls take, once each, after their dispatch (microseconds).
 
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -179,6 +178,7 @@ impl Default for Tuner {
 }
 
 impl Tuner {
+    /// A tuner that has counted no call ([`FIRST_CHOICE`] in use).
     pub const fn new() -> Tuner {
         Tuner {
             calls: AtomicU64::new(0),
