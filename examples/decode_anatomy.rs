@@ -32,6 +32,8 @@
 //! (`Lanes::idle_read` with `matmul_nbits::decode_second_segment`, what the MatMulNBits node does
 //! once it has seen the order of its session's calls twice); with `-l2`,
 //! the tiles prefetch as before issue 17 (L1 2048 bytes ahead, no L2 prefetch; `prefetch`).
+//! Every other arm prefetches as the library does: over one row, the distance its tuner chose
+//! (`matmul_nbits::row1_tuner`, which counts this example's calls too).
 //!
 //! Arm `program` (and `program+ahead`) asks what the token's ~121 hand-overs cost: the whole
 //! sequence runs as ONE dispatch with one chunk per lane, each lane running its contiguous
@@ -43,6 +45,9 @@
 //! table is left out (its calls are not dispatches); the pass also times the plain reads the
 //! same way (`read program`: one dispatch, a barrier after each matrix) beside the read per
 //! matrix (a dispatch each) and the one read of everything.
+//! The barrier needs every lane in the program at once (each lane holds one chunk until the
+//! others arrive, so none can take a second): a panic on one lane would leave the others
+//! waiting for ever, which is acceptable in a diagnostic and nowhere else.
 
 #[path = "../tests/common/rng.rs"]
 mod rng_common;
