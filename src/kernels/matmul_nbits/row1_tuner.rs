@@ -49,6 +49,7 @@
 //! value for some groups streams the same bytes with another prefetch. A trial's timings sit
 //! under a mutex that only trial calls take, once each, after their dispatch (microseconds).
 
+use crate::os::cache::CachePadded;
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Instant;
@@ -57,7 +58,8 @@ use std::time::Instant;
 /// distance the VNNI tile uses over several rows.
 pub const CANDIDATES: [usize; 2] = [0, super::prefetch::DEFAULT_VNNI_PREFETCH_BYTES];
 /// The candidate in use before the first trial has decided (the warm-up included), and the
-/// incumbent of the first comparison: the prefetch (it lost at most ~12% where it lost, and gained 40% where it won).
+/// incumbent of the first comparison: the prefetch (it lost at most ~12% where it lost, and
+/// gained 40% where it won).
 pub const FIRST_CHOICE: usize = 1;
 /// Decode calls before the first trial: a session's first calls meet cold pages and caches
 /// (a first trial over them, stop 40, measured the prefetch 24% slower and chose wrong, where
@@ -77,10 +79,13 @@ pub const SWITCH_MARGIN: f64 = 0.02;
 
 /// The choice and the trial in progress (see the module documentation).
 pub struct Tuner {
-    calls: AtomicU64,
+    /// Written by every decode call's calling thread: on lines of its own, away from `current`,
+    /// which every lane's tiles read (a write to a line they share would cost each call a
+    /// line moving between the lanes).
+    calls: CachePadded<AtomicU64>,
     /// Index into [`CANDIDATES`] of the distance the tiles use now: a trial call's candidate
     /// during a trial, else `decided`.
-    current: AtomicUsize,
+    current: CachePadded<AtomicUsize>,
     /// Index into [`CANDIDATES`] of the last trial's choice (the incumbent of the next).
     decided: AtomicUsize,
     trial: Mutex<Trial>,
@@ -181,8 +186,8 @@ impl Tuner {
     /// A tuner that has counted no call ([`FIRST_CHOICE`] in use).
     pub const fn new() -> Tuner {
         Tuner {
-            calls: AtomicU64::new(0),
-            current: AtomicUsize::new(FIRST_CHOICE),
+            calls: CachePadded(AtomicU64::new(0)),
+            current: CachePadded(AtomicUsize::new(FIRST_CHOICE)),
             decided: AtomicUsize::new(FIRST_CHOICE),
             trial: Mutex::new(Trial::EMPTY),
         }
@@ -190,12 +195,12 @@ impl Tuner {
 
     /// The one-row L1 distance in use now.
     pub fn distance(&self) -> usize {
-        CANDIDATES[self.current.load(Ordering::Relaxed) % CANDIDATES.len()]
+        CANDIDATES[self.current.0.load(Ordering::Relaxed) % CANDIDATES.len()]
     }
 
     /// Decode calls counted so far.
     pub fn calls(&self) -> u64 {
-        self.calls.load(Ordering::Relaxed)
+        self.calls.0.load(Ordering::Relaxed)
     }
 
     /// The distance the last trial chose (before any trial: [`FIRST_CHOICE`]'s).
@@ -207,13 +212,13 @@ impl Tuner {
     /// a trial call (its candidate is then in use until the next call changes it; hand it to
     /// [`Tuner::end`] once the dispatch has returned).
     pub fn begin(&self, bytes: usize) -> Option<TrialCall> {
-        let c = self.calls.fetch_add(1, Ordering::Relaxed);
+        let c = self.calls.0.fetch_add(1, Ordering::Relaxed);
         let phase = c.checked_sub(WARMUP_CALLS)? % PERIOD_CALLS;
         if phase >= TRIAL_CALLS {
             return None;
         }
         let arm = arm_of(c);
-        self.current.store(arm, Ordering::Relaxed);
+        self.current.0.store(arm, Ordering::Relaxed);
         Some(TrialCall {
             arm,
             t0: Instant::now(),
@@ -236,7 +241,7 @@ impl Tuner {
         if call.last {
             let choice = decide(&t, self.decided.load(Ordering::Relaxed));
             self.decided.store(choice, Ordering::Relaxed);
-            self.current.store(choice, Ordering::Relaxed);
+            self.current.0.store(choice, Ordering::Relaxed);
             *t = Trial::EMPTY;
         }
     }
