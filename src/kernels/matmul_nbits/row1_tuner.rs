@@ -20,14 +20,16 @@
 //!
 //! # How
 //!
-//! A [`Tuner`] counts the decode calls of the process. After the first [`WARMUP_CALLS`], the
-//! first [`TRIAL_CALLS`] of every [`PERIOD_CALLS`] are a trial: each runs with one of the [`CANDIDATES`] and is timed on
-//! the calling thread around its dispatch (two clock reads), its time added to its weight
-//! shape's sums for its candidate (a shape: its weight bytes; up to [`SHAPES`] of them a trial).
-//! The trial's last call compares the candidates shape by shape (the ratio of their median times
-//! per call, each shape weighted by its share of the trial's bytes) and keeps the incumbent
-//! unless the other is faster by more than [`SWITCH_MARGIN`] (noise must not make it flap).
-//! Outside trials a call only increments the counter.
+//! A [`Tuner`] counts the decode calls of the process. After the first [`WARMUP_CALLS`] come
+//! trials of [`TRIAL_CALLS`] calls, each starting [`PERIOD_CALLS`] after the one before, or
+//! [`CONFIRM_CALLS`] after the end of one that changed the distance (a switch is confirmed soon:
+//! a trial can meet a passing state of the host). A trial call runs with one of the
+//! [`CANDIDATES`] and is timed on the calling thread around its dispatch (two clock reads), its
+//! time kept with its weight shape and candidate (a shape: its weight bytes; up to [`SHAPES`] of
+//! them a trial). The trial's last call compares the candidates shape by shape (the ratio of
+//! their median times per call, each shape weighted by its share of the trial's bytes) and keeps
+//! the incumbent unless the other is faster by more than [`SWITCH_MARGIN`] (noise must not make
+//! it flap). Outside trials a call only increments the counter.
 //!
 //! Which candidate a trial call gets is a bit of a hash of its index: no stride of a model's
 //! calls lines up with it (alternating by the index's parity would give every weight of a model
@@ -44,7 +46,10 @@
 //!
 //! # Memory ordering
 //!
-//! The counter is Relaxed: only its values matter (each call gets its own index). The
+//! The counter is Relaxed: only its values matter (each call gets its own index). So is the next
+//! trial's start: a call that reads the old start after a trial's last call has moved it sees
+//! itself outside a trial, or inside one a call early or late, which changes a sample, not a
+//! result. The
 //! distance is Relaxed too: a tile reads it at each group, and a call that reads the previous
 //! value for some groups streams the same bytes with another prefetch. A trial's timings sit
 //! under a mutex that only trial calls take, once each, after their dispatch (microseconds).
@@ -63,10 +68,13 @@ pub const CANDIDATES: [usize; 2] = [0, super::prefetch::DEFAULT_VNNI_PREFETCH_BY
 pub const FIRST_CHOICE: usize = 1;
 /// Decode calls before the first trial: a session's first calls meet cold pages and caches
 /// (a first trial over them, stop 40, measured the prefetch 24% slower and chose wrong, where
-/// every later trial measured it 4-18% faster).
+/// every later trial measured it 4-18% faster; a first trial after 1024 calls still chose wrong
+/// once, which [`CONFIRM_CALLS`] now corrects within ~16 Qwen tokens).
 pub const WARMUP_CALLS: u64 = 1024;
 /// Decode calls from the start of one trial to the start of the next.
 pub const PERIOD_CALLS: u64 = 8192;
+/// Decode calls from the end of a trial that changed the distance to the start of the next.
+pub const CONFIRM_CALLS: u64 = 1024;
 /// Decode calls a trial times (about half with each candidate).
 pub const TRIAL_CALLS: u64 = 512;
 /// Weight shapes (distinct call byte counts) a trial keeps apart; calls of further shapes are
@@ -83,6 +91,8 @@ pub struct Tuner {
     /// which every lane's tiles read (a write to a line they share would cost each call a
     /// line moving between the lanes).
     calls: CachePadded<AtomicU64>,
+    /// The call index at which the next trial starts (written by a trial's last call).
+    start: AtomicU64,
     /// Index into [`CANDIDATES`] of the distance the tiles use now: a trial call's candidate
     /// during a trial, else `decided`.
     current: CachePadded<AtomicUsize>,
@@ -171,6 +181,8 @@ impl Trial {
 #[must_use = "a trial call must be ended (Tuner::end)"]
 pub struct TrialCall {
     arm: usize,
+    /// The call index its trial started at.
+    start: u64,
     t0: Instant,
     bytes: u64,
     last: bool,
@@ -187,6 +199,7 @@ impl Tuner {
     pub const fn new() -> Tuner {
         Tuner {
             calls: CachePadded(AtomicU64::new(0)),
+            start: AtomicU64::new(WARMUP_CALLS),
             current: CachePadded(AtomicUsize::new(FIRST_CHOICE)),
             decided: AtomicUsize::new(FIRST_CHOICE),
             trial: Mutex::new(Trial::EMPTY),
@@ -213,8 +226,18 @@ impl Tuner {
     /// [`Tuner::end`] once the dispatch has returned).
     pub fn begin(&self, bytes: usize) -> Option<TrialCall> {
         let c = self.calls.0.fetch_add(1, Ordering::Relaxed);
-        let phase = c.checked_sub(WARMUP_CALLS)? % PERIOD_CALLS;
+        let start = self.start.load(Ordering::Relaxed);
+        let phase = c.checked_sub(start)?;
         if phase >= TRIAL_CALLS {
+            if phase >= PERIOD_CALLS {
+                // The trial's last call never ended (its dispatch panicked): start afresh.
+                let _ = self.start.compare_exchange(
+                    start,
+                    c.saturating_add(1),
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                );
+            }
             return None;
         }
         let arm = arm_of(c);
@@ -224,6 +247,7 @@ impl Tuner {
             t0: Instant::now(),
             bytes: u64::try_from(bytes).unwrap_or(u64::MAX),
             last: phase + 1 == TRIAL_CALLS,
+            start,
         })
     }
 
@@ -239,9 +263,17 @@ impl Tuner {
         let mut t = self.trial.lock();
         t.add(call.bytes, call.arm, ns);
         if call.last {
-            let choice = decide(&t, self.decided.load(Ordering::Relaxed));
+            let before = self.decided.load(Ordering::Relaxed);
+            let choice = decide(&t, before);
             self.decided.store(choice, Ordering::Relaxed);
             self.current.0.store(choice, Ordering::Relaxed);
+            let next = if choice == before {
+                PERIOD_CALLS
+            } else {
+                TRIAL_CALLS.saturating_add(CONFIRM_CALLS)
+            };
+            self.start
+                .store(call.start.saturating_add(next), Ordering::Relaxed);
             *t = Trial::EMPTY;
         }
     }
@@ -316,12 +348,14 @@ mod tests {
         rates[other] = 0.9;
         assert_eq!(trial(&t, rates), CANDIDATES[other]);
         assert_eq!(t.decided_distance(), CANDIDATES[other]);
-        // Outside the trial, calls are not timed and the choice stays.
-        for _ in TRIAL_CALLS..PERIOD_CALLS {
+        // A switch is confirmed soon: outside the trial calls are not timed and the choice
+        // stays, for CONFIRM_CALLS calls.
+        for _ in 0..CONFIRM_CALLS {
             assert!(t.begin(1 << 20).is_none());
             assert_eq!(t.distance(), CANDIDATES[other]);
         }
-        // Next period: the first choice 1% faster, inside the margin: the incumbent stays.
+        // The confirming trial: the first choice 1% faster, inside the margin: the incumbent
+        // stays, and the next trial is a whole period after this one's start.
         let mut rates = [1.0; 2];
         rates[FIRST_CHOICE] = 0.99;
         assert_eq!(trial(&t, rates), CANDIDATES[other]);
@@ -401,6 +435,24 @@ mod tests {
         assert!(r < 1.0 - SWITCH_MARGIN, "ratio {r}");
         assert_eq!(decide(&t, 0), 1);
         assert_eq!(decide(&t, 1), 1);
+    }
+
+    #[test]
+    fn trials_resume_when_a_last_call_never_ends() {
+        let t = warmed();
+        for _ in 0..TRIAL_CALLS - 1 {
+            let call = t.begin(1 << 20).expect("a trial call");
+            t.end_after(call, 1000);
+        }
+        // The last call's dispatch panicked: it is never ended, nothing is decided.
+        drop(t.begin(1 << 20).expect("the last trial call"));
+        let untimed = (0..2 * PERIOD_CALLS)
+            .take_while(|_| t.begin(1 << 20).is_none())
+            .count() as u64;
+        assert!(
+            (PERIOD_CALLS - TRIAL_CALLS..=PERIOD_CALLS).contains(&untimed),
+            "trials resumed after {untimed} calls"
+        );
     }
 
     #[test]
