@@ -49,9 +49,8 @@
 //! The counter is Relaxed: only its values matter (each call gets its own index). So is the next
 //! trial's start: a call that reads the old start after a trial's last call has moved it sees
 //! itself outside a trial, or inside one a call early or late, which changes a sample, not a
-//! result. The
-//! distance is Relaxed too: a tile reads it at each group, and a call that reads the previous
-//! value for some groups streams the same bytes with another prefetch. A trial's timings sit
+//! result. The distance is Relaxed too: a tile reads it at each group, and a call that reads
+//! the previous value for some groups streams the same bytes with another prefetch. A trial's timings sit
 //! under a mutex that only trial calls take, once each, after their dispatch (microseconds).
 
 use crate::os::cache::CachePadded;
@@ -91,7 +90,8 @@ pub struct Tuner {
     /// which every lane's tiles read (a write to a line they share would cost each call a
     /// line moving between the lanes).
     calls: CachePadded<AtomicU64>,
-    /// The call index at which the next trial starts (written by a trial's last call).
+    /// The call index at which the next trial starts (written by a trial's last call, or by the
+    /// first call a period past a trial whose last call never ended).
     start: AtomicU64,
     /// Index into [`CANDIDATES`] of the distance the tiles use now: a trial call's candidate
     /// during a trial, else `decided`.
