@@ -20,7 +20,16 @@ pub struct CachePadded<T>(pub T);
 /// call's prepared activations, which another lane has just written; the head of the next
 /// call's weight segment). The addresses are never dereferenced: a prefetch never faults.
 pub fn prefetch_l1(addr: usize, len: usize) {
-    prefetch_every(addr, len, 64)
+    prefetch_every::<false>(addr, len, 64)
+}
+
+/// Hints every cache line of the address range `[addr, addr + len)` into the L2 cache
+/// (`prefetcht1`; nothing off x86_64): for rows a lane reads a little later, while it computes
+/// on what it has (an attention unit's next key rows and its value rows,
+/// `kernels::attention::gqa_decode`), so they arrive without displacing the L1 working set. The
+/// addresses are never dereferenced: a prefetch never faults.
+pub fn prefetch_l2(addr: usize, len: usize) {
+    prefetch_every::<true>(addr, len, 64)
 }
 
 /// Bytes of the smallest page: the step of [`prefetch_pages`].
@@ -33,33 +42,37 @@ pub const PAGE_BYTES: usize = 4096;
 /// boundaries; GroupQueryAttention's past key and value rows, `kernels::attention::gqa_decode`).
 /// The addresses are never dereferenced: a prefetch never faults.
 pub fn prefetch_pages(addr: usize, len: usize) {
-    prefetch_every(addr, len, PAGE_BYTES)
+    prefetch_every::<false>(addr, len, PAGE_BYTES)
 }
 
-/// One `prefetcht0` every `step` bytes (a power of two), from the step holding `addr` to
-/// `addr + len`.
+/// One `prefetcht0` (`prefetcht1` when `L2`) every `step` bytes (a power of two), from the step
+/// holding `addr` to `addr + len`.
 #[inline]
-fn prefetch_every(addr: usize, len: usize, step: usize) {
+fn prefetch_every<const L2: bool>(addr: usize, len: usize, step: usize) {
     #[cfg(target_arch = "x86_64")]
     {
         #[inline]
         #[target_feature(enable = "sse")]
-        fn hints(addr: usize, len: usize, step: usize) {
+        fn hints<const L2: bool>(addr: usize, len: usize, step: usize) {
             let end = addr.saturating_add(len);
             let mut at = addr & !(step - 1);
             while at < end {
-                _mm_prefetch::<_MM_HINT_T0>(at as *const i8);
+                if L2 {
+                    _mm_prefetch::<_MM_HINT_T1>(at as *const i8);
+                } else {
+                    _mm_prefetch::<_MM_HINT_T0>(at as *const i8);
+                }
                 let Some(next) = at.checked_add(step) else {
                     break;
                 };
                 at = next;
             }
         }
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0, _MM_HINT_T1};
         // SAFETY: SSE is part of the x86_64 baseline, so the feature `hints` enables is present
         // on every CPU this code runs on; `hints` only issues prefetch hints, which neither
         // dereference nor fault on any address.
-        unsafe { hints(addr, len, step) }
+        unsafe { hints::<L2>(addr, len, step) }
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = (addr, len, step);

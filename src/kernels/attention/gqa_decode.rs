@@ -6,7 +6,9 @@
 //! measured 24.2 us per call inside the Qwen2-0.5B decode (past 64, 2 lanes) against 18.5 us
 //! for this one (node time, medians of 1440 calls, the two alternating per token).
 //!
-//! Order inside a unit: keys, then every query head's scores and softmax, then values, then
+//! Order inside a unit: keys, then every query head's scores over the past keys, a block of
+//! key rows at a time for all the heads while the next block's keys and this block's values are
+//! hinted into L2 (`Decode::score_past`), then each head's softmax, then values, then
 //! every head's weighted sum of value rows, all heads in one pass over the rows (`rows_group`,
 //! bit for bit the per-head sums; at past 1024 1.026x the per-head passes per token, Qwen2-0.5B
 //! shapes, 10 of 10 rounds, and 1.014x at Llama-3.2-1B's group of 4). Scores and sums read the
@@ -33,11 +35,22 @@ use parking_lot::Mutex;
 use crate::kernels::fp_env::FlushSubnormals;
 use crate::kernels::softmax::RowFn;
 use crate::memory::scratch::try_with_scratch_f32;
-use crate::os::cache::prefetch_pages;
+use crate::os::cache::{prefetch_l2, prefetch_pages};
 use crate::runtime::par::{Dispatch, Par};
 
 use super::gqa::{GqaShape, Rows};
 use super::Kernels;
+
+/// Key rows scored at a time for every query head of a group (see [`Decode::score_past`]): a
+/// multiple of every table's vector width (16 floats at most), and 16 KiB of key rows at head
+/// size 64, which stay in L1 while the group's heads score them.
+pub(super) const SCORE_BLOCK_ROWS: usize = 64;
+
+/// The most bytes of a unit's value rows hinted into L2 while its scores run (see
+/// [`Decode::score_past`]): with the key rows scored meanwhile, half of the 1 MiB L2 of the
+/// host measured (Zen 4) at past 1024 and head size 64; a longer past leaves its later value
+/// rows to the hardware prefetchers.
+const VALUE_HINT_MAX_BYTES: usize = 256 << 10;
 
 /// One dispatch chunk's output rows and present key / value rows.
 type Part<'a> = (&'a mut [f32], &'a mut [f32], &'a mut [f32]);
@@ -110,7 +123,8 @@ impl Decode<'_, '_> {
     fn scratch(&self) -> usize {
         let sh = self.sh;
         let max_len = self.past.iter().map(|&(p, _)| p).max().unwrap_or(0) + 1;
-        sh.head + 2 * (sh.heads / sh.kv_heads) * max_len
+        let group = sh.heads / sh.kv_heads;
+        group * sh.head + 2 * group * max_len
     }
 
     /// Units `first..` (as many as `out` holds); false when the scratch is missing.
@@ -120,7 +134,7 @@ impl Decode<'_, '_> {
         let max_len = self.past.iter().map(|&(p, _)| p).max().unwrap_or(0) + 1;
         let prow = sh.present_len * head;
         try_with_scratch_f32(self.scratch(), |buf| {
-            let (qr, rest) = buf.split_at_mut(head);
+            let (qr, rest) = buf.split_at_mut(group * head);
             let (scores, probs) = rest.split_at_mut(group * max_len);
             for (i, ((o, k), v)) in out
                 .chunks_exact_mut(group * head)
@@ -134,15 +148,24 @@ impl Decode<'_, '_> {
                 let len = (p + 1).min(total);
                 let rows = unit_rows(sh, self.shared, b, n, p);
                 self.warm_pages(&rows, k, v);
+                // Where the unit's past value rows lie (address only, for the prefetches).
+                let v_at = match (&rows.1, self.past_kv) {
+                    (Some(at), Some((_, pv))) if !self.shared => {
+                        pv.get(at.clone()).map_or(0, |r| r.as_ptr() as usize)
+                    }
+                    _ => v.as_ptr() as usize,
+                };
                 let (k_old, k_new) = self.present(0, b, n, p, rows.1.as_ref(), k);
                 {
                     let _ftz = FlushSubnormals::new();
-                    for j in 0..group {
-                        self.rows.rope(self.rows.q_row(b, 0, n * group + j), p, qr);
+                    for (j, q) in qr.chunks_exact_mut(head).enumerate() {
+                        self.rows.rope(self.rows.q_row(b, 0, n * group + j), p, q);
+                    }
+                    let lim = len.min(p);
+                    self.score_past(qr, &k_old[..lim * head], v_at, scores, max_len);
+                    for (j, q) in qr.chunks_exact(head).enumerate() {
                         let sc = &mut scores[j * max_len..j * max_len + len];
-                        let (sc_old, sc_new) = sc.split_at_mut(len.min(p));
-                        (self.k.scores)(qr, k_old, sh.scale, sc_old);
-                        (self.k.scores)(qr, k_new, sh.scale, sc_new);
+                        (self.k.scores)(q, k_new, sh.scale, &mut sc[lim..]);
                         (self.softmax_row)(sc, &mut probs[j * max_len..j * max_len + len], len);
                     }
                 }
@@ -165,6 +188,54 @@ impl Decode<'_, '_> {
             }
         })
         .is_some()
+    }
+
+    /// Every query head's scores over the unit's past key rows (`k_old`; `qr` holds the group's
+    /// rotated query rows, head after head; head `j`'s scores go to `scores[j * max_len..]`),
+    /// [`SCORE_BLOCK_ROWS`] key rows at a time for all the heads, so a block comes from memory
+    /// once and serves the group from L1 (head by head over all the rows, each head met them in
+    /// L2). A block's scores are the kernel's scores of those rows (its multiple-of-16 start
+    /// keeps the kernel's row blocks where a whole-row call puts them): bit for bit the same.
+    ///
+    /// Between the heads of a block the lane hints into L2 a share of the next block's key rows
+    /// and of this block's value rows (at `v_at`, an address only; the value rows of the first
+    /// [`VALUE_HINT_MAX_BYTES`] only, so that what is hinted is still in L2 when the weighted sums
+    /// reach it), a few lines at a time between computations, so the lines are on their way
+    /// while the lane computes rather than fetched when it stalls on them. The hardware
+    /// prefetchers alone ran little ahead of a lane that mostly computes from L1: a Qwen2-0.5B
+    /// attention call at past 1024 after 300 MB of other reads took 110 us on one lane without
+    /// the hints and 84 with them (`examples/gqa_timing 1024 100 3 1 300`; README "Stop 41").
+    fn score_past(
+        &self,
+        qr: &[f32],
+        k_old: &[f32],
+        v_at: usize,
+        scores: &mut [f32],
+        max_len: usize,
+    ) {
+        let head = self.sh.head;
+        let group = qr.len() / head.max(1);
+        if head == 0 || group == 0 {
+            return;
+        }
+        let row = head * std::mem::size_of::<f32>();
+        let rows = k_old.len() / head;
+        let k_at = k_old.as_ptr() as usize;
+        let mut r0 = 0;
+        while r0 < rows {
+            let r1 = (r0 + SCORE_BLOCK_ROWS).min(rows);
+            let keys = &k_old[r0 * head..r1 * head];
+            let hints = block_hints((k_at, v_at), row, r0..r1, rows);
+            for (j, q) in qr.chunks_exact(head).enumerate() {
+                for range in hints {
+                    let (at, len) = share(range, j, group);
+                    prefetch_l2(at, len);
+                }
+                let sc = &mut scores[j * max_len + r0..j * max_len + r1];
+                (self.k.scores)(q, keys, self.sh.scale, sc);
+            }
+            r0 = r1;
+        }
     }
 
     /// Hints the pages of the rows a unit reads and writes (`rows`, from [`unit_rows`]; `k` and
@@ -228,6 +299,40 @@ impl Decode<'_, '_> {
     }
 }
 
+/// What a unit hints into L2 while it scores key rows `block` of `rows` (see
+/// [`Decode::score_past`]), as (address, bytes): the next block's key rows and, when the unit has
+/// more than one block, this block's value rows within the first [`VALUE_HINT_MAX_BYTES`] of
+/// them (none when `v_at` is 0). `k_at` and `v_at` are the addresses of the unit's first key and
+/// value rows, `row` the bytes of a row. A single block's value rows are not hinted: the lane
+/// reaches them a few microseconds later anyway, and at Qwen2-0.5B decode past 64 with the vCPUs
+/// apart hinting them made the token ~8% slower (README "Stop 41").
+fn block_hints(
+    (k_at, v_at): (usize, usize),
+    row: usize,
+    block: Range<usize>,
+    rows: usize,
+) -> [(usize, usize); 2] {
+    let next_end = block.end.saturating_add(SCORE_BLOCK_ROWS).min(rows);
+    let keys = (
+        k_at.wrapping_add(block.end * row),
+        next_end.saturating_sub(block.end) * row,
+    );
+    let values = if v_at != 0 && rows > SCORE_BLOCK_ROWS && block.end * row <= VALUE_HINT_MAX_BYTES
+    {
+        (v_at.wrapping_add(block.start * row), block.len() * row)
+    } else {
+        (0, 0)
+    };
+    [keys, values]
+}
+
+/// Head `j`'s share (of `parts`) of a hinted range: the ranges are split between the heads of a
+/// block, so a few lines go out between two heads' computations rather than all at once.
+fn share((at, len): (usize, usize), j: usize, parts: usize) -> (usize, usize) {
+    let (s, e) = (len * j / parts, len * (j + 1) / parts);
+    (at.wrapping_add(s), e - s)
+}
+
 /// The rows unit (`b`, `n`) reads at past length `p`: the floats at the start of its present
 /// chunk (its `p` past rows and the new row) and, unless present is the past buffer (`shared`),
 /// where its `p` past rows lie in the past input.
@@ -253,6 +358,81 @@ fn unit_rows(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Over a unit's blocks and heads, the hints name every key row after the first block and,
+    /// past one block, every value row within the bound, each byte once. Seen failing with each
+    /// head hinting the whole range (bytes named seven times), with the value rows of the next
+    /// block, and with the value rows of a single block hinted.
+    #[test]
+    fn block_hints_cover_the_next_keys_and_the_values_once() {
+        let (row, group) = (256usize, 7usize);
+        let (k_at, v_at) = (1usize << 30, 1usize << 31);
+        for rows in [0usize, 1, 63, 64, 65, 300, 1024, 1500] {
+            let mut seen: Vec<(usize, usize)> = Vec::new();
+            let mut r0 = 0;
+            while r0 < rows {
+                let r1 = (r0 + SCORE_BLOCK_ROWS).min(rows);
+                for range in block_hints((k_at, v_at), row, r0..r1, rows) {
+                    for j in 0..group {
+                        let (at, len) = share(range, j, group);
+                        if len > 0 {
+                            seen.push((at, len));
+                        }
+                    }
+                }
+                r0 = r1;
+            }
+            seen.sort();
+            // Contiguous and disjoint within each of the two regions.
+            let span = |base: usize| {
+                let mut end = None::<usize>;
+                let mut total = 0;
+                for &(at, len) in seen
+                    .iter()
+                    .filter(|&&(at, _)| (at >= base) && at < base + (1 << 29))
+                {
+                    if let Some(e) = end {
+                        assert_eq!(at, e, "rows {rows}: a gap or an overlap at {at:#x}");
+                    }
+                    end = Some(at + len);
+                    total += len;
+                }
+                (
+                    seen.iter()
+                        .find(|&&(at, _)| at >= base && at < base + (1 << 29))
+                        .map(|s| s.0),
+                    total,
+                )
+            };
+            let first_block = SCORE_BLOCK_ROWS.min(rows);
+            let (k_start, k_bytes) = span(k_at);
+            assert_eq!(
+                k_bytes,
+                (rows - first_block) * row,
+                "rows {rows}: key bytes"
+            );
+            if k_bytes > 0 {
+                assert_eq!(k_start, Some(k_at + first_block * row));
+            }
+            let v_rows = (0..rows)
+                .step_by(SCORE_BLOCK_ROWS)
+                .filter(|_| rows > SCORE_BLOCK_ROWS)
+                .map(|r0| (r0 + SCORE_BLOCK_ROWS).min(rows))
+                .take_while(|&r1| r1 * row <= VALUE_HINT_MAX_BYTES)
+                .last()
+                .unwrap_or(0);
+            let (v_start, v_bytes) = span(v_at);
+            assert_eq!(v_bytes, v_rows * row, "rows {rows}: value bytes");
+            if v_bytes > 0 {
+                assert_eq!(v_start, Some(v_at));
+            }
+        }
+        assert_eq!(
+            block_hints((k_at, 0), row, 0..64, 300)[1].1,
+            0,
+            "no value address"
+        );
+    }
 
     /// Seen failing with the new row left out of the present rows (`p` rows instead of `p + 1`).
     #[test]

@@ -223,6 +223,37 @@ mod tests {
         }
     }
 
+    /// The decode step scores its past keys a block of rows at a time
+    /// (`gqa_decode::SCORE_BLOCK_ROWS`); each block's scores must be the bits a call over all
+    /// the rows gives, for every table this CPU has, with head sizes that are and are not a
+    /// multiple of the vector width and row counts past several blocks with a remainder. Seen
+    /// failing with a block of 60 rows (the tables' blocks of `W` rows then start elsewhere).
+    #[test]
+    fn block_scores_are_the_whole_rows_scores() {
+        let val = |i: usize, salt: usize| ((i * 7919 + salt * 104_729) % 2003) as f32 / 7.0 - 143.0;
+        let block = gqa_decode::SCORE_BLOCK_ROWS;
+        for isa in [Isa::Scalar, Isa::Avx2, Isa::Avx512] {
+            let Ok(kern) = TABLES.for_isa(isa) else {
+                continue;
+            };
+            for d in [8usize, 40, 64, 128] {
+                for rows in [block - 1, block, 3 * block + 17, 300] {
+                    let q: Vec<f32> = (0..d).map(|i| val(i, 1)).collect();
+                    let k: Vec<f32> = (0..rows * d).map(|i| val(i, 2)).collect();
+                    let mut whole = vec![0f32; rows];
+                    (kern.scores)(&q, &k, 0.125, &mut whole);
+                    let mut blocked = vec![f32::NAN; rows];
+                    for r0 in (0..rows).step_by(block) {
+                        let r1 = (r0 + block).min(rows);
+                        (kern.scores)(&q, &k[r0 * d..r1 * d], 0.125, &mut blocked[r0..r1]);
+                    }
+                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(&blocked), bits(&whole), "{isa:?} d {d} rows {rows}");
+                }
+            }
+        }
+    }
+
     /// Every table this CPU has copies exactly, whatever the destination's alignment and the
     /// length (the streamed body, the unaligned head and the tail).
     #[test]
