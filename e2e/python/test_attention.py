@@ -106,6 +106,19 @@ def test_gqa_decode_with_past(make_sessions, rotary, interleaved, packed, nh, nk
         assert_gqa_parity(cpu, rc, feeds, f"decode b={b} past={past_lens}")
 
 
+def test_gqa_decode_long_past(make_sessions):
+    """Decode after pasts of several of the 64-row key blocks rcpu's decode step scores at a time,
+    and beyond the first 1024 value rows it hints into L2 (head size 64): ORT's answer."""
+    rng = np.random.default_rng(77)
+    nh, nkv, h = 14, 2, 64
+    model = models.gqa(nh, nkv, h)
+    cpu, rc = make_sessions(model, {"threads": 2})
+    assert_on_rcpu(rc, "gqa0")
+    for past in (65, 300, 1100):
+        feeds = gqa_feeds(rng, 1, 1, nh, nkv, h, [past], past + 1, past_len=past)
+        assert_gqa_parity(cpu, rc, feeds, f"decode past={past}")
+
+
 @pytest.mark.parametrize("rotary,interleaved", [(False, 0), (True, 0), (True, 1)])
 @pytest.mark.parametrize("packed", [False, True])
 def test_gqa_prefill_without_past(make_sessions, rotary, interleaved, packed):

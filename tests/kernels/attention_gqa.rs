@@ -334,6 +334,21 @@ fn shared_present_buffer_writes_only_new_rows() {
     }
 }
 
+/// Decode into a present buffer shared with the past at pasts of one block of key rows and a
+/// row (the decode step scores 64 at a time), several blocks, and beyond the value rows it hints
+/// (the first 1024 at head size 64). Seen failing with every block scored against the first
+/// block's keys.
+#[test]
+fn shared_decode_over_several_key_blocks() {
+    for (past, seed) in [(65usize, 61u64), (300, 62), (1100, 63)] {
+        let mut c = case(1, 1, 14, 2, 64, 0, past + 5);
+        c.shared = true;
+        // Rotary within the angle table's positions.
+        c.rotary = (past < MAX_POS).then_some(false);
+        check(c, &[past as i32], seed);
+    }
+}
+
 #[test]
 fn large_enough_to_split_over_lanes() {
     let mut c = case(1, 33, 14, 2, 64, 0, 33);
