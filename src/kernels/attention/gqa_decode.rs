@@ -7,8 +7,8 @@
 //! for this one (node time, medians of 1440 calls, the two alternating per token).
 //!
 //! Order inside a unit: keys, then every query head's scores over the past keys, a block of
-//! key rows at a time for all the heads while the next block's keys and this block's values are
-//! hinted into L2 (`Decode::score_past`), then each head's softmax, then values, then
+//! key rows at a time for all the heads while the next block's keys are hinted into L2
+//! (`Decode::score_past`), then each head's softmax, then values, then
 //! every head's weighted sum of value rows, all heads in one pass over the rows (`rows_group`,
 //! bit for bit the per-head sums; at past 1024 1.026x the per-head passes per token, Qwen2-0.5B
 //! shapes, 10 of 10 rounds, and 1.014x at Llama-3.2-1B's group of 4). Scores and sums read the
@@ -45,12 +45,6 @@ use super::Kernels;
 /// multiple of every table's vector width (16 floats at most), and 16 KiB of key rows at head
 /// size 64, which stay in L1 while the group's heads score them.
 pub(super) const SCORE_BLOCK_ROWS: usize = 64;
-
-/// The most bytes of a unit's value rows hinted into L2 while its scores run (see
-/// [`Decode::score_past`]): with the key rows scored meanwhile, half of the 1 MiB L2 of the
-/// host measured (Zen 4) at past 1024 and head size 64; a longer past leaves its later value
-/// rows to the hardware prefetchers.
-const VALUE_HINT_MAX_BYTES: usize = 256 << 10;
 
 /// One dispatch chunk's output rows and present key / value rows.
 type Part<'a> = (&'a mut [f32], &'a mut [f32], &'a mut [f32]);
@@ -148,13 +142,6 @@ impl Decode<'_, '_> {
                 let len = (p + 1).min(total);
                 let rows = unit_rows(sh, self.shared, b, n, p);
                 self.warm_pages(&rows, k, v);
-                // Where the unit's past value rows lie (address only, for the prefetches).
-                let v_at = match (&rows.1, self.past_kv) {
-                    (Some(at), Some((_, pv))) if !self.shared => {
-                        pv.get(at.clone()).map_or(0, |r| r.as_ptr() as usize)
-                    }
-                    _ => v.as_ptr() as usize,
-                };
                 let (k_old, k_new) = self.present(0, b, n, p, rows.1.as_ref(), k);
                 {
                     let _ftz = FlushSubnormals::new();
@@ -162,7 +149,7 @@ impl Decode<'_, '_> {
                         self.rows.rope(self.rows.q_row(b, 0, n * group + j), p, q);
                     }
                     let lim = len.min(p);
-                    self.score_past(qr, &k_old[..lim * head], v_at, scores, max_len);
+                    self.score_past(qr, &k_old[..lim * head], scores, max_len);
                     for (j, q) in qr.chunks_exact(head).enumerate() {
                         let sc = &mut scores[j * max_len..j * max_len + len];
                         (self.k.scores)(q, k_new, sh.scale, &mut sc[lim..]);
@@ -197,22 +184,13 @@ impl Decode<'_, '_> {
     /// L2). A block's scores are the kernel's scores of those rows (its multiple-of-16 start
     /// keeps the kernel's row blocks where a whole-row call puts them): bit for bit the same.
     ///
-    /// Between the heads of a block the lane hints into L2 a share of the next block's key rows
-    /// and of this block's value rows (at `v_at`, an address only; the value rows of the first
-    /// [`VALUE_HINT_MAX_BYTES`] only, so that what is hinted is still in L2 when the weighted sums
-    /// reach it), a few lines at a time between computations, so the lines are on their way
-    /// while the lane computes rather than fetched when it stalls on them. The hardware
-    /// prefetchers alone ran little ahead of a lane that mostly computes from L1: a Qwen2-0.5B
-    /// attention call at past 1024 after 300 MB of other reads took 110 us on one lane without
-    /// the hints and 84 with them (`examples/gqa_timing 1024 100 3 1 300`; README "Stop 41").
-    fn score_past(
-        &self,
-        qr: &[f32],
-        k_old: &[f32],
-        v_at: usize,
-        scores: &mut [f32],
-        max_len: usize,
-    ) {
+    /// Between the heads of a block the lane hints a share of the next block's key rows into L2,
+    /// a few lines at a time between computations, so they are on their way while the lane
+    /// computes from L1 rather than fetched when it stalls on them: the hardware prefetchers alone
+    /// ran little ahead of a lane that mostly computes. (Hinting this block's value rows as well,
+    /// for the weighted sums after the softmax, measured no better at the model level and worse
+    /// in the step's own time: README "Stop 41".)
+    fn score_past(&self, qr: &[f32], k_old: &[f32], scores: &mut [f32], max_len: usize) {
         let head = self.sh.head;
         let group = qr.len() / head.max(1);
         if head == 0 || group == 0 {
@@ -225,12 +203,10 @@ impl Decode<'_, '_> {
         while r0 < rows {
             let r1 = (r0 + SCORE_BLOCK_ROWS).min(rows);
             let keys = &k_old[r0 * head..r1 * head];
-            let hints = block_hints((k_at, v_at), row, r0..r1, rows);
+            let next = next_keys(k_at, row, r0..r1, rows);
             for (j, q) in qr.chunks_exact(head).enumerate() {
-                for range in hints {
-                    let (at, len) = share(range, j, group);
-                    prefetch_l2(at, len);
-                }
+                let (at, len) = share(next, j, group);
+                prefetch_l2(at, len);
                 let sc = &mut scores[j * max_len + r0..j * max_len + r1];
                 (self.k.scores)(q, keys, self.sh.scale, sc);
             }
@@ -299,34 +275,18 @@ impl Decode<'_, '_> {
     }
 }
 
-/// What a unit hints into L2 while it scores key rows `block` of `rows` (see
-/// [`Decode::score_past`]), as (address, bytes): the next block's key rows and, when the unit has
-/// more than one block, this block's value rows within the first [`VALUE_HINT_MAX_BYTES`] of
-/// them (none when `v_at` is 0). `k_at` and `v_at` are the addresses of the unit's first key and
-/// value rows, `row` the bytes of a row. A single block's value rows are not hinted: the lane
-/// reaches them a few microseconds later anyway, and at Qwen2-0.5B decode past 64 with the vCPUs
-/// apart hinting them made the token ~8% slower (README "Stop 41").
-fn block_hints(
-    (k_at, v_at): (usize, usize),
-    row: usize,
-    block: Range<usize>,
-    rows: usize,
-) -> [(usize, usize); 2] {
+/// What a unit hints into L2 while it scores key rows `block` of its `rows` past keys (see
+/// [`Decode::score_past`]), as (address, bytes): the next block's key rows (`k_at`: the address
+/// of the unit's first key row, `row`: the bytes of a row).
+fn next_keys(k_at: usize, row: usize, block: Range<usize>, rows: usize) -> (usize, usize) {
     let next_end = block.end.saturating_add(SCORE_BLOCK_ROWS).min(rows);
-    let keys = (
+    (
         k_at.wrapping_add(block.end * row),
         next_end.saturating_sub(block.end) * row,
-    );
-    let values = if v_at != 0 && rows > SCORE_BLOCK_ROWS && block.end * row <= VALUE_HINT_MAX_BYTES
-    {
-        (v_at.wrapping_add(block.start * row), block.len() * row)
-    } else {
-        (0, 0)
-    };
-    [keys, values]
+    )
 }
 
-/// Head `j`'s share (of `parts`) of a hinted range: the ranges are split between the heads of a
+/// Head `j`'s share (of `parts`) of a hinted range: the range is split between the heads of a
 /// block, so a few lines go out between two heads' computations rather than all at once.
 fn share((at, len): (usize, usize), j: usize, parts: usize) -> (usize, usize) {
     let (s, e) = (len * j / parts, len * (j + 1) / parts);
@@ -359,79 +319,38 @@ fn unit_rows(
 mod tests {
     use super::*;
 
-    /// Over a unit's blocks and heads, the hints name every key row after the first block and,
-    /// past one block, every value row within the bound, each byte once. Seen failing with each
-    /// head hinting the whole range (bytes named seven times), with the value rows of the next
-    /// block, and with the value rows of a single block hinted.
+    /// Over a unit's blocks and heads, the hints name every key row after the first block, each
+    /// byte once. Seen failing with each head hinting the whole range (bytes named seven times)
+    /// and with this block's keys hinted instead of the next block's.
     #[test]
-    fn block_hints_cover_the_next_keys_and_the_values_once() {
-        let (row, group) = (256usize, 7usize);
-        let (k_at, v_at) = (1usize << 30, 1usize << 31);
+    fn hints_cover_the_next_keys_once() {
+        let (row, group, k_at) = (256usize, 7usize, 1usize << 30);
         for rows in [0usize, 1, 63, 64, 65, 300, 1024, 1500] {
             let mut seen: Vec<(usize, usize)> = Vec::new();
             let mut r0 = 0;
             while r0 < rows {
                 let r1 = (r0 + SCORE_BLOCK_ROWS).min(rows);
-                for range in block_hints((k_at, v_at), row, r0..r1, rows) {
-                    for j in 0..group {
-                        let (at, len) = share(range, j, group);
-                        if len > 0 {
-                            seen.push((at, len));
-                        }
-                    }
-                }
+                let next = next_keys(k_at, row, r0..r1, rows);
+                seen.extend(
+                    (0..group)
+                        .map(|j| share(next, j, group))
+                        .filter(|&(_, len)| len > 0),
+                );
                 r0 = r1;
             }
             seen.sort();
-            // Contiguous and disjoint within each of the two regions.
-            let span = |base: usize| {
-                let mut end = None::<usize>;
-                let mut total = 0;
-                for &(at, len) in seen
-                    .iter()
-                    .filter(|&&(at, _)| (at >= base) && at < base + (1 << 29))
-                {
-                    if let Some(e) = end {
-                        assert_eq!(at, e, "rows {rows}: a gap or an overlap at {at:#x}");
-                    }
-                    end = Some(at + len);
-                    total += len;
-                }
-                (
-                    seen.iter()
-                        .find(|&&(at, _)| at >= base && at < base + (1 << 29))
-                        .map(|s| s.0),
-                    total,
-                )
-            };
-            let first_block = SCORE_BLOCK_ROWS.min(rows);
-            let (k_start, k_bytes) = span(k_at);
+            let first = SCORE_BLOCK_ROWS.min(rows);
+            let mut at = k_at + first * row;
+            for &(s, len) in &seen {
+                assert_eq!(s, at, "rows {rows}: a gap or an overlap at {s:#x}");
+                at += len;
+            }
             assert_eq!(
-                k_bytes,
-                (rows - first_block) * row,
-                "rows {rows}: key bytes"
+                at,
+                k_at + rows * row,
+                "rows {rows}: every key row after the first block"
             );
-            if k_bytes > 0 {
-                assert_eq!(k_start, Some(k_at + first_block * row));
-            }
-            let v_rows = (0..rows)
-                .step_by(SCORE_BLOCK_ROWS)
-                .filter(|_| rows > SCORE_BLOCK_ROWS)
-                .map(|r0| (r0 + SCORE_BLOCK_ROWS).min(rows))
-                .take_while(|&r1| r1 * row <= VALUE_HINT_MAX_BYTES)
-                .last()
-                .unwrap_or(0);
-            let (v_start, v_bytes) = span(v_at);
-            assert_eq!(v_bytes, v_rows * row, "rows {rows}: value bytes");
-            if v_bytes > 0 {
-                assert_eq!(v_start, Some(v_at));
-            }
         }
-        assert_eq!(
-            block_hints((k_at, 0), row, 0..64, 300)[1].1,
-            0,
-            "no value address"
-        );
     }
 
     /// Seen failing with the new row left out of the present rows (`p` rows instead of `p + 1`).
