@@ -1,7 +1,8 @@
 //! Cache hints over an address range (a decode call's lanes prefetching the prepared
 //! activations another lane wrote; a caller prefetching the first lines of its own segment of
 //! the next decode call's weights, `kernels::matmul_nbits::decode_first_segment`; an attention
-//! unit hinting the pages of its key and value rows, `kernels::attention::gqa_decode`). A
+//! unit hinting the pages of its key and value rows and, into L2, its next block of key rows,
+//! `kernels::attention::gqa_decode`). A
 //! prefetch is a CPU instruction, not a system call, but like the OS calls it is a safe wrapper
 //! over one unsafe block that names nothing of rcpu. (The idle lanes read ahead with loads, not
 //! prefetches: `runtime::warm`.)
@@ -25,9 +26,9 @@ pub fn prefetch_l1(addr: usize, len: usize) {
 
 /// Hints every cache line of the address range `[addr, addr + len)` into the L2 cache
 /// (`prefetcht1`; nothing off x86_64): for rows a lane reads a little later, while it computes
-/// on what it has (an attention unit's next key rows and its value rows,
-/// `kernels::attention::gqa_decode`), so they arrive without displacing the L1 working set. The
-/// addresses are never dereferenced: a prefetch never faults.
+/// on what it has (an attention unit's next block of key rows, `kernels::attention::gqa_decode`),
+/// so they arrive without displacing the L1 working set. The addresses are never dereferenced: a
+/// prefetch never faults.
 pub fn prefetch_l2(addr: usize, len: usize) {
     prefetch_every::<true>(addr, len, 64)
 }

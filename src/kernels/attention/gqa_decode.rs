@@ -111,9 +111,10 @@ impl Decode<'_, '_> {
         }
     }
 
-    /// Floats of scratch one lane needs: a rotated query row, and scores and probabilities of
-    /// every query head of a group (`2 * group * (past + 1)`: 224 KiB at 4096 past rows and a
-    /// group of 7; lent fallibly, a shortfall is the caller's clean error).
+    /// Floats of scratch one lane needs: the group's rotated query rows (`group * head`), and
+    /// scores and probabilities of every query head of a group (`2 * group * (past + 1)`: 224 KiB
+    /// at 4096 past rows and a group of 7; lent fallibly, a shortfall is the caller's clean
+    /// error).
     fn scratch(&self) -> usize {
         let sh = self.sh;
         let max_len = self.past.iter().map(|&(p, _)| p).max().unwrap_or(0) + 1;
