@@ -107,8 +107,8 @@ def test_gqa_decode_with_past(make_sessions, rotary, interleaved, packed, nh, nk
 
 
 def test_gqa_decode_long_past(make_sessions):
-    """Decode after pasts of several of the 64-row key blocks rcpu's decode step scores at a time,
-    and beyond the first 1024 value rows it hints into L2 (head size 64): ORT's answer."""
+    """Decode after pasts of one, several and many of the 64-row key blocks rcpu's decode step
+    scores at a time (hinting the next block's keys into L2): ORT's answer."""
     rng = np.random.default_rng(77)
     nh, nkv, h = 14, 2, 64
     model = models.gqa(nh, nkv, h)

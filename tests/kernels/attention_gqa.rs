@@ -335,9 +335,9 @@ fn shared_present_buffer_writes_only_new_rows() {
 }
 
 /// Decode into a present buffer shared with the past at pasts of one block of key rows and a
-/// row (the decode step scores 64 at a time), several blocks, and beyond the value rows it hints
-/// (the first 1024 at head size 64). Seen failing with every block scored against the first
-/// block's keys.
+/// row (the decode step scores 64 at a time and hints the next block's keys), several blocks,
+/// and a long past of 17 blocks and a remainder. Seen failing with every block scored against
+/// the first block's keys.
 #[test]
 fn shared_decode_over_several_key_blocks() {
     for (past, seed) in [(65usize, 61u64), (300, 62), (1100, 63)] {
