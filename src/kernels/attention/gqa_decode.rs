@@ -9,7 +9,8 @@
 //! Order inside a unit: keys, then every query head's scores over the past keys, a block of
 //! key rows at a time for all the heads while the next block's keys are hinted into L2
 //! (`Decode::score_past`), then each head's softmax, then values, then
-//! every head's weighted sum of value rows, all heads in one pass over the rows (`rows_group`,
+//! every head's weighted sum of value rows, all heads in one pass over the rows (`rows_group`;
+//! on AVX-512 each value row read once, whole, `super::rows_avx512`;
 //! bit for bit the per-head sums; at past 1024 1.026x the per-head passes per token, Qwen2-0.5B
 //! shapes, 10 of 10 rounds, and 1.014x at Llama-3.2-1B's group of 4). Scores and sums read the
 //! past rows from the past input (the copy just brought them into this lane's cache; with
@@ -190,7 +191,9 @@ impl Decode<'_, '_> {
     /// computes from L1 rather than fetched when it stalls on them: the hardware prefetchers alone
     /// ran little ahead of a lane that mostly computes. (Hinting this block's value rows as well,
     /// for the weighted sums after the softmax, measured no better at the model level and worse
-    /// in the step's own time: README "Stop 41".)
+    /// in the step's own time: README "Stop 41".) The hinted blocks are scored row by row
+    /// (`Kernels::scores_cached`), the first one, which comes from memory, by column
+    /// (`Kernels::scores`): the same bits either way (the measurements: README "Stop 42").
     fn score_past(&self, qr: &[f32], k_old: &[f32], scores: &mut [f32], max_len: usize) {
         let head = self.sh.head;
         let group = qr.len() / head.max(1);
@@ -209,7 +212,12 @@ impl Decode<'_, '_> {
                 let (at, len) = share(next, j, group);
                 prefetch_l2(at, len);
                 let sc = &mut scores[j * max_len + r0..j * max_len + r1];
-                (self.k.scores)(q, keys, self.sh.scale, sc);
+                let scores_fn = if r0 == 0 {
+                    self.k.scores
+                } else {
+                    self.k.scores_cached
+                };
+                scores_fn(q, keys, self.sh.scale, sc);
             }
             r0 = r1;
         }

@@ -2,10 +2,12 @@
 //! `do_rotary` step of GroupQueryAttention) and grouped-query attention over a BNSH KV cache
 //! (`com.microsoft.GroupQueryAttention`, decode and prefill).
 //!
-//! Per ISA one table: scaled QK scores (a dot product per key row), weighted row sums (scores
-//! along transposed keys; probabilities times V rows), the same weighted sums for a group of
-//! coefficient rows over one matrix (`rows_group`), the rotary row; the softmax between them is
-//! the softmax family's row kernel of the same ISA.
+//! Per ISA one table: scaled QK scores (a dot product per key row; `scores` for key rows that
+//! come from memory and `scores_cached`, the same bits in another order, for rows the decode
+//! step hinted into L2), weighted row sums (scores along transposed keys; probabilities times V
+//! rows), the same weighted sums for a group of coefficient rows over one matrix
+//! (`rows_group`), the rotary row; the softmax between them is the softmax family's row kernel
+//! of the same ISA.
 //!
 //! Work is split over the lanes by output rows: (batch, kv head) for the KV cache update and
 //! (batch, query position, query head) for the attention itself; a decode step (one new token)
@@ -18,18 +20,21 @@
 //! at one position read the same keys and values with the same causal length, and their output
 //! rows are contiguous, so the unit of work is (batch, position, kv head). Each key (transposed,
 //! `[H, len]`) and value vector a lane loads then feeds one FMA per query head of the group,
-//! with the group's accumulators held in registers (`rows_group`, up to 8 rows of two vectors
-//! on AVX-512, 4 on AVX2, larger groups in blocks), instead of every query head streaming the
-//! same key and value block from L2 again. `rows_group` keeps every output element's FMA
-//! sequence (from zero, along the reduction index, then times the scale), so the grouped path
-//! is bit-identical to the per-query-head one (`gqa::Prefill::PerRow`, kept for tests and
-//! timing). The keys are transposed once per call, over the lanes, and the units are claimed
-//! latest positions first (they attend to the most keys).
+//! with the group's accumulators held in registers (`rows_group`: on AVX-512 up to 7 rows of
+//! four vectors, `rows_avx512`; on AVX2 4 rows of two; larger groups in blocks), instead of
+//! every query head streaming the same key and value block from L2 again. `rows_group` keeps
+//! every output element's FMA sequence (from zero, along the reduction index, then times the
+//! scale), so the grouped path is bit-identical to the per-query-head one
+//! (`gqa::Prefill::PerRow`, kept for tests and timing). The keys are transposed once per call,
+//! over the lanes, and the units are claimed latest positions first (they attend to the most
+//! keys).
 
 pub mod gqa;
 mod gqa_decode;
 pub mod gqa_plan;
 pub mod rotary;
+#[cfg(target_arch = "x86_64")]
+mod rows_avx512;
 mod scalar;
 #[cfg(target_arch = "x86_64")]
 mod x86;
@@ -59,6 +64,9 @@ fn plain_copy(dst: &mut [f32], src: &[f32]) {
 
 pub(crate) struct Kernels {
     scores: ScoresFn,
+    /// [`Kernels::scores`] (the same bits) for key rows already in the cache: a decode unit's
+    /// key blocks after the first, hinted into L2 while the block before was scored.
+    scores_cached: ScoresFn,
     rows: RowsFn,
     rows_group: RowsGroupFn,
     rope: RopeFn,
@@ -70,6 +78,7 @@ pub(crate) struct Kernels {
 
 const SCALAR: Kernels = Kernels {
     scores: scalar::scores,
+    scores_cached: scalar::scores,
     rows: scalar::rows,
     rows_group: scalar::rows_group,
     rope: scalar::rope_row,
@@ -80,6 +89,7 @@ const SCALAR: Kernels = Kernels {
 #[cfg(target_arch = "x86_64")]
 const AVX2: Kernels = Kernels {
     scores: x86::scores_avx2,
+    scores_cached: x86::scores_cached_avx2,
     rows: x86::rows_avx2,
     rows_group: x86::rows_group_avx2,
     rope: x86::rope_avx2,
@@ -90,8 +100,9 @@ const AVX2: Kernels = Kernels {
 #[cfg(target_arch = "x86_64")]
 const AVX512: Kernels = Kernels {
     scores: x86::scores_avx512,
+    scores_cached: x86::scores_cached_avx512,
     rows: x86::rows_avx512,
-    rows_group: x86::rows_group_avx512,
+    rows_group: rows_avx512::rows_group_avx512,
     rope: x86::rope_avx512,
     stream_copy: x86::stream_copy_avx512,
     isa: Isa::Avx512,
@@ -184,11 +195,12 @@ fn over_rows_split(
 mod tests {
     use super::*;
 
-    /// Every table's scores against the f64 dot products: row lengths that are and are not a
-    /// multiple of the vector width, row counts around the blocks of `W` rows, an output
-    /// shorter than the keys, and every row written (a NaN left over fails). Seen failing with
-    /// the last vector of `Simd::sums` left out of its tree and with the block's store shifted
-    /// by one row.
+    /// Every table's scores (both block orders: `scores`, `scores_cached`) against the f64 dot
+    /// products: row lengths that are and are not a multiple of the vector width, row counts
+    /// around the blocks of `W` rows, an output shorter than the keys, and every row written (a
+    /// NaN left over fails). Seen failing with the last vector of `Simd::sums` left out of its
+    /// tree, with the block's store shifted by one row and with the row order's last query
+    /// vector left out.
     #[test]
     fn scores_match_the_f64_dot_products() {
         let val =
@@ -201,9 +213,14 @@ mod tests {
                 for rows in [0usize, 1, 7, 8, 9, 15, 16, 17, 31, 33, 100] {
                     let q: Vec<f32> = (0..d).map(|i| val(i, 1)).collect();
                     let k: Vec<f32> = (0..rows * d).map(|i| val(i, 2)).collect();
-                    for out_rows in [rows, rows.saturating_sub(3)] {
+                    for (out_rows, f) in [
+                        (rows, kern.scores),
+                        (rows.saturating_sub(3), kern.scores),
+                        (rows, kern.scores_cached),
+                        (rows.saturating_sub(3), kern.scores_cached),
+                    ] {
                         let mut out = vec![f32::NAN; out_rows];
-                        (kern.scores)(&q, &k, 0.125, &mut out);
+                        f(&q, &k, 0.125, &mut out);
                         for (j, &got) in out.iter().enumerate() {
                             let kr = &k[j * d..(j + 1) * d];
                             let want: f64 =
@@ -224,10 +241,12 @@ mod tests {
     }
 
     /// The decode step scores its past keys a block of rows at a time
-    /// (`gqa_decode::SCORE_BLOCK_ROWS`); each block's scores must be the bits a call over all
-    /// the rows gives, for every table this CPU has, with head sizes that are and are not a
-    /// multiple of the vector width and row counts past several blocks with a remainder. Seen
-    /// failing with a block of 60 rows (the tables' blocks of `W` rows then start elsewhere).
+    /// (`gqa_decode::SCORE_BLOCK_ROWS`), the first block with `scores` and the later (hinted)
+    /// ones with `scores_cached`; each block's scores must be the bits a call over all the rows
+    /// gives, for every table this CPU has, with head sizes that are and are not a multiple of
+    /// the vector width (and take the row order or not) and row counts past several blocks with
+    /// a remainder. Seen failing with a block of 60 rows (the tables' blocks of `W` rows then
+    /// start elsewhere) and with the row order's vectors taken last to first.
     #[test]
     fn block_scores_are_the_whole_rows_scores() {
         let val = |i: usize, salt: usize| ((i * 7919 + salt * 104_729) % 2003) as f32 / 7.0 - 143.0;
@@ -236,7 +255,7 @@ mod tests {
             let Ok(kern) = TABLES.for_isa(isa) else {
                 continue;
             };
-            for d in [8usize, 40, 64, 128] {
+            for d in [8usize, 32, 40, 64, 128] {
                 for rows in [block - 1, block, 3 * block + 17, 300] {
                     let q: Vec<f32> = (0..d).map(|i| val(i, 1)).collect();
                     let k: Vec<f32> = (0..rows * d).map(|i| val(i, 2)).collect();
@@ -245,10 +264,53 @@ mod tests {
                     let mut blocked = vec![f32::NAN; rows];
                     for r0 in (0..rows).step_by(block) {
                         let r1 = (r0 + block).min(rows);
-                        (kern.scores)(&q, &k[r0 * d..r1 * d], 0.125, &mut blocked[r0..r1]);
+                        let f = if r0 == 0 {
+                            kern.scores
+                        } else {
+                            kern.scores_cached
+                        };
+                        f(&q, &k[r0 * d..r1 * d], 0.125, &mut blocked[r0..r1]);
                     }
                     let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
                     assert_eq!(bits(&blocked), bits(&whole), "{isa:?} d {d} rows {rows}");
+                }
+            }
+        }
+    }
+
+    /// Every table's grouped weighted sums are, bit for bit, one `rows` call of the same table
+    /// per coefficient row: groups of 1 to 10 rows (the AVX-512 wide blocks of up to 7, and a
+    /// group of 8 split 4 + 4), column counts around the vector widths and the wide step of 64,
+    /// matrix rows `ld` apart with and without padding, no matrix rows at all. Seen failing
+    /// with the wide block's last matrix row left out and with its scale left off.
+    #[test]
+    fn grouped_sums_are_the_per_row_sums() {
+        let val = |i: usize, salt: usize| ((i * 7919 + salt * 104_729) % 2003) as f32 / 501.0 - 2.0;
+        for isa in [Isa::Scalar, Isa::Avx2, Isa::Avx512] {
+            let Ok(kern) = TABLES.for_isa(isa) else {
+                continue;
+            };
+            for g in 1..=10usize {
+                for r in [0usize, 1, 5, 64] {
+                    for n in [1usize, 15, 16, 33, 64, 65, 128, 130, 200] {
+                        for ld in [n, n + 3] {
+                            let coef: Vec<f32> = (0..g * r).map(|i| val(i, 1)).collect();
+                            let m: Vec<f32> = (0..r * ld).map(|i| val(i, 2)).collect();
+                            let mut grouped = vec![f32::NAN; g * n];
+                            (kern.rows_group)(g, &coef, &m, ld, 0.625, &mut grouped);
+                            let mut single = vec![f32::NAN; g * n];
+                            for (i, o) in single.chunks_exact_mut(n).enumerate() {
+                                (kern.rows)(&coef[i * r..(i + 1) * r], &m, ld, 0.625, o);
+                            }
+                            let bits =
+                                |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                            assert_eq!(
+                                bits(&grouped),
+                                bits(&single),
+                                "{isa:?} g {g} r {r} n {n} ld {ld}"
+                            );
+                        }
+                    }
                 }
             }
         }
