@@ -446,7 +446,7 @@ mod tests {
             (8, Avx2::get().is_some(), by_row_avx2, by_column_avx2),
             (16, Avx512::get().is_some(), by_row_avx512, by_column_avx512),
         ];
-        for (w, present, rows_first, columns_first) in levels {
+        for (w, present, by_row_fn, by_column_fn) in levels {
             if !present {
                 continue;
             }
@@ -456,7 +456,7 @@ mod tests {
                     let q: Vec<f32> = (0..d).map(val).collect();
                     let k: Vec<f32> = (0..rows * d).map(|i| val(i + 17)).collect();
                     let (mut a, mut b) = (vec![f32::NAN; rows], vec![f32::NAN; rows]);
-                    let (ra, rb) = (rows_first(&q, &k, &mut a), columns_first(&q, &k, &mut b));
+                    let (ra, rb) = (by_row_fn(&q, &k, &mut a), by_column_fn(&q, &k, &mut b));
                     assert_eq!(
                         (ra, rb),
                         (rows / w * w, rows / w * w),
