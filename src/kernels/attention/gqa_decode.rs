@@ -142,6 +142,8 @@ impl Decode<'_, '_> {
                 let (b, n) = (u / sh.kv_heads, u % sh.kv_heads);
                 let (p, total) = self.past[b];
                 let len = (p + 1).min(total);
+                // Past rows the new query attends to (all but the new row).
+                let lim = len.min(p);
                 let rows = unit_rows(sh, self.shared, b, n, p);
                 self.warm_pages(&rows, k, v);
                 let (k_old, k_new) = self.present(0, b, n, p, rows.1.as_ref(), k);
@@ -150,7 +152,6 @@ impl Decode<'_, '_> {
                     for (j, q) in qr.chunks_exact_mut(head).enumerate() {
                         self.rows.rope(self.rows.q_row(b, 0, n * group + j), p, q);
                     }
-                    let lim = len.min(p);
                     self.score_past(qr, &k_old[..lim * head], scores, max_len);
                     for (j, q) in qr.chunks_exact(head).enumerate() {
                         let sc = &mut scores[j * max_len..j * max_len + len];
@@ -163,7 +164,6 @@ impl Decode<'_, '_> {
                 // Every query head's sum over the past rows in one pass over them
                 // (`rows_group`, bit for bit the per-head sums), from the old rows'
                 // probabilities packed `[group, lim]` into the scores buffer (done with).
-                let lim = len.min(p);
                 for j in 0..group {
                     scores[j * lim..(j + 1) * lim]
                         .copy_from_slice(&probs[j * max_len..j * max_len + lim]);
@@ -208,16 +208,20 @@ impl Decode<'_, '_> {
             let r1 = (r0 + SCORE_BLOCK_ROWS).min(rows);
             let keys = &k_old[r0 * head..r1 * head];
             let next = next_keys(k_at, row, r0..r1, rows);
+            let scores_fn = if r0 == 0 {
+                self.k.scores
+            } else {
+                self.k.scores_cached
+            };
             for (j, q) in qr.chunks_exact(head).enumerate() {
                 let (at, len) = share(next, j, group);
                 prefetch_l2(at, len);
-                let sc = &mut scores[j * max_len + r0..j * max_len + r1];
-                let scores_fn = if r0 == 0 {
-                    self.k.scores
-                } else {
-                    self.k.scores_cached
-                };
-                scores_fn(q, keys, self.sh.scale, sc);
+                scores_fn(
+                    q,
+                    keys,
+                    self.sh.scale,
+                    &mut scores[j * max_len + r0..j * max_len + r1],
+                );
             }
             r0 = r1;
         }

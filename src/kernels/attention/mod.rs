@@ -195,6 +195,12 @@ fn over_rows_split(
 mod tests {
     use super::*;
 
+    /// The bit patterns of `v`, to compare results bit for bit (the attention tests here and in
+    /// `x86`).
+    pub(super) fn bits(v: &[f32]) -> Vec<u32> {
+        v.iter().map(|x| x.to_bits()).collect()
+    }
+
     /// Every table's scores (both block orders: `scores`, `scores_cached`) against the f64 dot
     /// products: row lengths that are and are not a multiple of the vector width, row counts
     /// around the blocks of `W` rows, an output shorter than the keys, and every row written (a
@@ -271,7 +277,6 @@ mod tests {
                         };
                         f(&q, &k[r0 * d..r1 * d], 0.125, &mut blocked[r0..r1]);
                     }
-                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
                     assert_eq!(bits(&blocked), bits(&whole), "{isa:?} d {d} rows {rows}");
                 }
             }
@@ -302,8 +307,6 @@ mod tests {
                             for (i, o) in single.chunks_exact_mut(n).enumerate() {
                                 (kern.rows)(&coef[i * r..(i + 1) * r], &m, ld, 0.625, o);
                             }
-                            let bits =
-                                |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
                             assert_eq!(
                                 bits(&grouped),
                                 bits(&single),

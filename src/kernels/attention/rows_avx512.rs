@@ -26,7 +26,7 @@ use crate::kernels::simd::{Avx512, Simd};
 use crate::kernels::x86_asm::fma_bcast;
 
 /// Most coefficient rows of one wide block: 7 x 4 accumulators and one matrix vector.
-pub(super) const WIDE_ROWS: usize = 7;
+const WIDE_ROWS: usize = 7;
 /// Columns per step of a wide block (four vectors).
 const WIDE_COLS: usize = 64;
 

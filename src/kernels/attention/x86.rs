@@ -121,24 +121,27 @@ fn score_rows<S: Simd, const NV: usize>(
     for (t, v) in qv.iter_mut().enumerate() {
         *v = s.load(q, t * w);
     }
-    let sc = s.splat(scale);
-    let mut r = 0;
-    while r + w <= out.len() {
-        let mut acc = [s.splat(0.0); 16];
-        let keys = &k[r * d..(r + w) * d];
-        // One slice of exactly `d` per row, so the loop bounds prove every load in bounds.
-        for (i, a) in acc.iter_mut().enumerate().take(w) {
-            let kr = &keys[i * d..(i + 1) * d];
-            let mut x = s.splat(0.0);
-            for (t, qt) in qv.iter().enumerate() {
-                x = s.fma(*qt, s.load(kr, t * w), x);
+    score_blocks(
+        s,
+        d,
+        k,
+        scale,
+        out,
+        #[inline(always)]
+        |keys| {
+            let mut acc = [s.splat(0.0); 16];
+            // One slice of exactly `d` per row, so the loop bounds prove every load in bounds.
+            for (i, a) in acc.iter_mut().enumerate().take(w) {
+                let kr = &keys[i * d..(i + 1) * d];
+                let mut x = s.splat(0.0);
+                for (t, qt) in qv.iter().enumerate() {
+                    x = s.fma(*qt, s.load(kr, t * w), x);
+                }
+                *a = x;
             }
-            *a = x;
-        }
-        s.store(out, r, s.mul(sc, s.sums(&acc[..w])));
-        r += w;
-    }
-    r
+            acc
+        },
+    )
 }
 
 /// The scores of the whole blocks of `W` rows of `out` by column (`q.len()` any multiple of
@@ -153,27 +156,56 @@ fn score_blocks_by_column<S: Simd>(
     out: &mut [f32],
 ) -> usize {
     let (d, w) = (q.len(), S::W);
+    score_blocks(
+        s,
+        d,
+        k,
+        scale,
+        out,
+        #[inline(always)]
+        |keys| {
+            let mut acc = [s.splat(0.0); 16];
+            // One slice of exactly `d` per key row, so that the loop bound below proves every
+            // load in bounds (indexing `keys` at `i * d + c` left a bounds check per load, about
+            // six instructions a fused multiply-add); filled by a loop, as `array::from_fn` was no
+            // longer inlined once the kernels held the row order's variants too.
+            let mut row: [&[f32]; 16] = [&[]; 16];
+            for (i, kr) in row.iter_mut().enumerate().take(w) {
+                *kr = &keys[i * d..(i + 1) * d];
+            }
+            let mut c = 0;
+            while c + w <= d {
+                let qv = s.load(q, c);
+                for (a, kr) in acc.iter_mut().zip(row).take(w) {
+                    *a = s.fma(qv, s.load(kr, c), *a);
+                }
+                c += w;
+            }
+            acc
+        },
+    )
+}
+
+/// The block loop both orders share: for each whole block of `W` rows of `out` (key rows of `d`
+/// floats in `k`), `block` gives one accumulator per row of the block's keys, whose `W`
+/// horizontal sums take one transpose-and-add tree ([`Simd::sums`]), then the scale and one
+/// vector store. Returns the rows scored. The callers mark their `block` closures
+/// `#[inline(always)]`: left out of line, a closure is compiled without the kernel's target
+/// features (the by-column one was, and was called once a block).
+#[inline(always)]
+fn score_blocks<S: Simd>(
+    s: S,
+    d: usize,
+    k: &[f32],
+    scale: f32,
+    out: &mut [f32],
+    mut block: impl FnMut(&[f32]) -> [S::V; 16],
+) -> usize {
+    let w = S::W;
     let sc = s.splat(scale);
     let mut r = 0;
     while r + w <= out.len() {
-        let mut acc = [s.splat(0.0); 16];
-        let keys = &k[r * d..(r + w) * d];
-        // One slice of exactly `d` per key row, so that the loop bound below proves every
-        // load in bounds (indexing `keys` at `i * d + c` left a bounds check per load, about
-        // six instructions a fused multiply-add); filled by a loop, as `array::from_fn` was no
-        // longer inlined once the kernels held the row order's variants too.
-        let mut row: [&[f32]; 16] = [&[]; 16];
-        for (i, kr) in row.iter_mut().enumerate().take(w) {
-            *kr = &keys[i * d..(i + 1) * d];
-        }
-        let mut c = 0;
-        while c + w <= d {
-            let qv = s.load(q, c);
-            for (a, kr) in acc.iter_mut().zip(row).take(w) {
-                *a = s.fma(qv, s.load(kr, c), *a);
-            }
-            c += w;
-        }
+        let acc = block(&k[r * d..(r + w) * d]);
         s.store(out, r, s.mul(sc, s.sums(&acc[..w])));
         r += w;
     }
@@ -415,6 +447,7 @@ pub(super) fn stream_copy_avx512(dst: &mut [f32], src: &[f32]) {
 
 #[cfg(test)]
 mod tests {
+    use super::super::tests::bits;
     use super::*;
 
     #[inline(always)]
@@ -462,7 +495,6 @@ mod tests {
                         (rows / w * w, rows / w * w),
                         "w {w} d {d} rows {rows}"
                     );
-                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
                     assert_eq!(bits(&a[..ra]), bits(&b[..rb]), "w {w} d {d} rows {rows}");
                 }
             }
