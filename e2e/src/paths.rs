@@ -31,11 +31,12 @@ pub fn plugin() -> Result<PathBuf, String> {
     let p = std::env::var("RCPU_PLUGIN")
         .map(PathBuf::from)
         .unwrap_or_else(|_| repo_root().join("target/release/librcpu_ep.so"));
-    if !p.exists() {
-        return Err(format!(
-            "{} missing: run `cargo build --release` first (or set RCPU_PLUGIN)",
+    // ORT resolves a relative library path against its own directory, not the working one, so a
+    // relative `RCPU_PLUGIN` (or `--null-plugin`) is made absolute here.
+    std::fs::canonicalize(&p).map_err(|e| {
+        format!(
+            "{}: {e}: run `cargo build --release` first (or set RCPU_PLUGIN)",
             p.display()
-        ));
-    }
-    Ok(p)
+        )
+    })
 }

@@ -645,19 +645,23 @@ mod lanes {
             tf!({
                 // 1. Rows (2i, 2i + 1): per 128-bit lane (a0..a3, b0..b3), unpacklo + unpackhi =
                 //    (a0+a2, b0+b2, a1+a3, b1+b3).
-                let s1: [__m512; 8] = std::array::from_fn(|i| {
+                //    (Loops, not `array::from_fn`: once a kernel grew, its closures were no longer
+                //    inlined and ran out of line, without the kernel's target features.)
+                let mut s1 = [_mm512_setzero_ps(); 8];
+                for (i, o) in s1.iter_mut().enumerate() {
                     let (a, b) = (v[2 * i], v[2 * i + 1]);
-                    _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b))
-                });
+                    *o = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
+                }
                 // 2. Rows 4j..4j + 4: the 64-bit halves of two such vectors, interleaved and
                 //    added, leave per 128-bit lane the four rows' sums over that lane.
-                let s2: [__m512; 4] = std::array::from_fn(|j| {
+                let mut s2 = [_mm512_setzero_ps(); 4];
+                for (j, o) in s2.iter_mut().enumerate() {
                     let (x, y) = (_mm512_castps_pd(s1[2 * j]), _mm512_castps_pd(s1[2 * j + 1]));
-                    _mm512_add_ps(
+                    *o = _mm512_add_ps(
                         _mm512_castpd_ps(_mm512_unpacklo_pd(x, y)),
                         _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)),
-                    )
-                });
+                    );
+                }
                 // 3. and 4. Lanes (0, 2) plus lanes (1, 3) of two vectors (`0x88` picks 128-bit
                 //    lanes 0, 2 of each, `0xDD` lanes 1, 3): twice, so lane i of the result holds
                 //    rows 4i..4i + 4 summed over all four lanes.

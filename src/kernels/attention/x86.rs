@@ -45,7 +45,7 @@ fn dot_generic<S: Simd>(s: S, a: &[f32], b: &[f32]) -> f32 {
 /// same FMA chain either way (from zero, along the row's vectors in order): the same bits.
 #[inline(always)]
 fn scores_generic<S: Simd>(s: S, q: &[f32], k: &[f32], scale: f32, out: &mut [f32]) {
-    scores_with(s, q, k, scale, out, score_blocks_by_column::<S>)
+    scores_with::<S, false>(s, q, k, scale, out)
 }
 
 /// [`scores_generic`] for key rows already in the cache (a decode unit's blocks after the first,
@@ -53,19 +53,19 @@ fn scores_generic<S: Simd>(s: S, q: &[f32], k: &[f32], scale: f32, out: &mut [f3
 /// ([`score_blocks_by_row`]).
 #[inline(always)]
 fn scores_cached_generic<S: Simd>(s: S, q: &[f32], k: &[f32], scale: f32, out: &mut [f32]) {
-    scores_with(s, q, k, scale, out, score_blocks_by_row::<S>)
+    scores_with::<S, true>(s, q, k, scale, out)
 }
 
-/// The scores with `blocks` scoring the whole blocks of `W` rows (row length a multiple of `W`)
-/// and one dot product for each row after them.
+/// The scores: the whole blocks of `W` rows (row length a multiple of `W`) by row
+/// ([`score_blocks_by_row`]) or by column ([`score_blocks_by_column`]), then one dot product for
+/// each row after them.
 #[inline(always)]
-fn scores_with<S: Simd>(
+fn scores_with<S: Simd, const BY_ROW: bool>(
     s: S,
     q: &[f32],
     k: &[f32],
     scale: f32,
     out: &mut [f32],
-    blocks: impl FnOnce(S, &[f32], &[f32], f32, &mut [f32]) -> usize,
 ) {
     let (d, w) = (q.len(), S::W);
     if d == 0 {
@@ -73,10 +73,14 @@ fn scores_with<S: Simd>(
         return;
     }
     let rows = out.len().min(k.len() / d);
-    let r = if d.is_multiple_of(w) {
-        blocks(s, q, k, scale, &mut out[..rows])
-    } else {
+    // The order as a constant, not a function passed in: called through `FnOnce`, the block
+    // function went out of line once the kernels grew, and ran without their target features.
+    let r = if !d.is_multiple_of(w) {
         0
+    } else if BY_ROW {
+        score_blocks_by_row(s, q, k, scale, &mut out[..rows])
+    } else {
+        score_blocks_by_column(s, q, k, scale, &mut out[..rows])
     };
     for (o, kr) in out[r..rows].iter_mut().zip(k[r * d..].chunks_exact(d)) {
         *o = scale * dot_generic(s, q, kr);

@@ -21,6 +21,30 @@
 //! that chunk computes (into a chunk-local scratch buffer) and then runs the very same tile
 //! kernel with the same row blocking, so its results are bit-identical to [`matmul_packed`].
 
+/// `by_rows!(kernel, group, a, r0, nr, results)` calls the tile kernel `kernel::<NR_ROWS, F16>`
+/// for `nr` rows (1..=[`MR`]) and the group's scale format (`group.f16`), both as constants:
+/// the format is fixed per group, so it is chosen once here, not per block. Shared by the x86
+/// tiles (declared before their modules, so they see it).
+#[cfg(target_arch = "x86_64")]
+macro_rules! by_rows {
+    ($f:ident, $g:expr, $a:expr, $r0:expr, $nr:expr, $res:expr) => {
+        if $g.f16 {
+            by_rows!(@rows $f, true, $g, $a, $r0, $nr, $res)
+        } else {
+            by_rows!(@rows $f, false, $g, $a, $r0, $nr, $res)
+        }
+    };
+    (@rows $f:ident, $h:literal, $g:expr, $a:expr, $r0:expr, $nr:expr, $res:expr) => {
+        match $nr {
+            1 => $f::<1, $h>($g, $a, $r0, $res),
+            2 => $f::<2, $h>($g, $a, $r0, $res),
+            3 => $f::<3, $h>($g, $a, $r0, $res),
+            4 => $f::<4, $h>($g, $a, $r0, $res),
+            _ => unreachable!("nr must be 1..=MR"),
+        }
+    };
+}
+
 pub mod dispatch;
 mod driver;
 mod nonfinite;

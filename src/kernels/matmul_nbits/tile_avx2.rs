@@ -12,26 +12,6 @@ use super::pack::{GroupView, CHUNK_BYTES, CHUNK_K, NR};
 use super::prepare_a::PreparedA;
 use super::MR;
 
-macro_rules! by_rows {
-    ($f:ident, $g:expr, $a:expr, $r0:expr, $nr:expr, $res:expr) => {
-        // The scale format is fixed per group: chosen here once, not per block.
-        if $g.f16 {
-            by_rows!(@rows $f, true, $g, $a, $r0, $nr, $res)
-        } else {
-            by_rows!(@rows $f, false, $g, $a, $r0, $nr, $res)
-        }
-    };
-    (@rows $f:ident, $h:literal, $g:expr, $a:expr, $r0:expr, $nr:expr, $res:expr) => {
-        match $nr {
-            1 => $f::<1, $h>($g, $a, $r0, $res),
-            2 => $f::<2, $h>($g, $a, $r0, $res),
-            3 => $f::<3, $h>($g, $a, $r0, $res),
-            4 => $f::<4, $h>($g, $a, $r0, $res),
-            _ => unreachable!("nr must be 1..=MR"),
-        }
-    };
-}
-
 #[inline]
 #[target_feature(enable = "avx2")]
 fn nib<const SH: i32>(v: __m256i) -> __m256 {

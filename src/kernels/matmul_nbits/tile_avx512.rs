@@ -60,26 +60,6 @@ use super::prepare_a::PreparedA;
 use super::MR;
 use crate::kernels::x86_asm::fma_bcast;
 
-macro_rules! by_rows {
-    ($f:ident, $g:expr, $a:expr, $r0:expr, $nr:expr, $res:expr) => {
-        // The scale format is fixed per group: chosen here once, not per block.
-        if $g.f16 {
-            by_rows!(@rows $f, true, $g, $a, $r0, $nr, $res)
-        } else {
-            by_rows!(@rows $f, false, $g, $a, $r0, $nr, $res)
-        }
-    };
-    (@rows $f:ident, $h:literal, $g:expr, $a:expr, $r0:expr, $nr:expr, $res:expr) => {
-        match $nr {
-            1 => $f::<1, $h>($g, $a, $r0, $res),
-            2 => $f::<2, $h>($g, $a, $r0, $res),
-            3 => $f::<3, $h>($g, $a, $r0, $res),
-            4 => $f::<4, $h>($g, $a, $r0, $res),
-            _ => unreachable!("nr must be 1..=MR"),
-        }
-    };
-}
-
 /// Codes of one k of a chunk as f32: `lut[(v >> SH) & 0x0F]`. `vpermps` reads only the low
 /// four index bits, so the table lookup is the mask and the int -> float conversion at once.
 #[inline]
