@@ -8,7 +8,8 @@
 //!
 //! Order inside a unit: keys, then every query head's scores over the past keys, a block of
 //! key rows at a time for all the heads while the next block's keys are hinted into L2
-//! (`Decode::score_past`), then each head's softmax, then values, then
+//! (`Decode::score_past`), then each head's softmax (into one scratch row, packed into the
+//! scores buffer for the sums), then values, then
 //! every head's weighted sum of value rows, all heads in one pass over the rows (`rows_group`;
 //! on AVX-512 each value row read once, whole, `super::rows_avx512`;
 //! bit for bit the per-head sums; at past 1024 1.026x the per-head passes per token, Qwen2-0.5B
@@ -112,15 +113,15 @@ impl Decode<'_, '_> {
         }
     }
 
-    /// Floats of scratch one lane needs: the group's rotated query rows (`group * head`), and
-    /// scores and probabilities of every query head of a group (`2 * group * (past + 1)`: 224 KiB
-    /// at 4096 past rows and a group of 7; lent fallibly, a shortfall is the caller's clean
-    /// error).
+    /// Floats of scratch one lane needs: the group's rotated query rows (`group * head`), the
+    /// scores of every query head of a group (`group * (past + 1)`), one head's probabilities
+    /// (`past + 1`) and each head's probability of the new row (`group`): 129 KiB at 4096 past
+    /// rows and a group of 7; lent fallibly, a shortfall is the caller's clean error.
     fn scratch(&self) -> usize {
         let sh = self.sh;
         let max_len = self.past.iter().map(|&(p, _)| p).max().unwrap_or(0) + 1;
         let group = sh.heads / sh.kv_heads;
-        group * sh.head + 2 * group * max_len
+        group * sh.head + (group + 1) * max_len + group
     }
 
     /// Units `first..` (as many as `out` holds); false when the scratch is missing.
@@ -131,7 +132,8 @@ impl Decode<'_, '_> {
         let prow = sh.present_len * head;
         try_with_scratch_f32(self.scratch(), |buf| {
             let (qr, rest) = buf.split_at_mut(group * head);
-            let (scores, probs) = rest.split_at_mut(group * max_len);
+            let (scores, rest) = rest.split_at_mut(group * max_len);
+            let (probs, new_probs) = rest.split_at_mut(max_len);
             for (i, ((o, k), v)) in out
                 .chunks_exact_mut(group * head)
                 .zip(pk.chunks_exact_mut(prow))
@@ -153,24 +155,28 @@ impl Decode<'_, '_> {
                         self.rows.rope(self.rows.q_row(b, 0, n * group + j), p, q);
                     }
                     self.score_past(qr, &k_old[..lim * head], scores, max_len);
+                    // Each head's softmax into one row of scratch (the same lines for every
+                    // head, so they stay in L1), whose old rows' probabilities then go packed
+                    // `[group, lim]` into the scores buffer: head `j`'s land below head `j + 1`'s
+                    // scores (`lim < max_len`), over its own, which the softmax has read. (With
+                    // a probability buffer per head, a long past's probabilities were written
+                    // to lines that came from memory: 57 KiB a unit at past 2048.)
                     for (j, q) in qr.chunks_exact(head).enumerate() {
                         let sc = &mut scores[j * max_len..j * max_len + len];
                         (self.k.scores)(q, k_new, sh.scale, &mut sc[lim..]);
-                        (self.softmax_row)(sc, &mut probs[j * max_len..j * max_len + len], len);
+                        let pr = &mut probs[..len];
+                        (self.softmax_row)(sc, pr, len);
+                        new_probs[j] = pr.get(lim).copied().unwrap_or(0.0);
+                        scores[j * lim..(j + 1) * lim].copy_from_slice(&pr[..lim]);
                     }
                 }
                 let (v_old, v_new) = self.present(1, b, n, p, rows.1.as_ref(), v);
                 let _ftz = FlushSubnormals::new();
                 // Every query head's sum over the past rows in one pass over them
-                // (`rows_group`, bit for bit the per-head sums), from the old rows'
-                // probabilities packed `[group, lim]` into the scores buffer (done with).
-                for j in 0..group {
-                    scores[j * lim..(j + 1) * lim]
-                        .copy_from_slice(&probs[j * max_len..j * max_len + lim]);
-                }
+                // (`rows_group`, bit for bit the per-head sums), then the new row's term.
                 (self.k.rows_group)(group, &scores[..group * lim], v_old, head, 1.0, o);
-                for (j, orow) in o.chunks_exact_mut(head).enumerate() {
-                    if let Some(&x) = probs[j * max_len + lim..j * max_len + len].first() {
+                if len > lim {
+                    for (orow, &x) in o.chunks_exact_mut(head).zip(&*new_probs) {
                         orow.iter_mut().zip(v_new).for_each(|(o, &y)| *o += x * y);
                     }
                 }
@@ -191,9 +197,13 @@ impl Decode<'_, '_> {
     /// computes from L1 rather than fetched when it stalls on them: the hardware prefetchers alone
     /// ran little ahead of a lane that mostly computes. (Hinting this block's value rows as well,
     /// for the weighted sums after the softmax, measured no better at the model level and worse
-    /// in the step's own time: README "Stop 41".) The hinted blocks are scored row by row
-    /// (`Kernels::scores_cached`), the first one, which comes from memory, by column
-    /// (`Kernels::scores`): the same bits either way (the measurements: README "Stop 42").
+    /// in the step's own time: README "Stop 41".) The hinted blocks are scored row by row, two
+    /// heads at a time (`Kernels::scores_pair`, each head's bits those of `scores_cached`; a
+    /// group's last odd head alone), the first one, which comes from memory, by column
+    /// (`Kernels::scores`): the same bits either way (the measurements: README "Stop 42" and
+    /// "Stop 43"; two heads at a time load each key vector once for both, where the row order
+    /// alone loaded it once per head: in one process with the rows in cache the scores of a
+    /// unit at past 2048 took ~31 us against ~35).
     fn score_past(&self, qr: &[f32], k_old: &[f32], scores: &mut [f32], max_len: usize) {
         let head = self.sh.head;
         let group = qr.len() / head.max(1);
@@ -208,20 +218,36 @@ impl Decode<'_, '_> {
             let r1 = (r0 + SCORE_BLOCK_ROWS).min(rows);
             let keys = &k_old[r0 * head..r1 * head];
             let next = next_keys(k_at, row, r0..r1, rows);
-            let scores_fn = if r0 == 0 {
-                self.k.scores
-            } else {
-                self.k.scores_cached
-            };
-            for (j, q) in qr.chunks_exact(head).enumerate() {
-                let (at, len) = share(next, j, group);
-                prefetch_l2(at, len);
-                scores_fn(
-                    q,
-                    keys,
-                    self.sh.scale,
-                    &mut scores[j * max_len + r0..j * max_len + r1],
-                );
+            let mut j = 0;
+            while j < group {
+                // Two heads at a time on the hinted blocks (`scores_pair`), one on the first
+                // block and for a group's last odd head; the hints go out per head either way.
+                let pair = r0 > 0 && j + 1 < group;
+                for h in j..if pair { j + 2 } else { j + 1 } {
+                    let (at, len) = share(next, h, group);
+                    prefetch_l2(at, len);
+                }
+                let q = &qr[j * head..(j + 1) * head];
+                let out = &mut scores[j * max_len..];
+                if pair {
+                    let (this, rest) = out.split_at_mut(max_len);
+                    (self.k.scores_pair)(
+                        [q, &qr[(j + 1) * head..(j + 2) * head]],
+                        keys,
+                        self.sh.scale,
+                        &mut this[r0..r1],
+                        &mut rest[r0..r1],
+                    );
+                    j += 2;
+                } else {
+                    let scores_fn = if r0 == 0 {
+                        self.k.scores
+                    } else {
+                        self.k.scores_cached
+                    };
+                    scores_fn(q, keys, self.sh.scale, &mut out[r0..r1]);
+                    j += 1;
+                }
             }
             r0 = r1;
         }

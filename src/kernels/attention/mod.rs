@@ -47,6 +47,9 @@ use crate::runtime::par::{Dispatch, Par};
 
 /// `out[j] = scale * dot(q, k_row_j)` for `j < out.len()`, key rows of `q.len()` in `k`.
 type ScoresFn = fn(&[f32], &[f32], f32, &mut [f32]);
+/// [`ScoresFn`] for two query rows over the same key rows: `(q, k, scale, out0, out1)`, `out0`
+/// for `q[0]` and `out1` for `q[1]`.
+type ScoresPairFn = fn([&[f32]; 2], &[f32], f32, &mut [f32], &mut [f32]);
 /// `out[c] = scale * sum_r coef[r] * m_row_r[c]`, rows `ld` apart: `(coef, m, ld, scale, out)`.
 /// Scores from keys transposed to `[H, ld]`, and probabilities times V (`ld` = head, scale 1).
 type RowsFn = fn(&[f32], &[f32], usize, f32, &mut [f32]);
@@ -67,6 +70,9 @@ pub(crate) struct Kernels {
     /// [`Kernels::scores`] (the same bits) for key rows already in the cache: a decode unit's
     /// key blocks after the first, hinted into L2 while the block before was scored.
     scores_cached: ScoresFn,
+    /// Two query rows' [`Kernels::scores_cached`] over the same key rows, each output the bits
+    /// of its own call (AVX-512, head 64: each key vector loaded once for both).
+    scores_pair: ScoresPairFn,
     rows: RowsFn,
     rows_group: RowsGroupFn,
     rope: RopeFn,
@@ -79,6 +85,7 @@ pub(crate) struct Kernels {
 const SCALAR: Kernels = Kernels {
     scores: scalar::scores,
     scores_cached: scalar::scores,
+    scores_pair: scalar::scores_pair,
     rows: scalar::rows,
     rows_group: scalar::rows_group,
     rope: scalar::rope_row,
@@ -90,6 +97,7 @@ const SCALAR: Kernels = Kernels {
 const AVX2: Kernels = Kernels {
     scores: x86::scores_avx2,
     scores_cached: x86::scores_cached_avx2,
+    scores_pair: x86::scores_pair_avx2,
     rows: x86::rows_avx2,
     rows_group: x86::rows_group_avx2,
     rope: x86::rope_avx2,
@@ -101,6 +109,7 @@ const AVX2: Kernels = Kernels {
 const AVX512: Kernels = Kernels {
     scores: x86::scores_avx512,
     scores_cached: x86::scores_cached_avx512,
+    scores_pair: x86::scores_pair_avx512,
     rows: x86::rows_avx512,
     rows_group: rows_avx512::rows_group_avx512,
     rope: x86::rope_avx512,
@@ -278,6 +287,35 @@ mod tests {
                         f(&q, &k[r0 * d..r1 * d], 0.125, &mut blocked[r0..r1]);
                     }
                     assert_eq!(bits(&blocked), bits(&whole), "{isa:?} d {d} rows {rows}");
+                }
+            }
+        }
+    }
+
+    /// Every table's `scores_pair` gives each query the bits of its own `scores_cached` call:
+    /// head sizes that take the paired rows (64 on AVX-512) and others, row counts around the
+    /// half-blocks and blocks of `W` rows, no rows. Seen failing with the two queries' halves
+    /// of a tree stored to each other's outputs, and with the second half-block's rows scored
+    /// from the first half's keys.
+    #[test]
+    fn paired_scores_are_each_querys_scores() {
+        let val = |i: usize, salt: usize| ((i * 7919 + salt * 104_729) % 2003) as f32 / 7.0 - 143.0;
+        for isa in [Isa::Scalar, Isa::Avx2, Isa::Avx512] {
+            let Ok(kern) = TABLES.for_isa(isa) else {
+                continue;
+            };
+            for d in [8usize, 32, 40, 64, 128] {
+                for rows in [0usize, 1, 7, 8, 9, 15, 16, 17, 24, 31, 33, 64, 100] {
+                    let q0: Vec<f32> = (0..d).map(|i| val(i, 1)).collect();
+                    let q1: Vec<f32> = (0..d).map(|i| val(i, 3)).collect();
+                    let k: Vec<f32> = (0..rows * d).map(|i| val(i, 2)).collect();
+                    let (mut p0, mut p1) = (vec![f32::NAN; rows], vec![f32::NAN; rows]);
+                    (kern.scores_pair)([&q0, &q1], &k, 0.125, &mut p0, &mut p1);
+                    for (q, got) in [(&q0, &p0), (&q1, &p1)] {
+                        let mut want = vec![f32::NAN; rows];
+                        (kern.scores_cached)(q, &k, 0.125, &mut want);
+                        assert_eq!(bits(got), bits(&want), "{isa:?} d {d} rows {rows}");
+                    }
                 }
             }
         }

@@ -8,6 +8,18 @@ pub(super) fn scores(q: &[f32], k: &[f32], scale: f32, out: &mut [f32]) {
     }
 }
 
+/// [`scores`] of two query rows over the same key rows (`out0` for `q[0]`, `out1` for `q[1]`).
+pub(super) fn scores_pair(
+    q: [&[f32]; 2],
+    k: &[f32],
+    scale: f32,
+    out0: &mut [f32],
+    out1: &mut [f32],
+) {
+    scores(q[0], k, scale, out0);
+    scores(q[1], k, scale, out1);
+}
+
 /// `out[c] = scale * sum_r coef[r] * m[r * ld + c]` for `c < out.len()`: scores from transposed
 /// keys (`coef` = query, `m` = K^T `[H, ld]`) and probabilities times V (`m` = V, scale 1).
 pub(super) fn rows(coef: &[f32], m: &[f32], ld: usize, scale: f32, out: &mut [f32]) {

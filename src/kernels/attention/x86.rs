@@ -148,6 +148,95 @@ fn score_rows<S: Simd, const NV: usize>(
     )
 }
 
+/// Two query rows' [`scores_cached_generic`] over the same key rows (`out0` for `q0`, `out1`
+/// for `q1`): each output bit for bit that of its own call. For rows of four vectors on
+/// 16-lane levels (head 64 on AVX-512) a block of `W` rows goes as two halves of `W / 2` rows
+/// for both queries ([`score_rows_pair`]): each key vector is loaded once for two FMAs instead
+/// of once per query, and one horizontal-sum tree takes both queries' half-block (the tree
+/// sums every vector's lanes the same way wherever it sits, so each row's sum keeps its bits).
+/// Other lengths and levels: one call per query.
+#[inline(always)]
+fn scores_pair_generic<S: Simd>(
+    s: S,
+    q: [&[f32]; 2],
+    k: &[f32],
+    scale: f32,
+    out0: &mut [f32],
+    out1: &mut [f32],
+) {
+    let (d, w) = (q[0].len(), S::W);
+    if d == 0 || q[1].len() != d || w != 16 || d != PAIR_VECTORS * w {
+        scores_cached_generic(s, q[0], k, scale, out0);
+        scores_cached_generic(s, q[1], k, scale, out1);
+        return;
+    }
+    let rows = out0.len().min(k.len() / d);
+    let rows1 = out1.len().min(k.len() / d);
+    let both = rows.min(rows1);
+    let r =
+        score_rows_pair::<S, PAIR_VECTORS>(s, q, k, scale, &mut out0[..both], &mut out1[..both]);
+    for (qi, out, n) in [(q[0], out0, rows), (q[1], out1, rows1)] {
+        for (o, kr) in out[r..n].iter_mut().zip(k[r * d..].chunks_exact(d)) {
+            *o = scale * dot_generic(s, qi, kr);
+        }
+    }
+}
+
+/// Vectors a key row has where [`scores_pair_generic`] takes two queries at once: both
+/// queries (8 registers) and a half-block's accumulators for both (16) fit the 32 registers;
+/// with rows of eight vectors they would not.
+const PAIR_VECTORS: usize = 4;
+
+/// The whole blocks of `W` rows of [`scores_pair_generic`] (`W` = 16, rows of `NV` vectors):
+/// per half-block of 8 rows, each row's vectors feed one FMA chain per query (from zero, along
+/// the row, as [`score_rows`] does), the 16 accumulators (8 rows x 2 queries) take one tree,
+/// and its lanes go to the two outputs. Returns the rows scored (both outputs the same count).
+#[inline(always)]
+fn score_rows_pair<S: Simd, const NV: usize>(
+    s: S,
+    q: [&[f32]; 2],
+    k: &[f32],
+    scale: f32,
+    out0: &mut [f32],
+    out1: &mut [f32],
+) -> usize {
+    let (d, w) = (NV * S::W, S::W);
+    let half = w / 2;
+    let mut qv = [[s.splat(0.0); NV]; 2];
+    for (v, qi) in qv.iter_mut().zip(q) {
+        for (t, x) in v.iter_mut().enumerate() {
+            *x = s.load(qi, t * w);
+        }
+    }
+    let sc = s.splat(scale);
+    let rows = out0.len().min(out1.len());
+    let mut sums = [0f32; 16];
+    let mut r = 0;
+    while r + w <= rows {
+        for h in [r, r + half] {
+            let keys = &k[h * d..(h + half) * d];
+            let mut acc = [s.splat(0.0); 16];
+            for i in 0..half {
+                // One slice of exactly `d` per row, so the loop bounds prove every load in bounds.
+                let kr = &keys[i * d..(i + 1) * d];
+                let (mut x0, mut x1) = (s.splat(0.0), s.splat(0.0));
+                for (t, (&a, &b)) in qv[0].iter().zip(&qv[1]).enumerate() {
+                    let kv = s.load(kr, t * w);
+                    x0 = s.fma(a, kv, x0);
+                    x1 = s.fma(b, kv, x1);
+                }
+                acc[i] = x0;
+                acc[half + i] = x1;
+            }
+            s.store(&mut sums[..w], 0, s.mul(sc, s.sums(&acc[..w])));
+            out0[h..h + half].copy_from_slice(&sums[..half]);
+            out1[h..h + half].copy_from_slice(&sums[half..w]);
+        }
+        r += w;
+    }
+    r
+}
+
 /// The scores of the whole blocks of `W` rows of `out` by column (`q.len()` any multiple of
 /// `W`): one query vector at a time meets the same vector of all `W` rows of a block (one
 /// accumulator per row, so `W` independent FMA chains). Returns the rows scored.
@@ -408,6 +497,10 @@ isa_entry!(scores_cached_avx2, Avx2, "avx2,fma", scores_cached_generic,
     (q: &[f32], k: &[f32], scale: f32, out: &mut [f32]));
 isa_entry!(scores_cached_avx512, Avx512, "avx512f,avx512dq,avx2,fma", scores_cached_generic,
     (q: &[f32], k: &[f32], scale: f32, out: &mut [f32]));
+isa_entry!(scores_pair_avx2, Avx2, "avx2,fma", scores_pair_generic,
+    (q: [&[f32]; 2], k: &[f32], scale: f32, out0: &mut [f32], out1: &mut [f32]));
+isa_entry!(scores_pair_avx512, Avx512, "avx512f,avx512dq,avx2,fma", scores_pair_generic,
+    (q: [&[f32]; 2], k: &[f32], scale: f32, out0: &mut [f32], out1: &mut [f32]));
 isa_entry!(rope_avx2, Avx2, "avx2,fma", rope_generic,
     (x: &[f32], cos: &[f32], sin: &[f32], interleaved: bool, out: &mut [f32]));
 isa_entry!(rope_avx512, Avx512, "avx512f,avx512dq,avx2,fma", rope_generic,
