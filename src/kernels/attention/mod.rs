@@ -4,7 +4,7 @@
 //!
 //! Per ISA one table: scaled QK scores (a dot product per key row; `scores` for key rows that
 //! come from memory and `scores_cached`, the same bits in another order, for rows the decode
-//! step hinted into L2), weighted row sums (scores along transposed keys; probabilities times V
+//! step hinted into L2; `scores_pair`, two query rows' `scores_cached` at once), weighted row sums (scores along transposed keys; probabilities times V
 //! rows), the same weighted sums for a group of coefficient rows over one matrix
 //! (`rows_group`), the rotary row; the softmax between them is the softmax family's row kernel
 //! of the same ISA.

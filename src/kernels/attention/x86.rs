@@ -1,6 +1,6 @@
 //! AVX2 / AVX-512 attention kernels over the shared [`Simd`] lanes: scaled QK scores (`W` key
 //! rows at a time, their horizontal sums in one tree; a block's rows taken by column, or by row
-//! for rows already in the cache), weighted sums of matrix rows (scores along transposed keys,
+//! for rows already in the cache, there also two queries at a time), weighted sums of matrix rows (scores along transposed keys,
 //! and probabilities times V rows), the same sums for a group of coefficient rows at once (the
 //! query heads of one kv head; AVX2's here, AVX-512's in `rows_avx512` over this file's block
 //! for the last columns) and the rotate-half rotary row. The interleaved rotary form needs lane
