@@ -121,7 +121,11 @@ impl Decode<'_, '_> {
         let sh = self.sh;
         let max_len = self.past.iter().map(|&(p, _)| p).max().unwrap_or(0) + 1;
         let group = sh.heads / sh.kv_heads;
-        group * sh.head + (group + 1) * max_len + group
+        // Saturating: an impossible size asks for more than any budget, a clean error.
+        group
+            .saturating_mul(sh.head)
+            .saturating_add((group + 1).saturating_mul(max_len))
+            .saturating_add(group)
     }
 
     /// Units `first..` (as many as `out` holds); false when the scratch is missing.
