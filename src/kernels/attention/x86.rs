@@ -1,7 +1,7 @@
 //! AVX2 / AVX-512 attention kernels over the shared [`Simd`] lanes: scaled QK scores (`W` key
 //! rows at a time, their horizontal sums in one tree; a block's rows taken by column, or by row
-//! for rows already in the cache, there also two queries at a time), weighted sums of matrix rows (scores along transposed keys,
-//! and probabilities times V rows), the same sums for a group of coefficient rows at once (the
+//! for rows already in the cache, there also two queries at a time), weighted sums of matrix
+//! rows (scores along transposed keys, and probabilities times V rows), the same sums for a group of coefficient rows at once (the
 //! query heads of one kv head; AVX2's here, AVX-512's in `rows_avx512` over this file's block
 //! for the last columns) and the rotate-half rotary row. The interleaved rotary form needs lane
 //! shuffles for a cheap op and uses the scalar row. Also the decode step's streamed present copy
@@ -165,18 +165,18 @@ fn scores_pair_generic<S: Simd>(
     out1: &mut [f32],
 ) {
     let (d, w) = (q[0].len(), S::W);
-    if d == 0 || q[1].len() != d || w != 16 || d != PAIR_VECTORS * w {
+    // Outputs of different lengths go one call each: past the shorter one's rows, the longer
+    // one's blocks of `W` rows would not fall where a call of its own puts them.
+    if d == 0 || q[1].len() != d || w != 16 || d != PAIR_VECTORS * w || out0.len() != out1.len() {
         scores_cached_generic(s, q[0], k, scale, out0);
         scores_cached_generic(s, q[1], k, scale, out1);
         return;
     }
     let rows = out0.len().min(k.len() / d);
-    let rows1 = out1.len().min(k.len() / d);
-    let both = rows.min(rows1);
     let r =
-        score_rows_pair::<S, PAIR_VECTORS>(s, q, k, scale, &mut out0[..both], &mut out1[..both]);
-    for (qi, out, n) in [(q[0], out0, rows), (q[1], out1, rows1)] {
-        for (o, kr) in out[r..n].iter_mut().zip(k[r * d..].chunks_exact(d)) {
+        score_rows_pair::<S, PAIR_VECTORS>(s, q, k, scale, &mut out0[..rows], &mut out1[..rows]);
+    for (qi, out) in [(q[0], out0), (q[1], out1)] {
+        for (o, kr) in out[r..rows].iter_mut().zip(k[r * d..].chunks_exact(d)) {
             *o = scale * dot_generic(s, qi, kr);
         }
     }
