@@ -113,13 +113,18 @@ impl Decode<'_, '_> {
         }
     }
 
+    /// The longest row of scores a unit takes: the most past rows of any batch, plus the new one.
+    fn max_len(&self) -> usize {
+        self.past.iter().map(|&(p, _)| p).max().unwrap_or(0) + 1
+    }
+
     /// Floats of scratch one lane needs: the group's rotated query rows (`group * head`), the
     /// scores of every query head of a group (`group * (past + 1)`), one head's probabilities
     /// (`past + 1`) and each head's probability of the new row (`group`): 129 KiB at 4096 past
     /// rows and a group of 7; lent fallibly, a shortfall is the caller's clean error.
     fn scratch(&self) -> usize {
         let sh = self.sh;
-        let max_len = self.past.iter().map(|&(p, _)| p).max().unwrap_or(0) + 1;
+        let max_len = self.max_len();
         let group = sh.heads / sh.kv_heads;
         // Saturating: an impossible size asks for more than any budget, a clean error.
         group
@@ -132,7 +137,7 @@ impl Decode<'_, '_> {
     fn units(&self, first: usize, out: &mut [f32], pk: &mut [f32], pv: &mut [f32]) -> bool {
         let sh = self.sh;
         let (head, group) = (sh.head, sh.heads / sh.kv_heads);
-        let max_len = self.past.iter().map(|&(p, _)| p).max().unwrap_or(0) + 1;
+        let max_len = self.max_len();
         let prow = sh.present_len * head;
         try_with_scratch_f32(self.scratch(), |buf| {
             let (qr, rest) = buf.split_at_mut(group * head);

@@ -204,6 +204,14 @@ fn over_rows_split(
 mod tests {
     use super::*;
 
+    /// Every table this CPU has, with its level.
+    fn tables() -> Vec<(Isa, &'static Kernels)> {
+        [Isa::Scalar, Isa::Avx2, Isa::Avx512]
+            .into_iter()
+            .filter_map(|isa| Some((isa, TABLES.for_isa(isa).ok()?)))
+            .collect()
+    }
+
     /// The bit patterns of `v`, to compare results bit for bit (the attention tests here and in
     /// `x86`).
     pub(super) fn bits(v: &[f32]) -> Vec<u32> {
@@ -220,10 +228,7 @@ mod tests {
     fn scores_match_the_f64_dot_products() {
         let val =
             |i: usize, salt: usize| ((i * 7919 + salt * 104_729) % 2003) as f32 / 1001.0 - 1.0;
-        for isa in [Isa::Scalar, Isa::Avx2, Isa::Avx512] {
-            let Ok(kern) = TABLES.for_isa(isa) else {
-                continue;
-            };
+        for (isa, kern) in tables() {
             for d in [1usize, 7, 8, 16, 17, 32, 64, 128] {
                 for rows in [0usize, 1, 7, 8, 9, 15, 16, 17, 31, 33, 100] {
                     let q: Vec<f32> = (0..d).map(|i| val(i, 1)).collect();
@@ -266,10 +271,7 @@ mod tests {
     fn block_scores_are_the_whole_rows_scores() {
         let val = |i: usize, salt: usize| ((i * 7919 + salt * 104_729) % 2003) as f32 / 7.0 - 143.0;
         let block = gqa_decode::SCORE_BLOCK_ROWS;
-        for isa in [Isa::Scalar, Isa::Avx2, Isa::Avx512] {
-            let Ok(kern) = TABLES.for_isa(isa) else {
-                continue;
-            };
+        for (isa, kern) in tables() {
             for d in [8usize, 32, 40, 64, 128] {
                 for rows in [block - 1, block, 3 * block + 17, 300] {
                     let q: Vec<f32> = (0..d).map(|i| val(i, 1)).collect();
@@ -294,16 +296,14 @@ mod tests {
 
     /// Every table's `scores_pair` gives each query the bits of its own `scores_cached` call:
     /// head sizes that take the paired rows (64 on AVX-512) and others, row counts around the
-    /// half-blocks and blocks of `W` rows, no rows, a second output shorter than the first. Seen failing with the two queries' halves
-    /// of a tree stored to each other's outputs, and with the second half-block's rows scored
-    /// from the first half's keys.
+    /// half-blocks and blocks of `W` rows, no rows, a second output shorter than the first.
+    /// Seen failing with the two queries' halves of a tree stored to each other's outputs, with
+    /// the second half-block's rows scored from the first half's keys, and with outputs of
+    /// unequal length paired over the shorter one's rows.
     #[test]
     fn paired_scores_are_each_querys_scores() {
         let val = |i: usize, salt: usize| ((i * 7919 + salt * 104_729) % 2003) as f32 / 7.0 - 143.0;
-        for isa in [Isa::Scalar, Isa::Avx2, Isa::Avx512] {
-            let Ok(kern) = TABLES.for_isa(isa) else {
-                continue;
-            };
+        for (isa, kern) in tables() {
             for d in [8usize, 32, 40, 64, 128] {
                 for rows in [0usize, 1, 7, 8, 9, 15, 16, 17, 24, 31, 33, 64, 100] {
                     let q0: Vec<f32> = (0..d).map(|i| val(i, 1)).collect();
@@ -331,10 +331,7 @@ mod tests {
     #[test]
     fn grouped_sums_are_the_per_row_sums() {
         let val = |i: usize, salt: usize| ((i * 7919 + salt * 104_729) % 2003) as f32 / 501.0 - 2.0;
-        for isa in [Isa::Scalar, Isa::Avx2, Isa::Avx512] {
-            let Ok(kern) = TABLES.for_isa(isa) else {
-                continue;
-            };
+        for (isa, kern) in tables() {
             for g in 1..=10usize {
                 for r in [0usize, 1, 5, 64] {
                     for n in [1usize, 15, 16, 33, 64, 65, 128, 130, 200] {
@@ -364,10 +361,7 @@ mod tests {
     #[test]
     fn stream_copy_is_a_copy() {
         let src: Vec<f32> = (0..1100).map(|i| i as f32 * 0.5 - 7.0).collect();
-        for isa in [Isa::Scalar, Isa::Avx2, Isa::Avx512] {
-            let Ok(k) = TABLES.for_isa(isa) else {
-                continue;
-            };
+        for (isa, k) in tables() {
             for off in 0..17 {
                 for len in [0, 1, 15, 16, 17, 100, 1024, 1083] {
                     let mut dst = vec![-1.0f32; off + len + 3];

@@ -82,9 +82,27 @@ fn scores_with<S: Simd, const BY_ROW: bool>(
     } else {
         score_blocks_by_column(s, q, k, scale, &mut out[..rows])
     };
-    for (o, kr) in out[r..rows].iter_mut().zip(k[r * d..].chunks_exact(d)) {
+    dots_from(s, q, k, scale, &mut out[..rows], r);
+}
+
+/// `out[j] = scale * dot(q, k[j])` for the rows `r..` of `out` (rows of `q.len()`), one dot
+/// product each: the rows after the whole blocks of `W`.
+#[inline(always)]
+fn dots_from<S: Simd>(s: S, q: &[f32], k: &[f32], scale: f32, out: &mut [f32], r: usize) {
+    let d = q.len();
+    for (o, kr) in out[r..].iter_mut().zip(k[r * d..].chunks_exact(d)) {
         *o = scale * dot_generic(s, q, kr);
     }
+}
+
+/// The `NV` vectors of a row of `NV * W` floats (a query held in registers).
+#[inline(always)]
+fn load_vectors<S: Simd, const NV: usize>(s: S, q: &[f32]) -> [S::V; NV] {
+    let mut v = [s.splat(0.0); NV];
+    for (t, x) in v.iter_mut().enumerate() {
+        *x = s.load(q, t * S::W);
+    }
+    v
 }
 
 /// The scores of the whole blocks of `W` rows of `out` (`q.len()` a multiple of `W`): for rows
@@ -121,10 +139,7 @@ fn score_rows<S: Simd, const NV: usize>(
     out: &mut [f32],
 ) -> usize {
     let (d, w) = (NV * S::W, S::W);
-    let mut qv = [s.splat(0.0); NV];
-    for (t, v) in qv.iter_mut().enumerate() {
-        *v = s.load(q, t * w);
-    }
+    let qv = load_vectors::<S, NV>(s, q);
     score_blocks(
         s,
         d,
@@ -173,13 +188,10 @@ fn scores_pair_generic<S: Simd>(
         return;
     }
     let rows = out0.len().min(k.len() / d);
-    let r =
-        score_rows_pair::<S, PAIR_VECTORS>(s, q, k, scale, &mut out0[..rows], &mut out1[..rows]);
-    for (qi, out) in [(q[0], out0), (q[1], out1)] {
-        for (o, kr) in out[r..rows].iter_mut().zip(k[r * d..].chunks_exact(d)) {
-            *o = scale * dot_generic(s, qi, kr);
-        }
-    }
+    let (out0, out1) = (&mut out0[..rows], &mut out1[..rows]);
+    let r = score_rows_pair::<S, PAIR_VECTORS>(s, q, k, scale, out0, out1);
+    dots_from(s, q[0], k, scale, out0, r);
+    dots_from(s, q[1], k, scale, out1, r);
 }
 
 /// Vectors a key row has where [`scores_pair_generic`] takes two queries at once: both
@@ -202,12 +214,10 @@ fn score_rows_pair<S: Simd, const NV: usize>(
 ) -> usize {
     let (d, w) = (NV * S::W, S::W);
     let half = w / 2;
-    let mut qv = [[s.splat(0.0); NV]; 2];
-    for (v, qi) in qv.iter_mut().zip(q) {
-        for (t, x) in v.iter_mut().enumerate() {
-            *x = s.load(qi, t * w);
-        }
-    }
+    let qv = [
+        load_vectors::<S, NV>(s, q[0]),
+        load_vectors::<S, NV>(s, q[1]),
+    ];
     let sc = s.splat(scale);
     let rows = out0.len().min(out1.len());
     let mut sums = [0f32; 16];
