@@ -1,9 +1,11 @@
 //! Rough single-thread timing of the MatMulNBits kernels (not a benchmark under
 //! docs/benchmarking.md rules: no interleaving with ORT, no steady-state detection).
 //!
-//! `cargo run --release -p rcpu --example matmul_nbits_timing [K N iters [gemm=1]]`
+//! `cargo run --release -p rcpu --example matmul_nbits_timing [K N iters [gemm=1 [zp=1]]]`
 //! Prints, per ISA variant: M=1 GB/s of packed weight bytes (codes + scales) for accuracy 0 and
 //! 4, the unpacked path at M=1, and M=128 GFLOP/s; plus a plain read of a same-sized buffer.
+//! `zp=0` packs the weights without zero points (symmetric, as onnxruntime-genai's builder makes
+//! them by default).
 //! Times are the best of `iters` runs.
 
 #[path = "common/timing.rs"]
@@ -27,6 +29,7 @@ fn main() {
         *args.get(2).unwrap_or(&30),
     );
     let gemm = *args.get(3).unwrap_or(&1) != 0;
+    let with_zp = *args.get(4).unwrap_or(&1) != 0;
     let bs = 32;
     let mut seed = 0x1234_5678_9abc_def1u64;
     let mut rnd = move || {
@@ -35,14 +38,15 @@ fn main() {
         seed ^= seed << 17;
         seed
     };
-    let p0 = NBitsParams::new(k, n, bs, 0, true);
+    let p0 = NBitsParams::new(k, n, bs, 0, with_zp);
     let b: Vec<u8> = (0..n * p0.k_blocks() * p0.blob_bytes())
         .map(|_| rnd() as u8)
         .collect();
     let scales: Vec<f32> = (0..n * p0.k_blocks())
         .map(|_| (rnd() % 1000) as f32 * 1e-4)
         .collect();
-    let zp: Vec<u8> = (0..n * p0.zp_row_bytes()).map(|_| rnd() as u8).collect();
+    let zp_bytes: Vec<u8> = (0..n * p0.zp_row_bytes()).map(|_| rnd() as u8).collect();
+    let zp = with_zp.then_some(&zp_bytes[..]);
     let a_all: Vec<f32> = (0..128 * k)
         .map(|_| (rnd() % 2000) as f32 * 1e-3 - 1.0)
         .collect();
@@ -57,17 +61,18 @@ fn main() {
             .fold(0, u64::wrapping_add);
         std::hint::black_box(s);
     });
-    println!("K={k} N={n} block={bs} zp=yes threads=1 iters={iters}");
+    let zp_text = if with_zp { "yes" } else { "no" };
+    println!("K={k} N={n} block={bs} zp={zp_text} threads=1 iters={iters}");
     println!(
         "plain read of {} MB: {:.1} GB/s",
         buf.len() >> 20,
         buf.len() as f64 / t / 1e9
     );
     let tp = best_secs(5, || {
-        std::hint::black_box(pack_threads(&b, &scales, Some(&zp), &p0, 1));
+        std::hint::black_box(pack_threads(&b, &scales, zp, &p0, 1));
     });
     let tpd = best_secs(5, || {
-        std::hint::black_box(pack(&b, &scales, Some(&zp), &p0));
+        std::hint::black_box(pack(&b, &scales, zp, &p0));
     });
     println!(
         "pack: one thread {:.1} us, default split {:.1} us",
@@ -75,8 +80,8 @@ fn main() {
         tpd * 1e6
     );
     for acc in [0, 4] {
-        let p = NBitsParams::new(k, n, bs, acc, true);
-        let packed = pack(&b, &scales, Some(&zp), &p);
+        let p = NBitsParams::new(k, n, bs, acc, with_zp);
+        let packed = pack(&b, &scales, zp, &p);
         let wbytes = packed.bytes() as f64;
         for kern in Kernels::supported() {
             let name = kern.route(acc, 1).text();
@@ -92,7 +97,7 @@ fn main() {
                     &NBitsWeight {
                         b: &b,
                         scales: &scales,
-                        zero_points: Some(&zp),
+                        zero_points: zp,
                         p: &p,
                     },
                     None,
