@@ -132,6 +132,17 @@ fn prefill_shape() {
     }
 }
 
+/// Rows over several prefill tasks: a task covers as many rows as keep its prepared A within
+/// the driver's budget (512 KiB: 256 rows at a short K, 48 at K = 8200 on the int8 path, 16 at
+/// K = 4864 in f32), so these calls split their rows into tasks with a partial last one.
+#[test]
+fn prefill_rows_over_several_tasks() {
+    for (k, n, m, acc) in [(8200, 40, 100, 4), (64, 40, 300, 4), (4864, 24, 37, 0)] {
+        let pr = Problem::new(k, n, m, 32, acc, false, true, 91 + k as u64);
+        check(&pr, &format!("tasks K={k} M={m} acc={acc}"));
+    }
+}
+
 /// Many column groups at M = 1: several decode chunks. K from 4096 on: every lane prepares
 /// its own A (`PER_LANE_A_MIN_K`), here also with a partial last block, a partial last group,
 /// zero points and a bias; K = 1000 the calling thread prepares it.

@@ -40,6 +40,11 @@ fn pair_equals_two_separate_calls_bit_for_bit() {
         (64, 96, 0, true, true, many),
         (129, 70, 0, false, true, many),
         (4864, 96, 1, false, true, few),
+        // Rows over several prefill tasks (16 rows a task in f32 at K = 4864, 48 on the int8
+        // path at K = 8200, 256 at a short K), each task's rows 16 at a time.
+        (4864, 40, 1, false, true, &[37][..]),
+        (8200, 40, 4, false, true, &[100][..]),
+        (64, 40, 4, true, true, &[300][..]),
     ];
     for (i, &(k, n, acc, zp, f16, ms)) in shapes.iter().enumerate() {
         for &m in ms {

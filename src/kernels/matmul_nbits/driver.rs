@@ -8,7 +8,7 @@
 //! prepared once by the calling thread and lent to the lanes, or, for a long row, by every lane
 //! for itself (`decode_a`, `PER_LANE_A_MIN_K`).
 //! M > 1 (packed):
-//! `Par::chunks` (`Dispatch::Task`) over (row tile of [`ROW_TILE`] rows) x (range of
+//! `Par::chunks` (`Dispatch::Task`) over (row tile of [`task_rows`] rows) x (range of
 //! `StreamSplit::new`: long runs, a few per lane, a chunk count that is a multiple of the
 //! lanes, lengths within one group of each other). Unpacked: chunks are ranges over all rows, each packing one
 //! group at a time into chunk-local scratch.
@@ -39,8 +39,36 @@ use crate::runtime::par::{Dispatch, Par, SegmentClaims, StreamSplit};
 /// (`run_pair`): long enough runs of consecutive bytes per weight.
 const PAIR_RUN_GROUPS: usize = 8;
 
-/// Rows per M > 1 task tile.
-pub(crate) const ROW_TILE: usize = 16;
+/// The granule of an M > 1 task's rows (see [`task_rows`]).
+const ROW_TILE: usize = 16;
+/// Rows a pair task computes at a time (its three result buffers, 8 KiB each on its stack; see
+/// [`run_pair`]).
+const PAIR_ROWS: usize = 64;
+/// Bytes of prepared A the rows of one M > 1 task may span: the task reads them once per
+/// column group, so they should stay in the core's L2 (2 MB on the development VM's Zen 4)
+/// beside the group's weights.
+const TASK_A_BYTES: usize = 512 * 1024;
+/// The most rows one M > 1 task covers.
+const TASK_ROWS_MAX: usize = 256;
+
+/// Rows per M > 1 task (the tile path): as many as keep the task's prepared A within
+/// [`TASK_A_BYTES`], a multiple of [`ROW_TILE`] from `ROW_TILE` to [`TASK_ROWS_MAX`]. A task
+/// streams each of its column groups' weights once for all its rows, so more rows mean fewer
+/// passes over the weights (a 512-token prompt passed over Qwen2-0.5B's 278 MB of weights 32
+/// times at 16 rows a task, 2 at 256; with more lanes on the same memory those passes would
+/// bound the call). Qwen2-0.5B prefill at 512 tokens, 2 lanes, old / new per-round medians
+/// against 16 rows a task: fixed 32 / 64 / 128 / 256 rows 1.012 / 1.018 / 1.042 / 1.034 (one
+/// run of 8 rounds each); this rule with [`PAIR_ROWS`] 1.024 and 1.019 (10 and 16 rounds), at
+/// 64 tokens 1.016 (a noisy host: single rounds 0.93-1.08).
+fn task_rows(p: &NBitsParams) -> usize {
+    let a_row = if p.int8_compute() {
+        p.k_blocks().saturating_mul(p.block_size)
+    } else {
+        p.k_blocks().saturating_mul(p.block_size).saturating_mul(4)
+    };
+    let fit = TASK_A_BYTES / a_row.max(1);
+    (fit / ROW_TILE * ROW_TILE).clamp(ROW_TILE, TASK_ROWS_MAX)
+}
 /// Rows per M > 1 task tile on the AMX path (a multiple of `AMX_ROWS`): each task unpacks a
 /// group's weights once for this many rows.
 const AMX_ROW_TILE: usize = 256;
@@ -169,7 +197,7 @@ fn run_fast(
                 let row_tile = if gemm.is_some() {
                     AMX_ROW_TILE
                 } else {
-                    ROW_TILE
+                    task_rows(&p)
                 };
                 // M = 1 went to `decode_packed` above.
                 let row_tiles = m.div_ceil(row_tile);
@@ -564,10 +592,10 @@ pub(crate) fn pair_rows_fit(
 /// not slower than two separate calls alone (p10 158.9 against 158.0 us a gate + up pair
 /// streamed from DRAM, 40 copies, 30 interleaved rounds).
 ///
-/// More rows (prefill): tasks of [`ROW_TILE`] rows x a chunk of groups, as [`run_fast`] splits
-/// an M > 1 call; per group the task computes the first weight's columns for its rows, then
-/// the second's, then `epi` over them (one call over the tile's rows for a whole group, so
-/// `epi` must be elementwise). The AMX GEMM (whole groups over 256-row tiles) has no
+/// More rows (prefill): tasks of [`task_rows`] rows x a chunk of groups, as [`run_fast`] splits
+/// an M > 1 call; per group, [`PAIR_ROWS`] of its rows at a time, the task computes the first
+/// weight's columns for those rows, then the second's, then `epi` over them (one call over
+/// those rows for a whole group, so `epi` must be elementwise). The AMX GEMM (whole groups over 256-row tiles) has no
 /// pair path: `Ok(None)` there.
 ///
 /// Every group runs the same tile calls over the same rows as [`run_fast`], so `epi`'s inputs
@@ -630,15 +658,21 @@ pub(crate) fn run_pair(
         // M = 1 went to `decode_pair` above.
         let split = StreamSplit::new(g_count, unit, par.lanes());
         let col_chunks = split.chunks();
+        let task = task_rows(&p);
         let body = |ci: usize| {
             let (rt, cc) = (ci / col_chunks, ci % col_chunks);
-            let rows = rt * ROW_TILE..((rt + 1) * ROW_TILE).min(m);
+            let task_rows = rt * task..((rt + 1) * task).min(m);
             let mut res = [[0f32; NR]; MR];
-            let mut v1 = [[0f32; NR]; ROW_TILE];
-            let mut v2 = [[0f32; NR]; ROW_TILE];
-            let mut y = [[0f32; NR]; ROW_TILE];
+            let mut v1 = [[0f32; NR]; PAIR_ROWS];
+            let mut v2 = [[0f32; NR]; PAIR_ROWS];
+            let mut y = [[0f32; NR]; PAIR_ROWS];
             split.run(cc, &claims, &mut |run| {
-                for g in run {
+                // Per group, its task rows [`PAIR_ROWS`] at a time: both weights' groups stay
+                // in cache over all of them.
+                for (g, r) in
+                    run.flat_map(|g| task_rows.clone().step_by(PAIR_ROWS).map(move |r| (g, r)))
+                {
+                    let rows = r..(r + PAIR_ROWS).min(task_rows.end);
                     for (w, v) in [(first, &mut v1), (second, &mut v2)] {
                         let view = w.group(g);
                         // The row blocks `Ctx::group` walks for these rows.
@@ -675,7 +709,7 @@ pub(crate) fn run_pair(
                 }
             });
         };
-        par.chunks(Dispatch::Task, m.div_ceil(ROW_TILE) * col_chunks, &body);
+        par.chunks(Dispatch::Task, m.div_ceil(task) * col_chunks, &body);
         Some(name)
     })
 }
