@@ -334,10 +334,12 @@ unsafe fn i8_vnni_rows<const R: usize, const F16: bool>(
     let (pf, pf2) = vnni_prefetch_bytes(R);
     let mask = _mm512_set1_epi8(0x0F);
     let mut total = [[_mm512_setzero_ps(); 2]; R];
-    // Without zero points every byte is 0x88 (8 in each nibble).
+    // Without zero points every byte is 0x88 (8 in each nibble). Over one row (decode, bound by
+    // the weight stream) the seeds stay as they were: the broadcast is measured for tiles over
+    // several rows.
     let (u_lo, u_full) = match g.zps {
-        None => (Some(8), Some(0x88)),
-        Some(_) => (None, None),
+        None if R > 1 => (Some(8), Some(0x88)),
+        _ => (None, None),
     };
     for kb in 0..g.k_blocks {
         // Seeds: `lo` starts at -zp_lo * qsum; `full` (= lo + 16 hi) at -(zp_lo + 16 zp_hi) * qsum,
@@ -411,8 +413,9 @@ unsafe fn i8_maddubs_rows<const R: usize, const F16: bool>(
     let mask = _mm512_set1_epi8(0x0F);
     let ones = _mm512_set1_epi16(1);
     let mut total = [[_mm512_setzero_ps(); 2]; R];
-    // Without zero points both nibbles' zero point is 8.
-    let u = g.zps.is_none().then_some(8);
+    // Without zero points both nibbles' zero point is 8 (over several rows, as in the VNNI
+    // tile).
+    let u = (R > 1 && g.zps.is_none()).then_some(8);
     for kb in 0..g.k_blocks {
         let zh = zero_point_halves(g, kb);
         let qsum = |r: usize| a.qsum[(r0 + r) * a.kb + kb];
