@@ -41,7 +41,7 @@ fn pair_equals_two_separate_calls_bit_for_bit() {
         (129, 70, 0, false, true, many),
         (4864, 96, 1, false, true, few),
         // Rows over several prefill tasks (16 rows a task in f32 at K = 4864, 48 on the int8
-        // path at K = 8200, 256 at a short K), each task's rows 16 at a time.
+        // path at K = 8200, 256 at a short K), each task's rows 64 at a time.
         (4864, 40, 1, false, true, &[37][..]),
         (8200, 40, 4, false, true, &[100][..]),
         (64, 40, 4, true, true, &[300][..]),

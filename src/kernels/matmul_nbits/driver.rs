@@ -595,8 +595,8 @@ pub(crate) fn pair_rows_fit(
 /// More rows (prefill): tasks of [`task_rows`] rows x a chunk of groups, as [`run_fast`] splits
 /// an M > 1 call; per group, [`PAIR_ROWS`] of its rows at a time, the task computes the first
 /// weight's columns for those rows, then the second's, then `epi` over them (one call over
-/// those rows for a whole group, so `epi` must be elementwise). The AMX GEMM (whole groups over 256-row tiles) has no
-/// pair path: `Ok(None)` there.
+/// those rows for a whole group, so `epi` must be elementwise). The AMX GEMM (whole groups
+/// over 256-row tiles) has no pair path: `Ok(None)` there.
 ///
 /// Every group runs the same tile calls over the same rows as [`run_fast`], so `epi`'s inputs
 /// are bit-identical to the two separate calls' outputs. `Ok(None)` when A must take the
@@ -661,7 +661,7 @@ pub(crate) fn run_pair(
         let task = task_rows(&p);
         let body = |ci: usize| {
             let (rt, cc) = (ci / col_chunks, ci % col_chunks);
-            let task_rows = rt * task..((rt + 1) * task).min(m);
+            let mine = rt * task..((rt + 1) * task).min(m);
             let mut res = [[0f32; NR]; MR];
             let mut v1 = [[0f32; NR]; PAIR_ROWS];
             let mut v2 = [[0f32; NR]; PAIR_ROWS];
@@ -669,10 +669,9 @@ pub(crate) fn run_pair(
             split.run(cc, &claims, &mut |run| {
                 // Per group, its task rows [`PAIR_ROWS`] at a time: both weights' groups stay
                 // in cache over all of them.
-                for (g, r) in
-                    run.flat_map(|g| task_rows.clone().step_by(PAIR_ROWS).map(move |r| (g, r)))
+                for (g, r) in run.flat_map(|g| mine.clone().step_by(PAIR_ROWS).map(move |r| (g, r)))
                 {
-                    let rows = r..(r + PAIR_ROWS).min(task_rows.end);
+                    let rows = r..(r + PAIR_ROWS).min(mine.end);
                     for (w, v) in [(first, &mut v1), (second, &mut v2)] {
                         let view = w.group(g);
                         // The row blocks `Ctx::group` walks for these rows.
