@@ -57,8 +57,8 @@ const TASK_ROWS_MAX: usize = 256;
 /// passes over the weights (a 512-token prompt passed over Qwen2-0.5B's 278 MB of weights 32
 /// times at 16 rows a task, 2 at 256; with more lanes on the same memory those passes would
 /// bound the call). Qwen2-0.5B prefill at 512 tokens, 2 lanes, old / new per-round medians
-/// against 16 rows a task: fixed 32 / 64 / 128 / 256 rows 1.012 / 1.018 / 1.042 / 1.034 (one
-/// run of 8 rounds each); this rule with [`PAIR_ROWS`] 1.024 and 1.019 (10 and 16 rounds), at
+/// against 16 rows a task: fixed 32 / 64 / 128 / 256 rows (the pair step over a whole task)
+/// 1.012 / 1.018 / 1.026 and 1.042 / 1.034 (runs of 8 rounds); this rule with [`PAIR_ROWS`] 1.024 and 1.019 (10 and 16 rounds), at
 /// 64 tokens 1.016 (a noisy host: single rounds 0.93-1.08).
 fn task_rows(p: &NBitsParams) -> usize {
     let a_row = if p.int8_compute() {
