@@ -61,10 +61,12 @@ const TASK_ROWS_MAX: usize = 256;
 /// 1.012 / 1.018 / 1.026 and 1.042 / 1.034 (runs of 8 rounds); this rule with [`PAIR_ROWS`] 1.024 and 1.019 (10 and 16 rounds), at
 /// 64 tokens 1.016 (a noisy host: single rounds 0.93-1.08).
 fn task_rows(p: &NBitsParams) -> usize {
+    // A prepared row: `kp` int8 codes, or `kp` f32 values (`PreparedA`).
+    let kp = p.k_blocks().saturating_mul(p.block_size);
     let a_row = if p.int8_compute() {
-        p.k_blocks().saturating_mul(p.block_size)
+        kp
     } else {
-        p.k_blocks().saturating_mul(p.block_size).saturating_mul(4)
+        kp.saturating_mul(4)
     };
     let fit = TASK_A_BYTES / a_row.max(1);
     (fit / ROW_TILE * ROW_TILE).clamp(ROW_TILE, TASK_ROWS_MAX)
