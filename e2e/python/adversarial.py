@@ -46,7 +46,8 @@ TOLS = {
     "MatMul": ("l2", 1e-4), "Gemm": ("l2", 1e-4), "MatMulNBits": ("l2", 1e-4), "MatMulNBits4": ("l2", 2e-2),
     "QLinearMatMul": ("close", 0, 1), "GroupQueryAttention": ("l2", 1e-5), "RotaryEmbedding": ("close", 1e-5, 1e-6),
     "LayerNormalization": ("close", 1e-4, 1e-5), "SimplifiedLayerNormalization": ("close", 1e-4, 1e-5),
-    "SkipSimplifiedLayerNormalization": ("close", 1e-4, 1e-5), "Softmax": ("close", 1e-5, 1e-6),
+    "SkipSimplifiedLayerNormalization": ("close", 1e-4, 1e-5), "SkipLayerNormalization": ("close", 1e-4, 1e-5),
+    "Softmax": ("close", 1e-5, 1e-6),
     "Add": ("close", 1e-6, 0), "Sub": ("close", 1e-6, 0), "Mul": ("close", 1e-6, 0), "Div": ("close", 1e-6, 0),
     "Sigmoid": ("close", 1e-5, 1e-6), "Gelu": ("close", 1e-5, 1e-5), "FastGelu": ("close", 1e-5, 1e-5),
     "Cast": ("close", 0, 0), "GatherBlockQuantized": ("close", 0, 0), "options": ("l2", 1e-4),
@@ -549,6 +550,28 @@ def gen_norms(rng):
     mdl, f = node_model(S, [("X", specials(rng, 2, 3, 8), "feed"), ("skip", specials(rng, 2, 3, 8), "feed"),
                             ("gamma", rn(rng, 8), "init")], domain="com.microsoft")
     out.append(Case("skipsln/nonfinite", S, mdl, f))
+    # SkipLayerNormalization: beta at input 3, bias at input 4, each optional; bad shapes, outputs, specials
+    L = "SkipLayerNormalization"
+    for bshape, cshape in (((8,), None), (None, (8,)), ((8,), (8,)), ((7,), None), (None, (7,)), ((1, 8), None),
+                           ((8,), (2, 8))):
+        ins = [("X", x, "feed"), ("skip", rn(rng, 3, 8), "feed"), ("gamma", rn(rng, 8), "init"),
+               ("beta", rn(rng, *bshape), "init") if bshape else ("", None, ""),
+               ("bias", rn(rng, *cshape), "init") if cshape else ("", None, "")]
+        while ins[-1][0] == "":
+            ins.pop()
+        mdl, f = node_model(L, ins, {"epsilon": 1e-5}, domain="com.microsoft")
+        out.append(Case(f"skipln/beta{bshape}/bias{cshape}", L, mdl, f))
+    for xs, ss in (((2, 3, 8), (2, 3, 7)), ((0, 3, 8), (0, 3, 8)), ((6, 8), (6, 8)), ((2, 3, 0), (2, 3, 0))):
+        mdl, f = node_model(L, [("X", rn(rng, *xs), "feed"), ("skip", rn(rng, *ss), "feed"),
+                                ("gamma", rn(rng, xs[-1]), "init")], domain="com.microsoft")
+        out.append(Case(f"skipln/{xs}+{ss}", L, mdl, f))
+    for names in (["Y", "", "", "sum"], ["Y", "mean", "inv", "sum"]):
+        mdl, f = node_model(L, [("X", x, "feed"), ("skip", rn(rng, 2, 3, 8), "feed"), ("gamma", rn(rng, 8), "init")],
+                            domain="com.microsoft", n_out=4, out_names=names)
+        out.append(Case(f"skipln/outs{names}", L, mdl, f))
+    mdl, f = node_model(L, [("X", specials(rng, 2, 3, 8), "feed"), ("skip", specials(rng, 2, 3, 8), "feed"),
+                            ("gamma", rn(rng, 8), "init"), ("beta", rn(rng, 8), "init")], domain="com.microsoft")
+    out.append(Case("skipln/nonfinite", L, mdl, f))
     return out
 
 

@@ -263,21 +263,29 @@ def _nbits_node(rng, name, inp, out, k, n, block_size, acc, bias: bool):
 
 def decoder_layer(rng: np.random.Generator, accuracy_level: int = 4, block_size: int = 32,
                   hidden: int = QWEN2_HIDDEN, inter: int = QWEN2_INTER, kv_cache: bool = False,
-                  rotary: bool = False, max_pos: int = 256) -> onnx.ModelProto:
+                  rotary: bool = False, max_pos: int = 256, plain_norms: bool = False) -> onnx.ModelProto:
     """One Qwen2-style decoder layer: RMSNorm -> q/k/v MatMulNBits (with bias) -> GroupQueryAttention
     -> o_proj -> SkipSimplifiedLayerNorm (residual sum as output 3) -> gate/up MatMulNBits -> SiLU
     (Sigmoid * x) * up -> down MatMulNBits -> Add.
     Inputs: X [B, S, hidden] f32, seqlens_k int32 [B] (= S - 1), total_seq_len int32 scalar (= S).
     kv_cache: also past_k / past_v [B, kv_heads, P, head] inputs (a decode step as ORT genai's model
-    builder makes it); rotary: do_rotary=1 with cos/sin cache initializers [max_pos, head / 2]."""
+    builder makes it); rotary: do_rotary=1 with cos/sin cache initializers [max_pos, head / 2];
+    plain_norms: LayerNormalization and SkipLayerNormalization with a beta each (the builder's norms for
+    Phi-2 / GPT-2 / OLMo-style decoders) in place of the RMSNorms."""
     h, d = QWEN2_HEAD_DIM, hidden
     q_n, kv_n = QWEN2_HEADS * h, QWEN2_KV_HEADS * h
     inits = [
         numpy_helper.from_array((1.0 + 0.1 * rng.standard_normal(d)).astype(np.float32), "ln1.w"),
         numpy_helper.from_array((1.0 + 0.1 * rng.standard_normal(d)).astype(np.float32), "ln2.w"),
     ]
-    nodes = [helper.make_node("SimplifiedLayerNormalization", ["X", "ln1.w"], ["h1"], name="ln1",
-                              axis=-1, epsilon=1e-6, stash_type=1)]
+    if plain_norms:
+        inits += [numpy_helper.from_array((0.1 * rng.standard_normal(d)).astype(np.float32), f"ln{i}.b")
+                  for i in (1, 2)]
+        nodes = [helper.make_node("LayerNormalization", ["X", "ln1.w", "ln1.b"], ["h1"], name="ln1",
+                                  axis=-1, epsilon=1e-5, stash_type=1)]
+    else:
+        nodes = [helper.make_node("SimplifiedLayerNormalization", ["X", "ln1.w"], ["h1"], name="ln1",
+                                  axis=-1, epsilon=1e-6, stash_type=1)]
     for nm, n, out in (("q_proj", q_n, "q"), ("k_proj", kv_n, "k"), ("v_proj", kv_n, "v")):
         node, ini = _nbits_node(rng, nm, "h1", out, d, n, block_size, accuracy_level, bias=True)
         nodes.append(node)
@@ -296,10 +304,16 @@ def decoder_layer(rng: np.random.Generator, accuracy_level: int = 4, block_size:
     node, ini = _nbits_node(rng, "o_proj", "attn_out", "o", q_n, d, block_size, accuracy_level, bias=False)
     nodes.append(node)
     inits += ini
-    nodes.append(helper.make_node(
-        "SkipSimplifiedLayerNormalization", ["o", "X", "ln2.w"], ["h2", "", "", "resid"],
-        name="ln2", domain="com.microsoft", epsilon=1e-6,
-    ))
+    if plain_norms:
+        nodes.append(helper.make_node(
+            "SkipLayerNormalization", ["o", "X", "ln2.w", "ln2.b"], ["h2", "", "", "resid"],
+            name="ln2", domain="com.microsoft", epsilon=1e-5,
+        ))
+    else:
+        nodes.append(helper.make_node(
+            "SkipSimplifiedLayerNormalization", ["o", "X", "ln2.w"], ["h2", "", "", "resid"],
+            name="ln2", domain="com.microsoft", epsilon=1e-6,
+        ))
     for nm, out in (("gate_proj", "g"), ("up_proj", "u")):
         node, ini = _nbits_node(rng, nm, "h2", out, d, inter, block_size, accuracy_level, bias=False)
         nodes.append(node)

@@ -85,6 +85,32 @@ def test_qwen_is_one_partition_and_matches_per_node_path_and_ort(small_qwen, mak
             assert rel_l2(g, w) < 2e-2, f"past={past} seq={seq} output {o} vs ORT: {rel_l2(g, w)}"
 
 
+@pytest.mark.parametrize("acc", [0, 4])
+def test_layer_with_plain_layer_norms_is_one_partition(make_sessions, rcpu_devices, acc):
+    """A decoder layer with LayerNormalization and SkipLayerNormalization (the model builder's norms for
+    Phi-2 / GPT-2 / OLMo-style models) is one fused partition, equal to the per-node path and within
+    the decoder-layer tolerance of ORT (rel L2 1e-4 at accuracy_level 0, 2e-2 at 4)."""
+    rng = np.random.default_rng(21 + acc)
+    m = models.decoder_layer(rng, accuracy_level=acc, kv_cache=True, rotary=True, plain_norms=True)
+    m = m.SerializeToString()
+    cpu, fused = make_sessions(m, {"fuse": "on"})
+    per_node = rcpu_session(m, rcpu_devices, {"fuse": "off"})
+    groups = rcpu_groups(fused)
+    assert len(groups) == 1, f"the layer must be ONE fused partition, got {len(groups)}: {groups}"
+    assert {"ln1", "ln2"} <= groups[0]
+    assert "CPUExecutionProvider" not in assignment(fused), assignment(fused)
+    for past, seq in [(6, 1), (0, 5)]:
+        f = {"X": rng.standard_normal((1, seq, models.QWEN2_HIDDEN)).astype(np.float32),
+             "seqlens_k": np.array([past + seq - 1], np.int32), "total_seq_len": np.array(past + seq, np.int32),
+             "past_k": rng.standard_normal((1, models.QWEN2_KV_HEADS, past, models.QWEN2_HEAD_DIM)).astype(np.float32),
+             "past_v": rng.standard_normal((1, models.QWEN2_KV_HEADS, past, models.QWEN2_HEAD_DIM)).astype(np.float32)}
+        want, got, ref = cpu.run(None, f), fused.run(None, f), per_node.run(None, f)
+        for o, (w, g, r) in enumerate(zip(want, got, ref)):
+            np.testing.assert_array_equal(g, r, err_msg=f"past={past} seq={seq} output {o}: fused != per-node")
+            tol = 2e-2 if acc == 4 else 1e-4
+            assert rel_l2(g, w) < tol, f"past={past} seq={seq} output {o} vs ORT: {rel_l2(g, w)}"
+
+
 def test_ort_nodes_between_rcpu_nodes_give_several_partitions(make_sessions, rcpu_devices):
     rng = np.random.default_rng(11)
     m = two_partitions(rng).SerializeToString()

@@ -2,8 +2,8 @@
 their claim rules (what must stay on ORT), and a Qwen2-0.5B-shaped decoder layer.
 
 Tolerances, elementwise |rcpu - cpu| <= atol + rtol * |cpu| (NaN positions and infinities equal):
-    LayerNormalization, SimplifiedLayerNormalization, SkipSimplifiedLayerNormalization, Softmax,
-    Sigmoid: rtol 1e-5, atol 1e-6;  Gelu / FastGelu: rtol 1e-5, atol 1e-5.
+    LayerNormalization, SimplifiedLayerNormalization, SkipSimplifiedLayerNormalization,
+    SkipLayerNormalization, Softmax, Sigmoid: rtol 1e-5, atol 1e-6;  Gelu / FastGelu: rtol 1e-5, atol 1e-5.
 Decoder layer (every node on rcpu, attention included): relative L2 of the output vs ORT CPU <= 2e-2
 (accuracy_level 4) / 1e-4 (level 0); the decode-step variant (KV cache, rotary) also for present K/V.
 
@@ -176,6 +176,64 @@ def test_skip_simplified_layer_norm(make_sessions, rows, bias, sum_out, skip_kin
     model = models.glue_op("SkipSimplifiedLayerNormalization", ins, domain="com.microsoft", out_names=outs,
                            epsilon=1e-6)
     _parity(make_sessions, model, {"X": _x(rng, xs), "skip": _x(rng, sk)}, TIGHT)
+
+
+@pytest.mark.parametrize("rows", [1, 5, 40])
+@pytest.mark.parametrize("beta,bias,sum_out,skip_kind", [(False, False, False, "full"), (True, True, True, "full"),
+                                                         (True, False, False, "2d"), (False, True, True, "batch1"),
+                                                         (True, True, False, "batch1")])
+def test_skip_layer_norm(make_sessions, rows, beta, bias, sum_out, skip_kind):
+    """SkipLayerNormalization (the model builder's norm for Phi-2 / GPT-2 / OLMo-style decoders): input 3 is
+    beta, input 4 bias; both optional, in every combination with the residual-sum output."""
+    rng = np.random.default_rng(rows * 100 + beta * 8 + bias * 2 + sum_out)
+    b_, h = 2, 2560
+    xs = (b_, rows, h)
+    sk = {"full": xs, "2d": (rows, h), "batch1": (1, rows, h)}[skip_kind]
+    gamma = (1.0 + 0.1 * rng.standard_normal(h)).astype(np.float32)
+    vec = lambda: (0.1 * rng.standard_normal(h)).astype(np.float32)  # noqa: E731
+    ins = [("X", list(xs)), ("skip", list(sk)), ("gamma", gamma), ("beta", vec() if beta else None),
+           ("bias", vec() if bias else None)]
+    while ins[-1][1] is None:
+        ins.pop()
+    outs = ["Y", "", "", "S"] if sum_out else ["Y"]
+    model = models.glue_op("SkipLayerNormalization", ins, domain="com.microsoft", out_names=outs, epsilon=1e-5)
+    _parity(make_sessions, model, {"X": _x(rng, xs), "skip": _x(rng, sk)}, TIGHT)
+
+
+def test_skip_layer_norm_default_epsilon_and_offset_rows(make_sessions):
+    """No epsilon attribute (ORT fills the schema's 1e-12), and rows whose mean is large against their spread
+    (offsets up to 100 on values of spread ~3: activations with a bias). ORT sums the mean and the squares
+    serially in f32 and takes the variance as mean(v^2) - mean^2; rcpu sums the mean in f64 and the variance
+    around it in a second pass. Against an f64 reference rcpu is within rtol 1e-5 / atol 1e-5 and no
+    further from it than ORT (plus 1e-6); against ORT within atol 1e-4 (ORT's own error here ~1e-5)."""
+    rng = np.random.default_rng(7)
+    h = 896
+    x = _x(rng, (1, 6, h))
+    x += np.array([0.0, 30.0, -30.0, 100.0, 3.0, -1.0], np.float32)[None, :, None]
+    skip = _x(rng, x.shape, scale=0.5)
+    gamma = (1.0 + 0.1 * rng.standard_normal(h)).astype(np.float32)
+    beta = (0.1 * rng.standard_normal(h)).astype(np.float32)
+    ins = [("X", list(x.shape)), ("skip", list(x.shape)), ("gamma", gamma), ("beta", beta)]
+    model = models.glue_op("SkipLayerNormalization", ins, domain="com.microsoft")
+    got = _parity(make_sessions, model, {"X": x, "skip": skip}, (1e-4, 1e-4))[0]
+    cpu, _ = make_sessions(model, {"threads": 2})
+    want = cpu.run(None, {"X": x, "skip": skip})[0]
+    v = (x.astype(np.float64) + skip.astype(np.float64))
+    mean = v.mean(-1, keepdims=True)
+    ref = (v - mean) / np.sqrt(((v - mean) ** 2).mean(-1, keepdims=True) + 1e-12) * gamma + beta
+    assert_close(got, ref.astype(np.float32), (1e-5, 1e-5), "rcpu vs f64")
+    assert np.abs(got - ref).max() <= np.abs(want - ref).max() + 1e-6
+
+
+def test_skip_layer_norm_mean_outputs_stay_on_ort(make_sessions):
+    """Outputs 1 and 2 (mean, inv_std_var) wired: ORT's CPU kernel does not produce them; the node stays
+    with ORT."""
+    h = 8
+    ins = [("X", [1, 3, h]), ("skip", [1, 3, h]), ("gamma", np.ones(h, np.float32))]
+    m = models.glue_op("SkipLayerNormalization", ins, domain="com.microsoft", out_names=["Y", "mean", "inv"],
+                       epsilon=1e-5)
+    _, rc = make_sessions(m, {"threads": 2})
+    assert_on_cpu(rc, "glue0")
 
 
 # ------------------------------------------------------------------------------ softmax

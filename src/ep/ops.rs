@@ -17,6 +17,7 @@ pub static OPS: &[OpDef] = &[
     layer_norm::LAYER_NORMALIZATION,
     layer_norm::SIMPLIFIED_LAYER_NORMALIZATION,
     skip_layer_norm::SKIP_SIMPLIFIED_LAYER_NORMALIZATION,
+    skip_layer_norm::SKIP_LAYER_NORMALIZATION,
     softmax::SOFTMAX,
     activation::SIGMOID,
     activation::GELU,
