@@ -50,7 +50,7 @@ TOLS = {
     "Softmax": ("close", 1e-5, 1e-6),
     "Add": ("close", 1e-6, 0), "Sub": ("close", 1e-6, 0), "Mul": ("close", 1e-6, 0), "Div": ("close", 1e-6, 0),
     "Sigmoid": ("close", 1e-5, 1e-6), "Gelu": ("close", 1e-5, 1e-5), "FastGelu": ("close", 1e-5, 1e-5),
-    "Cast": ("close", 0, 0), "GatherBlockQuantized": ("close", 0, 0), "options": ("l2", 1e-4),
+    "Cast": ("close", 0, 0), "Reshape": ("close", 0, 0), "GatherBlockQuantized": ("close", 0, 0), "options": ("l2", 1e-4),
 }
 
 
@@ -643,6 +643,26 @@ def gen_activation(rng):
     return out
 
 
+def gen_reshape(rng):
+    """Reshape of float32 data: 0 (copy / literal with allowzero), -1, empty and scalar data, and shapes
+    ORT refuses (two -1, wrong counts, a 0 past the input's rank, -2, -1 with a literal 0), the shape
+    as an initializer and as a feed."""
+    out = []
+    x = rn(rng, 2, 3, 4)
+    for shape, az in (([0, -1], 0), ([4, 0, 2], 0), ([-1], 0), ([24, 1, 1], 0), ([2, 3, 4], 1), ([0, 3, 4], 0),
+                      ([-1, -1], 0), ([5, -1], 0), ([2, 3, 5], 0), ([0, 0, 0, 0], 0), ([-2, 12], 0),
+                      ([0, -1], 1), ([2, 12, 0], 1), ([], 0)):
+        for kind in ("init", "feed"):
+            mdl, f = node_model("Reshape", [("X", x, "feed"), ("shape", np.array(shape, np.int64), kind)],
+                                {"allowzero": az} if az else None, opset=21)
+            out.append(Case(f"reshape/{shape}/az{az}/{kind}", "Reshape", mdl, f))
+    for xs, shape in (((0, 3), [3, -1]), ((0, 3), [0, 3]), ((), [1, 1]), ((1,), [])):
+        mdl, f = node_model("Reshape", [("X", rn(rng, *xs), "feed"), ("shape", np.array(shape, np.int64), "init")],
+                            opset=21)
+        out.append(Case(f"reshape/{xs}->{shape}", "Reshape", mdl, f))
+    return out
+
+
 def gen_cast(rng):
     out = []
     vals = np.array([0.0, -0.0, 1.5, -1.5, 2.5, 65504.0, 65520.0, 1e10, -1e10, 3e38, np.nan, np.inf, -np.inf, 1e-8,
@@ -794,7 +814,7 @@ def gen_parallel(rng):
     return out
 
 
-GENERATORS = [gen_matmul, gen_gemm, gen_nbits, gen_qlinear, gen_gqa, gen_rope, gen_norms, gen_softmax,
+GENERATORS = [gen_matmul, gen_gemm, gen_nbits, gen_qlinear, gen_gqa, gen_rope, gen_norms, gen_softmax, gen_reshape,
               gen_elementwise, gen_activation, gen_cast, gen_gbq, gen_options, gen_parallel]
 
 

@@ -263,7 +263,8 @@ def _nbits_node(rng, name, inp, out, k, n, block_size, acc, bias: bool):
 
 def decoder_layer(rng: np.random.Generator, accuracy_level: int = 4, block_size: int = 32,
                   hidden: int = QWEN2_HIDDEN, inter: int = QWEN2_INTER, kv_cache: bool = False,
-                  rotary: bool = False, max_pos: int = 256, plain_norms: bool = False) -> onnx.ModelProto:
+                  rotary: bool = False, max_pos: int = 256, plain_norms: bool = False,
+                  qk_norm: bool = False) -> onnx.ModelProto:
     """One Qwen2-style decoder layer: RMSNorm -> q/k/v MatMulNBits (with bias) -> GroupQueryAttention
     -> o_proj -> SkipSimplifiedLayerNorm (residual sum as output 3) -> gate/up MatMulNBits -> SiLU
     (Sigmoid * x) * up -> down MatMulNBits -> Add.
@@ -271,7 +272,8 @@ def decoder_layer(rng: np.random.Generator, accuracy_level: int = 4, block_size:
     kv_cache: also past_k / past_v [B, kv_heads, P, head] inputs (a decode step as ORT genai's model
     builder makes it); rotary: do_rotary=1 with cos/sin cache initializers [max_pos, head / 2];
     plain_norms: LayerNormalization and SkipLayerNormalization with a beta each (the builder's norms for
-    Phi-2 / GPT-2 / OLMo-style decoders) in place of the RMSNorms."""
+    Phi-2 / GPT-2 / OLMo-style decoders) in place of the RMSNorms; qk_norm: per-head RMSNorms of the query
+    and key rows between Reshapes to [B, S * heads, head] and back (the builder's Qwen3 / Gemma3 form)."""
     h, d = QWEN2_HEAD_DIM, hidden
     q_n, kv_n = QWEN2_HEADS * h, QWEN2_KV_HEADS * h
     inits = [
@@ -290,13 +292,29 @@ def decoder_layer(rng: np.random.Generator, accuracy_level: int = 4, block_size:
         node, ini = _nbits_node(rng, nm, "h1", out, d, n, block_size, accuracy_level, bias=True)
         nodes.append(node)
         inits += ini
+    if qk_norm:
+        consts = [numpy_helper.from_array(np.array(v, np.int64), nm) for nm, v in
+                  (("heads_shape", [0, -1, h]), ("q_shape", [0, -1, q_n]), ("k_shape", [0, -1, kv_n]))]
+        inits += consts
+        for p in ("q", "k"):
+            inits.append(numpy_helper.from_array((1.0 + 0.1 * rng.standard_normal(h)).astype(np.float32),
+                                                 f"{p}_norm.w"))
+            nodes += [
+                helper.make_node("Reshape", [p, "heads_shape"], [f"{p}_heads"], name=f"{p}_norm_reshape_1"),
+                helper.make_node("SimplifiedLayerNormalization", [f"{p}_heads", f"{p}_norm.w"], [f"{p}_normed"],
+                                 name=f"{p}_norm", axis=-1, epsilon=1e-6, stash_type=1),
+                helper.make_node("Reshape", [f"{p}_normed", f"{p}_shape"], [f"{p}_n"], name=f"{p}_norm_reshape_2"),
+            ]
+        q_in, k_in = "q_n", "k_n"
+    else:
+        q_in, k_in = "q", "k"
     past = ["past_k", "past_v"] if kv_cache else ["", ""]
     rope = dict(do_rotary=1, rotary_interleaved=0) if rotary else {}
     if rotary:
         cos, sin = rope_caches(max_pos, h // 2)
         inits += [numpy_helper.from_array(cos, "cos_cache"), numpy_helper.from_array(sin, "sin_cache")]
     nodes.append(helper.make_node(
-        "GroupQueryAttention", ["q", "k", "v", *past, "seqlens_k", "total_seq_len"]
+        "GroupQueryAttention", [q_in, k_in, "v", *past, "seqlens_k", "total_seq_len"]
         + (["cos_cache", "sin_cache"] if rotary else []),
         ["attn_out", "present_k", "present_v"], name="attn", domain="com.microsoft",
         num_heads=QWEN2_HEADS, kv_num_heads=QWEN2_KV_HEADS, **rope,

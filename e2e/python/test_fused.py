@@ -86,18 +86,22 @@ def test_qwen_is_one_partition_and_matches_per_node_path_and_ort(small_qwen, mak
 
 
 @pytest.mark.parametrize("acc", [0, 4])
-def test_layer_with_plain_layer_norms_is_one_partition(make_sessions, rcpu_devices, acc):
-    """A decoder layer with LayerNormalization and SkipLayerNormalization (the model builder's norms for
-    Phi-2 / GPT-2 / OLMo-style models) is one fused partition, equal to the per-node path and within
-    the decoder-layer tolerance of ORT (rel L2 1e-4 at accuracy_level 0, 2e-2 at 4)."""
+@pytest.mark.parametrize("form", ["plain_norms", "qk_norm"])
+def test_builder_layer_forms_are_one_partition(make_sessions, rcpu_devices, acc, form):
+    """Decoder layers in two more of the model builder's forms are one fused partition each, equal to the
+    per-node path and within the decoder-layer tolerance of ORT (rel L2 1e-4 at accuracy_level 0, 2e-2
+    at 4): LayerNormalization and SkipLayerNormalization (Phi-2 / GPT-2 / OLMo-style norms), and per-head
+    query / key RMSNorms between Reshapes (Qwen3 / Gemma3-style)."""
     rng = np.random.default_rng(21 + acc)
-    m = models.decoder_layer(rng, accuracy_level=acc, kv_cache=True, rotary=True, plain_norms=True)
+    m = models.decoder_layer(rng, accuracy_level=acc, kv_cache=True, rotary=True, **{form: True})
     m = m.SerializeToString()
     cpu, fused = make_sessions(m, {"fuse": "on"})
     per_node = rcpu_session(m, rcpu_devices, {"fuse": "off"})
     groups = rcpu_groups(fused)
     assert len(groups) == 1, f"the layer must be ONE fused partition, got {len(groups)}: {groups}"
     assert {"ln1", "ln2"} <= groups[0]
+    if form == "qk_norm":
+        assert {"q_norm", "k_norm", "q_norm_reshape_1", "k_norm_reshape_2"} <= groups[0]
     assert "CPUExecutionProvider" not in assignment(fused), assignment(fused)
     for past, seq in [(6, 1), (0, 5)]:
         f = {"X": rng.standard_normal((1, seq, models.QWEN2_HIDDEN)).astype(np.float32),

@@ -36,6 +36,8 @@ RCPU_OPS = (
 RCPU_QUANT_OPS = ("QLinearMatMul",)
 # Cast: rcpu claims the float32 <-> float16 pairs only (opsets 6-21, saturate at its default).
 RCPU_OPS += ("Cast",)
+# Reshape: float32 data (its shape input is int64 by definition).
+RCPU_OPS += ("Reshape",)
 RTOL = 1e-4
 ATOL = 1e-6
 
@@ -57,10 +59,13 @@ def _cast_opset(model):
 
 def _expect_rcpu(model, elem_types) -> bool:
     """Whether rcpu must claim the case's node: float32 inputs; the quantized ops with 8-bit data
-    and float32 scales; Cast only for float32 <-> float16 (output type from `to`) below opset 23."""
+    and float32 scales; Cast only for float32 <-> float16 (output type from `to`) below opset 23;
+    Reshape for float32 data (with its int64 shape)."""
     node = model.graph.node[0]
     if node.op_type in RCPU_QUANT_OPS:
         return elem_types <= {TensorProto.FLOAT, TensorProto.UINT8, TensorProto.INT8}
+    if node.op_type == "Reshape":
+        return elem_types == {TensorProto.FLOAT, TensorProto.INT64}
     if node.op_type != "Cast":
         return elem_types == {TensorProto.FLOAT}
     to = next(a.i for a in node.attribute if a.name == "to")

@@ -28,5 +28,6 @@ pub static OPS: &[OpDef] = &[
     rotary_embedding::ROTARY_EMBEDDING,
     group_query_attention::GROUP_QUERY_ATTENTION,
     cast::CAST,
+    crate::ep::nodes::reshape::RESHAPE,
     crate::ep::nodes::gather_block_quantized::GATHER_BLOCK_QUANTIZED,
 ];

@@ -36,6 +36,10 @@ pub struct Decoder {
     pub qkv_bias: bool,
     /// Q, K, V as one MatMulNBits (`packed=1`; genai's layout) instead of three.
     pub packed_qkv: bool,
+    /// Per-head RMSNorms of the query and key rows (`qk_norm=1`; Qwen3's attention), each between
+    /// Reshapes to `[B, S * heads, head]` and back, as the genai builder writes them; needs Q and K
+    /// apart (not `packed`).
+    pub qk_norm: bool,
 }
 
 impl Decoder {
@@ -52,6 +56,7 @@ impl Decoder {
             past: 0,
             qkv_bias: true,
             packed_qkv: false,
+            qk_norm: false,
         };
         let (mut m, mut seed) = (1usize, 1u64);
         for (key, val) in spec_items(spec, rest)? {
@@ -62,6 +67,7 @@ impl Decoder {
             match key {
                 "past" => d.past = v,
                 "packed" => d.packed_qkv = v != 0,
+                "qk_norm" => d.qk_norm = v != 0,
                 "m" => m = v,
                 "seed" => seed = v as u64,
                 _ => return Err(format!("spec '{spec}': unknown key '{key}' for decoder")),
@@ -112,12 +118,15 @@ impl Decoder {
         if !(0..=4).contains(&self.acc) {
             return Err("acc must be 0..4".into());
         }
+        if self.qk_norm && self.packed_qkv {
+            return Err("qk_norm needs Q and K apart (packed=0)".into());
+        }
         Ok(())
     }
 
     pub fn label(&self, m: usize) -> String {
         format!(
-            "decoder hidden={} heads={}/{} head={} inter={} b{} acc{} past={} m={}{}{}",
+            "decoder hidden={} heads={}/{} head={} inter={} b{} acc{} past={} m={}{}{}{}",
             self.hidden,
             self.heads,
             self.kv,
@@ -128,7 +137,8 @@ impl Decoder {
             self.past,
             m,
             if self.qkv_bias { " qkv-bias" } else { "" },
-            if self.packed_qkv { " packed-qkv" } else { "" }
+            if self.packed_qkv { " packed-qkv" } else { "" },
+            if self.qk_norm { " qk-norm" } else { "" }
         )
     }
 
@@ -249,7 +259,17 @@ impl Decoder {
             bytes += proj(g, 0, "q_proj", io.input, d, q_n, self.qkv_bias);
             bytes += proj(g, 1, "k_proj", io.input, d, kv_n, self.qkv_bias);
             bytes += proj(g, 2, "v_proj", io.input, d, kv_n, self.qkv_bias);
-            (name("q_proj"), name("k_proj"), name("v_proj"))
+            let (q, k) = (name("q_proj"), name("k_proj"));
+            if self.qk_norm {
+                let (q, k) = (
+                    self.head_norm(g, &name("q_norm"), &q, q_n, seed ^ 13),
+                    self.head_norm(g, &name("k_norm"), &k, kv_n, seed ^ 14),
+                );
+                bytes += q.1 + k.1;
+                (q.0, k.0, name("v_proj"))
+            } else {
+                (q, k, name("v_proj"))
+            }
         };
         let (attn, up, act) = (name("attn_out"), name("up_proj"), name("gate_act"));
         let (gate, sig, gu) = (name("gate_proj"), name("gate_sig"), name("gate_up"));
@@ -291,6 +311,65 @@ impl Decoder {
             .node("Mul", "", &name("silu_mul"), &[&gate, &sig], &[&act], &[])
             .node("Mul", "", &name("gate_up_mul"), &[&act, &up], &[&gu], &[]);
         bytes + proj(g, 6, "down_proj", &gu, self.inter, d, false)
+    }
+}
+
+impl Decoder {
+    /// `x` (`[B, S, n]`) through a per-head RMSNorm as the genai builder writes a query / key norm:
+    /// Reshape to `[B, S * n / head, head]`, SimplifiedLayerNormalization over `head` (weight
+    /// `{node}.w`), Reshape back to `[B, S, n]`. Returns the output edge and the initializer bytes.
+    fn head_norm(
+        &self,
+        g: &mut GraphBuilder,
+        node: &str,
+        x: &str,
+        n: usize,
+        seed: u64,
+    ) -> (String, u64) {
+        let int64 = |v: &[i64]| v.iter().flat_map(|d| d.to_le_bytes()).collect::<Vec<u8>>();
+        let (heads_shape, back_shape) = (format!("{node}.heads_shape"), format!("{node}.shape"));
+        g.initializer_raw(
+            &heads_shape,
+            dtype::INT64,
+            &[3],
+            int64(&[0, -1, self.head as i64]),
+        )
+        .initializer_raw(&back_shape, dtype::INT64, &[3], int64(&[0, -1, n as i64]));
+        let bytes = 48 + vec_init(g, &format!("{node}.w"), self.head, seed, 1.0, 0.1);
+        let (heads, normed, out) = (
+            format!("{node}/heads"),
+            format!("{node}/normed"),
+            format!("{node}/out"),
+        );
+        g.node(
+            "Reshape",
+            "",
+            &format!("{node}/Reshape_1"),
+            &[x, &heads_shape],
+            &[&heads],
+            &[],
+        )
+        .node(
+            "SimplifiedLayerNormalization",
+            "",
+            &format!("{node}/SimplifiedLayerNormalization"),
+            &[&heads, &format!("{node}.w")],
+            &[&normed],
+            &[
+                ("epsilon", Attr::Float(1e-6)),
+                ("axis", Attr::Int(-1)),
+                ("stash_type", Attr::Int(1)),
+            ],
+        )
+        .node(
+            "Reshape",
+            "",
+            &format!("{node}/Reshape_2"),
+            &[&normed, &back_shape],
+            &[&out],
+            &[],
+        );
+        (out, bytes)
     }
 }
 

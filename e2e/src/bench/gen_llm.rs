@@ -1,4 +1,4 @@
-//! `llm:preset=qwen2-0.5b|llama-3.2-1b[,layers=N][,vocab=V][,tied=0|1][,acc=4|0|1][,block=32]
+//! `llm:preset=qwen2-0.5b|llama-3.2-1b|qwen3-0.6b[,layers=N][,vocab=V][,tied=0|1][,acc=4|0|1][,block=32]
 //! [,seed=S][,ctx=C][,emb=q4|f32|f16][,hidden=..,heads=..,kv=..,head=..,inter=..,qkv_bias=0|1]`:
 //! a whole decoder-only LLM laid out as onnxruntime-genai's model builder lays out
 //! `-p int4 -e cpu`, with seeded weights (no download):
@@ -89,10 +89,12 @@ const GENERATOR_VERSION: u32 = 3;
 
 /// A preset's model: Qwen2-0.5B or Llama-3.2-1B shapes, accuracy_level 4, block 32.
 fn preset(name: &str) -> Option<Llm> {
-    // (hidden, layers, heads, kv, inter, vocab, qkv_bias); both: head 64, tied embeddings.
-    let (hidden, layers, heads, kv, inter, vocab, qkv_bias) = match name {
-        "qwen2-0.5b" => (896, 24, 14, 2, 4864, 151936, true),
-        "llama-3.2-1b" => (2048, 16, 32, 8, 8192, 128256, false),
+    // (hidden, layers, heads, kv, head, inter, vocab, qkv_bias, qk_norm); all tied embeddings.
+    let (hidden, layers, heads, kv, head, inter, vocab, qkv_bias, qk_norm) = match name {
+        "qwen2-0.5b" => (896, 24, 14, 2, 64, 4864, 151936, true, false),
+        "llama-3.2-1b" => (2048, 16, 32, 8, 64, 8192, 128256, false, false),
+        // Qwen3-0.6B: 16 query heads of 128 (2048 wide, twice the hidden size), per-head q/k norms.
+        "qwen3-0.6b" => (1024, 28, 16, 8, 128, 3072, 151936, false, true),
         _ => return None,
     };
     Some(Llm {
@@ -101,13 +103,15 @@ fn preset(name: &str) -> Option<Llm> {
             hidden,
             heads,
             kv,
-            head: 64,
+            head,
             inter,
             block: 32,
             acc: 4,
             past: 0,
             qkv_bias,
-            packed_qkv: true,
+            // The builder packs Q, K and V unless the attention normalises Q and K.
+            packed_qkv: !qk_norm,
+            qk_norm,
         },
         layers,
         vocab,
@@ -130,7 +134,7 @@ impl Llm {
             .unwrap_or("qwen2-0.5b");
         let mut l = preset(pname).ok_or_else(|| {
             bad(format!(
-                "unknown preset '{pname}' (qwen2-0.5b|llama-3.2-1b)"
+                "unknown preset '{pname}' (qwen2-0.5b|llama-3.2-1b|qwen3-0.6b)"
             ))
         })?;
         // Unless given, the embedding follows `tied`: q4 when tied, an f32 table when not.
@@ -469,6 +473,7 @@ impl Llm {
         let d = &self.layer;
         let (bos, eos, pad, kind) = match self.preset.as_str() {
             "llama-3.2-1b" => (128000, 128001, 128001, "llama"),
+            "qwen3-0.6b" => (151643, 151645, 151643, "qwen3"),
             _ => (151643, 151645, 151643, "qwen2"),
         };
         let clamp = |t: usize| t.min(self.vocab - 1);
