@@ -116,6 +116,62 @@ impl Frame {
         }
     }
 
+    /// Whether slot `from` holds a value in a frame buffer and slot `to` none yet: what
+    /// [`Frame::hand_over`] needs.
+    pub(crate) fn can_hand_over(&mut self, from: usize, to: usize) -> bool {
+        if from == to || to >= self.vals.len() {
+            return false;
+        }
+        let unset = !self.vals[to].get_mut().set;
+        match self.vals.get_mut(from) {
+            Some(c) => {
+                let src = c.get_mut();
+                unset && src.set && src.buf.is_some()
+            }
+            None => false,
+        }
+    }
+
+    /// Gives slot `from`'s value (its frame buffer) to slot `to` under `dims` (a view: the same
+    /// elements, `OpKernel::view_dims`) and forgets `from`. The caller checked
+    /// [`Frame::can_hand_over`], that both are frame-owned inner values of one element type and
+    /// that no later step reads `from`; `dims` must not need more bytes than the buffer holds.
+    pub(crate) fn hand_over(&mut self, from: usize, to: usize, dims: &[usize]) -> Result<()> {
+        if from == to || from >= self.vals.len() || to >= self.vals.len() {
+            return Err(Error::fail("view of a value slot out of range"));
+        }
+        let (src, dst) = if from < to {
+            let (a, b) = self.vals.split_at_mut(to);
+            (a[from].get_mut(), b[0].get_mut())
+        } else {
+            let (a, b) = self.vals.split_at_mut(from);
+            (b[0].get_mut(), a[to].get_mut())
+        };
+        let bytes = elem_width(src.elem)
+            .and_then(|w| dims.iter().try_fold(w, |acc, &d| acc.checked_mul(d)));
+        let fits = match (&src.buf, bytes) {
+            (Some(b), Some(n)) => src.set && !dst.set && n <= b.as_slice().len(),
+            _ => false,
+        };
+        if !fits {
+            return Err(Error::fail(format!(
+                "a view of shape {dims:?} does not fit its value"
+            )));
+        }
+        dst.shape.clear();
+        dst.shape
+            .try_reserve(dims.len())
+            .map_err(|_| Error::fail("cannot allocate an output shape"))?;
+        dst.shape.extend_from_slice(dims);
+        dst.buf = src.buf.take();
+        dst.data = src.data;
+        dst.elem = src.elem;
+        dst.set = true;
+        src.set = false;
+        src.data = std::ptr::null_mut();
+        Ok(())
+    }
+
     /// Ends a run: every value forgotten, every buffer back in the pool, which keeps what the
     /// budget allows.
     pub(crate) fn reset(&mut self) {

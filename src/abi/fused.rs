@@ -513,7 +513,11 @@ impl Plan {
     ) -> Result<()> {
         for (i, st) in self.steps.iter().enumerate() {
             let t = tally.is_some().then(Instant::now);
-            let r = self.step(st, frame, outer);
+            let r = match self.view(st, frame, outer) {
+                Ok(true) => Ok(()),
+                Ok(false) => self.step(st, frame, outer),
+                Err(e) => Err(e),
+            };
             if let (Some(tally), Some(t)) = (tally.as_deref_mut(), t) {
                 tally.step(i, t);
             }
@@ -523,6 +527,58 @@ impl Plan {
             }
         }
         Ok(())
+    }
+
+    /// A view step (`OpKernel::view_dims`) done by handing its input's buffer to its output:
+    /// `Ok(true)` when done, `Ok(false)` when the step must run (not a view, or a value the frame
+    /// does not own both ends of, or one a later step still reads).
+    fn view(&self, st: &Step, frame: &mut Frame, outer: &KernelContext<'_>) -> Result<bool> {
+        let StepRun::Node(k) = &st.run else {
+            return Ok(false);
+        };
+        if !k.is_view() {
+            return Ok(false);
+        }
+        let w = &st.wiring;
+        let (Some(&Some(from)), [Some(to)]) = (w.inputs.first(), w.outputs.as_slice()) else {
+            return Ok(false);
+        };
+        let owned = |s: usize| match self.slots.src.get(s) {
+            Some(&SlotSrc::Inner { elem, outer: None }) => Some(elem),
+            _ => None,
+        };
+        if !w.release.contains(&from)
+            || owned(from).is_none()
+            || owned(from) != owned(*to)
+            || !frame.can_hand_over(from, *to)
+        {
+            return Ok(false);
+        }
+        let dims = {
+            let nf = NodeFrame {
+                frame,
+                slots: &self.slots,
+                wiring: w,
+                outer,
+            };
+            let ctx = KernelContext::from_frame(&nf);
+            crate::runtime::par::take_lanes_used();
+            match catch_unwind(AssertUnwindSafe(|| k.view_dims(&ctx))) {
+                Ok(None) => return Ok(false),
+                Ok(Some(d)) => d.map_err(|e| e.context(&st.label))?,
+                Err(p) => {
+                    return Err(Error::ep_fail(format!(
+                        "{}: rcpu: internal panic in Compute: {}",
+                        st.label,
+                        super::status::panic_message(&*p)
+                    )))
+                }
+            }
+        };
+        frame
+            .hand_over(from, *to, &dims)
+            .map_err(|e| e.context(&st.label))?;
+        Ok(true)
     }
 
     /// Runs one step (a combined one: its own path, or its parts when that declines).

@@ -62,6 +62,21 @@ pub trait OpKernel: Send + Sync {
     fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
         None
     }
+
+    /// For a kernel whose output 0 is its input 0's data unchanged under other dims (a view,
+    /// `ep::nodes::reshape`): those dims, checked as `compute` checks them (`Err`: the error
+    /// `compute` would give). A fused partition then hands input 0's buffer to output 0 instead
+    /// of running `compute` where it owns both values and this node is input 0's last reader
+    /// (`abi::fused`); a kernel that answers `Some(Ok(..))` has recorded its route as `compute`
+    /// would. `None` (the default): not a view.
+    fn view_dims(&self, _ctx: &KernelContext<'_>) -> Option<Result<Vec<usize>>> {
+        None
+    }
+
+    /// Whether [`OpKernel::view_dims`] may answer `Some` (asked once per step before it).
+    fn is_view(&self) -> bool {
+        false
+    }
 }
 
 /// Why a node is not claimed (logged at verbose level, shown in tests).

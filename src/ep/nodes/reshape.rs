@@ -5,9 +5,10 @@
 //! Why rcpu takes it: the model builder wraps the per-head query / key norms of Qwen3- and
 //! Gemma3-style decoders in Reshapes (`[B, S, heads * head]` -> `[B, S * heads, head]` and back),
 //! and each one left to ORT cut the layer's fused partition in pieces. Other element types
-//! (the int64 mask and position chains) stay on ORT. Unlike ORT's kernel, whose output the
-//! allocation planner may alias to its input, this one copies: a decode step's query row is 8
-//! KiB.
+//! (the int64 mask and position chains) stay on ORT. Inside a fused partition the output takes
+//! over the input's buffer where the partition owns both and the Reshape is the input's last
+//! reader (`OpKernel::view_dims`, `abi::fused`): no copy, route `view`; elsewhere (a partition's
+//! own input or output, a single node) the data is copied, route `copy`.
 
 use std::sync::Arc;
 
@@ -81,8 +82,9 @@ pub fn reshaped(
     Ok(out)
 }
 
-impl OpKernel for Reshape {
-    fn compute(&self, ctx: &KernelContext<'_>) -> Result<()> {
+impl Reshape {
+    /// The output dims for this call's inputs.
+    fn dims(&self, ctx: &KernelContext<'_>) -> Result<Vec<usize>> {
         let x = ctx.required_input(0)?;
         let shape = ctx.required_input(1)?;
         if shape.shape().len() != 1 {
@@ -91,14 +93,33 @@ impl OpKernel for Reshape {
                 shape.shape()
             )));
         }
-        let dims = reshaped(x.shape(), shape.data::<i64>()?, self.allowzero)
-            .map_err(Error::invalid_argument)?;
-        let src = x.data::<f32>()?;
+        reshaped(x.shape(), shape.data::<i64>()?, self.allowzero).map_err(Error::invalid_argument)
+    }
+}
+
+impl OpKernel for Reshape {
+    fn compute(&self, ctx: &KernelContext<'_>) -> Result<()> {
+        let dims = self.dims(ctx)?;
+        let src = ctx.required_input(0)?.data::<f32>()?;
         ctx.output(0, &dims)?
             .into_data::<f32>()?
             .copy_from_slice(src);
         ledger::record(OP, "copy", take_lanes_used());
         Ok(())
+    }
+
+    /// Inside a fused partition the data need not move: the partition hands the input's buffer
+    /// to the output where it may (`abi::fused`), and the route says `view`.
+    fn is_view(&self) -> bool {
+        true
+    }
+
+    fn view_dims(&self, ctx: &KernelContext<'_>) -> Option<Result<Vec<usize>>> {
+        let dims = self.dims(ctx);
+        if dims.is_ok() {
+            ledger::record(OP, "view", take_lanes_used());
+        }
+        Some(dims)
     }
 }
 
