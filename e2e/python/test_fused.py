@@ -92,7 +92,8 @@ def test_builder_layer_forms_are_one_partition(make_sessions, rcpu_devices, stat
     per-node path and within the decoder-layer tolerance of ORT (rel L2 1e-4 at accuracy_level 0, 2e-2
     at 4): LayerNormalization and SkipLayerNormalization (Phi-2 / GPT-2 / OLMo-style norms), and per-head
     query / key RMSNorms between Reshapes (Qwen3 / Gemma3-style). Inside the partition the four
-    Reshapes hand their input's buffer on (ledger route `view`); node by node they copy (`copy`)."""
+    Reshapes hand their input's buffer on (ledger route `view`); node by node (`fuse=off`) a Reshape
+    would be alone, so it stays on ORT."""
     rng = np.random.default_rng(21 + acc)
     m = models.decoder_layer(rng, accuracy_level=acc, kv_cache=True, rotary=True, **{form: True})
     m = m.SerializeToString()
@@ -116,7 +117,7 @@ def test_builder_layer_forms_are_one_partition(make_sessions, rcpu_devices, stat
         want, ref = cpu.run(None, f), per_node.run(None, f)
         if form == "qk_norm":
             assert fused_routes == {"view"}, stats.ledger()
-            assert stats.variants("Reshape") == {"copy"}, stats.ledger()
+            assert not stats.variants("Reshape"), stats.ledger()  # fuse=off: a lone Reshape stays on ORT
         for o, (w, g, r) in enumerate(zip(want, got, ref)):
             np.testing.assert_array_equal(g, r, err_msg=f"past={past} seq={seq} output {o}: fused != per-node")
             tol = 2e-2 if acc == 4 else 1e-4

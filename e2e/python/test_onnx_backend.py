@@ -36,7 +36,8 @@ RCPU_OPS = (
 RCPU_QUANT_OPS = ("QLinearMatMul",)
 # Cast: rcpu claims the float32 <-> float16 pairs only (opsets 6-21, saturate at its default).
 RCPU_OPS += ("Cast",)
-# Reshape: float32 data (its shape input is int64 by definition).
+# Reshape: float32 data (its shape input is int64 by definition); alone it stays on ORT (see
+# `_expect_rcpu`), beside another rcpu node it runs on rcpu (`test_reshape_cases_beside_a_node`).
 RCPU_OPS += ("Reshape",)
 RTOL = 1e-4
 ATOL = 1e-6
@@ -60,12 +61,14 @@ def _cast_opset(model):
 def _expect_rcpu(model, elem_types) -> bool:
     """Whether rcpu must claim the case's node: float32 inputs; the quantized ops with 8-bit data
     and float32 scales; Cast only for float32 <-> float16 (output type from `to`) below opset 23;
-    Reshape for float32 data (with its int64 shape)."""
+    never a lone Reshape."""
     node = model.graph.node[0]
     if node.op_type in RCPU_QUANT_OPS:
         return elem_types <= {TensorProto.FLOAT, TensorProto.UINT8, TensorProto.INT8}
     if node.op_type == "Reshape":
-        return elem_types == {TensorProto.FLOAT, TensorProto.INT64}
+        # rcpu takes a Reshape only beside its other nodes (alone it would copy where ORT aliases):
+        # a case's lone Reshape stays on ORT. The float32 cases run on rcpu in `test_reshape_cases_beside_a_node`.
+        return False
     if node.op_type != "Cast":
         return elem_types == {TensorProto.FLOAT}
     to = next(a.i for a in node.attribute if a.name == "to")
@@ -256,3 +259,27 @@ def test_cast_cases_were_collected():
     names = {c.name for c in CASES}
     for must in ("test_cast_FLOAT_to_FLOAT16", "test_cast_FLOAT16_to_FLOAT", "test_castlike_FLOAT_to_FLOAT16_expanded"):
         assert must in names, f"{must} missing from collected ONNX cases"
+
+
+RESHAPE_CASES = [c for c in CASES if c.model.graph.node[0].op_type == "Reshape"]
+
+
+@pytest.mark.parametrize("case", RESHAPE_CASES, ids=[c.name for c in RESHAPE_CASES])
+def test_reshape_cases_beside_a_node(rcpu_devices, case):
+    """ONNX's Reshape cases with a Sigmoid after the Reshape: rcpu takes the pair (one partition whose
+    Reshape reads the partition's input, so it copies), and the Sigmoid of the reshaped data equals
+    the Sigmoid of the case's reference output."""
+    model = _with_names(case.model)
+    g = model.graph
+    out = g.output[0]
+    g.node.append(helper.make_node("Sigmoid", [out.name], ["sig_out"], name="sig0"))
+    out.name = "sig_out"
+    assert len(RESHAPE_CASES) >= 8
+    sess = rcpu_session(model.SerializeToString(), rcpu_devices, {"threads": 2})
+    assert_on_rcpu(sess, [g.node[0].name, "sig0"])
+    for inputs, outputs in case.data_sets:
+        feeds = {vi.name: np.asarray(_as_array(x)) for vi, x in zip(g.input, inputs)}
+        got = sess.run(None, feeds)[0]
+        want = np.asarray(_as_array(outputs[0]), np.float64)
+        assert got.shape == want.shape, f"shape {got.shape} != {want.shape}"
+        np.testing.assert_allclose(got, 1.0 / (1.0 + np.exp(-want)), rtol=RTOL, atol=ATOL)

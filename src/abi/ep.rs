@@ -82,6 +82,18 @@ unsafe extern "C" fn get_capability(
                 .collect()
         };
         for g in groups {
+            let mut ops = Vec::with_capacity(g.len());
+            for &i in &g {
+                ops.push((nodes[i].domain()?, nodes[i].op_type()?));
+            }
+            if !capability::worth_taking(ops.iter().map(|(d, o)| (d.as_str(), o.as_str()))) {
+                log::info!(
+                    "{EP_NAME}: leaving {} node(s) to ORT: only Reshapes, which rcpu takes beside \
+                     its other nodes only",
+                    g.len()
+                );
+                continue;
+            }
             if let [i] = g[..] {
                 // SAFETY: info and node are live for this call.
                 unsafe {

@@ -13,6 +13,18 @@ pub fn find_def(domain: &str, op: &str, since: i32) -> Option<&'static OpDef> {
         .find(|d| d.domain == domain && d.op == op && d.since <= since && since <= d.until)
 }
 
+/// Ops rcpu takes only beside other rcpu nodes: alone (a partition of nothing else, or any node
+/// with `fuse=off`) a Reshape copies its data where ORT's planner lets the output alias the input,
+/// so it gains nothing there and only adds a hand-over between the EPs.
+const NOT_ALONE: &[&str] = &["Reshape"];
+
+/// Whether a partition of the nodes with these (domain, op) is worth taking: not when every node is
+/// one of the ops rcpu takes only beside others ([`NOT_ALONE`]).
+pub fn worth_taking<'a>(ops: impl IntoIterator<Item = (&'a str, &'a str)>) -> bool {
+    ops.into_iter()
+        .any(|(domain, op)| !(matches!(domain, "" | "ai.onnx") && NOT_ALONE.contains(&op)))
+}
+
 /// `RCPU_DECLINE=Op1,Op2,..` (diagnostics only: bisecting a difference from ORT by op family)
 /// leaves nodes of those op types to ORT. Read at every claim, so a process can change it between
 /// sessions.
@@ -47,7 +59,20 @@ pub fn claim(node: &Node<'_>) -> Result<(), Decline> {
 
 #[cfg(test)]
 mod tests {
-    use super::listed;
+    use super::{listed, worth_taking};
+
+    #[test]
+    fn reshapes_alone_are_not_worth_taking() {
+        assert!(!worth_taking([("", "Reshape")]));
+        assert!(!worth_taking([("", "Reshape"), ("ai.onnx", "Reshape")]));
+        assert!(worth_taking([
+            ("", "Reshape"),
+            ("", "SimplifiedLayerNormalization")
+        ]));
+        assert!(worth_taking([("", "Mul")]));
+        assert!(worth_taking([("com.microsoft", "Reshape")]));
+        assert!(!worth_taking([]));
+    }
 
     #[test]
     fn decline_list_matches_whole_op_names() {

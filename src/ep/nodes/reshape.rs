@@ -8,7 +8,8 @@
 //! (the int64 mask and position chains) stay on ORT. Inside a fused partition the output takes
 //! over the input's buffer where the partition owns both and the Reshape is the input's last
 //! reader (`OpKernel::view_dims`, `abi::fused`): no copy, route `view`; elsewhere (a partition's
-//! own input or output, a single node) the data is copied, route `copy`.
+//! own input or output) the data is copied, route `copy`. A Reshape alone (no other rcpu node in
+//! its partition, or `fuse=off`) is left to ORT (`ep::capability::worth_taking`).
 
 use std::sync::Arc;
 
