@@ -254,6 +254,15 @@ impl GraphBuilder {
         )
     }
 
+    pub fn initializer_i64(&mut self, name: &str, dims: &[i64], v: &[i64]) -> &mut Self {
+        self.initializer_raw(
+            name,
+            dtype::INT64,
+            dims,
+            v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        )
+    }
+
     pub fn initializer_u8(&mut self, name: &str, dims: &[i64], v: &[u8]) -> &mut Self {
         self.initializer_raw(name, dtype::UINT8, dims, v.to_vec())
     }

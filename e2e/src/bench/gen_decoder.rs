@@ -326,15 +326,9 @@ impl Decoder {
         n: usize,
         seed: u64,
     ) -> (String, u64) {
-        let int64 = |v: &[i64]| v.iter().flat_map(|d| d.to_le_bytes()).collect::<Vec<u8>>();
         let (heads_shape, back_shape) = (format!("{node}.heads_shape"), format!("{node}.shape"));
-        g.initializer_raw(
-            &heads_shape,
-            dtype::INT64,
-            &[3],
-            int64(&[0, -1, self.head as i64]),
-        )
-        .initializer_raw(&back_shape, dtype::INT64, &[3], int64(&[0, -1, n as i64]));
+        g.initializer_i64(&heads_shape, &[3], &[0, -1, self.head as i64])
+            .initializer_i64(&back_shape, &[3], &[0, -1, n as i64]);
         let bytes = 48 + vec_init(g, &format!("{node}.w"), self.head, seed, 1.0, 0.1);
         let (heads, normed, out) = (
             format!("{node}/heads"),

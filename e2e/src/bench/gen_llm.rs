@@ -439,11 +439,11 @@ impl Llm {
     fn tied_q4_embedding(&self, g: &mut GraphBuilder) -> u64 {
         let (h, block) = (self.layer.hidden, self.layer.block);
         let row_bytes = h / 2;
-        let shape: Vec<u8> = [self.vocab as i64, row_bytes as i64]
-            .iter()
-            .flat_map(|x| x.to_le_bytes())
-            .collect();
-        g.initializer_raw("embed_q_shape", dtype::INT64, &[2], shape);
+        g.initializer_i64(
+            "embed_q_shape",
+            &[2],
+            &[self.vocab as i64, row_bytes as i64],
+        );
         g.node(
             "Reshape",
             "",
@@ -532,10 +532,9 @@ impl Llm {
 /// seqlens_k and total_seq_len from attention_mask, as genai's builder computes them; returns
 /// the bytes of its (scalar) initializers.
 fn mask_subgraph(g: &mut GraphBuilder) -> u64 {
-    let i64s = |v: &[i64]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
-    g.initializer_raw("mask_axes", dtype::INT64, &[1], i64s(&[1]))
-        .initializer_raw("one_i64", dtype::INT64, &[], i64s(&[1]))
-        .initializer_raw("index_1", dtype::INT64, &[], i64s(&[1]));
+    g.initializer_i64("mask_axes", &[1], &[1])
+        .initializer_i64("one_i64", &[], &[1])
+        .initializer_i64("index_1", &[], &[1]);
     let to_i32 = [("to", Attr::Int(dtype::INT32 as i64))];
     g.node(
         "ReduceSum",

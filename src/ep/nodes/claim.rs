@@ -60,6 +60,7 @@ pub fn only_attrs(node: &Node<'_>, known: &[&str]) -> Result<(), Decline> {
 }
 
 pub const F32: ElemType = ElemType::ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
+pub const I64: ElemType = ElemType::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64;
 
 /// The dims of `t` when its rank and every dim are known at load time. ORT reports an unknown
 /// rank as zero dims, so zero dims counts as unknown here (ops with a true rank-0 form must not

@@ -26,12 +26,11 @@ use crate::kernels::matmul_nbits::PackedNBits;
 use crate::memory::CachedWeight;
 use crate::telemetry::ledger;
 
-use super::claim::{input_type, only_attrs, require_elem, require_output_elem, F32};
+use super::claim::{input_type, only_attrs, require_elem, require_output_elem, F32, I64};
 use super::glue_common::{known_rank_dims, norm_axis};
 
 const U8: ElemType = ElemType::ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8;
 const I32: ElemType = ElemType::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32;
-const I64: ElemType = ElemType::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64;
 
 /// One lane: a decode step gathers one row of a few KiB.
 struct GatherBlockQuantized {

@@ -21,11 +21,9 @@ use crate::ep::op::{types, Decline, KernelEnv, OpDef, OpKernel};
 use crate::runtime::par::take_lanes_used;
 use crate::telemetry::ledger;
 
-use super::claim::{only_attrs, require_elem, require_output_elem, F32};
+use super::claim::{only_attrs, require_elem, require_output_elem, F32, I64};
 
 const OP: &str = "Reshape";
-const I64: crate::abi::tensor::ElemType =
-    crate::abi::tensor::ElemType::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64;
 
 struct Reshape {
     allowzero: bool,

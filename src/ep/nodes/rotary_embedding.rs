@@ -18,12 +18,10 @@ use crate::kernels::attention::rotary::{rotary_f32, Positions, RotaryInputs, Rot
 use crate::runtime::par::take_lanes_used;
 use crate::telemetry::ledger;
 
-use super::claim::{only_attrs, require_elem, require_output_elem, F32};
+use super::claim::{only_attrs, require_elem, require_output_elem, F32, I64};
 use super::glue_common::known_rank_dims;
 
 const OP: &str = "RotaryEmbedding";
-const I64: crate::abi::tensor::ElemType =
-    crate::abi::tensor::ElemType::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64;
 
 struct Rotary {
     attrs: RotaryAttrs,
