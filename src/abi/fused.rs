@@ -554,26 +554,9 @@ impl Plan {
         {
             return Ok(false);
         }
-        let dims = {
-            let nf = NodeFrame {
-                frame,
-                slots: &self.slots,
-                wiring: w,
-                outer,
-            };
-            let ctx = KernelContext::from_frame(&nf);
-            crate::runtime::par::take_lanes_used();
-            match catch_unwind(AssertUnwindSafe(|| k.view_dims(&ctx))) {
-                Ok(None) => return Ok(false),
-                Ok(Some(d)) => d.map_err(|e| e.context(&st.label))?,
-                Err(p) => {
-                    return Err(Error::ep_fail(format!(
-                        "{}: rcpu: internal panic in Compute: {}",
-                        st.label,
-                        super::status::panic_message(&*p)
-                    )))
-                }
-            }
+        let dims = match self.in_node(st, frame, outer, |ctx| k.view_dims(ctx))? {
+            None => return Ok(false),
+            Some(d) => d.map_err(|e| e.context(&st.label))?,
         };
         frame
             .hand_over(from, *to, &dims)
@@ -583,34 +566,45 @@ impl Plan {
 
     /// Runs one step (a combined one: its own path, or its parts when that declines).
     fn step(&self, st: &Step, frame: &Frame, outer: &KernelContext<'_>) -> Result<()> {
-        let r = {
-            let nf = NodeFrame {
-                frame,
-                slots: &self.slots,
-                wiring: &st.wiring,
-                outer,
-            };
-            let ctx = KernelContext::from_frame(&nf);
-            // The ledger records the lanes this node's dispatches used: count from here.
-            crate::runtime::par::take_lanes_used();
-            catch_unwind(AssertUnwindSafe(|| match &st.run {
-                StepRun::Node(k) => k.compute(&ctx).map(|()| true),
-                StepRun::SwiGlu(c) => c.fast.try_run(&ctx),
-            }))
-        };
+        let r = self.in_node(st, frame, outer, |ctx| match &st.run {
+            StepRun::Node(k) => k.compute(ctx).map(|()| true),
+            StepRun::SwiGlu(c) => c.fast.try_run(ctx),
+        })?;
         match r {
-            Ok(Ok(true)) => Ok(()),
-            Ok(Ok(false)) => match &st.run {
+            Ok(true) => Ok(()),
+            Ok(false) => match &st.run {
                 StepRun::SwiGlu(c) => c.parts.iter().try_for_each(|p| self.step(p, frame, outer)),
                 StepRun::Node(_) => Ok(()),
             },
-            Ok(Err(e)) => Err(e.context(&st.label)),
-            Err(p) => Err(Error::ep_fail(format!(
+            Err(e) => Err(e.context(&st.label)),
+        }
+    }
+
+    /// Calls `f` with step `st`'s view of the frame as its kernel context, the lanes count
+    /// started afresh (the ledger records the lanes this node's dispatches used), a panic caught
+    /// and answered as an error naming the step.
+    fn in_node<T>(
+        &self,
+        st: &Step,
+        frame: &Frame,
+        outer: &KernelContext<'_>,
+        f: impl FnOnce(&KernelContext<'_>) -> T,
+    ) -> Result<T> {
+        let nf = NodeFrame {
+            frame,
+            slots: &self.slots,
+            wiring: &st.wiring,
+            outer,
+        };
+        let ctx = KernelContext::from_frame(&nf);
+        crate::runtime::par::take_lanes_used();
+        catch_unwind(AssertUnwindSafe(|| f(&ctx))).map_err(|p| {
+            Error::ep_fail(format!(
                 "{}: rcpu: internal panic in Compute: {}",
                 st.label,
                 super::status::panic_message(&*p)
-            ))),
-        }
+            ))
+        })
     }
 }
 

@@ -17,6 +17,7 @@ use crate::abi::graph::Node;
 use crate::abi::kernel_context::KernelContext;
 use crate::abi::kernel_info::KernelInfo;
 use crate::abi::status::{Error, Result};
+use crate::abi::tensor::Tensor;
 use crate::ep::op::{types, Decline, KernelEnv, OpDef, OpKernel};
 use crate::runtime::par::take_lanes_used;
 use crate::telemetry::ledger;
@@ -82,8 +83,8 @@ pub fn reshaped(
 }
 
 impl Reshape {
-    /// The output dims for this call's inputs.
-    fn dims(&self, ctx: &KernelContext<'_>) -> Result<Vec<usize>> {
+    /// The data input and the output dims of this call.
+    fn dims<'a>(&self, ctx: &KernelContext<'a>) -> Result<(Tensor<'a>, Vec<usize>)> {
         let x = ctx.required_input(0)?;
         let shape = ctx.required_input(1)?;
         if shape.shape().len() != 1 {
@@ -92,14 +93,16 @@ impl Reshape {
                 shape.shape()
             )));
         }
-        reshaped(x.shape(), shape.data::<i64>()?, self.allowzero).map_err(Error::invalid_argument)
+        let dims = reshaped(x.shape(), shape.data::<i64>()?, self.allowzero)
+            .map_err(Error::invalid_argument)?;
+        Ok((x, dims))
     }
 }
 
 impl OpKernel for Reshape {
     fn compute(&self, ctx: &KernelContext<'_>) -> Result<()> {
-        let dims = self.dims(ctx)?;
-        let src = ctx.required_input(0)?.data::<f32>()?;
+        let (x, dims) = self.dims(ctx)?;
+        let src = x.data::<f32>()?;
         ctx.output(0, &dims)?
             .into_data::<f32>()?
             .copy_from_slice(src);
@@ -114,7 +117,7 @@ impl OpKernel for Reshape {
     }
 
     fn view_dims(&self, ctx: &KernelContext<'_>) -> Option<Result<Vec<usize>>> {
-        let dims = self.dims(ctx);
+        let dims = self.dims(ctx).map(|(_, dims)| dims);
         if dims.is_ok() {
             ledger::record(OP, "view", take_lanes_used());
         }
