@@ -329,7 +329,8 @@ impl Decoder {
         let (heads_shape, back_shape) = (format!("{node}.heads_shape"), format!("{node}.shape"));
         g.initializer_i64(&heads_shape, &[3], &[0, -1, self.head as i64])
             .initializer_i64(&back_shape, &[3], &[0, -1, n as i64]);
-        let bytes = 48 + vec_init(g, &format!("{node}.w"), self.head, seed, 1.0, 0.1);
+        // The two shapes: 3 int64 each.
+        let bytes = 2 * 3 * 8 + vec_init(g, &format!("{node}.w"), self.head, seed, 1.0, 0.1);
         let (heads, normed, out) = (
             format!("{node}/heads"),
             format!("{node}/normed"),
