@@ -47,6 +47,8 @@ fn main() {
         present_len: present,
         first_prompt: false,
         scale: 1.0 / (head as f32).sqrt(),
+        window: 0,
+        softcap: 0.0,
     };
     let val = |i: usize| ((i * 7919 % 1000) as f32) / 1000.0 - 0.5;
     let q: Vec<f32> = (0..nh * head).map(|i| qscale * val(i)).collect();

@@ -155,6 +155,8 @@ pub(crate) fn gqa_case(d: &mut impl Draw) -> bool {
         present_len: pl.present_len,
         first_prompt: pl.first_prompt,
         scale: 0.125,
+        window: (r() % 6) as usize,
+        softcap: [0.0, 0.5, 30.0][(r() % 3) as usize],
     };
     let interleaved = r() % 2 == 0;
     let inputs = GqaInputs {

@@ -28,6 +28,10 @@ struct Case {
     packed: bool,
     rotary: Option<bool>,
     shared: bool,
+    /// `local_window_size` (0: none).
+    window: usize,
+    /// `softcap` (0: none).
+    softcap: f32,
 }
 
 struct Data {
@@ -134,9 +138,25 @@ fn reference(c: &Case, d: &Data) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
                 let q = rope(&d.q[at..at + h], past + s);
                 let base = (b * c.kv + n) * c.present_len * h;
                 let len = past + s + 1;
+                // The window: the latest `window` causal keys; softcap on the scaled scores.
+                let st = if c.window > 0 && len > c.window {
+                    len - c.window
+                } else {
+                    0
+                };
+                let cap = c.softcap as f64;
                 let sc: Vec<f64> = (0..len)
                     .map(|j| {
-                        (0..h).map(|i| q[i] * pk[base + j * h + i]).sum::<f64>() / (h as f64).sqrt()
+                        if j < st {
+                            return f64::NEG_INFINITY;
+                        }
+                        let x = (0..h).map(|i| q[i] * pk[base + j * h + i]).sum::<f64>()
+                            / (h as f64).sqrt();
+                        if cap > 0.0 {
+                            cap * (x / cap).tanh()
+                        } else {
+                            x
+                        }
                     })
                     .collect();
                 let m = sc.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
@@ -165,6 +185,8 @@ fn shape(c: &Case) -> GqaShape {
         present_len: c.present_len,
         first_prompt: c.first_prompt,
         scale: 1.0 / (c.head as f32).sqrt(),
+        window: c.window,
+        softcap: c.softcap,
     }
 }
 
@@ -258,6 +280,8 @@ fn case(
         packed,
         rotary,
         shared,
+        window: 0,
+        softcap: 0.0,
     }
 }
 
@@ -346,6 +370,49 @@ fn shared_decode_over_several_key_blocks() {
         // Rotary within the angle table's positions.
         c.rotary = (past < MAX_POS).then_some(false);
         check(c, &[past as i32], seed);
+    }
+}
+
+/// `local_window_size` and `softcap` against the reference: decode (fused and general paths:
+/// serial and 3 lanes, one and two units), a shared present buffer, a subsequent prompt and a
+/// first prompt (grouped and per-row prefill), windows of 1, shorter and longer than the causal
+/// length, past lengths across the 64-row key blocks of the decode step. Seen failing with the
+/// window one key wider (ORT before 1.2x took `local_window_size + 1` keys) and with the softcap
+/// skipped on the decode step's new key.
+#[test]
+fn local_window_and_softcap() {
+    let mut seed = 7000;
+    for (window, softcap) in [
+        (1usize, 0.0f32),
+        (3, 0.0),
+        (5, 2.5),
+        (0, 0.7),
+        (70, 0.0),
+        (200, 30.0),
+    ] {
+        for past in [0usize, 2, 4, 65, 130] {
+            for (heads, kv) in [(4, 4), (14, 2), (8, 1)] {
+                seed += 1;
+                let mut c = case(1, 1, heads, kv, 64, past, past + 1);
+                c.first_prompt = past == 0;
+                (c.window, c.softcap) = (window, softcap);
+                check(c, &[past as i32], seed);
+                let mut c2 = case(2, 1, heads, kv, 64, past + 3, past + 4);
+                (c2.window, c2.softcap, c2.rotary) = (window, softcap, Some(false));
+                check(c2, &[past as i32, (past / 2) as i32], seed + 100);
+            }
+        }
+        for (seq, past) in [(7usize, 0usize), (5, 9), (33, 0)] {
+            seed += 1;
+            let mut c = case(1, seq, 8, 2, 64, past, past + seq);
+            c.first_prompt = past == 0;
+            (c.window, c.softcap, c.rotary) = (window, softcap, Some(true));
+            check(c, &[(past + seq) as i32 - 1], seed);
+            check_grouped(c, &[(past + seq) as i32 - 1], seed);
+        }
+        let mut c = case(2, 1, 6, 2, 64, 0, 40);
+        (c.shared, c.window, c.softcap) = (true, window, softcap);
+        check(c, &[30, 3], seed + 200);
     }
 }
 
@@ -502,6 +569,8 @@ fn subnormal_probabilities_count_as_zero() {
         present_len: 2,
         first_prompt: false,
         scale: 0.25,
+        window: 0,
+        softcap: 0.0,
     };
     let (q, k, v) = (vec![1.0f32; 16], vec![25.0f32; 16], vec![0.0f32; 16]);
     let (past_k, past_v) = (vec![0.0f32; 16], vec![1e30f32; 16]);

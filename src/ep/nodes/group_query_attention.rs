@@ -3,9 +3,14 @@
 //! BNSH or none, present outputs (also sharing the past buffers), `do_rotary` with
 //! `cos_cache`/`sin_cache` (rotate-half or interleaved), `scale` (0: `1/sqrt(head)`).
 //!
-//! Stays on ORT: `local_window_size` != -1, `softcap` != 0, `smooth_softmax` = 1, `qk_output`,
-//! `causal` = 0, `sliding_window_cache`, KV quantization, and the inputs `position_ids`,
-//! `attention_bias`, `head_sink`, `k_scale`/`v_scale`, `q_norm_weight`/`k_norm_weight`.
+//! `local_window_size` > 0 (a query attends to that many of its latest causal keys, its own
+//! among them) and `softcap` > 0 (scaled scores `x` become `softcap * tanh(x / softcap)` inside
+//! the window, before the softmax), as ORT 1.31's CPU kernel does.
+//!
+//! Stays on ORT: `local_window_size` 0 or below -1, a negative `softcap`, `smooth_softmax` = 1,
+//! `qk_output`, `causal` = 0, `sliding_window_cache`, KV quantization, and the inputs
+//! `position_ids`, `attention_bias`, `head_sink`, `k_scale`/`v_scale`,
+//! `q_norm_weight`/`k_norm_weight`.
 
 use std::sync::Arc;
 
@@ -30,6 +35,10 @@ struct Gqa {
     heads: usize,
     kv_heads: usize,
     scale: f32,
+    /// `local_window_size` (0: none).
+    window: usize,
+    /// `softcap` (0: none).
+    softcap: f32,
     rotary: Option<bool>,
     env: Arc<KernelEnv>,
 }
@@ -118,6 +127,8 @@ impl OpKernel for Gqa {
             } else {
                 self.scale
             },
+            window: self.window,
+            softcap: self.softcap,
         };
         let kv = match (&key, &value) {
             (Some(k), Some(v)) => Some((k.data()?, v.data()?)),
@@ -192,12 +203,13 @@ fn claim(node: &Node<'_>) -> std::result::Result<(), Decline> {
         ));
     }
     // qk_norm_epsilon only matters with q_norm_weight / k_norm_weight (inputs 14, 15: declined).
-    let defaults = [
-        ("local_window_size", -1),
-        ("qk_output", 0),
-        ("causal", 1),
-        ("sliding_window_cache", 0),
-    ];
+    let window = node.attr_i64("local_window_size").unwrap_or(-1);
+    if window != -1 && !(1..=i64::from(i32::MAX)).contains(&window) {
+        return Err(format!(
+            "local_window_size {window} is not implemented (-1 or 1..=2^31-1)"
+        ));
+    }
+    let defaults = [("qk_output", 0), ("causal", 1), ("sliding_window_cache", 0)];
     for (a, want) in defaults {
         if node.attr_i64(a).unwrap_or(want) != want {
             return Err(format!("{a} other than {want} is not implemented"));
@@ -207,8 +219,9 @@ fn claim(node: &Node<'_>) -> std::result::Result<(), Decline> {
     if !matches!(node.attr_i64("smooth_softmax").unwrap_or(0), -1 | 0) {
         return Err("smooth_softmax is not implemented".into());
     }
-    if node.attr_f32("softcap").unwrap_or(0.0) != 0.0 {
-        return Err("softcap is not implemented".into());
+    let cap = node.attr_f32("softcap").unwrap_or(0.0);
+    if !(cap.is_finite() && cap >= 0.0) {
+        return Err(format!("softcap {cap} is not implemented (finite, >= 0)"));
     }
     let rotary = node.attr_i64("do_rotary").unwrap_or(0);
     if !matches!(rotary, 0 | 1)
@@ -265,6 +278,9 @@ fn create(info: &KernelInfo<'_>, env: &Arc<KernelEnv>) -> Result<Box<dyn OpKerne
         heads,
         kv_heads,
         scale: info.attr_f32("scale").unwrap_or(0.0),
+        // The claim took -1 or 1..=i32::MAX, and a finite softcap >= 0.
+        window: usize::try_from(info.attr_i64("local_window_size").unwrap_or(-1)).unwrap_or(0),
+        softcap: info.attr_f32("softcap").unwrap_or(0.0),
         rotary: (info.attr_i64("do_rotary").unwrap_or(0) == 1)
             .then(|| info.attr_i64("rotary_interleaved").unwrap_or(0) == 1),
         env: env.clone(),

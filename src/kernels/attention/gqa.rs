@@ -78,6 +78,44 @@ pub struct GqaShape {
     /// ORT's "first prompt": `S == total_sequence_length`; new rows start at 0.
     pub first_prompt: bool,
     pub scale: f32,
+    /// `local_window_size`: a query attends to at most this many keys, the latest of its causal
+    /// ones, its own among them (0: no window).
+    pub window: usize,
+    /// `softcap`: each scaled score `x` becomes `softcap * tanh(x / softcap)` before the softmax
+    /// (0: none).
+    pub softcap: f32,
+}
+
+impl GqaShape {
+    /// The first key row a query with `len` causal keys attends to: `len - window` once the
+    /// window is shorter than `len` (ORT: the window covers `local_window_size` keys).
+    pub fn window_start(&self, len: usize) -> usize {
+        if self.window > 0 && len > self.window {
+            len - self.window
+        } else {
+            0
+        }
+    }
+
+    /// The key rows a query at causal length `causal` (its position + 1) of a batch with `total`
+    /// valid rows attends to. Causal, never past `total`, from the window's first row on. A row
+    /// past `total` (right padding of a first prompt) has its window placed as ORT 1.31 places
+    /// it: from its own position without a softcap (ORT's flash path; a window wholly past the
+    /// valid rows is empty and the row's output zero), from the last valid row with one (its
+    /// plain path). Every other row has `causal <= total`, where the two agree.
+    pub fn key_range(&self, causal: usize, total: usize) -> std::ops::Range<usize> {
+        let end = causal.min(total);
+        let from = if self.softcap > 0.0 { end } else { causal };
+        self.window_start(from).min(end)..end
+    }
+
+    /// The softcap step on one row of scaled scores (nothing without one).
+    pub(super) fn cap_scores(&self, scores: &mut [f32]) {
+        let cap = self.softcap;
+        if cap > 0.0 {
+            scores.iter_mut().for_each(|x| *x = cap * (*x / cap).tanh());
+        }
+    }
 }
 
 /// The `do_rotary` step: caches `[max_pos, rot / 2]` and the pair layout.
@@ -410,15 +448,23 @@ pub fn gqa_f32_prefill(
                         for (gi, qg) in qr.chunks_exact_mut(head).enumerate() {
                             rope_at(rows.q_row(b, s, n * group + gi), p + s, qg);
                         }
-                        // As below: causal, never past the batch's valid length.
-                        let len = (p + s + 1).min(total);
+                        // As below (`GqaShape::key_range`).
+                        let std::ops::Range {
+                            start: st,
+                            end: len,
+                        } = sh.key_range(p + s + 1, total);
+                        let keys = len - st;
                         let base = (b * kv_heads + n) * unit;
                         let kt_n =
                             &kt_all[(b * kv_heads + n) * kt_row..(b * kv_heads + n + 1) * kt_row];
-                        let (sc, pr) = (&mut scores[..group * len], &mut probs[..group * len]);
-                        (k.rows_group)(group, qr, kt_n, max_len, sh.scale, sc);
-                        softmax_row(sc, pr, len);
-                        (k.rows_group)(group, pr, &pv[base..base + len * head], head, 1.0, orows);
+                        let (sc, pr) = (&mut scores[..group * keys], &mut probs[..group * keys]);
+                        (k.rows_group)(group, qr, &kt_n[st..], max_len, sh.scale, sc);
+                        sh.cap_scores(sc);
+                        if keys > 0 {
+                            softmax_row(sc, pr, keys);
+                        }
+                        let vs = &pv[base + st * head..base + len * head];
+                        (k.rows_group)(group, pr, vs, head, 1.0, orows);
                     }
                 }
                 return;
@@ -430,23 +476,32 @@ pub fn gqa_f32_prefill(
                 let n = h / group;
                 let (p, total) = past[b];
                 rope_at(rows.q_row(b, s, h), p + s, qr);
-                // Causal, and never past the batch's valid length: a right-padded row of a first
-                // prompt (s >= total) attends to all `total` valid keys, as ORT does.
-                let len = (p + s + 1).min(total);
+                // Causal, never past the batch's valid length (a right-padded row of a first
+                // prompt attends to the valid keys, as ORT does), from the window's first key on
+                // (`GqaShape::key_range`).
+                let std::ops::Range {
+                    start: st,
+                    end: len,
+                } = sh.key_range(p + s + 1, total);
+                let keys = len - st;
                 let base = (b * kv_heads + n) * unit;
-                let sc = &mut scores[..len];
+                let sc = &mut scores[..keys];
                 if transposed {
                     if kt_batch != Some(b) {
                         transpose_for(b, kt);
                         kt_batch = Some(b);
                     }
                     let kt_n = &kt[n * head * max_len..(n + 1) * head * max_len];
-                    (k.rows)(qr, kt_n, max_len, sh.scale, sc);
+                    (k.rows)(qr, &kt_n[st..], max_len, sh.scale, sc);
                 } else {
-                    (k.scores)(qr, &pk[base..base + len * head], sh.scale, sc);
+                    (k.scores)(qr, &pk[base + st * head..base + len * head], sh.scale, sc);
                 }
-                softmax_row(sc, &mut probs[..len], len);
-                (k.rows)(&probs[..len], &pv[base..base + len * head], head, 1.0, orow);
+                sh.cap_scores(sc);
+                if keys > 0 {
+                    softmax_row(sc, &mut probs[..keys], keys);
+                }
+                let vs = &pv[base + st * head..base + len * head];
+                (k.rows)(&probs[..keys], vs, head, 1.0, orow);
             }
         });
         if done.is_none() {

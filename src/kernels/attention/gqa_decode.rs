@@ -153,8 +153,11 @@ impl Decode<'_, '_> {
                 let (b, n) = (u / sh.kv_heads, u % sh.kv_heads);
                 let (p, total) = self.past[b];
                 let len = (p + 1).min(total);
-                // Past rows the new query attends to (all but the new row).
+                // Past rows the new query attends to (all but the new row): `st..lim`, from the
+                // window's first row on.
                 let lim = len.min(p);
+                let st = sh.window_start(len);
+                let (old, keys) = (lim - st, len - st);
                 let rows = unit_rows(sh, self.shared, b, n, p);
                 self.warm_pages(&rows, k, v);
                 let (k_old, k_new) = self.present(0, b, n, p, rows.1.as_ref(), k);
@@ -163,27 +166,29 @@ impl Decode<'_, '_> {
                     for (j, q) in qr.chunks_exact_mut(head).enumerate() {
                         self.rows.rope(self.rows.q_row(b, 0, n * group + j), p, q);
                     }
-                    self.score_past(qr, &k_old[..lim * head], scores, max_len);
+                    self.score_past(qr, &k_old[st * head..lim * head], scores, max_len);
                     // Each head's softmax into one row of scratch (the same lines for every
                     // head, so they stay in L1), whose old rows' probabilities then go packed
-                    // `[group, lim]` into the scores buffer: head `j`'s land below head `j + 1`'s
-                    // scores (`lim < max_len`), over its own, which the softmax has read. (With
+                    // `[group, old]` into the scores buffer: head `j`'s land below head `j + 1`'s
+                    // scores (`old < max_len`), over its own, which the softmax has read. (With
                     // a probability buffer per head, a long past's probabilities were written
                     // to lines that came from memory: 57 KiB a unit at past 2048.)
                     for (j, q) in qr.chunks_exact(head).enumerate() {
-                        let sc = &mut scores[j * max_len..j * max_len + len];
-                        (self.k.scores)(q, k_new, sh.scale, &mut sc[lim..]);
-                        let pr = &mut probs[..len];
-                        (self.softmax_row)(sc, pr, len);
-                        new_probs[j] = pr.get(lim).copied().unwrap_or(0.0);
-                        scores[j * lim..(j + 1) * lim].copy_from_slice(&pr[..lim]);
+                        let sc = &mut scores[j * max_len..j * max_len + keys];
+                        (self.k.scores)(q, k_new, sh.scale, &mut sc[old..]);
+                        sh.cap_scores(sc);
+                        let pr = &mut probs[..keys];
+                        (self.softmax_row)(sc, pr, keys);
+                        new_probs[j] = pr.get(old).copied().unwrap_or(0.0);
+                        scores[j * old..(j + 1) * old].copy_from_slice(&pr[..old]);
                     }
                 }
                 let (v_old, v_new) = self.present(1, b, n, p, rows.1.as_ref(), v);
                 let _ftz = FlushSubnormals::new();
                 // Every query head's sum over the past rows in one pass over them
                 // (`rows_group`, bit for bit the per-head sums), then the new row's term.
-                (self.k.rows_group)(group, &scores[..group * lim], v_old, head, 1.0, o);
+                let v_old = &v_old[st * head..lim * head];
+                (self.k.rows_group)(group, &scores[..group * old], v_old, head, 1.0, o);
                 if len > lim {
                     for (orow, &x) in o.chunks_exact_mut(head).zip(&*new_probs) {
                         orow.iter_mut().zip(v_new).for_each(|(o, &y)| *o += x * y);
@@ -414,6 +419,8 @@ mod tests {
             present_len: 11,
             first_prompt: false,
             scale: 1.0,
+            window: 0,
+            softcap: 0.0,
         };
         // Batch 1, kv head 1 is the fourth block of past_len rows of the past input.
         assert_eq!(unit_rows(&sh, false, 1, 1, 4), (40, Some(240..272)));
