@@ -77,6 +77,7 @@ fn main() {
                     rot: head,
                     interleaved: false,
                 }),
+                rope_at: None,
             };
             let paths = [Prefill::PerRow, Prefill::Grouped];
             for (pname, par) in pars {

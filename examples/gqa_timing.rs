@@ -103,6 +103,7 @@ fn main() {
             past: (!shared).then_some((&pk[..], &pv[..])),
             seqlens_k: &seqlens,
             rotary,
+            rope_at: None,
         };
         let (ok, ov) = if shared {
             (&mut sk[..], &mut sv[..])

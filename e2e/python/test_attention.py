@@ -157,6 +157,7 @@ def test_gqa_scale_and_head_32(make_sessions):
 
 
 @pytest.mark.parametrize("extra", [dict(local_window_size=0), dict(local_window_size=-2), dict(softcap=-1.0),
+                                   dict(sliding_window_cache=2),
                                    dict(smooth_softmax=1)])
 def test_gqa_unsupported_attributes_stay_on_ort(make_sessions, extra):
     model = models.gqa(4, 2, 64, **extra)
@@ -313,3 +314,126 @@ def test_gqa_local_window_and_softcap(make_sessions, window, softcap, rotary, pa
                                     (2, 6, 0, [5, 2], 6), (1, 1, 9, [3], 10)):
         feeds = gqa_feeds(rng, b, s, nh, nkv, h, seqlens, total, past_len=p, packed=packed, max_pos=mp)
         assert_gqa_parity(cpu, rc, feeds, f"window={window} softcap={softcap} b={b} s={s} past={p} {seqlens}")
+
+
+def window_end(n: int, cap: int, window: int) -> int:
+    """Rows a windowed cache of `cap` rows (window `window`) holds after `n` positions: ORT's
+    reclaim rule (whole blocks of cap - window + 1 rows once past the capacity)."""
+    gap = cap - window + 1
+    return n if n <= cap else n - gap * -(-(n - cap) // gap)
+
+
+def assert_windowed_parity(want, got, seqlens, cap, window, what):
+    """Outputs within TOL; present rows the step wrote (per batch: window_end(seqlens + 1)) within
+    1e-6. Rows after them are the cache's leftovers (ORT leaves a separate present's unwritten)."""
+    assert got[0].shape == want[0].shape, f"{what} out: shape {got[0].shape} vs {want[0].shape}"
+    e = rel_l2(got[0], want[0])
+    assert e <= TOL, f"{what} out: rel_l2 {e:.3g}"
+    for name, w, g in zip(("present_k", "present_v"), want[1:], got[1:]):
+        assert g.shape == w.shape, f"{what} {name}: shape {g.shape} vs {w.shape}"
+        for b, sk in enumerate(seqlens):
+            rows = window_end(sk + 1, cap, window)
+            e = rel_l2(g[b, :, :rows], w[b, :, :rows])
+            assert e <= 1e-6, f"{what} {name} batch {b} ({rows} rows): rel_l2 {e:.3g}"
+
+
+@pytest.mark.parametrize("cap,window", [(8, 8), (12, 5), (16, 4)])
+@pytest.mark.parametrize("rotary,packed,softcap", [(False, False, 0.0), (True, True, 0.0), (True, False, 3.0)])
+def test_gqa_windowed_cache_generation(make_sessions, cap, window, rotary, packed, softcap):
+    """sliding_window_cache = 1 (the model builder's bounded caches for sliding-window layers): a
+    prompt, then decode steps well past the capacity (through several reclaims) and steps of 3
+    tokens (which stage when a reclaim would drop rows they read), each session feeding its own
+    present back as the next past: ORT's outputs and written cache rows at every step. Seen
+    failing with the rotary positions taken from the cache rows instead of the sequence, and with
+    the staged rows written back from the wrong offset."""
+    rng = np.random.default_rng(700 + cap + window + 2 * rotary + packed)
+    nh, nkv, h, max_pos = 8, 2, 64, 96
+    extra = {"softcap": softcap} if softcap else {}
+    model = models.gqa(nh, nkv, h, packed=packed, rotary=rotary, max_pos=max_pos, local_window_size=window,
+                       sliding_window_cache=1, **extra)
+    cpu, rc = make_sessions(model, {"threads": 2})
+    assert_on_rcpu(rc, "gqa0")
+    mp = max_pos if rotary else 0
+    for prompt in (5, cap + 7):
+        z = np.zeros((1, nkv, cap, h), np.float32)
+        caches = {"cpu": (z, z), "rc": (z, z)}
+        n = 0
+        for s in [prompt] + [1] * 14 + [3, 3, 1, 3, 1, 1, 3]:
+            n += s
+            feeds = gqa_feeds(rng, 1, s, nh, nkv, h, [n - 1], n, packed=packed, max_pos=mp)
+            outs = {}
+            for key, sess in (("cpu", cpu), ("rc", rc)):
+                f = dict(feeds, past_k=caches[key][0], past_v=caches[key][1])
+                outs[key] = sess.run(None, f)
+                caches[key] = (outs[key][1], outs[key][2])
+            assert_windowed_parity(outs["cpu"], outs["rc"], [n - 1], cap, window,
+                                   f"cap={cap} window={window} prompt={prompt} at {n} (step {s})")
+
+
+def test_gqa_windowed_cache_shared_buffer(make_sessions):
+    """genai binds past and present to one buffer: compaction moves rows within it, in place;
+    the whole buffer (leftover rows too) matches ORT's after every step."""
+    import onnxruntime as ort
+
+    nh, nkv, h, cap, window, max_pos = 8, 2, 64, 10, 6, 64
+    model = models.gqa(nh, nkv, h, rotary=True, max_pos=max_pos, local_window_size=window,
+                       sliding_window_cache=1)
+    cpu, rc = make_sessions(model, {"threads": 2})
+    assert_on_rcpu(rc, "gqa0")
+    results = []
+    for sess in (cpu, rc):
+        r = np.random.default_rng(5)
+        kbuf = r.standard_normal((1, nkv, cap, h)).astype(np.float32)
+        vbuf = r.standard_normal((1, nkv, cap, h)).astype(np.float32)
+        kval, vval = ort.OrtValue.ortvalue_from_numpy(kbuf), ort.OrtValue.ortvalue_from_numpy(vbuf)
+        outs, n = [], 0
+        for step, s in enumerate([7] + [1] * 12 + [3, 1, 3]):
+            n += s
+            feeds = gqa_feeds(np.random.default_rng(100 + step), 1, s, nh, nkv, h, [n - 1], n, max_pos=max_pos)
+            io = sess.io_binding()
+            for name, arr in feeds.items():
+                io.bind_cpu_input(name, arr)
+            io.bind_ortvalue_input("past_k", kval)
+            io.bind_ortvalue_input("past_v", vval)
+            io.bind_output("out")
+            io.bind_ortvalue_output("present_k", kval)
+            io.bind_ortvalue_output("present_v", vval)
+            sess.run_with_iobinding(io)
+            outs.append((io.copy_outputs_to_cpu()[0], kval.numpy().copy(), vval.numpy().copy()))
+        results.append(outs)
+    for i, ((co, ck, cv), (ro, rk, rv)) in enumerate(zip(*results)):
+        assert rel_l2(ro, co) <= TOL, f"step {i}: out rel_l2 {rel_l2(ro, co):.3g}"
+        assert rel_l2(rk, ck) <= 1e-6 and rel_l2(rv, cv) <= 1e-6, f"step {i}: cache buffers differ"
+
+
+@pytest.mark.parametrize("rotary", [False, True])
+def test_gqa_windowed_cache_random_calls_agree_with_ort(make_sessions, rotary):
+    """Random windowed calls (batch, tokens, capacity, absolute lengths far past the cache,
+    totals that are not the lengths, too-short seqlens_k): where ORT computes, rcpu gives its
+    outputs and written rows; where ORT refuses, rcpu refuses too, naming the node."""
+    rng = np.random.default_rng(900 + rotary)
+    nh, nkv, h, max_pos, window = 4, 2, 64, 48, 4
+    for cap in (4, 7):
+        model = models.gqa(nh, nkv, h, rotary=rotary, max_pos=max_pos, local_window_size=window,
+                           sliding_window_cache=1)
+        cpu, rc = make_sessions(model, {"threads": 2})
+        assert_on_rcpu(rc, "gqa0")
+        agreed = 0
+        for _ in range(40):
+            b, s = int(rng.integers(1, 3)), int(rng.choice([1, 1, 2, 5, 9]))
+            seqlens = [int(rng.integers(-1, 60)) for _ in range(b)]
+            total = int(rng.choice([s, max(seqlens) + 1, rng.integers(0, 50)]))
+            feeds = gqa_feeds(rng, b, s, nh, nkv, h, seqlens, total, past_len=cap,
+                              max_pos=max_pos if rotary else 0)
+            try:
+                want = cpu.run(None, feeds)
+            except Exception:
+                with pytest.raises(Exception) as e:
+                    rc.run(None, feeds)
+                assert_error_names_node(e.value, "gqa0")
+                continue
+            got = rc.run(None, feeds)
+            assert_windowed_parity(want, got, seqlens, cap, window,
+                                   f"cap={cap} b={b} s={s} total={total} seqlens={seqlens}")
+            agreed += 1
+        assert agreed >= 5, f"only {agreed} computed cases"

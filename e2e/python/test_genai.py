@@ -28,11 +28,11 @@ PROMPT = "17,3,250,4,99,8"
 MAX_LENGTH = 20
 
 
-def _generate_model(dest: pathlib.Path, acc: int, share: bool = True) -> pathlib.Path:
+def _generate_model(dest: pathlib.Path, acc: int, share: bool = True, extra: str = "") -> pathlib.Path:
     if not BENCH.is_file():
         pytest.fail(f"{BENCH} missing: `cargo build --release --workspace` first", pytrace=False)
     dest.mkdir(parents=True, exist_ok=True)
-    spec = f"llm:preset=qwen2-0.5b,layers=2,vocab=1000,acc={acc},ctx=128,seed={7 + acc}"
+    spec = f"llm:preset=qwen2-0.5b,layers=2,vocab=1000,acc={acc},ctx=128,seed={7 + acc}{extra}"
     out = subprocess.run([str(BENCH), "gen", spec, "--out", str(dest / "model.onnx")], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     cfg_path = dest / "genai_config.json"
@@ -44,9 +44,10 @@ def _generate_model(dest: pathlib.Path, acc: int, share: bool = True) -> pathlib
     return dest
 
 
-def _og(model_dir: pathlib.Path, provider: str, plugin: pathlib.Path, way: str = "api") -> dict:
+def _og(model_dir: pathlib.Path, provider: str, plugin: pathlib.Path, way: str = "api", prompt: str = PROMPT,
+        max_length: int = MAX_LENGTH) -> dict:
     out = subprocess.run(
-        [sys.executable, str(DRIVER), str(model_dir), provider, str(plugin), PROMPT, str(MAX_LENGTH), way],
+        [sys.executable, str(DRIVER), str(model_dir), provider, str(plugin), prompt, str(max_length), way],
         capture_output=True, text=True, timeout=300,
     )
     assert out.returncode == 0, f"og ({provider}, {way}) failed:\n{out.stderr[-3000:]}"
@@ -54,9 +55,9 @@ def _og(model_dir: pathlib.Path, provider: str, plugin: pathlib.Path, way: str =
     return json.loads(line[len("OG-RESULT "):])
 
 
-def _assert_same_generation(cpu: dict, rc: dict) -> None:
+def _assert_same_generation(cpu: dict, rc: dict, prompt: str = PROMPT, max_length: int = MAX_LENGTH) -> None:
     assert rc["tokens"] == cpu["tokens"], f"greedy tokens differ:\nORT  {cpu['tokens']}\nrcpu {rc['tokens']}"
-    assert len(rc["logits"]) == len(cpu["logits"]) == MAX_LENGTH - len(PROMPT.split(","))
+    assert len(rc["logits"]) == len(cpu["logits"]) == max_length - len(prompt.split(","))
     for step, (a, b) in enumerate(zip(rc["logits"], cpu["logits"])):
         err = rel_l2(np.asarray(a), np.asarray(b))
         assert err <= 1e-4, f"step {step}: logits rel L2 {err:.3e} > 1e-4"
@@ -96,4 +97,19 @@ def test_og_provider_from_genai_config(tmp_path, plugin_path):
     cpu = _og(cpu_dir, "cpu", plugin_path)
     rc = _og(model, "rcpu", plugin_path, "config")
     _assert_same_generation(cpu, rc)
+    _assert_rcpu_ran(rc)
+
+
+@pytest.mark.parametrize("prompt_len", [6, 27])
+def test_og_sliding_window_layers(tmp_path, plugin_path, prompt_len):
+    """A model whose even layers are sliding-window layers as the genai builder writes them for CPU
+    (GroupQueryAttention local_window_size = 4, sliding_window_cache = 1, a `sliding_window` section
+    in genai_config.json; og then gives those layers bounded caches, 20 rows at this length) and
+    every layer's attention softcap 30: greedy generation to 60 tokens, through several reclaims
+    of the bounded caches, and from a prompt longer than the cache: ORT's tokens and logits."""
+    model = _generate_model(tmp_path / "window", 0, extra=",window=4,softcap=30")
+    prompt = ",".join(str(17 + 13 * i % 900) for i in range(prompt_len))
+    cpu = _og(model, "cpu", plugin_path, prompt=prompt, max_length=60)
+    rc = _og(model, "rcpu", plugin_path, "api", prompt=prompt, max_length=60)
+    _assert_same_generation(cpu, rc, prompt, 60)
     _assert_rcpu_ran(rc)

@@ -4,7 +4,7 @@
 //!
 //! Arbitrary heads, head sizes, batch / sequence / past lengths, total_sequence_length,
 //! seqlens_k, position ids and cos/sin cache shapes go through the node's pure checks
-//! (`gqa_plan::plan`, `rotary_embedding::shape_of`); accepted calls whose buffers are small run
+//! (`gqa_plan::plan` and `plan_windowed`, `rotary_embedding::shape_of`); accepted calls whose buffers are small run
 //! the kernels. Nothing may panic; an accepted GQA call's present buffer never exceeds past +
 //! new rows (bounded allocation); inconsistent parameters end in `Err`.
 
@@ -12,7 +12,8 @@
 
 use rcpu::ep::nodes::rotary_embedding::{shape_of, RotaryAttrs};
 use rcpu::kernels::attention::gqa::{gqa_f32, GqaInputs, GqaOutputs, GqaRotary, GqaShape};
-use rcpu::kernels::attention::gqa_plan::{plan, GqaDims};
+use rcpu::kernels::attention::gqa_plan::{plan, plan_windowed, GqaDims};
+use rcpu::kernels::attention::gqa_window::gqa_f32_windowed;
 use rcpu::kernels::attention::rotary::{rotary_f32, Positions, RotaryInputs};
 use rcpu::runtime::par::Serial;
 
@@ -110,7 +111,13 @@ pub(crate) fn gqa_case(d: &mut impl Draw) -> bool {
         total: &totals,
         rotary: rotary.then_some((&cos[..], &sin[..])),
     };
-    let Ok(pl) = plan(nh, nkv, &dims) else {
+    // A windowed cache (sliding_window_cache = 1) a third of the time.
+    let window = (d.below(3) == 0).then(|| 1 + d.below(6) as usize);
+    let pl = match window {
+        Some(w) => plan_windowed(nh, nkv, w, &dims),
+        None => plan(nh, nkv, &dims),
+    };
+    let Ok(pl) = pl else {
         return false;
     };
     // Bounded allocation: present never outgrows what the inputs hold.
@@ -155,14 +162,20 @@ pub(crate) fn gqa_case(d: &mut impl Draw) -> bool {
         present_len: pl.present_len,
         first_prompt: pl.first_prompt,
         scale: 0.125,
-        window: (r() % 6) as usize,
+        window: window.unwrap_or((r() % 6) as usize),
         softcap: [0.0, 0.5, 30.0][(r() % 3) as usize],
     };
     let interleaved = r() % 2 == 0;
+    // A windowed call's present is sometimes the past buffer itself.
+    let shared = window.is_some() && r() % 2 == 0 && pk.as_ref().is_some_and(|p| p.len() == plen);
+    if let (true, Some(a), Some(b)) = (shared, &pk, &pv) {
+        prk.clone_from(a);
+        prv.clone_from(b);
+    }
     let inputs = GqaInputs {
         q: &qv,
         kv: (!packed).then_some((&kv[..], &vv[..])),
-        past: pk.as_deref().zip(pv.as_deref()),
+        past: pk.as_deref().zip(pv.as_deref()).filter(|_| !shared),
         seqlens_k: &seqlens,
         rotary: pl.rot.map(|rot| GqaRotary {
             cos: &cs,
@@ -170,14 +183,18 @@ pub(crate) fn gqa_case(d: &mut impl Draw) -> bool {
             rot,
             interleaved,
         }),
+        rope_at: None,
     };
     let outs = GqaOutputs {
         out: &mut out,
         present_k: &mut prk,
         present_v: &mut prv,
-        shared: false,
+        shared,
     };
-    let _ = gqa_f32(&sh, &inputs, outs, &Serial);
+    let _ = match window {
+        Some(_) => gqa_f32_windowed(None, &sh, &inputs, outs, &Serial),
+        None => gqa_f32(&sh, &inputs, outs, &Serial),
+    };
     true
 }
 

@@ -185,6 +185,8 @@ impl Decoder {
             seqlens_k: "seqlens_k",
             total_len: "total_sequence_length",
             rotary: ["cos_cache", "sin_cache"],
+            window: 0,
+            softcap: 0.0,
         };
         bytes += self.layer(&mut g, &io, seed);
         g.node(
@@ -274,6 +276,18 @@ impl Decoder {
         let (attn, up, act) = (name("attn_out"), name("up_proj"), name("gate_act"));
         let (gate, sig, gu) = (name("gate_proj"), name("gate_sig"), name("gate_up"));
         let (h2, res) = (name("h2"), name("residual"));
+        let mut attrs = vec![
+            ("num_heads", Attr::Int(self.heads as i64)),
+            ("kv_num_heads", Attr::Int(self.kv as i64)),
+            ("do_rotary", Attr::Int(1)),
+        ];
+        if io.window > 0 {
+            attrs.push(("local_window_size", Attr::Int(io.window as i64)));
+            attrs.push(("sliding_window_cache", Attr::Int(1)));
+        }
+        if io.softcap > 0.0 {
+            attrs.push(("softcap", Attr::Float(io.softcap)));
+        }
         g.node(
             "GroupQueryAttention",
             "com.microsoft",
@@ -290,11 +304,7 @@ impl Decoder {
                 io.rotary[1],
             ],
             &[&attn, io.present[0], io.present[1]],
-            &[
-                ("num_heads", Attr::Int(self.heads as i64)),
-                ("kv_num_heads", Attr::Int(self.kv as i64)),
-                ("do_rotary", Attr::Int(1)),
-            ],
+            &attrs,
         );
         bytes += proj(g, 3, "o_proj", &attn, q_n, d, false);
         g.node(
@@ -382,6 +392,11 @@ pub struct LayerIo<'a> {
     pub total_len: &'a str,
     /// cos and sin caches.
     pub rotary: [&'a str; 2],
+    /// A sliding-window layer's window (`local_window_size`, with `sliding_window_cache = 1`;
+    /// 0: a full-attention layer).
+    pub window: usize,
+    /// The attention's `softcap` (0: none).
+    pub softcap: f32,
 }
 
 /// Rotary caches `{prefix}cos_cache`, `{prefix}sin_cache` [positions, head/2]: cos/sin of

@@ -1,5 +1,6 @@
 //! `llm:preset=qwen2-0.5b|llama-3.2-1b|qwen3-0.6b[,layers=N][,vocab=V][,tied=0|1][,acc=4|0|1][,block=32]
-//! [,seed=S][,ctx=C][,emb=q4|f32|f16][,hidden=..,heads=..,kv=..,head=..,inter=..,qkv_bias=0|1]`:
+//! [,seed=S][,ctx=C][,emb=q4|f32|f16][,hidden=..,heads=..,kv=..,head=..,inter=..,qkv_bias=0|1]
+//! [,window=W][,softcap=X]`:
 //! a whole decoder-only LLM laid out as onnxruntime-genai's model builder lays out
 //! `-p int4 -e cpu`, with seeded weights (no download):
 //!
@@ -26,6 +27,11 @@
 //! k_blocks], are shared as they are. No f32 table is stored. `emb=f32|f16` with `tied=1`
 //! stores the lm_head's weights dequantized as a Gather table instead (the old layout; f16 adds a
 //! Cast). Untied: a separate seeded f32/f16 table (`emb=q4` needs `tied=1`).
+//! `window=W` makes every other layer (0, 2, ...) a sliding-window layer as the genai builder
+//! writes one for CPU (Gemma 2 / gpt-oss alternate them): GroupQueryAttention with
+//! `local_window_size = W` and `sliding_window_cache = 1` (a windowed KV cache), and a
+//! `sliding_window` section in genai_config.json naming those layers. `softcap=X` gives every
+//! layer's attention `softcap = X` (Gemma 2 writes 50).
 //! The rotary base is 10000 for both presets (random weights; the angle table's values do not
 //! change what is computed). `ctx` (default 4096) is the rotary caches' length and the
 //! genai_config's context_length.
@@ -50,6 +56,10 @@ pub struct Llm {
     /// How the embedding is stored (see the module doc).
     pub emb: Emb,
     pub seed: u64,
+    /// Sliding window of the even layers (0: none; see the module doc).
+    pub window: usize,
+    /// Every layer's attention softcap (0: none).
+    pub softcap: usize,
 }
 
 /// The embedding's layout.
@@ -119,6 +129,8 @@ fn preset(name: &str) -> Option<Llm> {
         ctx: 4096,
         emb: Emb::Q4,
         seed: 1,
+        window: 0,
+        softcap: 0,
     })
 }
 
@@ -162,6 +174,8 @@ impl Llm {
                 "tied" => l.tied = v != 0,
                 "ctx" => l.ctx = v,
                 "seed" => l.seed = v as u64,
+                "window" => l.window = v,
+                "softcap" => l.softcap = v,
                 _ => return Err(bad(format!("unknown key '{key}' for llm"))),
             }
         }
@@ -226,7 +240,8 @@ impl Llm {
         let d = &self.layer;
         format!(
             "llm:gen={GENERATOR_VERSION},preset={},layers={},vocab={},tied={},acc={},block={},\
-             seed={},ctx={},emb={},hidden={},heads={},kv={},head={},inter={},qkv_bias={}",
+             seed={},ctx={},emb={},hidden={},heads={},kv={},head={},inter={},qkv_bias={}\
+             {}",
             self.preset,
             self.layers,
             self.vocab,
@@ -241,14 +256,32 @@ impl Llm {
             d.kv,
             d.head,
             d.inter,
-            d.qkv_bias as u8
+            d.qkv_bias as u8,
+            self.attn_label(",")
         )
+    }
+
+    /// `{sep}window=W{sep}softcap=X` for the attention options that are set (empty without).
+    fn attn_label(&self, sep: &str) -> String {
+        let mut s = String::new();
+        if self.window > 0 {
+            s += &format!("{sep}window={}", self.window);
+        }
+        if self.softcap > 0 {
+            s += &format!("{sep}softcap={}", self.softcap);
+        }
+        s
+    }
+
+    /// Whether layer `i` is a sliding-window layer (`window=W`: the even ones).
+    pub fn is_local(&self, i: usize) -> bool {
+        self.window > 0 && i.is_multiple_of(2)
     }
 
     pub fn label(&self) -> String {
         let d = &self.layer;
         format!(
-            "llm {} layers={} hidden={} heads={}/{} inter={} vocab={} {} emb={} b{} acc{}",
+            "llm {} layers={} hidden={} heads={}/{} inter={} vocab={} {} emb={} b{} acc{}{}",
             self.preset,
             self.layers,
             d.hidden,
@@ -259,7 +292,8 @@ impl Llm {
             if self.tied { "tied" } else { "untied" },
             self.emb.name(),
             d.block,
-            d.acc
+            d.acc,
+            self.attn_label(" ")
         )
     }
 
@@ -333,6 +367,8 @@ impl Llm {
                 seqlens_k: "seqlens_k",
                 total_len: "total_seq_len",
                 rotary: ["cos_cache", "sin_cache"],
+                window: if self.is_local(i) { self.window } else { 0 },
+                softcap: self.softcap as f32,
             };
             let layer_seed = seed.wrapping_mul(7919).wrapping_add(i as u64 * 104_729);
             bytes += d.layer(&mut g, &io, layer_seed);
@@ -477,7 +513,7 @@ impl Llm {
             _ => (151643, 151645, 151643, "qwen2"),
         };
         let clamp = |t: usize| t.min(self.vocab - 1);
-        serde_json::json!({
+        let mut cfg = serde_json::json!({
             "model": {
                 "bos_token_id": clamp(bos),
                 "context_length": self.ctx,
@@ -525,7 +561,20 @@ impl Llm {
                 "top_k": 1,
                 "top_p": 1.0
             }
-        })
+        });
+        if self.window > 0 {
+            // What the genai builder writes beside windowed caches (`sliding_window_cache = 1`):
+            // genai sizes those layers' buffers from the window.
+            let layers: Vec<usize> = (0..self.layers).filter(|&i| self.is_local(i)).collect();
+            cfg["model"]["decoder"]["sliding_window"] = serde_json::json!({
+                "window_size": self.window,
+                "slide_key_value_cache": false,
+                "slide_inputs": false,
+                "layers": layers,
+                "cache_slack": 0
+            });
+        }
+        cfg
     }
 }
 

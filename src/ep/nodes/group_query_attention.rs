@@ -7,8 +7,11 @@
 //! among them) and `softcap` > 0 (scaled scores `x` become `softcap * tanh(x / softcap)` inside
 //! the window, before the softmax), as ORT 1.31's CPU kernel does.
 //!
+//! `sliding_window_cache` = 1 with a window: the past / present buffers are a windowed cache of
+//! the latest positions, compacted as the window moves (`kernels::attention::gqa_window`).
+//!
 //! Stays on ORT: `local_window_size` 0 or below -1, a negative `softcap`, `smooth_softmax` = 1,
-//! `qk_output`, `causal` = 0, `sliding_window_cache`, KV quantization, and the inputs
+//! `qk_output`, `causal` = 0, `sliding_window_cache` without a window, KV quantization, the inputs
 //! `position_ids`, `attention_bias`, `head_sink`, `k_scale`/`v_scale`,
 //! `q_norm_weight`/`k_norm_weight`.
 
@@ -21,7 +24,8 @@ use crate::abi::status::{Error, Result};
 use crate::abi::tensor::{ElemType, Tensor};
 use crate::ep::op::{types, Decline, KernelEnv, OpDef, OpKernel};
 use crate::kernels::attention::gqa::{gqa_f32, GqaInputs, GqaOutputs, GqaRotary, GqaShape};
-use crate::kernels::attention::gqa_plan::{plan, GqaDims};
+use crate::kernels::attention::gqa_plan::{plan, plan_windowed, GqaDims};
+use crate::kernels::attention::gqa_window::gqa_f32_windowed;
 use crate::runtime::par::take_lanes_used;
 use crate::telemetry::ledger;
 
@@ -39,6 +43,8 @@ struct Gqa {
     window: usize,
     /// `softcap` (0: none).
     softcap: f32,
+    /// `sliding_window_cache` = 1: the past / present buffers are a windowed cache.
+    windowed: bool,
     rotary: Option<bool>,
     env: Arc<KernelEnv>,
 }
@@ -78,7 +84,12 @@ impl OpKernel for Gqa {
             total: total.data::<i32>()?,
             rotary: caches.as_ref().map(|(c, s)| (c.shape(), s.shape())),
         };
-        let pl = plan(nh, nkv, &dims).map_err(bad)?;
+        let pl = if self.windowed {
+            plan_windowed(nh, nkv, self.window, &dims)
+        } else {
+            plan(nh, nkv, &dims)
+        }
+        .map_err(bad)?;
         let (batch, seq, head, past_len, present_len) =
             (pl.batch, pl.seq, pl.head, pl.past_len, pl.present_len);
         let first_prompt = pl.first_prompt;
@@ -140,6 +151,7 @@ impl OpKernel for Gqa {
             past,
             seqlens_k: seqlens.data()?,
             rotary,
+            rope_at: None,
         };
         let outs = GqaOutputs {
             out,
@@ -147,7 +159,13 @@ impl OpKernel for Gqa {
             present_v: pv_out.into_data()?,
             shared: k_shared,
         };
-        let variant = gqa_f32(&sh, &inputs, outs, &*self.env.par).map_err(bad)?;
+        let par = &*self.env.par;
+        let variant = if self.windowed {
+            gqa_f32_windowed(None, &sh, &inputs, outs, par)
+        } else {
+            gqa_f32(&sh, &inputs, outs, par)
+        }
+        .map_err(bad)?;
         ledger::record(OP, variant, take_lanes_used());
         Ok(())
     }
@@ -209,7 +227,13 @@ fn claim(node: &Node<'_>) -> std::result::Result<(), Decline> {
             "local_window_size {window} is not implemented (-1 or 1..=2^31-1)"
         ));
     }
-    let defaults = [("qk_output", 0), ("causal", 1), ("sliding_window_cache", 0)];
+    match node.attr_i64("sliding_window_cache").unwrap_or(0) {
+        0 => {}
+        1 if window > 0 => {}
+        1 => return Err("sliding_window_cache = 1 without local_window_size > 0".into()),
+        v => return Err(format!("sliding_window_cache {v} is not implemented")),
+    }
+    let defaults = [("qk_output", 0), ("causal", 1)];
     for (a, want) in defaults {
         if node.attr_i64(a).unwrap_or(want) != want {
             return Err(format!("{a} other than {want} is not implemented"));
@@ -281,6 +305,7 @@ fn create(info: &KernelInfo<'_>, env: &Arc<KernelEnv>) -> Result<Box<dyn OpKerne
         // The claim took -1 or 1..=i32::MAX, and a finite softcap >= 0.
         window: usize::try_from(info.attr_i64("local_window_size").unwrap_or(-1)).unwrap_or(0),
         softcap: info.attr_f32("softcap").unwrap_or(0.0),
+        windowed: info.attr_i64("sliding_window_cache").unwrap_or(0) == 1,
         rotary: (info.attr_i64("do_rotary").unwrap_or(0) == 1)
             .then(|| info.attr_i64("rotary_interleaved").unwrap_or(0) == 1),
         env: env.clone(),

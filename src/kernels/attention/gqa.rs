@@ -137,6 +137,10 @@ pub struct GqaInputs<'a> {
     pub past: Option<(&'a [f32], &'a [f32])>,
     pub seqlens_k: &'a [i32],
     pub rotary: Option<GqaRotary<'a>>,
+    /// The rotary position of each batch's first new token (`None`: its past length, 0 on a
+    /// first prompt). A windowed cache (`super::gqa_window`) keeps rows at cache-relative
+    /// places while the rotary step takes absolute positions.
+    pub rope_at: Option<&'a [usize]>,
 }
 
 /// Outputs of one call.
@@ -304,9 +308,14 @@ pub fn gqa_f32_prefill(
                 ));
             }
             let rows = r.cos.len() / (r.rot / 2);
+            if inp.rope_at.is_some_and(|r| r.len() != batch) {
+                return Err(format!("rotary positions for {batch} batches expected"));
+            }
             for (b, &(p, _)) in past.iter().enumerate() {
+                let base = inp.rope_at.map_or(p, |r| r[b]);
+                let base = i64::try_from(base).map_err(|_| format!("rotary position {base}"))?;
                 for s in 0..seq {
-                    position(Positions::Offset(p as i64), b, s, seq, rows)?;
+                    position(Positions::Offset(base), b, s, seq, rows)?;
                 }
             }
             Some((r, r.rot / 2))
@@ -364,7 +373,7 @@ pub fn gqa_f32_prefill(
                 for s in 0..seq {
                     let row = &mut d[(p + s) * head..(p + s + 1) * head];
                     if which == 0 {
-                        rope_at(new_row(0, b, s, n), p + s, row);
+                        rope_at(new_row(0, b, s, n), rows.rope_pos(b, p, s), row);
                     } else {
                         row.copy_from_slice(new_row(1, b, s, n));
                     }
@@ -446,7 +455,8 @@ pub fn gqa_f32_prefill(
                         let (b, s, n) = (u / (seq * kv_heads), (u / kv_heads) % seq, u % kv_heads);
                         let (p, total) = past[b];
                         for (gi, qg) in qr.chunks_exact_mut(head).enumerate() {
-                            rope_at(rows.q_row(b, s, n * group + gi), p + s, qg);
+                            let at = rows.rope_pos(b, p, s);
+                            rope_at(rows.q_row(b, s, n * group + gi), at, qg);
                         }
                         // As below (`GqaShape::key_range`).
                         let std::ops::Range {
@@ -475,7 +485,7 @@ pub fn gqa_f32_prefill(
                 let (b, s, h) = (u / (seq * heads), (u / heads) % seq, u % heads);
                 let n = h / group;
                 let (p, total) = past[b];
-                rope_at(rows.q_row(b, s, h), p + s, qr);
+                rope_at(rows.q_row(b, s, h), rows.rope_pos(b, p, s), qr);
                 // Causal, never past the batch's valid length (a right-padded row of a first
                 // prompt attends to the valid keys, as ORT does), from the window's first key on
                 // (`GqaShape::key_range`).
@@ -558,6 +568,11 @@ impl<'a> Rows<'a> {
     pub(super) fn q_row(&self, b: usize, s: usize, h: usize) -> &'a [f32] {
         let at = ((b * self.seq + s) * self.q_stride + h) * self.head;
         &self.inp.q[at..at + self.head]
+    }
+
+    /// The rotary position of token `s` of batch `b` with `p` past rows.
+    pub(super) fn rope_pos(&self, b: usize, p: usize, s: usize) -> usize {
+        self.inp.rope_at.map_or(p, |r| r[b]) + s
     }
 
     /// `x` rotated at position `p` into `out` (copied when the call has no rotary step).

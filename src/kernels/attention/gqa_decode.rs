@@ -164,7 +164,8 @@ impl Decode<'_, '_> {
                 {
                     let _ftz = FlushSubnormals::new();
                     for (j, q) in qr.chunks_exact_mut(head).enumerate() {
-                        self.rows.rope(self.rows.q_row(b, 0, n * group + j), p, q);
+                        let at = self.rows.rope_pos(b, p, 0);
+                        self.rows.rope(self.rows.q_row(b, 0, n * group + j), at, q);
                     }
                     self.score_past(qr, &k_old[st * head..lim * head], scores, max_len);
                     // Each head's softmax into one row of scratch (the same lines for every
@@ -319,7 +320,7 @@ impl Decode<'_, '_> {
         let row = &mut d[p * head..(p + 1) * head];
         let new = self.rows.new_row(which, b, 0, n);
         if which == 0 {
-            self.rows.rope(new, p, row);
+            self.rows.rope(new, self.rows.rope_pos(b, p, 0), row);
         } else {
             row.copy_from_slice(new);
         }

@@ -37,6 +37,73 @@ fn bsd(s: &[usize], what: &str) -> Result<(usize, usize, usize), String> {
 
 /// Checks one call of a node with `heads` query and `kv_heads` KV heads.
 pub fn plan(heads: usize, kv_heads: usize, d: &GqaDims<'_>) -> Result<GqaPlan, String> {
+    let (batch, seq, head, past_len) = shapes(heads, kv_heads, d)?;
+    let total_len = total(d.total)?;
+    check_lengths(batch, seq, past_len, total_len)?;
+    Ok(GqaPlan {
+        batch,
+        seq,
+        head,
+        past_len,
+        total_len,
+        // Bounded by the inputs: total <= past + seq (checked above).
+        present_len: total_len.max(past_len),
+        first_prompt: seq == total_len,
+        rot: rotary(d.rotary, head, total_len)?,
+    })
+}
+
+/// Checks one call of a node with a windowed KV cache (`sliding_window_cache = 1`) of window
+/// `window`, as ORT does (`super::gqa_window`): the past buffers are the cache (required, at
+/// least `window` rows; present has their rows), new tokens required, `total_sequence_length`
+/// positive and no longer tied to the buffers (`seqlens_k` is checked per batch when the step is
+/// planned); several tokens after a past context still need batch 1.
+pub fn plan_windowed(
+    heads: usize,
+    kv_heads: usize,
+    window: usize,
+    d: &GqaDims<'_>,
+) -> Result<GqaPlan, String> {
+    let (batch, seq, head, past_len) = shapes(heads, kv_heads, d)?;
+    if d.past.is_none() {
+        return Err("sliding_window_cache = 1 requires past_key and past_value".into());
+    }
+    if past_len < window {
+        return Err(format!(
+            "sliding_window_cache: the KV cache's {past_len} rows must be at least \
+             local_window_size ({window})"
+        ));
+    }
+    if seq == 0 {
+        return Err("sliding_window_cache = 1 needs new tokens (sequence_length 0)".into());
+    }
+    let total_len = total(d.total)?;
+    if total_len == 0 {
+        return Err("total_sequence_length must be positive, got 0".into());
+    }
+    if seq != total_len && seq > 1 && batch != 1 {
+        return Err(
+            "batch size must be 1 when sequence_length > 1 and a past context is given".into(),
+        );
+    }
+    Ok(GqaPlan {
+        batch,
+        seq,
+        head,
+        past_len,
+        total_len,
+        present_len: past_len,
+        first_prompt: seq == total_len,
+        rot: rotary(d.rotary, head, total_len)?,
+    })
+}
+
+/// The shapes' checks of [`plan`]: (batch, sequence, head size, past buffer rows).
+fn shapes(
+    heads: usize,
+    kv_heads: usize,
+    d: &GqaDims<'_>,
+) -> Result<(usize, usize, usize, usize), String> {
     if heads == 0 || kv_heads == 0 || !heads.is_multiple_of(kv_heads) {
         return Err(format!(
             "num_heads {heads} is not a positive multiple of kv_num_heads {kv_heads}"
@@ -80,16 +147,26 @@ pub fn plan(heads: usize, kv_heads: usize, d: &GqaDims<'_>) -> Result<GqaPlan, S
         }
         None => 0,
     };
-    let total_len = match d.total {
-        [t] if *t >= 0 => *t as usize,
-        t => {
-            return Err(format!(
-                "total_sequence_length must be one non-negative element, got {t:?}"
-            ))
-        }
-    };
-    check_lengths(batch, seq, past_len, total_len)?;
-    let rot = match d.rotary {
+    Ok((batch, seq, head, past_len))
+}
+
+/// `total_sequence_length`'s one element.
+fn total(t: &[i32]) -> Result<usize, String> {
+    match t {
+        [t] if *t >= 0 => Ok(*t as usize),
+        t => Err(format!(
+            "total_sequence_length must be one non-negative element, got {t:?}"
+        )),
+    }
+}
+
+/// The rotary dimension of cos / sin caches that fit head size `head` and `total_len`.
+fn rotary(
+    caches: Option<(&[usize], &[usize])>,
+    head: usize,
+    total_len: usize,
+) -> Result<Option<usize>, String> {
+    Ok(match caches {
         None => None,
         Some((cos, sin)) => {
             if cos.len() != 2
@@ -107,17 +184,6 @@ pub fn plan(heads: usize, kv_heads: usize, d: &GqaDims<'_>) -> Result<GqaPlan, S
             }
             Some(2 * cos[1])
         }
-    };
-    Ok(GqaPlan {
-        batch,
-        seq,
-        head,
-        past_len,
-        total_len,
-        // Bounded by the inputs: total <= past + seq (checked above).
-        present_len: total_len.max(past_len),
-        first_prompt: seq == total_len,
-        rot,
     })
 }
 

@@ -32,6 +32,7 @@
 pub mod gqa;
 mod gqa_decode;
 pub mod gqa_plan;
+pub mod gqa_window;
 pub mod rotary;
 #[cfg(target_arch = "x86_64")]
 mod rows_avx512;
