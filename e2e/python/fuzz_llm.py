@@ -2,6 +2,7 @@
 under random provider options, a prefill and three decode steps, rcpu against ORT's CPU EP.
 
 Each case draws, from one seeded generator, a layer shape (hidden size, query and kv heads, head size,
+sliding-window layers and an attention softcap or not,
 MLP size, quantization block, accuracy level, qkv bias, tied or untied embedding, vocabulary, one or two
 layers), a prompt length (1 to 150 tokens), the rcpu provider options (`fuse`, `threads`, `acc4_scales`,
 `weight_cache_mb`, `scratch_cache_mb`, each set or left at its default), the token ids, and how the KV
@@ -94,6 +95,11 @@ def draw_case(rng: random.Random) -> Case:
         f"kv={kv},head={head},inter={rng.randint(8, 400)},block={block},ctx={CTX},tied={tied},"
         f"qkv_bias={rng.choice([0, 1])},seed={rng.randint(1, 10**6)}"
     )
+    # Sliding-window layers (every other one) over the ordinary cache, and an attention softcap.
+    if rng.random() < 0.3:
+        spec += f",window={rng.choice([1, 2, 7, 64, 500])},window_cache=0"
+    if rng.random() < 0.2:
+        spec += f",softcap={rng.choice([1, 30, 50])}"
     choices = {
         "fuse": ["on", "off"],
         "threads": ["1", "2", "3"],

@@ -186,6 +186,7 @@ impl Decoder {
             total_len: "total_sequence_length",
             rotary: ["cos_cache", "sin_cache"],
             window: 0,
+            window_cache: false,
             softcap: 0.0,
         };
         bytes += self.layer(&mut g, &io, seed);
@@ -283,7 +284,9 @@ impl Decoder {
         ];
         if io.window > 0 {
             attrs.push(("local_window_size", Attr::Int(io.window as i64)));
-            attrs.push(("sliding_window_cache", Attr::Int(1)));
+            if io.window_cache {
+                attrs.push(("sliding_window_cache", Attr::Int(1)));
+            }
         }
         if io.softcap > 0.0 {
             attrs.push(("softcap", Attr::Float(io.softcap)));
@@ -392,9 +395,10 @@ pub struct LayerIo<'a> {
     pub total_len: &'a str,
     /// cos and sin caches.
     pub rotary: [&'a str; 2],
-    /// A sliding-window layer's window (`local_window_size`, with `sliding_window_cache = 1`;
-    /// 0: a full-attention layer).
+    /// A sliding-window layer's window (`local_window_size`; 0: a full-attention layer).
     pub window: usize,
+    /// With `window`, the cache is windowed (`sliding_window_cache = 1`).
+    pub window_cache: bool,
     /// The attention's `softcap` (0: none).
     pub softcap: f32,
 }

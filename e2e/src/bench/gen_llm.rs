@@ -1,6 +1,6 @@
 //! `llm:preset=qwen2-0.5b|llama-3.2-1b|qwen3-0.6b[,layers=N][,vocab=V][,tied=0|1][,acc=4|0|1][,block=32]
 //! [,seed=S][,ctx=C][,emb=q4|f32|f16][,hidden=..,heads=..,kv=..,head=..,inter=..,qkv_bias=0|1]
-//! [,window=W][,softcap=X]`:
+//! [,window=W][,window_cache=0|1][,softcap=X]`:
 //! a whole decoder-only LLM laid out as onnxruntime-genai's model builder lays out
 //! `-p int4 -e cpu`, with seeded weights (no download):
 //!
@@ -30,7 +30,8 @@
 //! `window=W` makes every other layer (0, 2, ...) a sliding-window layer as the genai builder
 //! writes one for CPU (Gemma 2 / gpt-oss alternate them): GroupQueryAttention with
 //! `local_window_size = W` and `sliding_window_cache = 1` (a windowed KV cache), and a
-//! `sliding_window` section in genai_config.json naming those layers. `softcap=X` gives every
+//! `sliding_window` section in genai_config.json naming those layers (`window_cache=0`: the window
+//! over an ordinary cache instead, as older builders wrote it). `softcap=X` gives every
 //! layer's attention `softcap = X` (Gemma 2 writes 50).
 //! The rotary base is 10000 for both presets (random weights; the angle table's values do not
 //! change what is computed). `ctx` (default 4096) is the rotary caches' length and the
@@ -58,6 +59,8 @@ pub struct Llm {
     pub seed: u64,
     /// Sliding window of the even layers (0: none; see the module doc).
     pub window: usize,
+    /// The sliding-window layers' caches are windowed (`sliding_window_cache = 1`).
+    pub window_cache: bool,
     /// Every layer's attention softcap (0: none).
     pub softcap: usize,
 }
@@ -130,6 +133,7 @@ fn preset(name: &str) -> Option<Llm> {
         emb: Emb::Q4,
         seed: 1,
         window: 0,
+        window_cache: true,
         softcap: 0,
     })
 }
@@ -175,6 +179,7 @@ impl Llm {
                 "ctx" => l.ctx = v,
                 "seed" => l.seed = v as u64,
                 "window" => l.window = v,
+                "window_cache" => l.window_cache = v != 0,
                 "softcap" => l.softcap = v,
                 _ => return Err(bad(format!("unknown key '{key}' for llm"))),
             }
@@ -266,6 +271,9 @@ impl Llm {
         let mut s = String::new();
         if self.window > 0 {
             s += &format!("{sep}window={}", self.window);
+            if !self.window_cache {
+                s += &format!("{sep}window_cache=0");
+            }
         }
         if self.softcap > 0 {
             s += &format!("{sep}softcap={}", self.softcap);
@@ -368,6 +376,7 @@ impl Llm {
                 total_len: "total_seq_len",
                 rotary: ["cos_cache", "sin_cache"],
                 window: if self.is_local(i) { self.window } else { 0 },
+                window_cache: self.window_cache,
                 softcap: self.softcap as f32,
             };
             let layer_seed = seed.wrapping_mul(7919).wrapping_add(i as u64 * 104_729);
@@ -562,7 +571,7 @@ impl Llm {
                 "top_p": 1.0
             }
         });
-        if self.window > 0 {
+        if self.window > 0 && self.window_cache {
             // What the genai builder writes beside windowed caches (`sliding_window_cache = 1`):
             // genai sizes those layers' buffers from the window.
             let layers: Vec<usize> = (0..self.layers).filter(|&i| self.is_local(i)).collect();

@@ -159,7 +159,8 @@ impl Decode<'_, '_> {
                 let st = sh.window_start(len);
                 let (old, keys) = (lim - st, len - st);
                 let rows = unit_rows(sh, self.shared, b, n, p);
-                self.warm_pages(&rows, k, v);
+                let first = if self.shared { st * head } else { 0 };
+                self.warm_pages(&rows, first, k, v);
                 let (k_old, k_new) = self.present(0, b, n, p, rows.1.as_ref(), k);
                 {
                     let _ftz = FlushSubnormals::new();
@@ -272,10 +273,15 @@ impl Decode<'_, '_> {
     /// `v` its present chunks), all at once before it starts (`os::cache::prefetch_pages`), so
     /// their translations are looked up together rather than one page at a time as the scores
     /// and sums reach each page (see the module documentation for why the pages).
-    fn warm_pages(&self, rows: &(usize, Option<Range<usize>>), k: &[f32], v: &[f32]) {
+    ///
+    /// `first`: the first present float the unit touches. Present is written from its start
+    /// unless it is the past buffer, where the unit reads from its window's first row on (with
+    /// a `local_window_size` far shorter than the cache, most of its rows are never read).
+    fn warm_pages(&self, rows: &(usize, Option<Range<usize>>), first: usize, k: &[f32], v: &[f32]) {
         let (present, past) = rows;
         for d in [k, v] {
-            let r = &d[..(*present).min(d.len())];
+            let end = (*present).min(d.len());
+            let r = &d[first.min(end)..end];
             prefetch_pages(r.as_ptr() as usize, std::mem::size_of_val(r));
         }
         if let (Some(at), Some((pk, pv))) = (past, self.past_kv) {
