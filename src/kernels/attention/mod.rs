@@ -28,6 +28,11 @@
 //! (`gqa::Prefill::PerRow`, kept for tests and timing). The keys are transposed once per call,
 //! over the lanes, and the units are claimed latest positions first (they attend to the most
 //! keys).
+//!
+//! Sliding-window layers (`local_window_size`) attend to a query's latest `W` keys, a softcap
+//! caps the scaled scores; both live in the same paths (`gqa::GqaShape::key_range`). A windowed
+//! cache (`sliding_window_cache = 1`: buffers of `C >= W` rows holding the latest positions) is
+//! planned and compacted by `gqa_window`, which then runs the same attention over the cache rows.
 
 pub mod gqa;
 mod gqa_decode;
