@@ -2,8 +2,9 @@
 //! test: it prints, it asserts nothing). Default: Qwen2-0.5B decode (14 heads, 2 KV heads, head
 //! 64, rotary, batch 1, one token after `past` rows).
 //!
-//! `cargo run --release -p rcpu --example gqa_timing [past iters rounds qscale evict_mb]` (default
-//! 64 2000 5 1 0; qscale 200 makes the softmax underflow to subnormal probabilities)
+//! `cargo run --release -p rcpu --example gqa_timing [past iters rounds qscale evict_mb [heads kv
+//! head]]` (default 64 2000 5 1 0 14 2 64; qscale 200 makes the softmax underflow to subnormal
+//! probabilities; `16 8 128` is Qwen3-0.6B's shape)
 //!
 //! `evict_mb` > 0 measures the call the way a decoder sees it: before every (timed) call both
 //! lanes stream that many MB of other memory (untimed), as the token's weight stream does between
@@ -35,7 +36,11 @@ fn main() {
     let qscale = *args.get(3).unwrap_or(&1) as f32;
     let evict_mb = *args.get(4).unwrap_or(&0);
     let evict = vec![1u64; evict_mb * (1 << 20) / 8];
-    let (nh, nkv, head, rot) = (14usize, 2usize, 64usize, 64usize);
+    // Shape (default Qwen2-0.5B's; `... 16 8 128` for Qwen3-0.6B's).
+    let nh = *args.get(5).unwrap_or(&14);
+    let nkv = *args.get(6).unwrap_or(&2);
+    let head = *args.get(7).unwrap_or(&64);
+    let rot = head;
     let present = past + 1;
     let sh = GqaShape {
         batch: 1,

@@ -176,6 +176,21 @@ def test_gqa_bad_seqlens_names_node(make_sessions, seqlens, total, past):
     assert_error_names_node(e.value, "gqa0")
 
 
+def run_bound(sess, feeds, kval, vval):
+    """One run with past and present bound to the same buffers (`kval`, `vval`) through IO binding,
+    as genai runs it; returns the attention output."""
+    io = sess.io_binding()
+    for name, arr in feeds.items():
+        io.bind_cpu_input(name, arr)
+    io.bind_ortvalue_input("past_k", kval)
+    io.bind_ortvalue_input("past_v", vval)
+    io.bind_output("out")
+    io.bind_ortvalue_output("present_k", kval)
+    io.bind_ortvalue_output("present_v", vval)
+    sess.run_with_iobinding(io)
+    return io.copy_outputs_to_cpu()[0]
+
+
 def test_gqa_present_shares_past_buffer(make_sessions):
     """genai's layout: past_key/past_value and present_key/present_value bound to the same
     max-length buffers (IO binding); only the new rows are written, by ORT and by rcpu alike."""
@@ -196,16 +211,7 @@ def test_gqa_present_shares_past_buffer(make_sessions):
         for step, (s, total) in enumerate(((7, 7), (1, 8), (1, 9))):
             feeds = gqa_feeds(np.random.default_rng(100 + step), 1, s, nh, nkv, h, [total - 1], total,
                               max_pos=max_len)
-            io = sess.io_binding()
-            for name, arr in feeds.items():
-                io.bind_cpu_input(name, arr)
-            io.bind_ortvalue_input("past_k", kval)
-            io.bind_ortvalue_input("past_v", vval)
-            io.bind_output("out")
-            io.bind_ortvalue_output("present_k", kval)
-            io.bind_ortvalue_output("present_v", vval)
-            sess.run_with_iobinding(io)
-            outs.append(io.copy_outputs_to_cpu()[0])
+            outs.append(run_bound(sess, feeds, kval, vval))
         results.append((outs, kval.numpy().copy(), vval.numpy().copy()))
     (co, ck, cv), (ro, rk, rv) = results
     for i, (w, g) in enumerate(zip(co, ro)):
@@ -390,16 +396,7 @@ def test_gqa_windowed_cache_shared_buffer(make_sessions):
         for step, s in enumerate([7] + [1] * 12 + [3, 1, 3]):
             n += s
             feeds = gqa_feeds(np.random.default_rng(100 + step), 1, s, nh, nkv, h, [n - 1], n, max_pos=max_pos)
-            io = sess.io_binding()
-            for name, arr in feeds.items():
-                io.bind_cpu_input(name, arr)
-            io.bind_ortvalue_input("past_k", kval)
-            io.bind_ortvalue_input("past_v", vval)
-            io.bind_output("out")
-            io.bind_ortvalue_output("present_k", kval)
-            io.bind_ortvalue_output("present_v", vval)
-            sess.run_with_iobinding(io)
-            outs.append((io.copy_outputs_to_cpu()[0], kval.numpy().copy(), vval.numpy().copy()))
+            outs.append((run_bound(sess, feeds, kval, vval), kval.numpy().copy(), vval.numpy().copy()))
         results.append(outs)
     for i, ((co, ck, cv), (ro, rk, rv)) in enumerate(zip(*results)):
         assert rel_l2(ro, co) <= TOL, f"step {i}: out rel_l2 {rel_l2(ro, co):.3g}"

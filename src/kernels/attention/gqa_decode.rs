@@ -48,6 +48,16 @@ use super::Kernels;
 /// size 64, which stay in L1 while the group's heads score them.
 pub(super) const SCORE_BLOCK_ROWS: usize = 64;
 
+/// Head size from which a unit's first block of key rows (which comes from memory) is scored by
+/// row, two heads at a time, as the hinted blocks are (`Kernels::scores_cached`,
+/// `Kernels::scores_pair`), instead of by column (`Kernels::scores`): the same bits either way.
+/// A row of 128 floats is 8 cache lines the hardware prefetcher follows; by column a block's
+/// loads jump between 16 rows. `examples/gqa_timing 64 300 7 1 300 16 8 128` (Qwen3-0.6B's
+/// shape, the rows evicted before every call): by row 0.87-1.01x the time per call on two lanes
+/// (median ~0.92) and ~0.8x on one; at head 64 (Qwen2-0.5B's) no clear difference, and by
+/// column had measured better there inside the model (README "Stop 42").
+pub(super) const FIRST_BLOCK_BY_ROW_MIN_HEAD: usize = 128;
+
 /// One dispatch chunk's output rows and present key / value rows.
 type Part<'a> = (&'a mut [f32], &'a mut [f32], &'a mut [f32]);
 
@@ -238,7 +248,8 @@ impl Decode<'_, '_> {
             while j < group {
                 // Two heads at a time on the hinted blocks (`scores_pair`), one on the first
                 // block and for a group's last odd head; the hints go out per head either way.
-                let pair = r0 > 0 && j + 1 < group;
+                let by_row = r0 > 0 || head >= FIRST_BLOCK_BY_ROW_MIN_HEAD;
+                let pair = by_row && j + 1 < group;
                 for h in j..if pair { j + 2 } else { j + 1 } {
                     let (at, len) = share(next, h, group);
                     prefetch_l2(at, len);
@@ -256,10 +267,10 @@ impl Decode<'_, '_> {
                     );
                     j += 2;
                 } else {
-                    let scores_fn = if r0 == 0 {
-                        self.k.scores
-                    } else {
+                    let scores_fn = if by_row {
                         self.k.scores_cached
+                    } else {
+                        self.k.scores
                     };
                     scores_fn(q, keys, self.sh.scale, &mut out[r0..r1]);
                     j += 1;

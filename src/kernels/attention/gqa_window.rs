@@ -236,18 +236,7 @@ pub fn gqa_f32_windowed(
             }
         }
         let [(_, pk), (_, pv)] = caches;
-        let outs = GqaOutputs {
-            out,
-            present_k: pk,
-            present_v: pv,
-            shared: true,
-        };
-        let inner = GqaShape {
-            past_len: cap,
-            first_prompt: false,
-            ..*sh
-        };
-        return gqa_f32_prefill(isa, Prefill::Grouped, &inner, &rel, outs, par);
+        return attend(isa, sh, cap, &rel, out, pk, pv, par);
     };
     // Staged: every resident row and the new ones, then the kept tail written back.
     let sunit = scap
@@ -274,19 +263,7 @@ pub fn gqa_f32_windowed(
         }
     }
     let [sk, sv] = &mut staged;
-    let outs = GqaOutputs {
-        out,
-        present_k: sk,
-        present_v: sv,
-        shared: true,
-    };
-    let inner = GqaShape {
-        past_len: scap,
-        present_len: scap,
-        first_prompt: false,
-        ..*sh
-    };
-    let name = gqa_f32_prefill(isa, Prefill::Grouped, &inner, &rel, outs, par)?;
+    let name = attend(isa, sh, scap, &rel, out, sk, sv, par)?;
     for ((_, dst), st_all) in caches.into_iter().zip(&staged) {
         for (u, d) in dst.chunks_exact_mut(unit).enumerate() {
             let st = p.steps[batch_of(u)];
@@ -298,6 +275,34 @@ pub fn gqa_f32_windowed(
         }
     }
     Ok(name)
+}
+
+/// The call's attention over a cache of `rows` rows (`pk`, `pv`) that already holds its resident
+/// rows: the new rows appended after them, cache-relative lengths (`rel`).
+#[allow(clippy::too_many_arguments)]
+fn attend(
+    isa: Option<Isa>,
+    sh: &GqaShape,
+    rows: usize,
+    rel: &GqaInputs<'_>,
+    out: &mut [f32],
+    pk: &mut [f32],
+    pv: &mut [f32],
+    par: &dyn Par,
+) -> Result<&'static str, String> {
+    let inner = GqaShape {
+        past_len: rows,
+        present_len: rows,
+        first_prompt: false,
+        ..*sh
+    };
+    let outs = GqaOutputs {
+        out,
+        present_k: pk,
+        present_v: pv,
+        shared: true,
+    };
+    gqa_f32_prefill(isa, Prefill::Grouped, &inner, rel, outs, par)
 }
 
 #[cfg(test)]
