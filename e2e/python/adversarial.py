@@ -50,6 +50,7 @@ TOLS = {
     "Softmax": ("close", 1e-5, 1e-6),
     "Add": ("close", 1e-6, 0), "Sub": ("close", 1e-6, 0), "Mul": ("close", 1e-6, 0), "Div": ("close", 1e-6, 0),
     "Sigmoid": ("close", 1e-5, 1e-6), "Gelu": ("close", 1e-5, 1e-5), "FastGelu": ("close", 1e-5, 1e-5),
+    "Relu": ("close", 0.0, 0.0), "Tanh": ("close", 1e-6, 1e-7),
     "Cast": ("close", 0, 0),
     # The Reshape cases end in a Sigmoid (`gen_reshape`): its tolerance.
     "Reshape": ("close", 1e-5, 1e-6), "GatherBlockQuantized": ("close", 0, 0), "options": ("l2", 1e-4),
@@ -654,11 +655,13 @@ def gen_activation(rng):
     out = []
     for shape in ((2, 3), (0, 3), (), (1,), (4, 1025)):
         for op, dom, attrs in (("Sigmoid", "", {}), ("Gelu", "", {}), ("Gelu", "", {"approximate": "tanh"}),
-                               ("Gelu", "com.microsoft", {}), ("FastGelu", "com.microsoft", {})):
+                               ("Gelu", "com.microsoft", {}), ("FastGelu", "com.microsoft", {}), ("Relu", "", {}),
+                               ("Tanh", "", {})):
             opset = 20 if (op == "Gelu" and not dom) else 17
             mdl, f = node_model(op, [("X", rn(rng, *shape, scale=4.0), "feed")], attrs, domain=dom, opset=opset)
             out.append(Case(f"{op}{'/ms' if dom else ''}{attrs}/{shape}", "Gelu" if op == "Gelu" else op, mdl, f))
-    for op, dom, opset in (("Sigmoid", "", 17), ("Gelu", "", 20), ("Gelu", "com.microsoft", 17), ("FastGelu", "com.microsoft", 17)):
+    for op, dom, opset in (("Sigmoid", "", 17), ("Gelu", "", 20), ("Gelu", "com.microsoft", 17), ("FastGelu", "com.microsoft", 17),
+                           ("Relu", "", 14), ("Tanh", "", 13)):
         x = specials(rng, 3, 7)
         x[0, :3] = [88.0, -88.0, -104.0]
         mdl, f = node_model(op, [("X", x, "feed")], domain=dom, opset=opset)

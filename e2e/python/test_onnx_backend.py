@@ -29,7 +29,7 @@ from conftest import assert_on_cpu, assert_on_rcpu, cpu_session, rcpu_session
 
 RCPU_OPS = (
     "Add", "Sub", "Mul", "Div", "MatMul", "Gemm",
-    "LayerNormalization", "Softmax", "Sigmoid", "Gelu",
+    "LayerNormalization", "Softmax", "Sigmoid", "Gelu", "Relu", "Tanh",
     "QLinearMatMul",
 )
 # Quantized ops rcpu claims with 8-bit data and float32 scales (their cases are not all-float32).

@@ -275,6 +275,20 @@ def test_sigmoid(make_sessions, shape, opset):
 
 
 @pytest.mark.parametrize("shape", ACT_SHAPES, ids=str)
+@pytest.mark.parametrize("op,opset", [("Relu", 6), ("Relu", 14), ("Tanh", 6), ("Tanh", 13)])
+def test_relu_tanh(make_sessions, shape, op, opset):
+    """Relu (exact; -0 and NaN pass as in ORT) and Tanh (ORT's MLAS tanh and rcpu's are both
+    within ~3e-7 relative of the true value) on specials and a wide range."""
+    rng = np.random.default_rng(len(shape) * 5 + opset)
+    model = models.glue_op(op, [("X", list(shape))], opset=opset)
+    x = _x(rng, shape, specials=True, scale=6.0)
+    if x.size:
+        x.flat[0] = -0.0
+    tol = (0.0, 0.0) if op == "Relu" else (1e-6, 1e-7)
+    _parity(make_sessions, model, {"X": x}, tol)
+
+
+@pytest.mark.parametrize("shape", ACT_SHAPES, ids=str)
 @pytest.mark.parametrize("variant", ["onnx-none", "onnx-tanh", "onnx-default", "ms-gelu", "fastgelu", "fastgelu-bias"])
 def test_gelu(make_sessions, shape, variant):
     rng = np.random.default_rng(len(shape) * 3 + len(variant))

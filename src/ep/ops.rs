@@ -20,6 +20,8 @@ pub static OPS: &[OpDef] = &[
     skip_layer_norm::SKIP_LAYER_NORMALIZATION,
     softmax::SOFTMAX,
     activation::SIGMOID,
+    activation::RELU,
+    activation::TANH,
     activation::GELU,
     activation::MS_GELU,
     activation::FAST_GELU,

@@ -1,7 +1,8 @@
-//! Sigmoid, GELU (erf), GELU (tanh) and FastGELU-with-bias against f64 references over wide
-//! ranges and IEEE specials, odd lengths, every ISA this CPU has, serial and a 3-lane Par
-//! (bit-identical to serial). Tolerance: sigmoid rtol 1e-5 / atol 1e-6; GELU rtol 1e-5 / atol 1e-5
-//! (the f64 references are exact, so this bounds rcpu's error, not a diff to ORT).
+//! Sigmoid, GELU (erf), GELU (tanh), FastGELU-with-bias, Relu and Tanh against f64 references over
+//! wide ranges and IEEE specials, odd lengths, every ISA this CPU has, serial and a 3-lane Par
+//! (bit-identical to serial). Tolerance: sigmoid rtol 1e-5 / atol 1e-6; GELU rtol 1e-5 / atol 1e-5;
+//! Relu exact (and -0 and NaN kept, as ORT keeps them); Tanh rtol 1e-6 / atol 1e-30, relative
+//! near 0 too (the f64 references are exact, so this bounds rcpu's error, not a diff to ORT).
 
 use crate::glue_common;
 use glue_common::*;
@@ -38,20 +39,32 @@ fn reference(act: Activation, x: f32) -> f64 {
             let u = (2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x);
             0.5 * x * (1.0 + u.tanh())
         }
+        Activation::Relu => {
+            if x < 0.0 {
+                0.0
+            } else {
+                x
+            }
+        }
+        Activation::Tanh => x.tanh(),
     }
 }
 
 fn tol(act: Activation) -> (f64, f64) {
     match act {
         Activation::Sigmoid => (1e-5, 1e-6),
+        Activation::Relu => (0.0, 0.0),
+        Activation::Tanh => (1e-6, 1e-30),
         _ => (1e-5, 1e-5),
     }
 }
 
-const ACTS: [Activation; 3] = [
+const ACTS: [Activation; 5] = [
     Activation::Sigmoid,
     Activation::GeluErf,
     Activation::GeluTanh,
+    Activation::Relu,
+    Activation::Tanh,
 ];
 
 fn check(act: Activation, x: &[f32], bias: Option<&[f32]>, what: &str) {
@@ -176,5 +189,27 @@ fn sigmoid_is_within_a_few_ulp() {
             .fold(0.0f64, f64::max);
         eprintln!("{isa:?}: sigmoid max error {worst:.2} ulp");
         assert!(worst <= 4.0, "{isa:?}: sigmoid max error {worst:.2} ulp");
+    }
+}
+
+/// Relu keeps -0 and NaN (ORT: `x < 0 ? 0 : x`), on every variant; seen failing with `max(x, 0)`
+/// in the other operand order (NaN became 0).
+#[test]
+fn relu_keeps_negative_zero_and_nan() {
+    let x = [-0.0f32, f32::NAN, -1.0, 2.0];
+    for isa in ISAS {
+        let mut y = vec![7.0f32; 4];
+        match activation_f32_with(isa, Activation::Relu, &x, None, &mut y, &Serial) {
+            Ok(_) => {}
+            Err(e) if e.contains("not supported") => continue,
+            Err(e) => panic!("{e}"),
+        }
+        assert!(
+            y[0] == 0.0 && y[0].is_sign_negative(),
+            "{isa:?}: -0 -> {}",
+            y[0]
+        );
+        assert!(y[1].is_nan(), "{isa:?}: NaN -> {}", y[1]);
+        assert_eq!((y[2], y[3]), (0.0, 2.0), "{isa:?}");
     }
 }

@@ -1,6 +1,7 @@
 //! Elementwise activations over float32: Sigmoid (ONNX 6-13), Gelu (ONNX 20, approximate
 //! "none" | "tanh"), com.microsoft.Gelu (erf form) and com.microsoft.FastGelu (tanh form, optional
-//! 1-D bias added to X first, broadcast along the last dim).
+//! 1-D bias added to X first, broadcast along the last dim), Relu (ONNX 6-14; the builder's MLP
+//! activation for `relu` / `relu2` models) and Tanh (ONNX 6-13; Gemma 2's final logit softcap).
 
 use std::sync::Arc;
 
@@ -114,6 +115,14 @@ fn create_sigmoid(_info: &KernelInfo<'_>, env: &Arc<KernelEnv>) -> Result<Box<dy
     make(env, "Sigmoid", Activation::Sigmoid, false)
 }
 
+fn create_relu(_info: &KernelInfo<'_>, env: &Arc<KernelEnv>) -> Result<Box<dyn OpKernel>> {
+    make(env, "Relu", Activation::Relu, false)
+}
+
+fn create_tanh(_info: &KernelInfo<'_>, env: &Arc<KernelEnv>) -> Result<Box<dyn OpKernel>> {
+    make(env, "Tanh", Activation::Tanh, false)
+}
+
 fn create_gelu20(info: &KernelInfo<'_>, env: &Arc<KernelEnv>) -> Result<Box<dyn OpKernel>> {
     let act = match info.attr_string("approximate").as_deref() {
         None | Some("none") => Activation::GeluErf,
@@ -144,6 +153,28 @@ pub const SIGMOID: OpDef = OpDef {
     types: &[("T", types::F32)],
     claim: claim_plain,
     create: create_sigmoid,
+};
+
+/// Relu 6 (no `consumed_inputs`) through 14 (14 adds integer types; float32 is the same op).
+pub const RELU: OpDef = OpDef {
+    op: "Relu",
+    domain: "",
+    since: 6,
+    until: 14,
+    types: &[("T", types::F32)],
+    claim: claim_plain,
+    create: create_relu,
+};
+
+/// Tanh 6 (no `consumed_inputs`) through 13.
+pub const TANH: OpDef = OpDef {
+    op: "Tanh",
+    domain: "",
+    since: 6,
+    until: 13,
+    types: &[("T", types::F32)],
+    claim: claim_plain,
+    create: create_tanh,
 };
 
 pub const GELU: OpDef = OpDef {

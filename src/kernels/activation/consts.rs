@@ -20,6 +20,23 @@ pub(crate) const EXP_POLY: [f32; 7] = [
     0.008_374_17,
     0.001_384_401_1,
 ];
+/// Below this `|x|`, `tanh(x) = x * P(x^2)` with `P` the Taylor series of `tanh(x) / x` through
+/// `x^18` (coefficients from the Bernoulli numbers; the first term left out is under 1e-8 of the
+/// result at the bound); from it on `tanh(|x|) = (1 - e) / (1 + e)` with `e = exp(-2|x|)`, where
+/// `1 - e >= 0.71` loses nothing to cancellation.
+pub(crate) const TANH_SMALL_MAX: f32 = 0.625;
+pub(crate) const TANH_SMALL: [f32; 10] = [
+    1.0,
+    -0.333_333_34,
+    0.133_333_33,
+    -0.053_968_254,
+    0.021_869_488,
+    -0.008_863_236,
+    0.003_592_128,
+    -0.001_455_834_4,
+    0.000_590_027_4,
+    -0.000_239_129_1,
+];
 /// `erf(z) = z * P(z^2)` on `|z| < 1`.
 pub(crate) const ERF_SMALL: [f32; 7] = [
     std::f32::consts::FRAC_2_SQRT_PI,

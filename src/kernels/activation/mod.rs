@@ -1,11 +1,14 @@
-//! f32 activations: Sigmoid, GELU (erf form and tanh form) and FastGELU (tanh form with an
-//! optional bias added first), elementwise over a contiguous buffer.
+//! f32 activations: Sigmoid, GELU (erf form and tanh form), FastGELU (tanh form with an optional
+//! bias added first), Relu and Tanh, elementwise over a contiguous buffer.
 //!
 //! Math (all variants): `sigmoid(x) = 1 / (1 + e)` or `e / (1 + e)` with `e = exp(-|x|)` (no
 //! overflow); `gelu(x) = 0.5 * x * (1 + erf(x / sqrt 2))` with `1 + erf` computed from erfc for
 //! `x / sqrt 2 <= -1` (accurate where it is small); tanh-GELU as `x * sigmoid(2u)`, which equals
 //! `0.5 * x * (1 + tanh(u))` with `u = x * (alpha + alpha * gamma * x^2)` and is accurate on both
-//! tails. The scalar reference uses `f32::exp`; the SIMD variants rcpu's exp polynomial (~2 ulp).
+//! tails. Relu as ORT has it: `x < 0 ? 0 : x` (NaN and -0 pass through). Tanh from its Taylor
+//! series near 0 and `(1 - e) / (1 + e)`, `e = exp(-2|x|)`, beyond (`consts::TANH_SMALL_MAX`).
+//! The scalar reference uses `f32::exp` (`f32::tanh`); the SIMD variants rcpu's exp polynomial
+//! (~2 ulp).
 //!
 //! Outputs of at least [`PAR_MIN_ELEMS`] elements are split into chunks for `Par::chunks` (`Dispatch::Task`).
 
@@ -28,6 +31,9 @@ pub enum Activation {
     GeluErf,
     /// `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))` (approximate="tanh", FastGelu).
     GeluTanh,
+    /// `x < 0 ? 0 : x`.
+    Relu,
+    Tanh,
 }
 
 /// Outputs at least this large are split over lanes. Measured with `cargo run --release --example

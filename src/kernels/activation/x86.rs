@@ -7,6 +7,8 @@ use crate::kernels::simd::{isa_entry, Avx2, Avx512, Simd};
 const SIGMOID: u8 = 0;
 const GELU_ERF: u8 = 1;
 const GELU_TANH: u8 = 2;
+const RELU: u8 = 3;
+const TANH: u8 = 4;
 
 #[inline(always)]
 fn one<S: Simd, const A: u8>(s: S, v: S::V) -> S::V {
@@ -15,6 +17,18 @@ fn one<S: Simd, const A: u8>(s: S, v: S::V) -> S::V {
         GELU_ERF => {
             let z = s.mul(v, s.splat(std::f32::consts::FRAC_1_SQRT_2));
             s.mul(s.mul(s.splat(0.5), v), s.one_plus_erf(z))
+        }
+        // `maxps` returns its second operand for a NaN and for two zeros: NaN and -0 pass.
+        RELU => s.max(s.splat(0.0), v),
+        TANH => {
+            let (zero, one) = (s.splat(0.0), s.splat(1.0));
+            let a = s.abs(v);
+            let small = s.mul(v, s.horner(s.mul(v, v), &TANH_SMALL));
+            let e = s.exp_neg(s.mul(a, s.splat(-2.0)));
+            let t = s.div(s.sub(one, e), s.add(one, e));
+            let large = s.select_lt(v, zero, s.sub(zero, t), t);
+            // NaN: not below the bound, and `t` is NaN.
+            s.select_lt(a, s.splat(TANH_SMALL_MAX), small, large)
         }
         _ => {
             let x2 = s.mul(v, v);
@@ -59,6 +73,8 @@ fn apply_generic<S: Simd>(s: S, act: Activation, x: &[f32], b: Option<&[f32]>, o
         Activation::Sigmoid => run::<S, SIGMOID>(s, x, b, out),
         Activation::GeluErf => run::<S, GELU_ERF>(s, x, b, out),
         Activation::GeluTanh => run::<S, GELU_TANH>(s, x, b, out),
+        Activation::Relu => run::<S, RELU>(s, x, b, out),
+        Activation::Tanh => run::<S, TANH>(s, x, b, out),
     }
 }
 
