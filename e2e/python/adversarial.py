@@ -50,7 +50,7 @@ TOLS = {
     "Softmax": ("close", 1e-5, 1e-6),
     "Add": ("close", 1e-6, 0), "Sub": ("close", 1e-6, 0), "Mul": ("close", 1e-6, 0), "Div": ("close", 1e-6, 0),
     "Sigmoid": ("close", 1e-5, 1e-6), "Gelu": ("close", 1e-5, 1e-5), "FastGelu": ("close", 1e-5, 1e-5),
-    "Relu": ("close", 0.0, 0.0), "Tanh": ("close", 1e-6, 1e-7),
+    "Relu": ("close", 0.0, 0.0), "Tanh": ("close", 1e-6, 1e-7), "Pow": ("close", 0.0, 0.0),
     "Cast": ("close", 0, 0),
     # The Reshape cases end in a Sigmoid (`gen_reshape`): its tolerance.
     "Reshape": ("close", 1e-5, 1e-6), "GatherBlockQuantized": ("close", 0, 0), "options": ("l2", 1e-4),
@@ -666,6 +666,12 @@ def gen_activation(rng):
         x[0, :3] = [88.0, -88.0, -104.0]
         mdl, f = node_model(op, [("X", x, "feed")], domain=dom, opset=opset)
         out.append(Case(f"{op}{'/ms' if dom else ''}/nonfinite", "Gelu" if op == "Gelu" else op, mdl, f))
+    for ename, e in (("i32[1]", np.array([2], np.int32)), ("f32", np.array(2.0, np.float32)),
+                     ("i64[1,1]", np.array([[2]], np.int64))):
+        for shape in ((2, 3), (0, 3), (), (4, 1025)):
+            x = specials(rng, 3, 7) if shape == (2, 3) else rn(rng, *shape, scale=4.0)
+            mdl, f = node_model("Pow", [("X", x, "feed"), ("E", e, "init")], opset=15)
+            out.append(Case(f"Pow/exp{ename}/{x.shape}", "Pow", mdl, f))
     mdl, f = node_model("Gelu", [("X", rn(rng, 2, 3), "feed")], {"approximate": "garbage"}, opset=20)
     out.append(Case("Gelu/approximate-garbage", "Gelu", mdl, f))
     for bshape in ((3,), (2,), (2, 3), (1,), ()):

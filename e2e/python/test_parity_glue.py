@@ -289,6 +289,25 @@ def test_relu_tanh(make_sessions, shape, op, opset):
 
 
 @pytest.mark.parametrize("shape", ACT_SHAPES, ids=str)
+@pytest.mark.parametrize("exp", [np.array([2], np.int32), np.array(2.0, np.float32), np.array(2, np.int64)], ids=str)
+@pytest.mark.parametrize("opset", [12, 13, 15])
+def test_pow_square(make_sessions, shape, exp, opset):
+    """Pow with a constant exponent of 2 (the model builder's `relu2` square): exactly ORT's x * x."""
+    rng = np.random.default_rng(len(shape) * 7 + opset)
+    model = models.glue_op("Pow", [("X", list(shape)), ("E", exp)], opset=opset)
+    _parity(make_sessions, model, {"X": _x(rng, shape, specials=True, scale=6.0)}, (0.0, 0.0))
+
+
+@pytest.mark.parametrize("exp", [np.array([3], np.int32), np.array(0.5, np.float32), np.array([2, 2], np.int64),
+                                 np.array([[2]], np.int32)], ids=str)
+def test_pow_other_exponents_stay_on_ort(make_sessions, exp):
+    """Another exponent, two of them, or one of higher rank than the base: ORT's."""
+    rng = np.random.default_rng(3)
+    model = models.glue_op("Pow", [("X", [2]), ("E", exp)], opset=15)
+    _stays_on_cpu(make_sessions, model, {"X": _x(rng, (2,))})
+
+
+@pytest.mark.parametrize("shape", ACT_SHAPES, ids=str)
 @pytest.mark.parametrize("variant", ["onnx-none", "onnx-tanh", "onnx-default", "ms-gelu", "fastgelu", "fastgelu-bias"])
 def test_gelu(make_sessions, shape, variant):
     rng = np.random.default_rng(len(shape) * 3 + len(variant))

@@ -22,6 +22,7 @@ pub static OPS: &[OpDef] = &[
     activation::SIGMOID,
     activation::RELU,
     activation::TANH,
+    activation::POW,
     activation::GELU,
     activation::MS_GELU,
     activation::FAST_GELU,

@@ -1,7 +1,7 @@
 //! Sigmoid, GELU (erf), GELU (tanh), FastGELU-with-bias, Relu and Tanh against f64 references over
 //! wide ranges and IEEE specials, odd lengths, every ISA this CPU has, serial and a 3-lane Par
 //! (bit-identical to serial). Tolerance: sigmoid rtol 1e-5 / atol 1e-6; GELU rtol 1e-5 / atol 1e-5;
-//! Relu exact (and -0 and NaN kept, as ORT keeps them); Tanh rtol 1e-6 / atol 1e-30, relative
+//! Relu and Square (Pow 2) exact (Relu keeps -0 and NaN, as ORT); Tanh rtol 1e-6 / atol 1e-30, relative
 //! near 0 too (the f64 references are exact, so this bounds rcpu's error, not a diff to ORT).
 
 use crate::glue_common;
@@ -47,6 +47,8 @@ fn reference(act: Activation, x: f32) -> f64 {
             }
         }
         Activation::Tanh => x.tanh(),
+        // The f64 square of an f32 is exact; one rounding to f32, as `x * x` in f32.
+        Activation::Square => ((x * x) as f32) as f64,
     }
 }
 
@@ -55,16 +57,18 @@ fn tol(act: Activation) -> (f64, f64) {
         Activation::Sigmoid => (1e-5, 1e-6),
         Activation::Relu => (0.0, 0.0),
         Activation::Tanh => (1e-6, 1e-30),
+        Activation::Square => (0.0, 0.0),
         _ => (1e-5, 1e-5),
     }
 }
 
-const ACTS: [Activation; 5] = [
+const ACTS: [Activation; 6] = [
     Activation::Sigmoid,
     Activation::GeluErf,
     Activation::GeluTanh,
     Activation::Relu,
     Activation::Tanh,
+    Activation::Square,
 ];
 
 fn check(act: Activation, x: &[f32], bias: Option<&[f32]>, what: &str) {

@@ -1,7 +1,9 @@
 //! Elementwise activations over float32: Sigmoid (ONNX 6-13), Gelu (ONNX 20, approximate
 //! "none" | "tanh"), com.microsoft.Gelu (erf form) and com.microsoft.FastGelu (tanh form, optional
 //! 1-D bias added to X first, broadcast along the last dim), Relu (ONNX 6-14; the builder's MLP
-//! activation for `relu` / `relu2` models) and Tanh (ONNX 6-13; Gemma 2's final logit softcap).
+//! activation for `relu` / `relu2` models), Tanh (ONNX 6-13; Gemma 2's final logit softcap) and
+//! Pow (ONNX 12-15) with a constant exponent of one element equal to 2 (the square of `relu2`):
+//! `x * x`, which is what `pow(x, 2)` rounds to.
 
 use std::sync::Arc;
 
@@ -9,13 +11,16 @@ use crate::abi::graph::Node;
 use crate::abi::kernel_context::KernelContext;
 use crate::abi::kernel_info::KernelInfo;
 use crate::abi::status::{Error, Result};
+use crate::abi::tensor::ElemType;
 use crate::ep::op::{types, Decline, KernelEnv, OpDef, OpKernel};
 use crate::kernels::activation::{activation_f32, Activation};
 use crate::runtime::par::take_lanes_used;
 use crate::telemetry::ledger;
 
-use super::claim::{input_type, only_attrs, require_elem, require_output_elem, F32};
+use super::claim::{input, input_type, only_attrs, require_elem, require_output_elem, F32, I64};
 use super::glue_common::known_rank_dims;
+
+const I32: ElemType = ElemType::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32;
 
 struct Act {
     op: &'static str,
@@ -65,6 +70,36 @@ fn claim_plain(node: &Node<'_>) -> std::result::Result<(), Decline> {
     only_attrs(node, &[])?;
     require_elem(node, 0, F32)?;
     require_output_elem(node, F32)
+}
+
+/// Pow 12-15: a float32 base, and an exponent that is a constant initializer of one element
+/// equal to 2 (float32, int32 or int64) whose rank does not exceed the base's (so the output has
+/// the base's shape).
+fn claim_pow(node: &Node<'_>) -> std::result::Result<(), Decline> {
+    only_attrs(node, &[])?;
+    require_elem(node, 0, F32)?;
+    require_output_elem(node, F32)?;
+    let e = input(node, 1)?.ok_or("the exponent is not wired")?;
+    let t = e
+        .constant_value()
+        .map_err(|e| e.msg)?
+        .ok_or("an exponent that is not a constant initializer is not implemented")?;
+    let two = match t.elem() {
+        F32 => t.data::<f32>().map_err(|e| e.msg)? == [2.0],
+        I32 => t.data::<i32>().map_err(|e| e.msg)? == [2],
+        I64 => t.data::<i64>().map_err(|e| e.msg)? == [2],
+        _ => false,
+    };
+    if !two {
+        return Err("only a constant exponent of one element equal to 2 is implemented".into());
+    }
+    if !t.shape().is_empty() {
+        let base = known_rank_dims(node, 0)?.ok_or("the base's rank is unknown")?;
+        if base.len() < t.shape().len() {
+            return Err("the exponent's rank exceeds the base's".into());
+        }
+    }
+    Ok(())
 }
 
 /// ONNX Gelu-20: the string attribute `approximate` is read at creation ("none" | "tanh"; ORT's
@@ -117,6 +152,10 @@ fn create_sigmoid(_info: &KernelInfo<'_>, env: &Arc<KernelEnv>) -> Result<Box<dy
 
 fn create_relu(_info: &KernelInfo<'_>, env: &Arc<KernelEnv>) -> Result<Box<dyn OpKernel>> {
     make(env, "Relu", Activation::Relu, false)
+}
+
+fn create_pow(_info: &KernelInfo<'_>, env: &Arc<KernelEnv>) -> Result<Box<dyn OpKernel>> {
+    make(env, "Pow", Activation::Square, false)
 }
 
 fn create_tanh(_info: &KernelInfo<'_>, env: &Arc<KernelEnv>) -> Result<Box<dyn OpKernel>> {
@@ -175,6 +214,17 @@ pub const TANH: OpDef = OpDef {
     types: &[("T", types::F32)],
     claim: claim_plain,
     create: create_tanh,
+};
+
+/// Pow 12 (the exponent's type apart from the base's) through 15.
+pub const POW: OpDef = OpDef {
+    op: "Pow",
+    domain: "",
+    since: 12,
+    until: 15,
+    types: &[("T", types::F32), ("T1", &[F32, I32, I64])],
+    claim: claim_pow,
+    create: create_pow,
 };
 
 pub const GELU: OpDef = OpDef {

@@ -34,6 +34,8 @@ pub enum Activation {
     /// `x < 0 ? 0 : x`.
     Relu,
     Tanh,
+    /// `x * x` (Pow with the exponent 2: what `pow(x, 2)` rounds to).
+    Square,
 }
 
 /// Outputs at least this large are split over lanes. Measured with `cargo run --release --example

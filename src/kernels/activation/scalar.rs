@@ -54,6 +54,7 @@ pub(super) fn apply(act: Activation, x: &[f32], b: Option<&[f32]>, out: &mut [f3
         Activation::GeluTanh => gelu_tanh,
         Activation::Relu => |x: f32| if x < 0.0 { 0.0 } else { x },
         Activation::Tanh => f32::tanh,
+        Activation::Square => |x: f32| x * x,
     };
     match b {
         None => out.iter_mut().zip(x).for_each(|(o, &v)| *o = f(v)),

@@ -9,6 +9,7 @@ const GELU_ERF: u8 = 1;
 const GELU_TANH: u8 = 2;
 const RELU: u8 = 3;
 const TANH: u8 = 4;
+const SQUARE: u8 = 5;
 
 #[inline(always)]
 fn one<S: Simd, const A: u8>(s: S, v: S::V) -> S::V {
@@ -18,6 +19,7 @@ fn one<S: Simd, const A: u8>(s: S, v: S::V) -> S::V {
             let z = s.mul(v, s.splat(std::f32::consts::FRAC_1_SQRT_2));
             s.mul(s.mul(s.splat(0.5), v), s.one_plus_erf(z))
         }
+        SQUARE => s.mul(v, v),
         // `maxps` returns its second operand for a NaN and for two zeros: NaN and -0 pass.
         RELU => s.max(s.splat(0.0), v),
         TANH => {
@@ -75,6 +77,7 @@ fn apply_generic<S: Simd>(s: S, act: Activation, x: &[f32], b: Option<&[f32]>, o
         Activation::GeluTanh => run::<S, GELU_TANH>(s, x, b, out),
         Activation::Relu => run::<S, RELU>(s, x, b, out),
         Activation::Tanh => run::<S, TANH>(s, x, b, out),
+        Activation::Square => run::<S, SQUARE>(s, x, b, out),
     }
 }
 
