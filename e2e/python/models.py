@@ -54,11 +54,11 @@ def gemm(a_shape, b_shape, c_shape=None, name: str = "gemm0", **attrs) -> onnx.M
 
 # Node names of the mixed model, by who should run them.
 MIXED_RCPU_NODES = {"mm0", "add0", "gemm0", "mul0"}
-MIXED_CPU_NODES = {"relu0", "softsign0"}
+MIXED_CPU_NODES = {"abs0", "softsign0"}
 
 
 def mixed(rng: np.random.Generator, m: int = 5, k: int = 12, n: int = 8, p: int = 6) -> onnx.ModelProto:
-    """MatMul -> Add -> Relu -> Gemm -> Softsign -> Mul: Relu and Softsign are not rcpu ops, so the
+    """MatMul -> Add -> Abs -> Gemm -> Softsign -> Mul: Abs and Softsign are not rcpu ops, so the
     partition alternates rcpu / CPU / rcpu / CPU / rcpu."""
     w1 = numpy_helper.from_array(rng.standard_normal((k, n)).astype(np.float32), "W1")
     b1 = numpy_helper.from_array(rng.standard_normal((n,)).astype(np.float32), "B1")
@@ -68,7 +68,7 @@ def mixed(rng: np.random.Generator, m: int = 5, k: int = 12, n: int = 8, p: int 
     nodes = [
         helper.make_node("MatMul", ["X", "W1"], ["t0"], name="mm0"),
         helper.make_node("Add", ["t0", "B1"], ["t1"], name="add0"),
-        helper.make_node("Relu", ["t1"], ["t2"], name="relu0"),
+        helper.make_node("Abs", ["t1"], ["t2"], name="abs0"),
         helper.make_node("Gemm", ["t2", "W2", "C2"], ["t3"], name="gemm0", transB=1, alpha=0.75),
         helper.make_node("Softsign", ["t3"], ["t4"], name="softsign0"),
         helper.make_node("Mul", ["t4", "S"], ["Y"], name="mul0"),

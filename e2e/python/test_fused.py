@@ -26,7 +26,7 @@ def rcpu_groups(sess) -> list[set[str]]:
 
 
 def two_partitions(rng: np.random.Generator, k: int = 16, n: int = 24) -> onnx.ModelProto:
-    """mm0 -> add0 -> relu0 (ORT) -> mul1 -> sig0, with add0's output also read by mul1 and
+    """mm0 -> add0 -> abs0 (ORT) -> mul1 -> sig0, with add0's output also read by mul1 and
     returned as a graph output: rcpu gets two fused partitions, {mm0, add0} and {mul1, sig0}.
     X's inner dim is symbolic so a bad feed reaches rcpu's MatMul."""
     w = numpy_helper.from_array(rng.standard_normal((k, n)).astype(np.float32), "W")
@@ -34,7 +34,7 @@ def two_partitions(rng: np.random.Generator, k: int = 16, n: int = 24) -> onnx.M
     nodes = [
         helper.make_node("MatMul", ["X", "W"], ["t0"], name="mm0"),
         helper.make_node("Add", ["t0", "B"], ["T1"], name="add0"),
-        helper.make_node("Relu", ["T1"], ["t2"], name="relu0"),
+        helper.make_node("Abs", ["T1"], ["t2"], name="abs0"),
         helper.make_node("Mul", ["t2", "T1"], ["t3"], name="mul1"),
         helper.make_node("Sigmoid", ["t3"], ["Y"], name="sig0"),
     ]
@@ -130,7 +130,7 @@ def test_ort_nodes_between_rcpu_nodes_give_several_partitions(make_sessions, rcp
     cpu, fused = make_sessions(m)
     per_node = rcpu_session(m, rcpu_devices, {"fuse": "off"})
     assert sorted(map(sorted, rcpu_groups(fused))) == [["add0", "mm0"], ["mul1", "sig0"]]
-    assert assignment(fused)["CPUExecutionProvider"] == {"relu0"}
+    assert assignment(fused)["CPUExecutionProvider"] == {"abs0"}
     for m_rows in (1, 5, 33):
         x = rng.standard_normal((m_rows, 16)).astype(np.float32)
         want, got, ref = cpu.run(None, {"X": x}), fused.run(None, {"X": x}), per_node.run(None, {"X": x})
