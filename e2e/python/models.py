@@ -264,7 +264,7 @@ def _nbits_node(rng, name, inp, out, k, n, block_size, acc, bias: bool):
 def decoder_layer(rng: np.random.Generator, accuracy_level: int = 4, block_size: int = 32,
                   hidden: int = QWEN2_HIDDEN, inter: int = QWEN2_INTER, kv_cache: bool = False,
                   rotary: bool = False, max_pos: int = 256, plain_norms: bool = False,
-                  qk_norm: bool = False) -> onnx.ModelProto:
+                  qk_norm: bool = False, relu2: bool = False, window_softcap: bool = False) -> onnx.ModelProto:
     """One Qwen2-style decoder layer: RMSNorm -> q/k/v MatMulNBits (with bias) -> GroupQueryAttention
     -> o_proj -> SkipSimplifiedLayerNorm (residual sum as output 3) -> gate/up MatMulNBits -> SiLU
     (Sigmoid * x) * up -> down MatMulNBits -> Add.
@@ -273,7 +273,9 @@ def decoder_layer(rng: np.random.Generator, accuracy_level: int = 4, block_size:
     builder makes it); rotary: do_rotary=1 with cos/sin cache initializers [max_pos, head / 2];
     plain_norms: LayerNormalization and SkipLayerNormalization with a beta each (the builder's norms for
     Phi-2 / GPT-2 / OLMo-style decoders) in place of the RMSNorms; qk_norm: per-head RMSNorms of the query
-    and key rows between Reshapes to [B, S * heads, head] and back (the builder's Qwen3 / Gemma3 form)."""
+    and key rows between Reshapes to [B, S * heads, head] and back (the builder's Qwen3 / Gemma3 form);
+    relu2: the MLP as the builder writes it for `relu2` models (Nemotron): up -> Relu -> Pow(2) -> down, no
+    gate; window_softcap: the attention with local_window_size 4 and softcap 30 (Gemma 2-style)."""
     h, d = QWEN2_HEAD_DIM, hidden
     q_n, kv_n = QWEN2_HEADS * h, QWEN2_KV_HEADS * h
     inits = [
@@ -318,6 +320,7 @@ def decoder_layer(rng: np.random.Generator, accuracy_level: int = 4, block_size:
         + (["cos_cache", "sin_cache"] if rotary else []),
         ["attn_out", "present_k", "present_v"], name="attn", domain="com.microsoft",
         num_heads=QWEN2_HEADS, kv_num_heads=QWEN2_KV_HEADS, **rope,
+        **(dict(local_window_size=4, softcap=30.0) if window_softcap else {}),
     ))
     node, ini = _nbits_node(rng, "o_proj", "attn_out", "o", q_n, d, block_size, accuracy_level, bias=False)
     nodes.append(node)
@@ -332,15 +335,22 @@ def decoder_layer(rng: np.random.Generator, accuracy_level: int = 4, block_size:
             "SkipSimplifiedLayerNormalization", ["o", "X", "ln2.w"], ["h2", "", "", "resid"],
             name="ln2", domain="com.microsoft", epsilon=1e-6,
         ))
-    for nm, out in (("gate_proj", "g"), ("up_proj", "u")):
+    for nm, out in (("up_proj", "u"),) if relu2 else (("gate_proj", "g"), ("up_proj", "u")):
         node, ini = _nbits_node(rng, nm, "h2", out, d, inter, block_size, accuracy_level, bias=False)
         nodes.append(node)
         inits += ini
-    nodes += [
-        helper.make_node("Sigmoid", ["g"], ["g_sig"], name="silu_sigmoid"),
-        helper.make_node("Mul", ["g", "g_sig"], ["g_act"], name="silu_mul"),
-        helper.make_node("Mul", ["g_act", "u"], ["gu"], name="gate_mul"),
-    ]
+    if relu2:
+        inits.append(numpy_helper.from_array(np.array([2], np.int32), "pow_two"))
+        nodes += [
+            helper.make_node("Relu", ["u"], ["u_relu"], name="mlp_relu"),
+            helper.make_node("Pow", ["u_relu", "pow_two"], ["gu"], name="mlp_square"),
+        ]
+    else:
+        nodes += [
+            helper.make_node("Sigmoid", ["g"], ["g_sig"], name="silu_sigmoid"),
+            helper.make_node("Mul", ["g", "g_sig"], ["g_act"], name="silu_mul"),
+            helper.make_node("Mul", ["g_act", "u"], ["gu"], name="gate_mul"),
+        ]
     node, ini = _nbits_node(rng, "down_proj", "gu", "down", inter, d, block_size, accuracy_level, bias=False)
     nodes.append(node)
     inits += ini

@@ -86,12 +86,14 @@ def test_qwen_is_one_partition_and_matches_per_node_path_and_ort(small_qwen, mak
 
 
 @pytest.mark.parametrize("acc", [0, 4])
-@pytest.mark.parametrize("form", ["plain_norms", "qk_norm"])
+@pytest.mark.parametrize("form", ["plain_norms", "qk_norm", "relu2", "window_softcap"])
 def test_builder_layer_forms_are_one_partition(make_sessions, rcpu_devices, stats, acc, form):
-    """Decoder layers in two more of the model builder's forms are one fused partition each, equal to the
+    """Decoder layers in more of the model builder's forms are one fused partition each, equal to the
     per-node path and within the decoder-layer tolerance of ORT (rel L2 1e-4 at accuracy_level 0, 2e-2
-    at 4): LayerNormalization and SkipLayerNormalization (Phi-2 / GPT-2 / OLMo-style norms), and per-head
-    query / key RMSNorms between Reshapes (Qwen3 / Gemma3-style). Inside the partition the four
+    at 4): LayerNormalization and SkipLayerNormalization (Phi-2 / GPT-2 / OLMo-style norms), per-head
+    query / key RMSNorms between Reshapes (Qwen3 / Gemma3-style), the `relu2` MLP (Relu, Pow 2:
+    Nemotron) and a sliding-window attention with a softcap (Gemma 2-style; a past of 6 rows is
+    longer than the window of 4). Inside the partition the four
     Reshapes hand their input's buffer on (ledger route `view`); node by node (`fuse=off`) a Reshape
     would be alone, so it stays on ORT."""
     rng = np.random.default_rng(21 + acc)
@@ -104,6 +106,8 @@ def test_builder_layer_forms_are_one_partition(make_sessions, rcpu_devices, stat
     assert {"ln1", "ln2"} <= groups[0]
     if form == "qk_norm":
         assert {"q_norm", "k_norm", "q_norm_reshape_1", "k_norm_reshape_2"} <= groups[0]
+    if form == "relu2":
+        assert {"mlp_relu", "mlp_square"} <= groups[0]
     assert "CPUExecutionProvider" not in assignment(fused), assignment(fused)
     for past, seq in [(6, 1), (0, 5)]:
         f = {"X": rng.standard_normal((1, seq, models.QWEN2_HIDDEN)).astype(np.float32),
