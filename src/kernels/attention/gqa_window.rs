@@ -183,6 +183,12 @@ pub fn gqa_f32_windowed(
     let units = sh.batch.checked_mul(sh.kv_heads);
     let unit = cap.checked_mul(head);
     let (units, unit) = units.zip(unit).ok_or("windowed cache sizes overflow")?;
+    if unit == 0 || sh.kv_heads == 0 {
+        return Err(format!(
+            "a windowed cache needs rows ({cap}), a head size ({head}) and kv heads ({})",
+            sh.kv_heads
+        ));
+    }
     let cache = units
         .checked_mul(unit)
         .ok_or("windowed cache sizes overflow")?;
