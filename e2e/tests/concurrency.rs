@@ -15,7 +15,7 @@ use rcpu_e2e::{ort_with_rcpu, rand_f32, Session, SessionSpec, Tensor};
 /// How long each stress phase runs (a bound, not an assertion).
 const PHASE: Duration = Duration::from_secs(2);
 
-/// Add -> Relu (ORT) -> MatMul -> Softmax (ORT) -> Gemm: a mixed partition.
+/// Add -> Abs (ORT) -> MatMul -> Softmax -> Gemm: a mixed partition.
 fn mixed_model() -> Vec<u8> {
     let mut g = GraphBuilder::new("mixed", 17);
     g.input("x", FLOAT, &[Dim::Sym("m"), Dim::Fixed(64)])
@@ -24,7 +24,7 @@ fn mixed_model() -> Vec<u8> {
         .initializer_f32("w2", &[96, 32], &rand_f32(96 * 32, 8))
         .initializer_f32("c", &[32], &rand_f32(32, 9))
         .node("Add", "", "add0", &["x", "b"], &["t0"], &[])
-        .node("Relu", "", "relu0", &["t0"], &["t1"], &[])
+        .node("Abs", "", "abs0", &["t0"], &["t1"], &[])
         .node("MatMul", "", "mm0", &["t1", "w"], &["t2"], &[])
         .node(
             "Softmax",
