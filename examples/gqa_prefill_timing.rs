@@ -51,6 +51,7 @@ fn main() {
                 scale: 1.0 / (head as f32).sqrt(),
                 window: 0,
                 softcap: 0.0,
+                smooth: false,
             };
             let val = |i: usize| ((i * 7919 % 1000) as f32) / 1000.0 - 0.5;
             let q: Vec<f32> = (0..seq * nh * head).map(val).collect();
@@ -78,6 +79,7 @@ fn main() {
                     interleaved: false,
                 }),
                 rope_at: None,
+                sinks: None,
             };
             let paths = [Prefill::PerRow, Prefill::Grouped];
             for (pname, par) in pars {

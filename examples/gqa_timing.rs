@@ -54,6 +54,7 @@ fn main() {
         scale: 1.0 / (head as f32).sqrt(),
         window: 0,
         softcap: 0.0,
+        smooth: false,
     };
     let val = |i: usize| ((i * 7919 % 1000) as f32) / 1000.0 - 0.5;
     let q: Vec<f32> = (0..nh * head).map(|i| qscale * val(i)).collect();
@@ -109,6 +110,7 @@ fn main() {
             seqlens_k: &seqlens,
             rotary,
             rope_at: None,
+            sinks: None,
         };
         let (ok, ov) = if shared {
             (&mut sk[..], &mut sv[..])

@@ -447,6 +447,11 @@ def gen_gqa(rng):
     out.append(windowed(gqa_case(rng, "windowed/rotary-far", extra=dict(local_window_size=4, sliding_window_cache=1),
                                  b=1, s=1, p=8, seqlens=[31], total=32, rotary=True, hd=16), 8, 4))
     out.append(gqa_case(rng, "smooth_softmax", extra=dict(smooth_softmax=1)))
+    for nm, sk in (("ok", rn(rng, 4)), ("short", rn(rng, 3)), ("2d", rn(rng, 1, 4)), ("nan", np.full(4, np.nan, np.float32)),
+                   ("inf", np.array([np.inf, -np.inf, 0, 1e30], np.float32)), ("huge", np.full(4, 1e30, np.float32))):
+        out.append(gqa_case(rng, f"head_sink/{nm}", extra=dict(sink=True), s=1, feeds_over={"head_sink": sk}))
+        out.append(gqa_case(rng, f"head_sink/{nm}/prompt", extra=dict(sink=True, local_window_size=2), s=5, p=0,
+                            past=False, feeds_over={"head_sink": sk}))
     out.append(gqa_case(rng, "qk_output", extra=dict(qk_output=1)))
     out.append(gqa_case(rng, "rotary/pos>cache", rotary=True, max_pos=4, p=4, s=3))
     out.append(gqa_case(rng, "rotary/cos-narrow", rotary=True, cos=rn(rng, 32, 3), sin=rn(rng, 32, 3)))

@@ -475,15 +475,17 @@ def rope_caches(max_pos: int, half: int, theta: float = 10000.0):
 
 def gqa(num_heads: int, kv_heads: int, head: int, packed: bool = False, past: bool = True,
         rotary: bool = False, interleaved: int = 0, max_pos: int = 0, scale: float | None = None,
-        name: str = "gqa0", **extra) -> onnx.ModelProto:
+        name: str = "gqa0", sink: bool = False, **extra) -> onnx.ModelProto:
     """One com.microsoft.GroupQueryAttention node; inputs named q (k, v), past_k, past_v, seqlens_k,
-    total_seq_len (cos, sin); outputs out, present_k, present_v."""
+    total_seq_len (cos, sin) (head_sink [num_heads] with `sink`); outputs out, present_k, present_v."""
     ins = ["q", "" if packed else "k", "" if packed else "v", "past_k" if past else "", "past_v" if past else "",
            "seqlens_k", "total_seq_len"]
     attrs = dict(num_heads=num_heads, kv_num_heads=kv_heads, **extra)
     if rotary:
         ins += ["cos", "sin"]
         attrs.update(do_rotary=1, rotary_interleaved=interleaved)
+    if sink:
+        ins += ([] if rotary else ["", ""]) + ["", "", "head_sink"]
     if scale is not None:
         attrs["scale"] = scale
     node = helper.make_node("GroupQueryAttention", ins, ["out", "present_k", "present_v"], name=name,
@@ -498,5 +500,7 @@ def gqa(num_heads: int, kv_heads: int, head: int, packed: bool = False, past: bo
                helper.make_tensor_value_info("total_seq_len", TensorProto.INT32, [])]
     if rotary:
         inputs += [_vi("cos", [max_pos, head // 2]), _vi("sin", [max_pos, head // 2])]
+    if sink:
+        inputs.append(_vi("head_sink", ["N"]))
     outs = [_vi("out", None), _vi("present_k", None), _vi("present_v", None)]
     return _model([node], inputs, outs, ms_opset=1)

@@ -170,8 +170,7 @@ def test_gqa_scale_and_head_32(make_sessions):
 
 
 @pytest.mark.parametrize("extra", [dict(local_window_size=0), dict(local_window_size=-2), dict(softcap=-1.0),
-                                   dict(sliding_window_cache=2),
-                                   dict(smooth_softmax=1)])
+                                   dict(sliding_window_cache=2), dict(smooth_softmax=2)])
 def test_gqa_unsupported_attributes_stay_on_ort(make_sessions, extra):
     model = models.gqa(4, 2, 64, **extra)
     _, rc = make_sessions(model, {"threads": 2})
@@ -439,3 +438,53 @@ def test_gqa_windowed_cache_random_calls_agree_with_ort(make_sessions, rotary):
                                    f"cap={cap} b={b} s={s} total={total} seqlens={seqlens}")
             agreed += 1
         assert agreed >= 5, f"only {agreed} computed cases"
+
+
+@pytest.mark.parametrize("sink,smooth", [(True, 0), (False, 1), (True, 1)])
+@pytest.mark.parametrize("window", [-1, 3])
+def test_gqa_sinks_and_smooth_softmax(make_sessions, sink, smooth, window):
+    """head_sink (gpt-oss's attention sinks) and smooth_softmax: a sink logit per query head (0
+    without head_sink) joins each softmax, its probability dropped; decode, prefill, a right-padded
+    prompt, with and without a window: ORT's outputs. A head_sink of the wrong length: both refuse.
+    Seen failing with the sink left out of the normaliser."""
+    rng = np.random.default_rng(800 + 2 * sink + smooth + window)
+    nh, nkv, h, max_pos = 8, 2, 64, 200
+    extra = {"smooth_softmax": smooth} if smooth else {}
+    model = models.gqa(nh, nkv, h, rotary=True, max_pos=max_pos, sink=sink, local_window_size=window, **extra)
+    cpu, rc = make_sessions(model, {"threads": 2})
+    assert_on_rcpu(rc, "gqa0")
+    for b, s, p, seqlens, total in ((1, 1, 0, [0], 1), (1, 1, 70, [70], 71), (2, 1, 9, [9, 4], 10),
+                                    (1, 6, 0, [5], 6), (2, 5, 0, [4, 2], 5), (1, 3, 4, [6], 7)):
+        feeds = gqa_feeds(rng, b, s, nh, nkv, h, seqlens, total, past_len=p, max_pos=max_pos)
+        if sink:
+            feeds["head_sink"] = (rng.standard_normal(nh) * 2).astype(np.float32)
+        assert_gqa_parity(cpu, rc, feeds, f"sink={sink} smooth={smooth} window={window} b={b} s={s} past={p}")
+    if sink:
+        feeds = gqa_feeds(rng, 1, 1, nh, nkv, h, [3], 4, past_len=3, max_pos=max_pos)
+        feeds["head_sink"] = np.zeros(nh - 1, np.float32)
+        assert run_both(cpu, rc, feeds) is None, "ORT computes with a short head_sink"
+
+
+def test_gqa_windowed_cache_with_sinks_generation(make_sessions):
+    """gpt-oss's sliding layers as the builder writes them for CPU: window 4 over a bounded cache
+    (sliding_window_cache = 1) with attention sinks: a generation loop through reclaims and
+    staged steps, each session its own cache: ORT's outputs and written rows."""
+    rng = np.random.default_rng(901)
+    nh, nkv, h, cap, window, max_pos = 8, 2, 64, 9, 4, 64
+    model = models.gqa(nh, nkv, h, rotary=True, max_pos=max_pos, sink=True, local_window_size=window,
+                       sliding_window_cache=1)
+    cpu, rc = make_sessions(model, {"threads": 2})
+    assert_on_rcpu(rc, "gqa0")
+    sinks = (rng.standard_normal(nh) * 2).astype(np.float32)
+    z = np.zeros((1, nkv, cap, h), np.float32)
+    caches = {"cpu": (z, z), "rc": (z, z)}
+    n = 0
+    for s in [6] + [1] * 10 + [3, 1, 3]:
+        n += s
+        feeds = gqa_feeds(rng, 1, s, nh, nkv, h, [n - 1], n, max_pos=max_pos)
+        feeds["head_sink"] = sinks
+        outs = {}
+        for key, sess in (("cpu", cpu), ("rc", rc)):
+            outs[key] = sess.run(None, dict(feeds, past_k=caches[key][0], past_v=caches[key][1]))
+            caches[key] = (outs[key][1], outs[key][2])
+        assert_windowed_parity(outs["cpu"], outs["rc"], [n - 1], cap, window, f"at {n} (step {s})")

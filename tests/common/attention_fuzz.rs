@@ -164,6 +164,7 @@ pub(crate) fn gqa_case(d: &mut impl Draw) -> bool {
         scale: 0.125,
         window: window.unwrap_or((r() % 6) as usize),
         softcap: [0.0, 0.5, 30.0][(r() % 3) as usize],
+        smooth: r() % 4 == 0,
     };
     let interleaved = r() % 2 == 0;
     // A windowed call's present is sometimes the past buffer itself.
@@ -184,6 +185,7 @@ pub(crate) fn gqa_case(d: &mut impl Draw) -> bool {
             interleaved,
         }),
         rope_at: None,
+        sinks: None,
     };
     let outs = GqaOutputs {
         out: &mut out,

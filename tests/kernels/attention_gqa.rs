@@ -32,6 +32,8 @@ struct Case {
     window: usize,
     /// `softcap` (0: none).
     softcap: f32,
+    /// Sink logits per query head (`head_sink`; `Data::sinks`).
+    sink: bool,
 }
 
 struct Data {
@@ -43,6 +45,8 @@ struct Data {
     cos: Vec<f32>,
     sin: Vec<f32>,
     seqlens: Vec<i32>,
+    /// One sink logit per query head (used with `Case::sink`).
+    sinks: Vec<f32>,
 }
 
 const MAX_POS: usize = 400;
@@ -65,6 +69,7 @@ fn data(c: &Case, seqlens: &[i32], rng: &mut Rng) -> Data {
         cos: ang.iter().map(|a| a.cos()).collect(),
         sin: ang.iter().map(|a| a.sin()).collect(),
         seqlens: seqlens.to_vec(),
+        sinks: (0..c.heads).map(|h| h as f32 * 0.7 - 1.5).collect(),
     }
 }
 
@@ -159,9 +164,15 @@ fn reference(c: &Case, d: &Data) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
                         }
                     })
                     .collect();
-                let m = sc.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                // A sink logit joins the softmax (its probability dropped).
+                let sink = c.sink.then(|| d.sinks[hq] as f64);
+                let m = sc
+                    .iter()
+                    .cloned()
+                    .chain(sink)
+                    .fold(f64::NEG_INFINITY, f64::max);
                 let e: Vec<f64> = sc.iter().map(|x| (x - m).exp()).collect();
-                let z: f64 = e.iter().sum();
+                let z: f64 = e.iter().sum::<f64>() + sink.map_or(0.0, |s| (s - m).exp());
                 let o = ((b * c.seq + s) * c.heads + hq) * h;
                 for j in 0..len {
                     for i in 0..h {
@@ -187,6 +198,7 @@ fn shape(c: &Case) -> GqaShape {
         scale: 1.0 / (c.head as f32).sqrt(),
         window: c.window,
         softcap: c.softcap,
+        smooth: c.sink,
     }
 }
 
@@ -217,6 +229,7 @@ fn call(c: &Case, d: &Data, f: &Run, par: &dyn Par) -> Result<Triple, String> {
             interleaved: il,
         }),
         rope_at: None,
+        sinks: c.sink.then_some(&d.sinks[..]),
     };
     let outs = GqaOutputs {
         out: &mut out,
@@ -283,6 +296,7 @@ fn case(
         shared,
         window: 0,
         softcap: 0.0,
+        sink: false,
     }
 }
 
@@ -413,6 +427,38 @@ fn local_window_and_softcap() {
         }
         let mut c = case(2, 1, 6, 2, 64, 0, 40);
         (c.shared, c.window, c.softcap) = (true, window, softcap);
+        check(c, &[30, 3], seed + 200);
+    }
+}
+
+/// Sink logits (`head_sink`; `smooth_softmax`) against the reference: each query head's sink joins
+/// its softmax, with and without a window, over decode (fused and general), prefill (grouped and
+/// per-row, bit-identical) and a shared cache. Seen failing with the sink left out of the
+/// normaliser and with every head given head 0's sink.
+#[test]
+fn sinks_join_the_softmax() {
+    let mut seed = 7700;
+    for window in [0usize, 3] {
+        for past in [0usize, 5, 70] {
+            for (heads, kv) in [(4, 4), (14, 2), (8, 1)] {
+                seed += 1;
+                let mut c = case(1, 1, heads, kv, 64, past, past + 1);
+                (c.first_prompt, c.window, c.sink) = (past == 0, window, true);
+                check(c, &[past as i32], seed);
+                let mut c2 = case(2, 1, heads, kv, 64, past + 3, past + 4);
+                (c2.window, c2.sink) = (window, true);
+                check(c2, &[past as i32, (past / 2) as i32], seed + 100);
+            }
+        }
+        for (seq, past) in [(7usize, 0usize), (5, 9)] {
+            seed += 1;
+            let mut c = case(1, seq, 8, 2, 64, past, past + seq);
+            (c.first_prompt, c.window, c.sink, c.rotary) = (past == 0, window, true, Some(false));
+            check(c, &[(past + seq) as i32 - 1], seed);
+            check_grouped(c, &[(past + seq) as i32 - 1], seed);
+        }
+        let mut c = case(2, 1, 6, 2, 64, 0, 40);
+        (c.shared, c.window, c.sink) = (true, window, true);
         check(c, &[30, 3], seed + 200);
     }
 }
@@ -572,6 +618,7 @@ fn subnormal_probabilities_count_as_zero() {
         scale: 0.25,
         window: 0,
         softcap: 0.0,
+        smooth: false,
     };
     let (q, k, v) = (vec![1.0f32; 16], vec![25.0f32; 16], vec![0.0f32; 16]);
     let (past_k, past_v) = (vec![0.0f32; 16], vec![1e30f32; 16]);
@@ -585,6 +632,7 @@ fn subnormal_probabilities_count_as_zero() {
             seqlens_k: &[1],
             rotary: None,
             rope_at: None,
+            sinks: None,
         };
         let outs = GqaOutputs {
             out: &mut out,
@@ -689,6 +737,7 @@ fn windowed_cache_equals_attention_over_the_history() {
                             interleaved: false,
                         }),
                         rope_at: None,
+                        sinks: None,
                     };
                     let outs = GqaOutputs {
                         out: &mut out,

@@ -9,11 +9,12 @@
 //!
 //! `sliding_window_cache` = 1 with a window: the past / present buffers are a windowed cache of
 //! the latest positions, compacted as the window moves (`kernels::attention::gqa_window`).
+//! `head_sink` (gpt-oss's attention sinks) and `smooth_softmax` = 1: a sink logit per query head
+//! (0 without `head_sink`) joins each softmax, its own probability dropped.
 //!
-//! Stays on ORT: `local_window_size` 0 or below -1, a negative `softcap`, `smooth_softmax` = 1,
-//! `qk_output`, `causal` = 0, `sliding_window_cache` without a window, KV quantization, the inputs
-//! `position_ids`, `attention_bias`, `head_sink`, `k_scale`/`v_scale`,
-//! `q_norm_weight`/`k_norm_weight`.
+//! Stays on ORT: `local_window_size` 0 or below -1, a negative `softcap`, `qk_output`, `causal` = 0,
+//! `sliding_window_cache` without a window, KV quantization, the inputs `position_ids`,
+//! `attention_bias`, `k_scale`/`v_scale`, `q_norm_weight`/`k_norm_weight`.
 
 use std::sync::Arc;
 
@@ -45,6 +46,8 @@ struct Gqa {
     softcap: f32,
     /// `sliding_window_cache` = 1: the past / present buffers are a windowed cache.
     windowed: bool,
+    /// `smooth_softmax` = 1: a sink logit of 0 joins every softmax (`head_sink` gives its own).
+    smooth: bool,
     rotary: Option<bool>,
     env: Arc<KernelEnv>,
 }
@@ -124,6 +127,18 @@ impl OpKernel for Gqa {
             (Some(pk), Some(pv)) if !k_shared => Some((pk.data()?, pv.data()?)),
             _ => None,
         };
+        // head_sink (input 11): one sink logit per query head.
+        let sink_in = ctx.input(11)?;
+        let sinks = match &sink_in {
+            Some(t) if t.shape() == [nh] => Some(t.data::<f32>()?),
+            Some(t) => {
+                return Err(bad(format!(
+                    "head_sink has shape {:?}, expected [{nh}] (num_heads)",
+                    t.shape()
+                )))
+            }
+            None => None,
+        };
         let sh = GqaShape {
             batch,
             seq,
@@ -140,6 +155,7 @@ impl OpKernel for Gqa {
             },
             window: self.window,
             softcap: self.softcap,
+            smooth: self.smooth || sinks.is_some(),
         };
         let kv = match (&key, &value) {
             (Some(k), Some(v)) => Some((k.data()?, v.data()?)),
@@ -152,6 +168,7 @@ impl OpKernel for Gqa {
             seqlens_k: seqlens.data()?,
             rotary,
             rope_at: None,
+            sinks,
         };
         let outs = GqaOutputs {
             out,
@@ -240,8 +257,8 @@ fn claim(node: &Node<'_>) -> std::result::Result<(), Decline> {
         }
     }
     // The schema default -1 and 0 both mean plain softmax (ORT: smooth only when 1).
-    if !matches!(node.attr_i64("smooth_softmax").unwrap_or(0), -1 | 0) {
-        return Err("smooth_softmax is not implemented".into());
+    if !matches!(node.attr_i64("smooth_softmax").unwrap_or(0), -1..=1) {
+        return Err("smooth_softmax other than -1, 0 or 1 is not implemented".into());
     }
     let cap = node.attr_f32("softcap").unwrap_or(0.0);
     if !(cap.is_finite() && cap >= 0.0) {
@@ -274,9 +291,12 @@ fn claim(node: &Node<'_>) -> std::result::Result<(), Decline> {
         require_elem(node, 7, F32)?;
         require_elem(node, 8, F32)?;
     }
-    if let Some(i) = (9..16).find(|&i| w[i]) {
+    if w[11] {
+        require_elem(node, 11, F32)?;
+    }
+    if let Some(i) = (9..16).find(|&i| w[i] && i != 11) {
         return Err(format!(
-            "input {i} (position_ids / attention_bias / head_sink / KV scales) is not implemented"
+            "input {i} (position_ids / attention_bias / KV scales / q-k norms) is not implemented"
         ));
     }
     for o in 0..3 {
@@ -306,6 +326,7 @@ fn create(info: &KernelInfo<'_>, env: &Arc<KernelEnv>) -> Result<Box<dyn OpKerne
         window: usize::try_from(info.attr_i64("local_window_size").unwrap_or(-1)).unwrap_or(0),
         softcap: info.attr_f32("softcap").unwrap_or(0.0),
         windowed: info.attr_i64("sliding_window_cache").unwrap_or(0) == 1,
+        smooth: info.attr_i64("smooth_softmax").unwrap_or(0) == 1,
         rotary: (info.attr_i64("do_rotary").unwrap_or(0) == 1)
             .then(|| info.attr_i64("rotary_interleaved").unwrap_or(0) == 1),
         env: env.clone(),

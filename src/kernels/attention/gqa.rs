@@ -30,6 +30,7 @@ use crate::kernels::softmax;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::memory::scratch::try_with_scratch_f32;
+use crate::memory::try_vec;
 use crate::runtime::par::Par;
 
 use super::gqa_decode::Decode;
@@ -84,6 +85,9 @@ pub struct GqaShape {
     /// `softcap`: each scaled score `x` becomes `softcap * tanh(x / softcap)` before the softmax
     /// (0: none).
     pub softcap: f32,
+    /// A sink logit per query head joins each softmax, its probability dropped (`head_sink`,
+    /// [`GqaInputs::sinks`]; 0 for every head with `smooth_softmax = 1` and no `head_sink`).
+    pub smooth: bool,
 }
 
 impl GqaShape {
@@ -102,10 +106,15 @@ impl GqaShape {
     /// past `total` (right padding of a first prompt) has its window placed as ORT 1.31 places
     /// it: from its own position without a softcap (ORT's flash path; a window wholly past the
     /// valid rows is empty and the row's output zero), from the last valid row with one (its
-    /// plain path). Every other row has `causal <= total`, where the two agree.
+    /// plain path; a sink takes that path too). Every other row has `causal <= total`, where the
+    /// two agree.
     pub fn key_range(&self, causal: usize, total: usize) -> std::ops::Range<usize> {
         let end = causal.min(total);
-        let from = if self.softcap > 0.0 { end } else { causal };
+        let from = if self.softcap > 0.0 || self.smooth {
+            end
+        } else {
+            causal
+        };
         self.window_start(from).min(end)..end
     }
 
@@ -141,6 +150,37 @@ pub struct GqaInputs<'a> {
     /// first prompt). A windowed cache (`super::gqa_window`) keeps rows at cache-relative
     /// places while the rotary step takes absolute positions.
     pub rope_at: Option<&'a [usize]>,
+    /// With [`GqaShape::smooth`]: each query head's sink logit (`None`: 0 for every head).
+    pub sinks: Option<&'a [f32]>,
+}
+
+/// The softmax of `sc`'s rows of `n` into `pr`: the row kernel, or, with sinks (one per row, see
+/// [`GqaShape::smooth`]), `exp(x - m) / (sum exp(x - m) + exp(sink - m))` with `m` the largest of
+/// the row and its sink (ORT's smooth softmax; the sink's own probability is dropped).
+pub(super) fn softmax_rows(
+    row: softmax::RowFn,
+    sinks: Option<&[f32]>,
+    sc: &[f32],
+    pr: &mut [f32],
+    n: usize,
+) {
+    if n == 0 {
+        return;
+    }
+    let Some(sinks) = sinks else {
+        row(sc, pr, n);
+        return;
+    };
+    for ((s, p), &sink) in sc.chunks_exact(n).zip(pr.chunks_exact_mut(n)).zip(sinks) {
+        let m = s.iter().fold(sink, |m, &x| m.max(x));
+        let mut z = (sink - m).exp();
+        for (p, &x) in p.iter_mut().zip(s) {
+            *p = (x - m).exp();
+            z += *p;
+        }
+        let r = 1.0 / z;
+        p.iter_mut().for_each(|p| *p *= r);
+    }
 }
 
 /// Outputs of one call.
@@ -294,6 +334,22 @@ pub fn gqa_f32_prefill(
         need("past_value", pv.len(), past_elems)?;
     }
     let past = past_rows(sh, inp.seqlens_k, o.shared)?;
+    // The sink logits with `smooth`: the input's (one per query head), or zeros.
+    let zeros;
+    let sinks = match (sh.smooth, inp.sinks) {
+        (false, _) => None,
+        (true, Some(s)) if s.len() == heads => Some(s),
+        (true, Some(s)) => {
+            return Err(format!(
+                "head_sink has {} elements, expected num_heads {heads}",
+                s.len()
+            ))
+        }
+        (true, None) => {
+            zeros = try_vec(heads, 0.0f32)?;
+            Some(&zeros[..])
+        }
+    };
     let rot = match inp.rotary {
         Some(r) => {
             if r.rot == 0
@@ -351,6 +407,7 @@ pub fn gqa_f32_prefill(
             past_kv: if o.shared { None } else { inp.past },
             past: &past,
             shared: o.shared,
+            sinks,
         };
         d.run(o.out, o.present_k, o.present_v, parallel, par)?;
         return Ok(k.name);
@@ -470,9 +527,8 @@ pub fn gqa_f32_prefill(
                         let (sc, pr) = (&mut scores[..group * keys], &mut probs[..group * keys]);
                         (k.rows_group)(group, qr, &kt_n[st..], max_len, sh.scale, sc);
                         sh.cap_scores(sc);
-                        if keys > 0 {
-                            softmax_row(sc, pr, keys);
-                        }
+                        let sk = sinks.map(|s| &s[n * group..(n + 1) * group]);
+                        softmax_rows(softmax_row, sk, sc, pr, keys);
                         let vs = &pv[base + st * head..base + len * head];
                         (k.rows_group)(group, pr, vs, head, 1.0, orows);
                     }
@@ -507,9 +563,8 @@ pub fn gqa_f32_prefill(
                     (k.scores)(qr, &pk[base + st * head..base + len * head], sh.scale, sc);
                 }
                 sh.cap_scores(sc);
-                if keys > 0 {
-                    softmax_row(sc, &mut probs[..keys], keys);
-                }
+                let sk = sinks.map(|s| &s[h..h + 1]);
+                softmax_rows(softmax_row, sk, sc, &mut probs[..keys], keys);
                 let vs = &pv[base + st * head..base + len * head];
                 (k.rows)(&probs[..keys], vs, head, 1.0, orow);
             }

@@ -40,7 +40,7 @@ use crate::memory::scratch::try_with_scratch_f32;
 use crate::os::cache::{prefetch_l2, prefetch_pages};
 use crate::runtime::par::{Dispatch, Par};
 
-use super::gqa::{GqaShape, Rows};
+use super::gqa::{softmax_rows, GqaShape, Rows};
 use super::Kernels;
 
 /// Key rows scored at a time for every query head of a group (see [`Decode::score_past`]): a
@@ -72,6 +72,8 @@ pub(super) struct Decode<'a, 'r> {
     /// (past rows, total valid rows) per batch.
     pub(super) past: &'a [(usize, usize)],
     pub(super) shared: bool,
+    /// Each query head's sink logit (see `GqaShape::smooth`).
+    pub(super) sinks: Option<&'a [f32]>,
 }
 
 impl Decode<'_, '_> {
@@ -190,7 +192,8 @@ impl Decode<'_, '_> {
                         (self.k.scores)(q, k_new, sh.scale, &mut sc[old..]);
                         sh.cap_scores(sc);
                         let pr = &mut probs[..keys];
-                        (self.softmax_row)(sc, pr, keys);
+                        let sk = self.sinks.map(|s| &s[n * group + j..n * group + j + 1]);
+                        softmax_rows(self.softmax_row, sk, sc, pr, keys);
                         new_probs[j] = pr.get(old).copied().unwrap_or(0.0);
                         scores[j * old..(j + 1) * old].copy_from_slice(&pr[..old]);
                     }
@@ -439,6 +442,7 @@ mod tests {
             scale: 1.0,
             window: 0,
             softcap: 0.0,
+            smooth: false,
         };
         // Batch 1, kv head 1 is the fourth block of past_len rows of the past input.
         assert_eq!(unit_rows(&sh, false, 1, 1, 4), (40, Some(240..272)));
