@@ -388,12 +388,42 @@ fn shared_decode_over_several_key_blocks() {
     }
 }
 
-/// `local_window_size` and `softcap` against the reference: decode (fused and general paths:
-/// serial and 3 lanes, one and two units), a shared present buffer, a subsequent prompt and a
-/// first prompt (grouped and per-row prefill), windows of 1, shorter and longer than the causal
-/// length, past lengths across the 64-row key blocks of the decode step. Seen failing with the
-/// window one key wider (ORT before 1.2x took `local_window_size + 1` keys) and with the softcap
-/// skipped on the decode step's new key.
+/// The attention-option sweep shared by the window / softcap and sink tests: decode after pasts
+/// of 0 to 130 rows (the fused path on one lane, the general one on three; one and two units;
+/// across the decode step's 64-row key blocks), batch 2 with different lengths, prefills (grouped
+/// and per-row, bit-identical) and a shared present buffer, every case set by `opt`.
+fn sweep_options(seed: &mut u64, opt: &dyn Fn(&mut Case)) {
+    for past in [0usize, 2, 5, 65, 130] {
+        for (heads, kv) in [(4, 4), (14, 2), (8, 1)] {
+            *seed += 1;
+            let mut c = case(1, 1, heads, kv, 64, past, past + 1);
+            c.first_prompt = past == 0;
+            opt(&mut c);
+            check(c, &[past as i32], *seed);
+            let mut c2 = case(2, 1, heads, kv, 64, past + 3, past + 4);
+            c2.rotary = Some(false);
+            opt(&mut c2);
+            check(c2, &[past as i32, (past / 2) as i32], *seed + 100);
+        }
+    }
+    for (seq, past) in [(7usize, 0usize), (5, 9), (33, 0)] {
+        *seed += 1;
+        let mut c = case(1, seq, 8, 2, 64, past, past + seq);
+        (c.first_prompt, c.rotary) = (past == 0, Some(true));
+        opt(&mut c);
+        check(c, &[(past + seq) as i32 - 1], *seed);
+        check_grouped(c, &[(past + seq) as i32 - 1], *seed);
+    }
+    let mut c = case(2, 1, 6, 2, 64, 0, 40);
+    c.shared = true;
+    opt(&mut c);
+    check(c, &[30, 3], *seed + 200);
+}
+
+/// `local_window_size` and `softcap` against the reference over [`sweep_options`]: windows of 1,
+/// shorter and longer than the causal length. Seen failing with the window one key wider (ORT
+/// before 1.2x took `local_window_size + 1` keys) and with the softcap skipped on the decode
+/// step's new key.
 #[test]
 fn local_window_and_softcap() {
     let mut seed = 7000;
@@ -405,61 +435,22 @@ fn local_window_and_softcap() {
         (70, 0.0),
         (200, 30.0),
     ] {
-        for past in [0usize, 2, 4, 65, 130] {
-            for (heads, kv) in [(4, 4), (14, 2), (8, 1)] {
-                seed += 1;
-                let mut c = case(1, 1, heads, kv, 64, past, past + 1);
-                c.first_prompt = past == 0;
-                (c.window, c.softcap) = (window, softcap);
-                check(c, &[past as i32], seed);
-                let mut c2 = case(2, 1, heads, kv, 64, past + 3, past + 4);
-                (c2.window, c2.softcap, c2.rotary) = (window, softcap, Some(false));
-                check(c2, &[past as i32, (past / 2) as i32], seed + 100);
-            }
-        }
-        for (seq, past) in [(7usize, 0usize), (5, 9), (33, 0)] {
-            seed += 1;
-            let mut c = case(1, seq, 8, 2, 64, past, past + seq);
-            c.first_prompt = past == 0;
-            (c.window, c.softcap, c.rotary) = (window, softcap, Some(true));
-            check(c, &[(past + seq) as i32 - 1], seed);
-            check_grouped(c, &[(past + seq) as i32 - 1], seed);
-        }
-        let mut c = case(2, 1, 6, 2, 64, 0, 40);
-        (c.shared, c.window, c.softcap) = (true, window, softcap);
-        check(c, &[30, 3], seed + 200);
+        sweep_options(&mut seed, &|c: &mut Case| {
+            (c.window, c.softcap) = (window, softcap)
+        });
     }
 }
 
-/// Sink logits (`head_sink`; `smooth_softmax`) against the reference: each query head's sink joins
-/// its softmax, with and without a window, over decode (fused and general), prefill (grouped and
-/// per-row, bit-identical) and a shared cache. Seen failing with the sink left out of the
-/// normaliser and with every head given head 0's sink.
+/// Sink logits (`head_sink`; `smooth_softmax`) against the reference over [`sweep_options`], with
+/// and without a window: each query head's sink joins its softmax. Seen failing with the sink
+/// left out of the normaliser and with every head given head 0's sink.
 #[test]
 fn sinks_join_the_softmax() {
     let mut seed = 7700;
     for window in [0usize, 3] {
-        for past in [0usize, 5, 70] {
-            for (heads, kv) in [(4, 4), (14, 2), (8, 1)] {
-                seed += 1;
-                let mut c = case(1, 1, heads, kv, 64, past, past + 1);
-                (c.first_prompt, c.window, c.sink) = (past == 0, window, true);
-                check(c, &[past as i32], seed);
-                let mut c2 = case(2, 1, heads, kv, 64, past + 3, past + 4);
-                (c2.window, c2.sink) = (window, true);
-                check(c2, &[past as i32, (past / 2) as i32], seed + 100);
-            }
-        }
-        for (seq, past) in [(7usize, 0usize), (5, 9)] {
-            seed += 1;
-            let mut c = case(1, seq, 8, 2, 64, past, past + seq);
-            (c.first_prompt, c.window, c.sink, c.rotary) = (past == 0, window, true, Some(false));
-            check(c, &[(past + seq) as i32 - 1], seed);
-            check_grouped(c, &[(past + seq) as i32 - 1], seed);
-        }
-        let mut c = case(2, 1, 6, 2, 64, 0, 40);
-        (c.shared, c.window, c.sink) = (true, window, true);
-        check(c, &[30, 3], seed + 200);
+        sweep_options(&mut seed, &|c: &mut Case| {
+            (c.window, c.sink) = (window, true)
+        });
     }
 }
 
