@@ -69,7 +69,9 @@ class Case:
     skip_ort: bool = False  # ORT's CPU EP crashes the process on this case (`expect` holds the answer)
     refuse: str = ""  # rcpu must refuse with this in its message (ORT returns garbage or the input is invalid)
     declined: str = ""  # why rcpu leaves this node to ORT (then ORT's answer is not rcpu's to judge)
-    defined: dict = field(default_factory=dict)  # output index -> mask of the elements ORT defines
+    # Output index -> mask of the elements compared (the rest: left undefined by ORT, or exact values
+    # at a rounding edge that either side of is right).
+    defined: dict = field(default_factory=dict)
     why: str = ""
 
 
@@ -220,6 +222,19 @@ def nbits_case(rng, name, k, n, bs, m=3, bits=4, acc=0, zp=False, bias=False, at
 
 def _nbits_ref64(c: Case) -> np.ndarray:
     """A @ dequant(B) in float64 (no zero points, no bias), rounded to f32 once."""
+    with np.errstate(over="ignore"):
+        return _nbits_exact(c).astype(np.float32)
+
+
+def _near_f32_max(x: np.ndarray, rel: float) -> np.ndarray:
+    """Where the exact values lie within `rel` of f32's largest finite magnitude: a result within
+    that tolerance may round to either side of it (finite, or infinite)."""
+    mx = float(np.finfo(np.float32).max)
+    return np.abs(np.abs(x) - mx) <= rel * mx
+
+
+def _nbits_exact(c: Case) -> np.ndarray:
+    """A @ dequant(B) in float64 (no zero points, no bias)."""
     m = onnx.load_from_string(c.model)
     init = {t.name: numpy_helper.to_array(t) for t in m.graph.initializer}
     at = {a.name: helper.get_attribute_value(a) for a in m.graph.node[0].attribute}
@@ -227,8 +242,7 @@ def _nbits_ref64(c: Case) -> np.ndarray:
     n, kb, _ = b.shape
     q = np.stack([b & 15, b >> 4], -1).reshape(n, kb, -1).astype(np.float64)
     w = ((q - 8) * sc.reshape(n, kb, 1)).reshape(n, -1)[:, :k].T
-    with np.errstate(over="ignore"):
-        return (c.feeds["A"].astype(np.float64) @ w).astype(np.float32)
+    return c.feeds["A"].astype(np.float64) @ w
 
 
 def gen_nbits(rng):
@@ -850,6 +864,9 @@ def gen_parallel(rng):
             # of an overflowing row are f32 sums of 1024 terms near f32::MAX that cancel:
             # K * eps * sum|t| / |y| ~ 2e-3 is inherent.
             c.options, c.expect, c.tol = o, [_nbits_ref64(c)], ("l2", 5e-3 if acc == 0 else 2e-2)
+            # An exact value within the level's tolerance of f32::MAX may land on either side of it
+            # (seen: 3.394e38 from level 4 where the exact value rounds to inf): not compared.
+            c.defined = {0: ~_near_f32_max(_nbits_exact(c), c.tol[1])}
             out.append(c)
         mdl, b = models.qlinear_matmul(rng, [64, 256], [256, 260], name=NODE)
         out.append(Case(f"par{lanes}/qlinear", "QLinearMatMul", mdl.SerializeToString(),
