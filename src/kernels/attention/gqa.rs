@@ -93,7 +93,7 @@ pub struct GqaShape {
 impl GqaShape {
     /// The first key row a query with `len` causal keys attends to: `len - window` once the
     /// window is shorter than `len` (ORT: the window covers `local_window_size` keys).
-    pub fn window_start(&self, len: usize) -> usize {
+    fn window_start(&self, len: usize) -> usize {
         if self.window > 0 && len > self.window {
             len - self.window
         } else {
@@ -511,8 +511,8 @@ pub fn gqa_f32_prefill(
                         let u = first + i;
                         let (b, s, n) = (u / (seq * kv_heads), (u / kv_heads) % seq, u % kv_heads);
                         let (p, total) = past[b];
+                        let at = rows.rope_pos(b, p, s);
                         for (gi, qg) in qr.chunks_exact_mut(head).enumerate() {
-                            let at = rows.rope_pos(b, p, s);
                             rope_at(rows.q_row(b, s, n * group + gi), at, qg);
                         }
                         // As below (`GqaShape::key_range`).

@@ -164,11 +164,13 @@ impl Decode<'_, '_> {
                 let u = first + i;
                 let (b, n) = (u / sh.kv_heads, u % sh.kv_heads);
                 let (p, total) = self.past[b];
-                let len = (p + 1).min(total);
-                // Past rows the new query attends to (all but the new row): `st..lim`, from the
-                // window's first row on.
+                // The keys the new query attends to (`GqaShape::key_range`), and among them the
+                // past rows `st..lim` (all but the new row).
+                let Range {
+                    start: st,
+                    end: len,
+                } = sh.key_range(p + 1, total);
                 let lim = len.min(p);
-                let st = sh.window_start(len);
                 let (old, keys) = (lim - st, len - st);
                 let rows = unit_rows(sh, self.shared, b, n, p);
                 let first = if self.shared { st * head } else { 0 };
@@ -176,8 +178,8 @@ impl Decode<'_, '_> {
                 let (k_old, k_new) = self.present(0, b, n, p, rows.1.as_ref(), k);
                 {
                     let _ftz = FlushSubnormals::new();
+                    let at = self.rows.rope_pos(b, p, 0);
                     for (j, q) in qr.chunks_exact_mut(head).enumerate() {
-                        let at = self.rows.rope_pos(b, p, 0);
                         self.rows.rope(self.rows.q_row(b, 0, n * group + j), at, q);
                     }
                     self.score_past(qr, &k_old[st * head..lim * head], scores, max_len);

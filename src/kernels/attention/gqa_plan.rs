@@ -40,17 +40,9 @@ pub fn plan(heads: usize, kv_heads: usize, d: &GqaDims<'_>) -> Result<GqaPlan, S
     let (batch, seq, head, past_len) = shapes(heads, kv_heads, d)?;
     let total_len = total(d.total)?;
     check_lengths(batch, seq, past_len, total_len)?;
-    Ok(GqaPlan {
-        batch,
-        seq,
-        head,
-        past_len,
-        total_len,
-        // Bounded by the inputs: total <= past + seq (checked above).
-        present_len: total_len.max(past_len),
-        first_prompt: seq == total_len,
-        rot: rotary(d.rotary, head, total_len)?,
-    })
+    // Bounded by the inputs: total <= past + seq (checked above).
+    let present_len = total_len.max(past_len);
+    finish((batch, seq, head, past_len), total_len, present_len, d)
 }
 
 /// Checks one call of a node with a windowed KV cache (`sliding_window_cache = 1`) of window
@@ -78,21 +70,26 @@ pub fn plan_windowed(
         return Err("sliding_window_cache = 1 needs new tokens (sequence_length 0)".into());
     }
     let total_len = total(d.total)?;
-    if total_len == 0 {
-        return Err("total_sequence_length must be positive, got 0".into());
-    }
-    if seq != total_len && seq > 1 && batch != 1 {
-        return Err(
-            "batch size must be 1 when sequence_length > 1 and a past context is given".into(),
-        );
-    }
+    positive_total(total_len)?;
+    one_batch_after_past(batch, seq, total_len)?;
+    finish((batch, seq, head, past_len), total_len, past_len, d)
+}
+
+/// The plan of checked shapes (batch, sequence, head size, past rows) and lengths: the first
+/// prompt is ORT's `S == total_sequence_length`, the rotary dimension comes from the caches.
+fn finish(
+    (batch, seq, head, past_len): (usize, usize, usize, usize),
+    total_len: usize,
+    present_len: usize,
+    d: &GqaDims<'_>,
+) -> Result<GqaPlan, String> {
     Ok(GqaPlan {
         batch,
         seq,
         head,
         past_len,
         total_len,
-        present_len: past_len,
+        present_len,
         first_prompt: seq == total_len,
         rot: rotary(d.rotary, head, total_len)?,
     })
@@ -197,9 +194,7 @@ fn check_lengths(
     past_len: usize,
     total_len: usize,
 ) -> Result<(), String> {
-    if total_len == 0 {
-        return Err("total_sequence_length must be positive, got 0".into());
-    }
+    positive_total(total_len)?;
     if total_len < seq {
         return Err(format!(
             "total_sequence_length {total_len} is shorter than sequence_length {seq}"
@@ -211,17 +206,32 @@ fn check_lengths(
              {seq} (growing cache) or be at most the past length (static cache)"
         ));
     }
+    one_batch_after_past(batch, seq, total_len)?;
     if seq != total_len {
-        if seq > 1 && batch != 1 {
-            return Err(
-                "batch size must be 1 when sequence_length > 1 and a past context is given".into(),
-            );
-        }
         if seq == 0 {
             return Err(
                 "sequence_length 0 is only valid for a first prompt (it is not one here)".into(),
             );
         }
+    }
+    Ok(())
+}
+
+/// `total_sequence_length` must be positive.
+fn positive_total(total_len: usize) -> Result<(), String> {
+    if total_len == 0 {
+        return Err("total_sequence_length must be positive, got 0".into());
+    }
+    Ok(())
+}
+
+/// ORT's batch rule: several new tokens after a past context (a call that is not the first
+/// prompt) need batch 1.
+fn one_batch_after_past(batch: usize, seq: usize, total_len: usize) -> Result<(), String> {
+    if seq != total_len && seq > 1 && batch != 1 {
+        return Err(
+            "batch size must be 1 when sequence_length > 1 and a past context is given".into(),
+        );
     }
     Ok(())
 }
