@@ -203,31 +203,35 @@ def run_bound(sess, feeds, kval, vval):
     return io.copy_outputs_to_cpu()[0]
 
 
+def bound_generation(sess, nh, nkv, h, cap, max_pos, steps):
+    """A generation on `sess` with past and present bound to one pair of `cap`-row buffers (seeded
+    contents), one step per (new tokens, total length) of `steps`, each step's feeds seeded by its
+    index: per step (output, key buffer, value buffer) after it."""
+    import onnxruntime as ort
+
+    r = np.random.default_rng(5)
+    kbuf = r.standard_normal((1, nkv, cap, h)).astype(np.float32)
+    vbuf = r.standard_normal((1, nkv, cap, h)).astype(np.float32)
+    kval, vval = ort.OrtValue.ortvalue_from_numpy(kbuf), ort.OrtValue.ortvalue_from_numpy(vbuf)
+    outs = []
+    for step, (s, total) in enumerate(steps):
+        feeds = gqa_feeds(np.random.default_rng(100 + step), 1, s, nh, nkv, h, [total - 1], total, max_pos=max_pos)
+        outs.append((run_bound(sess, feeds, kval, vval), kval.numpy().copy(), vval.numpy().copy()))
+    return outs
+
+
 def test_gqa_present_shares_past_buffer(make_sessions):
     """genai's layout: past_key/past_value and present_key/present_value bound to the same
     max-length buffers (IO binding); only the new rows are written, by ORT and by rcpu alike."""
-    import onnxruntime as ort
-
-    rng = np.random.default_rng(88)
     nh, nkv, h, max_len = 8, 2, 64, 48
     model = models.gqa(nh, nkv, h, rotary=True, max_pos=max_len)
     cpu, rc = make_sessions(model, {"threads": 2})
     assert_on_rcpu(rc, "gqa0")
-    results = []
-    for sess in (cpu, rc):
-        r = np.random.default_rng(5)
-        kbuf = r.standard_normal((1, nkv, max_len, h)).astype(np.float32)
-        vbuf = r.standard_normal((1, nkv, max_len, h)).astype(np.float32)
-        kval, vval = ort.OrtValue.ortvalue_from_numpy(kbuf), ort.OrtValue.ortvalue_from_numpy(vbuf)
-        outs = []
-        for step, (s, total) in enumerate(((7, 7), (1, 8), (1, 9))):
-            feeds = gqa_feeds(np.random.default_rng(100 + step), 1, s, nh, nkv, h, [total - 1], total,
-                              max_pos=max_len)
-            outs.append(run_bound(sess, feeds, kval, vval))
-        results.append((outs, kval.numpy().copy(), vval.numpy().copy()))
-    (co, ck, cv), (ro, rk, rv) = results
-    for i, (w, g) in enumerate(zip(co, ro)):
+    steps = ((7, 7), (1, 8), (1, 9))
+    cpu_steps, rc_steps = (bound_generation(x, nh, nkv, h, max_len, max_len, steps) for x in (cpu, rc))
+    for i, ((w, _, _), (g, _, _)) in enumerate(zip(cpu_steps, rc_steps)):
         assert rel_l2(g, w) <= TOL, f"step {i}: rel_l2 {rel_l2(g, w):.3g}"
+    (_, ck, cv), (_, rk, rv) = cpu_steps[-1], rc_steps[-1]
     assert rel_l2(rk, ck) <= 1e-6 and rel_l2(rv, cv) <= 1e-6
 
 
@@ -387,25 +391,14 @@ def test_gqa_windowed_cache_generation(make_sessions, cap, window, rotary, packe
 def test_gqa_windowed_cache_shared_buffer(make_sessions):
     """genai binds past and present to one buffer: compaction moves rows within it, in place;
     the whole buffer (leftover rows too) matches ORT's after every step."""
-    import onnxruntime as ort
-
     nh, nkv, h, cap, window, max_pos = 8, 2, 64, 10, 6, 64
     model = models.gqa(nh, nkv, h, rotary=True, max_pos=max_pos, local_window_size=window,
                        sliding_window_cache=1)
     cpu, rc = make_sessions(model, {"threads": 2})
     assert_on_rcpu(rc, "gqa0")
-    results = []
-    for sess in (cpu, rc):
-        r = np.random.default_rng(5)
-        kbuf = r.standard_normal((1, nkv, cap, h)).astype(np.float32)
-        vbuf = r.standard_normal((1, nkv, cap, h)).astype(np.float32)
-        kval, vval = ort.OrtValue.ortvalue_from_numpy(kbuf), ort.OrtValue.ortvalue_from_numpy(vbuf)
-        outs, n = [], 0
-        for step, s in enumerate([7] + [1] * 12 + [3, 1, 3]):
-            n += s
-            feeds = gqa_feeds(np.random.default_rng(100 + step), 1, s, nh, nkv, h, [n - 1], n, max_pos=max_pos)
-            outs.append((run_bound(sess, feeds, kval, vval), kval.numpy().copy(), vval.numpy().copy()))
-        results.append(outs)
+    sizes = [7] + [1] * 12 + [3, 1, 3]
+    steps = list(zip(sizes, np.cumsum(sizes).tolist()))
+    results = [bound_generation(x, nh, nkv, h, cap, max_pos, steps) for x in (cpu, rc)]
     for i, ((co, ck, cv), (ro, rk, rv)) in enumerate(zip(*results)):
         assert rel_l2(ro, co) <= TOL, f"step {i}: out rel_l2 {rel_l2(ro, co):.3g}"
         assert rel_l2(rk, ck) <= 1e-6 and rel_l2(rv, cv) <= 1e-6, f"step {i}: cache buffers differ"
