@@ -207,12 +207,10 @@ fn check_lengths(
         ));
     }
     one_batch_after_past(batch, seq, total_len)?;
-    if seq != total_len {
-        if seq == 0 {
-            return Err(
-                "sequence_length 0 is only valid for a first prompt (it is not one here)".into(),
-            );
-        }
+    if seq != total_len && seq == 0 {
+        return Err(
+            "sequence_length 0 is only valid for a first prompt (it is not one here)".into(),
+        );
     }
     Ok(())
 }
