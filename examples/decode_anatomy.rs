@@ -31,9 +31,13 @@
 //! asked to read the next call's second segment once its share of this call is done
 //! (`Lanes::idle_read` with `matmul_nbits::decode_second_segment`, what the MatMulNBits node does
 //! once it has seen the order of its session's calls twice); with `-l2`,
-//! the tiles prefetch as before issue 17 (L1 2048 bytes ahead, no L2 prefetch; `prefetch`).
+//! the tiles prefetch as before issue 17 (L1 2048 bytes ahead, no L2 prefetch; `prefetch`);
+//! with `+pfN`, the one-row L1 distance is N bytes (0: none) in place of the tuner's choice.
 //! Every other arm prefetches as the library does: over one row, the distance its tuner chose
-//! (`matmul_nbits::row1_tuner`, which counts this example's calls too).
+//! (`matmul_nbits::row1_tuner`, which counts this example's calls too; a run of this example is
+//! shorter than the tuner's warm-up, so that is its first choice, 3072 bytes). Stop 47, the
+//! vCPUs apart (one read of everything ~61 GB/s), `--arms=segmented+hint+pf0,segmented+hint+pf3072`:
+//! the sequence at 81.1% of the one-read ceiling without the prefetch, 72.5% with it.
 //!
 //! Arm `program` (and `program+ahead`) asks what the token's ~121 hand-overs cost: the whole
 //! sequence runs as ONE dispatch with one chunk per lane, each lane running its contiguous
@@ -510,6 +514,9 @@ fn main() {
                 set_stream_schedule(arms[arm].1);
                 if arms[arm].3 {
                     reset_prefetch();
+                    if let Some(d) = arms[arm].0.split("+pf").nth(1) {
+                        set_prefetch_bytes(d.parse().unwrap());
+                    }
                 } else {
                     // The L1 prefetch as it was before issue 17.
                     set_prefetch_bytes(2048);

@@ -15,7 +15,22 @@ pub fn stats_json() -> serde_json::Value {
         "memory": crate::memory::stats(),
         "kernels": {
             "matmul_nbits_prepared_a_growths": crate::kernels::matmul_nbits::prepare_a::prepared_a_growths(),
+            "matmul_nbits_decode_prefetch": decode_prefetch(),
         },
+    })
+}
+
+/// The decode (M = 1) prefetch distance the process's tuner chose and how it got there
+/// (`kernels::matmul_nbits::row1_tuner`): cumulative since the process started (a choice, not a
+/// counter: [`reset`] leaves it).
+fn decode_prefetch() -> serde_json::Value {
+    let r = crate::kernels::matmul_nbits::row1_tuner::TUNER.report();
+    serde_json::json!({
+        "distance_bytes": r.distance_bytes,
+        "decode_calls": r.decode_calls,
+        "trials": r.trials,
+        "switches": r.switches,
+        "last_ratio": r.last_ratio,
     })
 }
 

@@ -124,9 +124,27 @@ pub fn route_report(ops: &[String], stats: &Value, per: u64) -> (Vec<String>, Va
             }
         ));
     }
+    let prefetch = &stats["kernels"]["matmul_nbits_decode_prefetch"];
+    if prefetch.is_object() {
+        lines.push(decode_prefetch_line(prefetch));
+    }
     (
         lines,
-        json!({"routes": routes, "pools": pools_json, "isa": stats["isa"], "version": stats["version"]}),
+        json!({"routes": routes, "pools": pools_json, "isa": stats["isa"], "version": stats["version"],
+               "decode_prefetch": prefetch}),
+    )
+}
+
+/// The one-row (decode) prefetch distance the arm's tuner chose, from the stats'
+/// `kernels.matmul_nbits_decode_prefetch` (whole process, warm-up and profiling included).
+fn decode_prefetch_line(p: &Value) -> String {
+    let ratio = p["last_ratio"]
+        .as_f64()
+        .map_or("-".to_string(), |r| format!("{r:.3}"));
+    format!(
+        "decode prefetch (one-row tuner, whole process): distance {} bytes after {} trials \
+         ({} switches); last trial's time with / without the prefetch {ratio}",
+        p["distance_bytes"], p["trials"], p["switches"]
     )
 }
 
@@ -196,6 +214,30 @@ mod tests {
         assert_eq!(
             route_summary(&["MatMul".into()], &stats),
             "MatMul=avx2/2lanes"
+        );
+    }
+
+    #[test]
+    fn the_decode_prefetch_choice_is_printed_and_kept() {
+        let stats = json!({"ledger": [], "kernels": {"matmul_nbits_decode_prefetch": {
+            "distance_bytes": 0, "decode_calls": 40000, "trials": 5, "switches": 1,
+            "last_ratio": 1.1234}}});
+        let (lines, j) = route_report(&[], &stats, 1);
+        let text = lines.join("\n");
+        assert!(
+            text.contains("distance 0 bytes after 5 trials (1 switches)")
+                && text.contains("with / without the prefetch 1.123"),
+            "{text}"
+        );
+        assert_eq!(j["decode_prefetch"]["trials"], 5);
+        // Before any trial there is no ratio.
+        let stats = json!({"ledger": [], "kernels": {"matmul_nbits_decode_prefetch": {
+            "distance_bytes": 3072, "decode_calls": 10, "trials": 0, "switches": 0,
+            "last_ratio": null}}});
+        let (lines, _) = route_report(&[], &stats, 1);
+        assert!(
+            lines.iter().any(|l| l.ends_with("the prefetch -")),
+            "{lines:?}"
         );
     }
 

@@ -98,7 +98,32 @@ pub struct Tuner {
     current: CachePadded<AtomicUsize>,
     /// Index into [`CANDIDATES`] of the last trial's choice (the incumbent of the next).
     decided: AtomicUsize,
+    /// What the finished trials found ([`Tuner::report`]); written by a trial's last call only,
+    /// under the trial's mutex.
+    history: Mutex<History>,
     trial: Mutex<Trial>,
+}
+
+/// The finished trials of a tuner, for [`Tuner::report`].
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct History {
+    trials: u64,
+    switches: u64,
+    /// The last trial's candidate-1 time over candidate-0 time (`None`: no trial timed both).
+    last_ratio: Option<f64>,
+}
+
+/// What a tuner has decided so far, for the statistics (`RcpuEp_StatsJson`, "kernels"): the
+/// one-row distance in use, the decode calls counted, the trials finished, how many of them
+/// changed the distance, and the last one's time with the prefetch over the time without
+/// (below 1: the prefetch was faster).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TunerReport {
+    pub distance_bytes: usize,
+    pub decode_calls: u64,
+    pub trials: u64,
+    pub switches: u64,
+    pub last_ratio: Option<f64>,
 }
 
 /// One trial's timings: per weight shape, per candidate, the times of its first calls.
@@ -202,6 +227,11 @@ impl Tuner {
             start: AtomicU64::new(WARMUP_CALLS),
             current: CachePadded(AtomicUsize::new(FIRST_CHOICE)),
             decided: AtomicUsize::new(FIRST_CHOICE),
+            history: Mutex::new(History {
+                trials: 0,
+                switches: 0,
+                last_ratio: None,
+            }),
             trial: Mutex::new(Trial::EMPTY),
         }
     }
@@ -219,6 +249,18 @@ impl Tuner {
     /// The distance the last trial chose (before any trial: [`FIRST_CHOICE`]'s).
     pub fn decided_distance(&self) -> usize {
         CANDIDATES[self.decided.load(Ordering::Relaxed) % CANDIDATES.len()]
+    }
+
+    /// What the tuner has decided so far ([`TunerReport`]).
+    pub fn report(&self) -> TunerReport {
+        let h = *self.history.lock();
+        TunerReport {
+            distance_bytes: self.decided_distance(),
+            decode_calls: self.calls(),
+            trials: h.trials,
+            switches: h.switches,
+            last_ratio: h.last_ratio,
+        }
     }
 
     /// Called as a decode call of `bytes` weight bytes is about to dispatch: `Some` when it is
@@ -265,6 +307,12 @@ impl Tuner {
         if call.last {
             let before = self.decided.load(Ordering::Relaxed);
             let choice = decide(&t, before);
+            {
+                let mut h = self.history.lock();
+                h.trials += 1;
+                h.switches += u64::from(choice != before);
+                h.last_ratio = t.ratio();
+            }
             self.decided.store(choice, Ordering::Relaxed);
             self.current.0.store(choice, Ordering::Relaxed);
             let next = if choice == before {
@@ -365,6 +413,18 @@ mod tests {
         // And 5% faster: it comes back.
         rates[FIRST_CHOICE] = 0.95;
         assert_eq!(trial(&t, rates), CANDIDATES[FIRST_CHOICE]);
+        // The report: three trials, two of them switches, the last one's ratio (candidate 1
+        // over candidate 0) as timed.
+        let r = t.report();
+        assert_eq!(r.distance_bytes, CANDIDATES[FIRST_CHOICE]);
+        assert_eq!((r.trials, r.switches), (3, 2));
+        let want = rates[1] / rates[0];
+        assert!(
+            r.last_ratio.is_some_and(|x| (x - want).abs() < 1e-3),
+            "{:?} against {want}",
+            r.last_ratio
+        );
+        assert_eq!(r.decode_calls, t.calls());
     }
 
     /// The candidate a trial call of index `c` gets, read off a fresh tuner.
