@@ -473,6 +473,43 @@ def rope_caches(max_pos: int, half: int, theta: float = 10000.0):
     return np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
 
 
+def gqa_longrope(num_heads: int, kv_heads: int, head: int, max_pos: int, original: int) -> onnx.ModelProto:
+    """GroupQueryAttention (rotary, past) whose cos/sin caches an `If` node picks at run time, as
+    onnxruntime-genai's builder writes LongRoPE models (Phi-3 / Phi-3.5 128k): attention_mask ->
+    Shape -> Gather(1) -> Greater(`original`) -> If (then: the long caches, else: the short ones,
+    each a Constant). Inputs as `gqa` plus attention_mask [B, T] int64; the GQA node is gqa0."""
+    long_cos, long_sin = rope_caches(max_pos, head // 2)
+    long_cos, long_sin = long_cos * np.float32(1.1), long_sin * np.float32(1.1)
+    short_cos, short_sin = rope_caches(max_pos, head // 2, theta=500000.0)
+
+    def branch(name, cos, sin):
+        consts = [helper.make_node("Constant", [], [f"{name}_{w}"], value=numpy_helper.from_array(a, f"{name}_{w}_v"))
+                  for w, a in (("cos", cos), ("sin", sin))]
+        return helper.make_graph(consts, name, [], [_vi(f"{name}_cos", list(cos.shape)), _vi(f"{name}_sin", list(sin.shape))])
+
+    nodes = [
+        helper.make_node("Shape", ["attention_mask"], ["mask_dims"], name="shape0"),
+        helper.make_node("Gather", ["mask_dims", "one"], ["total_len"], name="gather0", axis=0),
+        helper.make_node("Greater", ["total_len", "original"], ["is_long"], name="greater0"),
+        helper.make_node("If", ["is_long"], ["cos", "sin"], name="if0",
+                         then_branch=branch("long", long_cos, long_sin), else_branch=branch("short", short_cos, short_sin)),
+        helper.make_node("GroupQueryAttention",
+                         ["q", "k", "v", "past_k", "past_v", "seqlens_k", "total_seq_len", "cos", "sin"],
+                         ["out", "present_k", "present_v"], name="gqa0", domain="com.microsoft",
+                         num_heads=num_heads, kv_num_heads=kv_heads, do_rotary=1),
+    ]
+    inits = [numpy_helper.from_array(np.array(1, np.int64), "one"),
+             numpy_helper.from_array(np.array(original, np.int64), "original")]
+    inputs = [_vi("q", ["B", "S", num_heads * head]), _vi("k", ["B", "S", kv_heads * head]),
+              _vi("v", ["B", "S", kv_heads * head]), _vi("past_k", ["B", kv_heads, "P", head]),
+              _vi("past_v", ["B", kv_heads, "P", head]),
+              helper.make_tensor_value_info("seqlens_k", TensorProto.INT32, ["B"]),
+              helper.make_tensor_value_info("total_seq_len", TensorProto.INT32, []),
+              helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["B", "T"])]
+    outs = [_vi("out", None), _vi("present_k", None), _vi("present_v", None)]
+    return _model(nodes, inputs, outs, inits, ms_opset=1)
+
+
 def gqa(num_heads: int, kv_heads: int, head: int, packed: bool = False, past: bool = True,
         rotary: bool = False, interleaved: int = 0, max_pos: int = 0, scale: float | None = None,
         name: str = "gqa0", sink: bool = False, **extra) -> onnx.ModelProto:

@@ -119,6 +119,22 @@ def test_gqa_decode_with_past(make_sessions, rotary, interleaved, packed, nh, nk
         assert_gqa_parity(cpu, rc, feeds, f"decode b={b} past={past_lens}")
 
 
+def test_gqa_rotary_caches_chosen_at_run_time(make_sessions):
+    """LongRoPE models (the builder's Phi-3 / Phi-3.5 128k form): an If node hands GQA the short or
+    the long cos/sin caches by the attention mask's length, so the caches are values of the run,
+    not constants. rcpu takes the GQA (the If and its shape nodes stay on ORT) and rotates with
+    whichever caches the step gets: ORT's answer on both sides of the switch, in either order."""
+    nh, nkv, h, max_pos, original = 14, 2, 64, 160, 32
+    cpu, rc = make_sessions(models.gqa_longrope(nh, nkv, h, max_pos, original), {"threads": 2})
+    assert_on_rcpu(rc, "gqa0")
+    assert_on_cpu(rc, "if0")
+    rng = np.random.default_rng(31)
+    for past in (5, 31, 32, 40, 100, 20, 150):
+        feeds = gqa_feeds(rng, 1, 1, nh, nkv, h, [past], past + 1, past_len=past)
+        feeds["attention_mask"] = np.ones((1, past + 1), np.int64)
+        assert_gqa_parity(cpu, rc, feeds, f"past {past} ({'long' if past + 1 > original else 'short'} caches)")
+
+
 def test_gqa_decode_long_past(make_sessions):
     """Decode after pasts of one, several and many of the 64-row key blocks rcpu's decode step
     scores at a time (hinting the next block's keys into L2): ORT's answer."""
