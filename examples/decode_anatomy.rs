@@ -34,8 +34,8 @@
 //! the tiles prefetch as before issue 17 (L1 2048 bytes ahead, no L2 prefetch; `prefetch`);
 //! with `+pfN`, the one-row L1 distance is N bytes (0: none) in place of the tuner's choice.
 //! Every other arm prefetches as the library does: over one row, the distance its tuner chose
-//! (`matmul_nbits::row1_tuner`, which counts this example's calls too; a run of this example is
-//! shorter than the tuner's warm-up, so that is its first choice, 3072 bytes). Stop 47, the
+//! (`matmul_nbits::row1_tuner`, which counts this example's calls too; with a few passes most of
+//! them come before its first trial, after 1024 calls, so at its first choice, 3072 bytes). Stop 47, the
 //! vCPUs apart (one read of everything ~61 GB/s), `--arms=segmented+hint+pf0,segmented+hint+pf3072`:
 //! the sequence at 81.1% of the one-read ceiling without the prefetch, 72.5% with it.
 //!
@@ -515,7 +515,7 @@ fn main() {
                 if arms[arm].3 {
                     reset_prefetch();
                     if let Some(d) = arms[arm].0.split("+pf").nth(1) {
-                        set_prefetch_bytes(d.parse().unwrap());
+                        set_prefetch_bytes(d.parse().expect("arm +pfN: N is a byte count"));
                     }
                 } else {
                     // The L1 prefetch as it was before issue 17.

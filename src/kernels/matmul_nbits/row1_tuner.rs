@@ -105,7 +105,7 @@ pub struct Tuner {
 }
 
 /// The finished trials of a tuner, for [`Tuner::report`].
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Clone, Copy, Debug)]
 struct History {
     trials: u64,
     switches: u64,
@@ -114,9 +114,10 @@ struct History {
 }
 
 /// What a tuner has decided so far, for the statistics (`RcpuEp_StatsJson`, "kernels"): the
-/// one-row distance in use, the decode calls counted, the trials finished, how many of them
-/// changed the distance, and the last one's time with the prefetch over the time without
-/// (below 1: the prefetch was faster).
+/// one-row distance the last trial chose (the one in use outside trials; before any trial,
+/// [`FIRST_CHOICE`]'s), the decode calls counted, the trials finished, how many of them changed
+/// the distance, and the last one's time with the prefetch over the time without (below 1: the
+/// prefetch was faster).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct TunerReport {
     pub distance_bytes: usize,
