@@ -14,7 +14,7 @@ import pytest
 from onnx import helper, numpy_helper
 
 import models
-from conftest import EP_NAME, REPO, assignment, rcpu_session, rel_l2
+from conftest import EP_NAME, REPO, assert_on_cpu, assignment, rcpu_session, rel_l2
 
 BENCH = REPO / "target" / "release" / "rcpu-bench"
 
@@ -83,6 +83,59 @@ def test_qwen_is_one_partition_and_matches_per_node_path_and_ort(small_qwen, mak
             np.testing.assert_array_equal(g, r, err_msg=f"past={past} seq={seq} output {o}: fused != per-node")
             # accuracy_level 4 quantizes activations to int8: rcpu-bench's logits tolerance.
             assert rel_l2(g, w) < 2e-2, f"past={past} seq={seq} output {o} vs ORT: {rel_l2(g, w)}"
+
+
+def with_longrope_caches(model_bytes: bytes, original: int) -> bytes:
+    """The model with its rotary caches chosen at run time, as onnxruntime-genai's builder writes
+    LongRoPE models (Phi-3 / Phi-3.5 128k): the cos_cache / sin_cache initializers become the
+    outputs of attention_mask -> Shape -> Gather(1) -> Greater(`original`) -> If, whose long
+    branch holds the caches scaled by 1.1 and whose short branch holds them as they were."""
+    m = onnx.load_from_string(model_bytes)
+    caches = {i.name: numpy_helper.to_array(i) for i in m.graph.initializer if i.name in ("cos_cache", "sin_cache")}
+    assert len(caches) == 2, "the generated model's rotary caches"
+    keep = [i for i in m.graph.initializer if i.name not in caches]
+    del m.graph.initializer[:]
+    m.graph.initializer.extend(keep)
+
+    def branch(name, scale):
+        consts = [helper.make_node("Constant", [], [f"{name}_{c}"],
+                                   value=numpy_helper.from_array((a * np.float32(scale)).astype(np.float32), f"{name}_{c}_v"))
+                  for c, a in caches.items()]
+        outs = [helper.make_tensor_value_info(f"{name}_{c}", onnx.TensorProto.FLOAT, list(a.shape)) for c, a in caches.items()]
+        return helper.make_graph(consts, name, [], outs)
+
+    m.graph.initializer.extend([numpy_helper.from_array(np.array(1, np.int64), "rope_one"),
+                                numpy_helper.from_array(np.array(original, np.int64), "rope_original")])
+    head = [
+        helper.make_node("Shape", ["attention_mask"], ["rope_mask_dims"], name="rope_shape"),
+        helper.make_node("Gather", ["rope_mask_dims", "rope_one"], ["rope_total"], name="rope_gather", axis=0),
+        helper.make_node("Greater", ["rope_total", "rope_original"], ["rope_long"], name="rope_greater"),
+        helper.make_node("If", ["rope_long"], list(caches), name="rope_if",
+                         then_branch=branch("long", 1.1), else_branch=branch("short", 1.0)),
+    ]
+    nodes = head + list(m.graph.node)
+    del m.graph.node[:]
+    m.graph.node.extend(nodes)
+    return m.SerializeToString()
+
+
+def test_rotary_caches_chosen_at_run_time_stay_one_partition(small_qwen, make_sessions, rcpu_devices):
+    """A whole decoder whose rotary caches an If node picks per run (LongRoPE): every rcpu node
+    still one fused partition (the If on ORT feeds it), equal to the per-node path, and ORT's
+    answer on both sides of the switch, a prompt and decode steps, in either order."""
+    model = with_longrope_caches(small_qwen, original=8)
+    cpu, fused = make_sessions(model, {"fuse": "on"})
+    per_node = rcpu_session(model, rcpu_devices, {"fuse": "off"})
+    assert len(rcpu_groups(fused)) == 1, rcpu_groups(fused)
+    assert_on_cpu(fused, "rope_if")
+    rng = np.random.default_rng(11)
+    for past, seq in [(4, 1), (8, 1), (0, 7), (0, 12), (5, 3), (10, 3), (3, 1)]:
+        f = qwen_feeds(rng, cpu, past, seq)
+        want, got, ref = cpu.run(None, f), fused.run(None, f), per_node.run(None, f)
+        side = "long" if past + seq > 8 else "short"
+        for o, (w, g, r) in enumerate(zip(want, got, ref)):
+            np.testing.assert_array_equal(g, r, err_msg=f"past={past} seq={seq} ({side}) output {o}: fused != per-node")
+            assert rel_l2(g, w) < 2e-2, f"past={past} seq={seq} ({side}) output {o} vs ORT: {rel_l2(g, w)}"
 
 
 @pytest.mark.parametrize("acc", [0, 4])
