@@ -119,6 +119,25 @@ def test_gqa_decode_with_past(make_sessions, rotary, interleaved, packed, nh, nk
         assert_gqa_parity(cpu, rc, feeds, f"decode b={b} past={past_lens}")
 
 
+@pytest.mark.parametrize("interleaved", [0, 1])
+@pytest.mark.parametrize("nh,nkv,h,half", [(8, 2, 128, 48), (4, 2, 64, 24), (4, 4, 96, 8)])
+def test_gqa_partial_rotary(make_sessions, interleaved, nh, nkv, h, half):
+    """Caches narrower than half the head (partial_rotary_factor < 1: Phi-4-mini's 0.75 at head
+    128 gives 48 columns): only the first 2 * half dims of each head rotate, as in ORT."""
+    max_pos = 64
+    model = models.gqa(nh, nkv, h, rotary=True, interleaved=interleaved, max_pos=max_pos)
+    for i in model.graph.input:
+        if i.name in ("cos", "sin"):
+            i.type.tensor_type.shape.dim[1].dim_value = half
+    cpu, rc = make_sessions(model, {"threads": 2})
+    assert_on_rcpu(rc, "gqa0")
+    rng = np.random.default_rng(h + half + interleaved)
+    for past, s in [(10, 1), (0, 5), (37, 1)]:
+        feeds = gqa_feeds(rng, 1, s, nh, nkv, h, [past + s - 1], past + s, past_len=past)
+        feeds["cos"], feeds["sin"] = models.rope_caches(max_pos, half)
+        assert_gqa_parity(cpu, rc, feeds, f"rot {2 * half} of head {h}, past {past}, {s} tokens")
+
+
 def test_gqa_rotary_caches_chosen_at_run_time(make_sessions):
     """LongRoPE models (the builder's Phi-3 / Phi-3.5 128k form): an If node hands GQA the short or
     the long cos/sin caches by the attention mask's length, so the caches are values of the run,
