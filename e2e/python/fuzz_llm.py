@@ -2,7 +2,7 @@
 under random provider options, a prefill and three decode steps, rcpu against ORT's CPU EP.
 
 Each case draws, from one seeded generator, a layer shape (hidden size, query and kv heads, head size,
-sliding-window layers and an attention softcap or not,
+sliding-window layers, an attention softcap and partial rotary or not,
 MLP size, quantization block, accuracy level, qkv bias, tied or untied embedding, vocabulary, one or two
 layers), a prompt length (1 to 150 tokens), the rcpu provider options (`fuse`, `threads`, `acc4_scales`,
 `weight_cache_mb`, `scratch_cache_mb`, each set or left at its default), the token ids, and how the KV
@@ -100,6 +100,9 @@ def draw_case(rng: random.Random) -> Case:
         spec += f",window={rng.choice([1, 2, 7, 64, 500])},window_cache=0"
     if rng.random() < 0.2:
         spec += f",softcap={rng.choice([1, 30, 50])}"
+    # Partial rotary (the builder's partial_rotary_factor < 1): the first `rot` dims of a head rotate.
+    if rng.random() < 0.2:
+        spec += f",rot={rng.choice(range(16, head + 1, 16))}"
     choices = {
         "fuse": ["on", "off"],
         "threads": ["1", "2", "3"],

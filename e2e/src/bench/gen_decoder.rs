@@ -403,17 +403,18 @@ pub struct LayerIo<'a> {
     pub softcap: f32,
 }
 
-/// Rotary caches `{prefix}cos_cache`, `{prefix}sin_cache` [positions, head/2]: cos/sin of
-/// position * 10000^(-2i/head), as genai writes them; returns their bytes.
-pub fn rotary_caches(g: &mut GraphBuilder, prefix: &str, head: usize, positions: usize) -> u64 {
-    let half = head / 2;
+/// Rotary caches `{prefix}cos_cache`, `{prefix}sin_cache` [positions, rot/2]: cos/sin of
+/// position * 10000^(-2i/rot), as genai writes them (`rot`: the rotated dims of a head, the head
+/// size unless the model rotates part of it); returns their bytes.
+pub fn rotary_caches(g: &mut GraphBuilder, prefix: &str, rot: usize, positions: usize) -> u64 {
+    let half = rot / 2;
     let (mut cos, mut sin) = (
         Vec::with_capacity(positions * half),
         Vec::with_capacity(positions * half),
     );
     for p in 0..positions {
         for i in 0..half {
-            let a = p as f64 * 10000f64.powf(-2.0 * i as f64 / head as f64);
+            let a = p as f64 * 10000f64.powf(-2.0 * i as f64 / rot as f64);
             cos.push(a.cos() as f32);
             sin.push(a.sin() as f32);
         }

@@ -1,6 +1,6 @@
 //! `llm:preset=qwen2-0.5b|llama-3.2-1b|qwen3-0.6b[,layers=N][,vocab=V][,tied=0|1][,acc=4|0|1][,block=32]
 //! [,seed=S][,ctx=C][,emb=q4|f32|f16][,hidden=..,heads=..,kv=..,head=..,inter=..,qkv_bias=0|1]
-//! [,window=W][,window_cache=0|1][,softcap=X]`:
+//! [,window=W][,window_cache=0|1][,softcap=X][,rot=R]`:
 //! a whole decoder-only LLM laid out as onnxruntime-genai's model builder lays out
 //! `-p int4 -e cpu`, with seeded weights (no download):
 //!
@@ -32,7 +32,9 @@
 //! `local_window_size = W` and `sliding_window_cache = 1` (a windowed KV cache), and a
 //! `sliding_window` section in genai_config.json naming those layers (`window_cache=0`: the window
 //! over an ordinary cache instead, as older builders wrote it). `softcap=X` gives every
-//! layer's attention `softcap = X` (Gemma 2 writes 50).
+//! layer's attention `softcap = X` (Gemma 2 writes 50). `rot=R` rotates only the first `R` dims
+//! of each head (caches `[ctx, R / 2]`: the builder's `partial_rotary_factor < 1`, e.g. Phi-4-mini's
+//! 0.75; a multiple of 16, at most the head size).
 //! The rotary base is 10000 for both presets (random weights; the angle table's values do not
 //! change what is computed). `ctx` (default 4096) is the rotary caches' length and the
 //! genai_config's context_length.
@@ -63,6 +65,8 @@ pub struct Llm {
     pub window_cache: bool,
     /// Every layer's attention softcap (0: none).
     pub softcap: usize,
+    /// Rotated dims of each head (0: the whole head; see the module doc).
+    pub rot: usize,
 }
 
 /// The embedding's layout.
@@ -135,6 +139,7 @@ fn preset(name: &str) -> Option<Llm> {
         window: 0,
         window_cache: true,
         softcap: 0,
+        rot: 0,
     })
 }
 
@@ -181,6 +186,7 @@ impl Llm {
                 "window" => l.window = v,
                 "window_cache" => l.window_cache = v != 0,
                 "softcap" => l.softcap = v,
+                "rot" => l.rot = v,
                 _ => return Err(bad(format!("unknown key '{key}' for llm"))),
             }
         }
@@ -189,6 +195,12 @@ impl Llm {
         d.validate_layer().map_err(bad)?;
         if [l.layers, l.vocab, l.ctx].contains(&0) {
             return Err(bad("layers, vocab and ctx must be positive".into()));
+        }
+        if l.rot > d.head || !l.rot.is_multiple_of(16) {
+            return Err(bad(format!(
+                "rot={} must be a multiple of 16 and at most head ({})",
+                l.rot, d.head
+            )));
         }
         if l.emb == Emb::Q4 && !l.tied {
             return Err(bad(
@@ -278,6 +290,9 @@ impl Llm {
         if self.softcap > 0 {
             s += &format!("{sep}softcap={}", self.softcap);
         }
+        if self.rot > 0 {
+            s += &format!("{sep}rot={}", self.rot);
+        }
         s
     }
 
@@ -331,7 +346,8 @@ impl Llm {
         }
         let mut bytes = mask_subgraph(&mut g);
         bytes += self.embedding(&mut g);
-        let rot = rotary_caches(&mut g, "", d.head, self.ctx);
+        let rotated = if self.rot > 0 { self.rot } else { d.head };
+        let rot = rotary_caches(&mut g, "", rotated, self.ctx);
         // A token reads one cos and one sin row, not the whole caches.
         bytes += rot / self.ctx as u64;
         let (mut prev_down, mut prev_res) = (String::new(), String::new());
@@ -702,6 +718,10 @@ mod tests {
         let q = Llm::parse("s", "").unwrap();
         assert_eq!((q.layer.hidden, q.layers, q.vocab), (896, 24, 151936));
         assert!(q.layer.qkv_bias);
+        // Partial rotary: its own cache key.
+        let r = Llm::parse("s", "rot=48").unwrap();
+        assert_eq!(r.rot, 48);
+        assert!(r.canonical().ends_with(",rot=48") && q.canonical() != r.canonical());
         for bad in [
             "preset=gpt5",
             "layers=0",
@@ -715,6 +735,8 @@ mod tests {
             "kv=0",
             "ctx=0",
             "hidden=880",
+            "rot=40",
+            "rot=80",
         ] {
             assert!(Llm::parse("s", bad).is_err(), "{bad} must be rejected");
         }
