@@ -476,11 +476,13 @@ def rope_caches(max_pos: int, half: int, theta: float = 10000.0):
 def gqa_longrope(num_heads: int, kv_heads: int, head: int, max_pos: int, original: int) -> onnx.ModelProto:
     """GroupQueryAttention (rotary, past) whose cos/sin caches an `If` node picks at run time, as
     onnxruntime-genai's builder writes LongRoPE models (Phi-3 / Phi-3.5 128k): attention_mask ->
-    Shape -> Gather(1) -> Greater(`original`) -> If (then: the long caches, else: the short ones,
-    each a Constant). Inputs as `gqa` plus attention_mask [B, T] int64; the GQA node is gqa0."""
+    Shape -> Gather(1) -> Greater(`original`) -> If (then: the long caches, `max_pos` rows, else:
+    the short ones, `original` rows, each a Constant). Inputs as `gqa` plus attention_mask [B, T]
+    int64; the GQA node is gqa0."""
+    # As the builder: the long caches span the whole context, the short ones the original one.
     long_cos, long_sin = rope_caches(max_pos, head // 2)
     long_cos, long_sin = long_cos * np.float32(1.1), long_sin * np.float32(1.1)
-    short_cos, short_sin = rope_caches(max_pos, head // 2, theta=500000.0)
+    short_cos, short_sin = rope_caches(original, head // 2, theta=500000.0)
 
     def branch(name, cos, sin):
         consts = [helper.make_node("Constant", [], [f"{name}_{w}"], value=numpy_helper.from_array(a, f"{name}_{w}_v"))
