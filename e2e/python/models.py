@@ -473,35 +473,47 @@ def rope_caches(max_pos: int, half: int, theta: float = 10000.0):
     return np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
 
 
-def gqa_longrope(num_heads: int, kv_heads: int, head: int, max_pos: int, original: int) -> onnx.ModelProto:
-    """GroupQueryAttention (rotary, past) whose cos/sin caches an `If` node picks at run time, as
-    onnxruntime-genai's builder writes LongRoPE models (Phi-3 / Phi-3.5 128k): attention_mask ->
-    Shape -> Gather(1) -> Greater(`original`) -> If (then: the long caches, `max_pos` rows, else:
-    the short ones, `original` rows, each a Constant). Inputs as `gqa` plus attention_mask [B, T]
-    int64; the GQA node is gqa0."""
-    # As the builder: the long caches span the whole context, the short ones the original one.
-    long_cos, long_sin = rope_caches(max_pos, head // 2)
-    long_cos, long_sin = long_cos * np.float32(1.1), long_sin * np.float32(1.1)
-    short_cos, short_sin = rope_caches(original, head // 2, theta=500000.0)
+def longrope_selector(long: dict, short: dict, original: int, prefix: str = "rope_"):
+    """The subgraph onnxruntime-genai's builder writes for LongRoPE models (Phi-3 / Phi-3.5 128k) to
+    pick the rotary caches per run: attention_mask -> Shape -> Gather(1) -> Greater(`original`) ->
+    If, whose outputs (named as the keys of `long`) are the `long` arrays when the mask is longer
+    than `original`, else the `short` ones (same keys); each branch a Constant per array. Node and
+    value names start with `prefix` (the If is `{prefix}if`). Returns (nodes, initializers)."""
 
-    def branch(name, cos, sin):
-        consts = [helper.make_node("Constant", [], [f"{name}_{w}"], value=numpy_helper.from_array(a, f"{name}_{w}_v"))
-                  for w, a in (("cos", cos), ("sin", sin))]
-        return helper.make_graph(consts, name, [], [_vi(f"{name}_cos", list(cos.shape)), _vi(f"{name}_sin", list(sin.shape))])
+    def branch(name, arrays):
+        names = {key: f"{prefix}{name}_{key}" for key in arrays}
+        consts = [helper.make_node("Constant", [], [names[key]], value=numpy_helper.from_array(a, f"{names[key]}_v"))
+                  for key, a in arrays.items()]
+        outs = [_vi(names[key], list(a.shape)) for key, a in arrays.items()]
+        return helper.make_graph(consts, f"{prefix}{name}", [], outs)
 
+    assert list(long) == list(short), "both branches give the same outputs"
     nodes = [
-        helper.make_node("Shape", ["attention_mask"], ["mask_dims"], name="shape0"),
-        helper.make_node("Gather", ["mask_dims", "one"], ["total_len"], name="gather0", axis=0),
-        helper.make_node("Greater", ["total_len", "original"], ["is_long"], name="greater0"),
-        helper.make_node("If", ["is_long"], ["cos", "sin"], name="if0",
-                         then_branch=branch("long", long_cos, long_sin), else_branch=branch("short", short_cos, short_sin)),
-        helper.make_node("GroupQueryAttention",
-                         ["q", "k", "v", "past_k", "past_v", "seqlens_k", "total_seq_len", "cos", "sin"],
-                         ["out", "present_k", "present_v"], name="gqa0", domain="com.microsoft",
-                         num_heads=num_heads, kv_num_heads=kv_heads, do_rotary=1),
+        helper.make_node("Shape", ["attention_mask"], [f"{prefix}mask_dims"], name=f"{prefix}shape"),
+        helper.make_node("Gather", [f"{prefix}mask_dims", f"{prefix}one"], [f"{prefix}total"], name=f"{prefix}gather",
+                         axis=0),
+        helper.make_node("Greater", [f"{prefix}total", f"{prefix}original"], [f"{prefix}long"], name=f"{prefix}greater"),
+        helper.make_node("If", [f"{prefix}long"], list(long), name=f"{prefix}if",
+                         then_branch=branch("long", long), else_branch=branch("short", short)),
     ]
-    inits = [numpy_helper.from_array(np.array(1, np.int64), "one"),
-             numpy_helper.from_array(np.array(original, np.int64), "original")]
+    inits = [numpy_helper.from_array(np.array(1, np.int64), f"{prefix}one"),
+             numpy_helper.from_array(np.array(original, np.int64), f"{prefix}original")]
+    return nodes, inits
+
+
+def gqa_longrope(num_heads: int, kv_heads: int, head: int, max_pos: int, original: int) -> onnx.ModelProto:
+    """GroupQueryAttention (rotary, past) whose cos/sin caches an `If` node (rope_if) picks at run
+    time (`longrope_selector`): the long caches `max_pos` rows, the short ones `original` rows, as
+    the builder's span the whole and the original context. Inputs as `gqa` plus attention_mask
+    [B, T] int64; the GQA node is gqa0."""
+    long_cos, long_sin = rope_caches(max_pos, head // 2)
+    long = {"cos": long_cos * np.float32(1.1), "sin": long_sin * np.float32(1.1)}
+    short_cos, short_sin = rope_caches(original, head // 2, theta=500000.0)
+    nodes, inits = longrope_selector(long, {"cos": short_cos, "sin": short_sin}, original)
+    nodes.append(helper.make_node("GroupQueryAttention",
+                                  ["q", "k", "v", "past_k", "past_v", "seqlens_k", "total_seq_len", "cos", "sin"],
+                                  ["out", "present_k", "present_v"], name="gqa0", domain="com.microsoft",
+                                  num_heads=num_heads, kv_num_heads=kv_heads, do_rotary=1))
     inputs = [_vi("q", ["B", "S", num_heads * head]), _vi("k", ["B", "S", kv_heads * head]),
               _vi("v", ["B", "S", kv_heads * head]), _vi("past_k", ["B", kv_heads, "P", head]),
               _vi("past_v", ["B", kv_heads, "P", head]),

@@ -146,7 +146,7 @@ def test_gqa_rotary_caches_chosen_at_run_time(make_sessions):
     nh, nkv, h, max_pos, original = 14, 2, 64, 160, 32
     cpu, rc = make_sessions(models.gqa_longrope(nh, nkv, h, max_pos, original), {"threads": 2})
     assert_on_rcpu(rc, "gqa0")
-    assert_on_cpu(rc, "if0")
+    assert_on_cpu(rc, "rope_if")
     rng = np.random.default_rng(31)
     for past in (5, 31, 32, 40, 100, 20, 150):
         feeds = gqa_feeds(rng, 1, 1, nh, nkv, h, [past], past + 1, past_len=past)

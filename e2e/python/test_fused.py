@@ -88,32 +88,18 @@ def test_qwen_is_one_partition_and_matches_per_node_path_and_ort(small_qwen, mak
 def with_longrope_caches(model_bytes: bytes, original: int) -> bytes:
     """The model with its rotary caches chosen at run time, as onnxruntime-genai's builder writes
     LongRoPE models (Phi-3 / Phi-3.5 128k): the cos_cache / sin_cache initializers become the
-    outputs of attention_mask -> Shape -> Gather(1) -> Greater(`original`) -> If, whose long
-    branch holds the caches scaled by 1.1 and whose short branch their first `original` rows as
-    they were (as the builder's, the two branches' caches differ in length)."""
+    outputs of `models.longrope_selector` (its If is rope_if), whose long branch holds the caches
+    scaled by 1.1 and whose short branch their first `original` rows as they were (as the
+    builder's, the two branches' caches differ in length)."""
     m = onnx.load_from_string(model_bytes)
     caches = {i.name: numpy_helper.to_array(i) for i in m.graph.initializer if i.name in ("cos_cache", "sin_cache")}
     assert len(caches) == 2, "the generated model's rotary caches"
     keep = [i for i in m.graph.initializer if i.name not in caches]
+    long = {c: (a * np.float32(1.1)).astype(np.float32) for c, a in caches.items()}
+    short = {c: a[:original] for c, a in caches.items()}
+    head, inits = models.longrope_selector(long, short, original)
     del m.graph.initializer[:]
-    m.graph.initializer.extend(keep)
-
-    def branch(name, scale, rows):
-        arrays = {c: (a[:rows] * np.float32(scale)).astype(np.float32) for c, a in caches.items()}
-        consts = [helper.make_node("Constant", [], [f"{name}_{c}"], value=numpy_helper.from_array(a, f"{name}_{c}_v"))
-                  for c, a in arrays.items()]
-        outs = [helper.make_tensor_value_info(f"{name}_{c}", onnx.TensorProto.FLOAT, list(a.shape)) for c, a in arrays.items()]
-        return helper.make_graph(consts, name, [], outs)
-
-    m.graph.initializer.extend([numpy_helper.from_array(np.array(1, np.int64), "rope_one"),
-                                numpy_helper.from_array(np.array(original, np.int64), "rope_original")])
-    head = [
-        helper.make_node("Shape", ["attention_mask"], ["rope_mask_dims"], name="rope_shape"),
-        helper.make_node("Gather", ["rope_mask_dims", "rope_one"], ["rope_total"], name="rope_gather", axis=0),
-        helper.make_node("Greater", ["rope_total", "rope_original"], ["rope_long"], name="rope_greater"),
-        helper.make_node("If", ["rope_long"], list(caches), name="rope_if",
-                         then_branch=branch("long", 1.1, None), else_branch=branch("short", 1.0, original)),
-    ]
+    m.graph.initializer.extend(keep + inits)
     nodes = head + list(m.graph.node)
     del m.graph.node[:]
     m.graph.node.extend(nodes)
