@@ -51,7 +51,8 @@
 //! itself outside a trial, or inside one a call early or late, which changes a sample, not a
 //! result. The distance is Relaxed too: a tile reads it at each group, and a call that reads
 //! the previous value for some groups streams the same bytes with another prefetch. A trial's timings sit
-//! under a mutex that only trial calls take, once each, after their dispatch (microseconds).
+//! under a mutex that only trial calls take, once each, after their dispatch (microseconds), with
+//! the record of the finished trials that the statistics read (`Tuner::report`).
 
 use crate::os::cache::CachePadded;
 use parking_lot::Mutex;
@@ -98,10 +99,15 @@ pub struct Tuner {
     current: CachePadded<AtomicUsize>,
     /// Index into [`CANDIDATES`] of the last trial's choice (the incumbent of the next).
     decided: AtomicUsize,
-    /// What the finished trials found ([`Tuner::report`]); written by a trial's last call only,
-    /// under the trial's mutex.
-    history: Mutex<History>,
-    trial: Mutex<Trial>,
+    /// The trial in progress and what the finished ones found ([`Tuner::report`]).
+    trial: Mutex<Trials>,
+}
+
+/// The trial in progress and the record of the finished ones (one lock: a trial's last call
+/// writes the record as it ends the trial).
+struct Trials {
+    current: Trial,
+    history: History,
 }
 
 /// The finished trials of a tuner, for [`Tuner::report`].
@@ -228,12 +234,14 @@ impl Tuner {
             start: AtomicU64::new(WARMUP_CALLS),
             current: CachePadded(AtomicUsize::new(FIRST_CHOICE)),
             decided: AtomicUsize::new(FIRST_CHOICE),
-            history: Mutex::new(History {
-                trials: 0,
-                switches: 0,
-                last_ratio: None,
+            trial: Mutex::new(Trials {
+                current: Trial::EMPTY,
+                history: History {
+                    trials: 0,
+                    switches: 0,
+                    last_ratio: None,
+                },
             }),
-            trial: Mutex::new(Trial::EMPTY),
         }
     }
 
@@ -254,7 +262,7 @@ impl Tuner {
 
     /// What the tuner has decided so far ([`TunerReport`]).
     pub fn report(&self) -> TunerReport {
-        let h = *self.history.lock();
+        let h = self.trial.lock().history;
         TunerReport {
             distance_bytes: self.decided_distance(),
             decode_calls: self.calls(),
@@ -303,17 +311,18 @@ impl Tuner {
     /// Ends a trial call that took `ns` nanoseconds: adds it to its shape's sums; the trial's
     /// last call decides and puts the choice in use.
     fn end_after(&self, call: TrialCall, ns: u64) {
-        let mut t = self.trial.lock();
+        let mut guard = self.trial.lock();
+        let Trials {
+            current: t,
+            history,
+        } = &mut *guard;
         t.add(call.bytes, call.arm, ns);
         if call.last {
             let before = self.decided.load(Ordering::Relaxed);
-            let choice = decide(&t, before);
-            {
-                let mut h = self.history.lock();
-                h.trials += 1;
-                h.switches += u64::from(choice != before);
-                h.last_ratio = t.ratio();
-            }
+            let choice = decide(t, before);
+            history.trials += 1;
+            history.switches += u64::from(choice != before);
+            history.last_ratio = t.ratio();
             self.decided.store(choice, Ordering::Relaxed);
             self.current.0.store(choice, Ordering::Relaxed);
             let next = if choice == before {
