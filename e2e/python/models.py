@@ -137,8 +137,8 @@ def matmul_nbits(
 ):
     """Y[M, N] = A[M, K] @ dequant(B) (+ bias) as one com.microsoft.MatMulNBits node with dynamic M.
 
-    Returns (model, w_dequant [K, N] f32, bias or None). `bits=8` and `g_idx=True` build the
-    variants rcpu is not expected to claim (8-bit weights, act-order group index). `a_dims` overrides
+    Returns (model, w_dequant [K, N] f32, bias or None). `bits=8` builds 8-bit weights (one byte a
+    code); `g_idx=True` the act-order group index rcpu does not claim. `a_dims` overrides
     A's declared shape (default ["M", K]; a symbolic K lets a wrong feed reach the kernel)."""
     w = rng.standard_normal((k, n)).astype(np.float32)
     if bits == 4:
@@ -178,20 +178,30 @@ def matmul_nbits(
 
 
 def _quantize_nbits8(w: np.ndarray, block_size: int, with_zero_points: bool):
-    """8-bit variant (one byte per weight; implied zero point 128)."""
+    """8-bit blockwise quantisation in ORT's layout (one byte per code, one byte per zero point).
+
+    Without zero points: symmetric around the implied 128. With them: asymmetric per block
+    (min..max onto 0..255), so the zero points spread over the whole byte (both nibbles vary)."""
     k, n = w.shape
     k_blocks = -(-k // block_size)
     wt = np.zeros((n, k_blocks * block_size), np.float32)
     wt[:, :k] = w.T
     blocks = wt.reshape(n, k_blocks, block_size)
-    amax = np.abs(blocks).max(axis=2)
-    scale = amax / 127.0
-    scale[scale == 0] = 1.0
-    zp = np.full((n, k_blocks), 128, np.uint8)
-    q = np.clip(np.round(blocks / scale[:, :, None]) + 128, 0, 255).astype(np.uint8)
-    deq = (q.astype(np.float32) - 128.0) * scale[:, :, None]
+    if with_zero_points:
+        lo = np.minimum(blocks.min(axis=2), 0.0)
+        hi = np.maximum(blocks.max(axis=2), 0.0)
+        scale = (hi - lo) / 255.0
+        scale[scale == 0] = 1.0
+        zp = np.clip(np.round(-lo / scale), 0, 255).astype(np.uint8)
+    else:
+        scale = np.abs(blocks).max(axis=2) / 127.0
+        scale[scale == 0] = 1.0
+        zp = np.full((n, k_blocks), 128, np.uint8)
+    scale = scale.astype(np.float32)
+    q = np.clip(np.round(blocks / scale[:, :, None]) + zp[:, :, None], 0, 255).astype(np.uint8)
+    deq = (q.astype(np.float32) - zp[:, :, None].astype(np.float32)) * scale[:, :, None]
     w_deq = deq.reshape(n, -1)[:, :k].T.copy()
-    return q, scale.reshape(-1).astype(np.float32), (zp.reshape(-1) if with_zero_points else None), w_deq
+    return q, scale.reshape(-1), (zp.reshape(-1) if with_zero_points else None), w_deq
 
 
 def float_matmul_const(k: int, n: int, rng: np.random.Generator, name: str = "matmul_w") -> onnx.ModelProto:

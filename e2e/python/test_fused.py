@@ -126,6 +126,35 @@ def test_rotary_caches_chosen_at_run_time_stay_one_partition(small_qwen, make_se
 
 
 @pytest.mark.parametrize("acc", [0, 4])
+def test_8bit_lm_head_stays_in_the_partition(tmp_path, make_sessions, rcpu_devices, stats, acc):
+    """An 8-bit lm_head (onnxruntime-genai's k_quant_last / k_quant_mixed write one; `rcpu-bench gen
+    llm:...,tied=0,lm_bits=8`): claimed, so the decoder stays ONE fused partition, equal to the per-node
+    path bit for bit and within ORT's tolerance (level 0: 1e-4, level 4: 2e-2), and the route ledger
+    names the 8-bit route."""
+    spec = f"llm:preset=qwen2-0.5b,layers=2,vocab=700,acc={acc},seed=8,tied=0,lm_bits=8"
+    out = subprocess.run([str(BENCH), "gen", spec, "--out", str(tmp_path / "model.onnx")], capture_output=True,
+                         text=True)
+    assert out.returncode == 0, out.stderr
+    model = (tmp_path / "model.onnx").read_bytes()
+    lm = [n for n in onnx.load_from_string(model).graph.node if n.name == "lm_head"]
+    assert [a.i for a in lm[0].attribute if a.name == "bits"] == [8]
+    cpu, fused = make_sessions(model, {"fuse": "on"})
+    per_node = rcpu_session(model, rcpu_devices, {"fuse": "off"})
+    groups = rcpu_groups(fused)
+    assert len(groups) == 1 and "lm_head" in groups[0], groups
+    rng = np.random.default_rng(4)
+    stats.reset()
+    for past, seq in [(8, 1), (0, 9)]:
+        f = qwen_feeds(rng, cpu, past, seq)
+        want, got, ref = cpu.run(None, f), fused.run(None, f), per_node.run(None, f)
+        for o, (w, g, r) in enumerate(zip(want, got, ref)):
+            np.testing.assert_array_equal(g, r, err_msg=f"past={past} seq={seq} output {o}: fused != per-node")
+            tol = 2e-2 if acc == 4 else 1e-4
+            assert rel_l2(g, w) < tol, f"past={past} seq={seq} output {o} vs ORT: {rel_l2(g, w)}"
+    assert any(v.endswith("-gemv-bits8") for v in stats.variants("MatMulNBits")), stats.ledger()
+
+
+@pytest.mark.parametrize("acc", [0, 4])
 @pytest.mark.parametrize("form", ["plain_norms", "qk_norm", "relu2", "window_softcap"])
 def test_builder_layer_forms_are_one_partition(make_sessions, rcpu_devices, stats, acc, form):
     """Decoder layers in more of the model builder's forms are one fused partition each, equal to the

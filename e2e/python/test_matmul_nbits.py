@@ -127,11 +127,10 @@ def test_ort_quantizer_models(make_sessions, symmetric, bs, acc):
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("variant", ["bits8", "g_idx"])
+@pytest.mark.parametrize("variant", ["g_idx"])
 def test_unsupported_variant_stays_on_cpu(make_sessions, variant):
     rng = np.random.default_rng(3)
-    kw = {"bits": 8} if variant == "bits8" else {"g_idx": True}
-    model, w_deq, _ = models.matmul_nbits(100, 17, 32, rng, **kw)
+    model, w_deq, _ = models.matmul_nbits(100, 17, 32, rng, g_idx=True)
     cpu, rc = make_sessions(model, {"threads": 2})
     assert_on_cpu(rc, "mmnb0")
     a = rng.standard_normal((5, 100)).astype(np.float32)
@@ -210,24 +209,26 @@ def _same_nonfinite(got, want, what):
     np.testing.assert_allclose(got[ok], want[ok], rtol=2e-2, atol=2e-2, err_msg=what)
 
 
+@pytest.mark.parametrize("bits", [4, 8])
 @pytest.mark.parametrize("acc", [0, 1, 4])
 @pytest.mark.parametrize("zp", [False, True])
 @pytest.mark.parametrize("cache", [True, False])
-def test_matmul_nbits_nonfinite_rows_match_ort(make_sessions, acc, zp, cache):
+def test_matmul_nbits_nonfinite_rows_match_ort(make_sessions, bits, acc, zp, cache):
     """NaN / +-inf in A: ORT's fp32 path (IEEE: inf * w is +-inf, NaN where w = 0; any NaN gives a
     NaN row) and its int8 path (an infinite or all-NaN block gives a NaN row; an isolated NaN is
-    coded 0). Every row alone (M = 1) and all together (M > 1), packed and unpacked."""
-    rng = np.random.default_rng(40 + acc + 2 * zp)
+    coded 0). Every row alone (M = 1) and all together (M > 1), packed and unpacked; 4-bit weights
+    and 8-bit ones (two 4-bit halves summed: the same answers)."""
+    rng = np.random.default_rng(40 + acc + 2 * zp + 100 * (bits == 8))
     k, n = 128, 48
-    model, _, _ = models.matmul_nbits(k, n, 32, rng, zero_points=zp, accuracy_level=acc)
+    model, _, _ = models.matmul_nbits(k, n, 32, rng, zero_points=zp, accuracy_level=acc, bits=bits)
     cpu, rc = make_sessions(model, {"threads": 2, **({} if cache else {"weight_cache_mb": 0})})
     assert_on_rcpu(rc, "mmnb0")
     a = _nonfinite_rows(k, rng)
     want, got = cpu.run(None, {"A": a})[0], rc.run(None, {"A": a})[0]
-    _same_nonfinite(got, want, f"acc={acc} zp={zp} M={len(a)}")
+    _same_nonfinite(got, want, f"bits={bits} acc={acc} zp={zp} M={len(a)}")
     for i, row in enumerate(a):
         w1, g1 = cpu.run(None, {"A": row[None]})[0], rc.run(None, {"A": row[None]})[0]
-        _same_nonfinite(g1, w1, f"acc={acc} zp={zp} row {i}")
+        _same_nonfinite(g1, w1, f"bits={bits} acc={acc} zp={zp} row {i}")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -2,9 +2,11 @@
 // crate root).
 #![allow(dead_code)]
 
+use rcpu::kernels::matmul_nbits::bits8::{matmul_bits8_with, split, Halves};
 use rcpu::kernels::matmul_nbits::reference::matmul_reference_int8;
 use rcpu::kernels::matmul_nbits::{
-    matmul_unpacked_with, Kernels, NBitsParams, NBitsRoute, NBitsWeight,
+    matmul_unpacked_with, pack, Bits8Route, Kernels, NBitsParams, NBitsRoute, NBitsWeight,
+    PackedNBits,
 };
 use rcpu::runtime::par::{Par, ScopedThreads};
 
@@ -35,7 +37,27 @@ impl Problem {
         bias: bool,
         seed: u64,
     ) -> Problem {
-        let p = NBitsParams::new(k, n, bs, acc, zp);
+        Problem::with_params(NBitsParams::new(k, n, bs, acc, zp), m, bias, seed)
+    }
+
+    /// [`Problem::new`] with 8-bit codes (one byte a code and a zero point).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new8(
+        k: usize,
+        n: usize,
+        m: usize,
+        bs: usize,
+        acc: usize,
+        zp: bool,
+        bias: bool,
+        seed: u64,
+    ) -> Problem {
+        let p = NBitsParams::new(k, n, bs, acc, zp).with_bits(8);
+        Problem::with_params(p, m, bias, seed)
+    }
+
+    fn with_params(p: NBitsParams, m: usize, bias: bool, seed: u64) -> Problem {
+        let (k, n, zp) = (p.k, p.n, p.has_zero_points);
         let mut r = Rng::seeded(seed);
         let a = (0..m * k).map(|_| r.f32(-1.0, 1.0)).collect();
         let b = r.bytes(n * p.k_blocks() * p.blob_bytes());
@@ -220,4 +242,39 @@ pub(crate) fn acc4_vs_fp32_bound(pr: &Problem, want: &[f32], want8: &[f32], rel8
     } else {
         num / nw
     }
+}
+
+/// An 8-bit problem's two halves (`bits8::split`), each packed.
+pub(crate) fn pack8(pr: &Problem) -> (PackedNBits, PackedNBits) {
+    let s = split(&pr.weight()).unwrap();
+    let (h, l) = (s.hi(), s.lo());
+    (
+        pack(h.b, h.scales, h.zero_points, h.p),
+        pack(l.b, l.scales, l.zero_points, l.p),
+    )
+}
+
+/// The 8-bit problem `pr` over rows `a` (`m` of them, bias included) through `kern` on `par`:
+/// from `packed` halves ([`pack8`]), or split per call and unpacked when `None`.
+pub(crate) fn run8(
+    kern: &Kernels,
+    pr: &Problem,
+    a: &[f32],
+    m: usize,
+    packed: Option<&(PackedNBits, PackedNBits)>,
+    par: &dyn Par,
+) -> (Bits8Route, Vec<f32>) {
+    let mut out = vec![f32::NAN; m * pr.p.n];
+    let bias = pr.bias.as_deref();
+    let route = match packed {
+        Some((h, l)) => {
+            matmul_bits8_with(kern, a, m, Halves::Packed(h, l), bias, &mut out, par).unwrap()
+        }
+        None => {
+            let s = split(&pr.weight()).unwrap();
+            let halves = Halves::Unpacked(s.hi(), s.lo());
+            matmul_bits8_with(kern, a, m, halves, bias, &mut out, par).unwrap()
+        }
+    };
+    (route, out)
 }

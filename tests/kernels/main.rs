@@ -31,6 +31,7 @@ mod glue_decode_serial;
 mod glue_norm;
 mod glue_softmax;
 mod matmul_nbits_amx;
+mod matmul_nbits_bits8;
 mod matmul_nbits_f16_scales;
 mod matmul_nbits_kernels;
 mod matmul_nbits_nonfinite;

@@ -1,15 +1,13 @@
-//! MatMulNBits rows of A with NaN / infinities, every kernel set, packed and unpacked, M = 1 and
-//! M > 1, against the f64 scalar reference (fp32 levels: the same NaN / +-inf positions, as ORT's
+//! MatMulNBits rows of A with NaN / infinities, 4- and 8-bit weights, every kernel set, packed
+//! and unpacked, M = 1 and M > 1, against the f64 scalar reference (fp32 levels: the same NaN / +-inf positions, as ORT's
 //! dequantise-and-sum) and ORT's int8-path rule (level 4: an infinite or all-NaN block makes the
 //! row NaN; an isolated NaN is coded 0 and the row stays finite).
 
 use crate::nbits_common as matmul_nbits_common;
-use matmul_nbits_common::{Problem, THREE};
+use matmul_nbits_common::{pack8, run8, Problem, THREE};
 
 use rcpu::kernels::matmul_nbits::reference::matmul_reference;
-use rcpu::kernels::matmul_nbits::{
-    matmul_packed_with, matmul_unpacked_with, pack, Kernels, NBitsWeight,
-};
+use rcpu::kernels::matmul_nbits::{matmul_packed_with, matmul_unpacked_with, pack, Kernels};
 use rcpu::runtime::par::{Par, Serial};
 
 /// Row `i` of the bad rows (K = 4 blocks of 32): which values go where.
@@ -58,73 +56,82 @@ fn pattern(v: &[f32]) -> String {
 #[test]
 fn nonfinite_rows_as_ort() {
     let (k, n, bs) = (128usize, 40usize, 32usize);
-    for acc in [0usize, 1, 4] {
-        for zp in [false, true] {
-            let mut pr = Problem::new(k, n, ROWS, bs, acc, zp, true, 77 + acc as u64);
-            // Some zero weights: code == zero point (8 without zero points).
-            for byte in pr.b.iter_mut().step_by(5) {
-                *byte = 0x88;
+    for bits in [4usize, 8] {
+        for acc in [0usize, 1, 4] {
+            for zp in [false, true] {
+                nonfinite_case(k, n, bs, bits, acc, zp);
             }
-            for i in 0..ROWS {
-                poison(&mut pr.a[i * k..(i + 1) * k], i);
-            }
-            let p = &pr.p;
-            let (zpv, bias) = (pr.zp.as_deref(), pr.bias.as_deref());
-            let mut want = vec![0f32; ROWS * n];
-            matmul_reference(
-                &pr.a,
-                ROWS,
-                &NBitsWeight {
-                    b: &pr.b,
-                    scales: &pr.scales,
-                    zero_points: zpv,
-                    p,
-                },
-                bias,
-                &mut want,
-            );
-            let packed = pack(&pr.b, &pr.scales, zpv, p);
-            for kern in Kernels::supported() {
-                for (pname, par) in [("serial", &Serial as &dyn Par), ("3threads", &THREE)] {
-                    let mut all = vec![0f32; ROWS * n];
-                    matmul_packed_with(kern, &pr.a, ROWS, &packed, bias, &mut all, par).unwrap();
-                    let mut un = vec![0f32; ROWS * n];
-                    matmul_unpacked_with(
-                        kern,
-                        &pr.a,
-                        ROWS,
-                        &NBitsWeight {
-                            b: &pr.b,
-                            scales: &pr.scales,
-                            zero_points: zpv,
-                            p,
-                        },
-                        bias,
-                        &mut un,
-                        par,
-                    )
-                    .unwrap();
-                    for r in 0..ROWS {
-                        let row = &pr.a[r * k..(r + 1) * k];
-                        let mut one = vec![0f32; n];
-                        matmul_packed_with(kern, row, 1, &packed, bias, &mut one, par).unwrap();
-                        let ctx = format!("acc={acc} zp={zp} {} {pname} row {r}", kern.isa.name());
-                        let got_m = &all[r * n..(r + 1) * n];
-                        let got_u = &un[r * n..(r + 1) * n];
-                        let expect = if acc != 4 {
-                            pattern(&want[r * n..(r + 1) * n])
-                        } else if row.chunks(bs).any(|b| {
-                            b.iter().any(|x| x.is_infinite()) || b.iter().all(|x| x.is_nan())
-                        }) {
-                            "N".repeat(n)
-                        } else {
-                            ".".repeat(n)
-                        };
-                        for (what, got) in [("M>1", got_m), ("M=1", &one[..]), ("unpacked", got_u)]
-                        {
-                            assert_eq!(pattern(got), expect, "{ctx} {what}");
-                        }
+        }
+    }
+}
+
+/// One weight format's rows of A with NaN / infinities, every kernel set, packed (M > 1 and
+/// row by row) and unpacked; an 8-bit weight runs as its two halves (`bits8`).
+fn nonfinite_case(k: usize, n: usize, bs: usize, bits: usize, acc: usize, zp: bool) {
+    let seed = 77 + acc as u64;
+    let mut pr = if bits == 8 {
+        Problem::new8(k, n, ROWS, bs, acc, zp, true, seed)
+    } else {
+        Problem::new(k, n, ROWS, bs, acc, zp, true, seed)
+    };
+    // Some zero weights: code == zero point (the implied one without zero points).
+    let zero = if bits == 8 { 0x80 } else { 0x88 };
+    for byte in pr.b.iter_mut().step_by(5) {
+        *byte = zero;
+    }
+    for i in 0..ROWS {
+        poison(&mut pr.a[i * k..(i + 1) * k], i);
+    }
+    let p = &pr.p;
+    let (zpv, bias) = (pr.zp.as_deref(), pr.bias.as_deref());
+    let mut want = vec![0f32; ROWS * n];
+    matmul_reference(&pr.a, ROWS, &pr.weight(), bias, &mut want);
+    let (packed4, packed8) = if bits == 8 {
+        (None, Some(pack8(&pr)))
+    } else {
+        (Some(pack(&pr.b, &pr.scales, zpv, p)), None)
+    };
+    for kern in Kernels::supported() {
+        for (pname, par) in [("serial", &Serial as &dyn Par), ("3threads", &THREE)] {
+            // `rows` of A through the packed weight, or the unpacked one.
+            let run = |a: &[f32], m: usize, packed: bool| -> Vec<f32> {
+                if let Some(h) = &packed8 {
+                    return run8(kern, &pr, a, m, packed.then_some(h), par).1;
+                }
+                let mut y = vec![0f32; m * n];
+                match (&packed4, packed) {
+                    (Some(w), true) => {
+                        matmul_packed_with(kern, a, m, w, bias, &mut y, par).unwrap();
                     }
+                    _ => {
+                        matmul_unpacked_with(kern, a, m, &pr.weight(), bias, &mut y, par).unwrap();
+                    }
+                }
+                y
+            };
+            let all = run(&pr.a, ROWS, true);
+            let un = run(&pr.a, ROWS, false);
+            for r in 0..ROWS {
+                let row = &pr.a[r * k..(r + 1) * k];
+                let one = run(row, 1, true);
+                let ctx = format!(
+                    "bits={bits} acc={acc} zp={zp} {} {pname} row {r}",
+                    kern.isa.name()
+                );
+                let got_m = &all[r * n..(r + 1) * n];
+                let got_u = &un[r * n..(r + 1) * n];
+                let expect = if acc != 4 {
+                    pattern(&want[r * n..(r + 1) * n])
+                } else if row
+                    .chunks(bs)
+                    .any(|b| b.iter().any(|x| x.is_infinite()) || b.iter().all(|x| x.is_nan()))
+                {
+                    "N".repeat(n)
+                } else {
+                    ".".repeat(n)
+                };
+                for (what, got) in [("M>1", got_m), ("M=1", &one[..]), ("unpacked", got_u)] {
+                    assert_eq!(pattern(got), expect, "{ctx} {what}");
                 }
             }
         }

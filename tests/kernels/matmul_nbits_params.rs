@@ -21,6 +21,33 @@ fn derived_sizes() {
 }
 
 #[test]
+fn derived_sizes_8bit() {
+    // One byte a code and a zero point; the implied zero point 128; a 4-bit shape refused.
+    let p = NBitsParams::new(100, 7, 32, 0, true).with_bits(8);
+    assert_eq!(
+        (p.blob_bytes(), p.zp_row_bytes(), p.default_zero_point()),
+        (32, 4, 128)
+    );
+    let (b, s, z) = sizes(&p);
+    assert_eq!((b, s, z), (7 * 4 * 32, 28, 28));
+    assert!(p.check_sizes(b, s, Some(z), Some(7)).is_ok());
+    assert!(p.check_sizes(b / 2, s, Some(z), None).is_err());
+    assert!(p.check_sizes(b, s, Some(z / 2), None).is_err());
+    use rcpu::kernels::matmul_nbits::NBitsInput;
+    assert!(p.check_input_shape(NBitsInput::B, &[7, 4, 32]).is_ok());
+    let e = p.check_input_shape(NBitsInput::B, &[7, 4, 16]).unwrap_err();
+    assert!(e.contains("bits=8") && e.contains("[7, 4, 32]"), "{e}");
+    assert!(p.check_input_shape(NBitsInput::ZeroPoints, &[7, 4]).is_ok());
+    assert!(p
+        .check_input_shape(NBitsInput::ZeroPoints, &[7, 2])
+        .is_err());
+    assert_eq!(
+        NBitsParams::new(100, 7, 32, 0, false).default_zero_point(),
+        8
+    );
+}
+
+#[test]
 fn bad_block_sizes() {
     for bs in [8, 512, 48, 0, 100] {
         let e = NBitsParams::new(64, 4, bs, 0, false)
@@ -38,9 +65,14 @@ fn bad_block_sizes() {
 
 #[test]
 fn bad_bits_and_accuracy() {
-    let mut p = NBitsParams::new(64, 4, 32, 0, false);
-    p.bits = 8;
-    assert!(p.validate().unwrap_err().contains("bits"));
+    for bits in [0, 2, 3, 16] {
+        let p = NBitsParams::new(64, 4, 32, 0, false).with_bits(bits);
+        assert!(p.validate().unwrap_err().contains("bits"), "bits={bits}");
+    }
+    NBitsParams::new(64, 4, 32, 0, false)
+        .with_bits(8)
+        .validate()
+        .unwrap();
     let p = NBitsParams::new(64, 4, 32, 5, false);
     assert!(p.validate().unwrap_err().contains("accuracy_level"));
 }

@@ -430,22 +430,58 @@ pub(super) fn nbits_layer(
         inputs.resize(5, "");
         inputs.push(b);
     }
+    nbits_node(g, name, &inputs, out, [k, n, 4, block], acc);
+    bytes
+}
+
+/// One 8-bit MatMulNBits node named `name` (initializers `B{tag}` [N, k_blocks, block] and
+/// `scales{tag}` [N, k_blocks]; no zero points, so the implied 128), as the model builder writes
+/// an 8-bit lm_head (`k_quant_last`); returns the bytes of its initializers.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn nbits8_layer(
+    g: &mut GraphBuilder,
+    name: &str,
+    tag: &str,
+    input: &str,
+    out: &str,
+    k: usize,
+    n: usize,
+    block: usize,
+    acc: i64,
+    seed: u64,
+) -> u64 {
+    let kb = k.div_ceil(block);
+    let b = rand_bytes(n * kb * block, seed);
+    // (q - 128) has variance ~5461 for uniform bytes; outputs near the input's magnitude.
+    let base = 1.0 / (5461.0 * k as f32).sqrt();
+    let scales: Vec<f32> = crate::rand_f32(n * kb, seed ^ 0x5ca1e)
+        .iter()
+        .map(|r| base * (1.0 + 0.5 * r))
+        .collect();
+    let (bn, sn) = (format!("B{tag}"), format!("scales{tag}"));
+    g.initializer_u8(&bn, &[n as i64, kb as i64, block as i64], &b);
+    g.initializer_f32(&sn, &[n as i64, kb as i64], &scales);
+    nbits_node(g, name, &[input, &bn, &sn], out, [k, n, 8, block], acc);
+    (b.len() + scales.len() * 4) as u64
+}
+
+/// The MatMulNBits node itself over `inputs`; `[K, N, bits, block_size]`.
+fn nbits_node(
+    g: &mut GraphBuilder,
+    name: &str,
+    inputs: &[&str],
+    out: &str,
+    [k, n, bits, block]: [usize; 4],
+    acc: i64,
+) {
     let attrs = [
         ("K", Attr::Int(k as i64)),
         ("N", Attr::Int(n as i64)),
-        ("bits", Attr::Int(4)),
+        ("bits", Attr::Int(bits as i64)),
         ("block_size", Attr::Int(block as i64)),
         ("accuracy_level", Attr::Int(acc)),
     ];
-    g.node(
-        "MatMulNBits",
-        "com.microsoft",
-        name,
-        &inputs,
-        &[out],
-        &attrs,
-    );
-    bytes
+    g.node("MatMulNBits", "com.microsoft", name, inputs, &[out], &attrs);
 }
 
 #[cfg(test)]

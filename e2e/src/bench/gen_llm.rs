@@ -1,6 +1,6 @@
 //! `llm:preset=qwen2-0.5b|llama-3.2-1b|qwen3-0.6b[,layers=N][,vocab=V][,tied=0|1][,acc=4|0|1][,block=32]
 //! [,seed=S][,ctx=C][,emb=q4|f32|f16][,hidden=..,heads=..,kv=..,head=..,inter=..,qkv_bias=0|1]
-//! [,window=W][,window_cache=0|1][,softcap=X][,rot=R]`:
+//! [,window=W][,window_cache=0|1][,softcap=X][,rot=R][,lm_bits=4|8]`:
 //! a whole decoder-only LLM laid out as onnxruntime-genai's model builder lays out
 //! `-p int4 -e cpu`, with seeded weights (no download):
 //!
@@ -34,7 +34,10 @@
 //! over an ordinary cache instead, as older builders wrote it). `softcap=X` gives every
 //! layer's attention `softcap = X` (Gemma 2 writes 50). `rot=R` rotates only the first `R` dims
 //! of each head (caches `[ctx, R / 2]`: the builder's `partial_rotary_factor < 1`, e.g. Phi-4-mini's
-//! 0.75; a multiple of 16, at most the head size).
+//! 0.75; a multiple of 16, at most the head size). `lm_bits=8` makes the lm_head an 8-bit
+//! MatMulNBits (one byte a code, implied zero point 128, 2-D scales), as the builder writes it for
+//! `int4_algo_config=k_quant_last` / `k_quant_mixed`; it needs `tied=0` (the tied embedding shares
+//! an int4 lm_head's codes).
 //! The rotary base is 10000 for both presets (random weights; the angle table's values do not
 //! change what is computed). `ctx` (default 4096) is the rotary caches' length and the
 //! genai_config's context_length.
@@ -44,7 +47,7 @@
 
 use crate::onnx::{dtype, Attr, Dim, GraphBuilder};
 
-use super::gen::{nbits_layer, nbits_weights, Generated};
+use super::gen::{nbits8_layer, nbits_layer, nbits_weights, Generated};
 use super::gen_decoder::{rotary_caches, spec_int, spec_items, vec_init, Decoder, LayerIo};
 
 #[derive(Debug, Clone, PartialEq)]
@@ -67,6 +70,8 @@ pub struct Llm {
     pub softcap: usize,
     /// Rotated dims of each head (0: the whole head; see the module doc).
     pub rot: usize,
+    /// The lm_head's bits: 4, or 8 (see the module doc).
+    pub lm_bits: usize,
 }
 
 /// The embedding's layout.
@@ -140,6 +145,7 @@ fn preset(name: &str) -> Option<Llm> {
         window_cache: true,
         softcap: 0,
         rot: 0,
+        lm_bits: 4,
     })
 }
 
@@ -187,6 +193,7 @@ impl Llm {
                 "window_cache" => l.window_cache = v != 0,
                 "softcap" => l.softcap = v,
                 "rot" => l.rot = v,
+                "lm_bits" => l.lm_bits = v,
                 _ => return Err(bad(format!("unknown key '{key}' for llm"))),
             }
         }
@@ -201,6 +208,14 @@ impl Llm {
                 "rot={} must be a multiple of 16 and at most head ({})",
                 l.rot, d.head
             )));
+        }
+        if l.lm_bits != 4 && l.lm_bits != 8 {
+            return Err(bad(format!("lm_bits={} must be 4 or 8", l.lm_bits)));
+        }
+        if l.lm_bits == 8 && l.tied {
+            return Err(bad(
+                "lm_bits=8 needs tied=0 (a tied embedding shares an int4 lm_head's codes)".into(),
+            ));
         }
         if l.emb == Emb::Q4 && !l.tied {
             return Err(bad(
@@ -246,9 +261,15 @@ impl Llm {
         ]
         .into_iter()
         .try_fold(0usize, |a, x| a.checked_add(x?));
+        // An 8-bit lm_head holds twice the code bytes.
+        let lm = if self.lm_bits == 8 {
+            w(d.hidden, self.vocab).and_then(|x| x.checked_mul(2))
+        } else {
+            w(d.hidden, self.vocab)
+        };
         per_layer
             .and_then(|p| p.checked_mul(self.layers))
-            .and_then(|p| p.checked_add(w(d.hidden, self.vocab)?))
+            .and_then(|p| p.checked_add(lm?))
             .ok_or_else(|| "model size overflows".to_string())
     }
 
@@ -292,6 +313,9 @@ impl Llm {
         }
         if self.rot > 0 {
             s += &format!("{sep}rot={}", self.rot);
+        }
+        if self.lm_bits == 8 {
+            s += &format!("{sep}lm_bits=8");
         }
         s
     }
@@ -409,21 +433,36 @@ impl Llm {
             &["final_h"],
             &[("epsilon", Attr::Float(1e-6))],
         );
-        bytes += nbits_layer(
-            &mut g,
-            "lm_head",
-            "_lm_head",
-            "final_h",
-            "logits",
-            h,
-            self.vocab,
-            d.block,
-            d.acc,
-            false,
-            None,
-            true,
-            self.lm_head_seed(),
-        );
+        bytes += if self.lm_bits == 8 {
+            nbits8_layer(
+                &mut g,
+                "lm_head",
+                "_lm_head",
+                "final_h",
+                "logits",
+                h,
+                self.vocab,
+                d.block,
+                d.acc,
+                self.lm_head_seed(),
+            )
+        } else {
+            nbits_layer(
+                &mut g,
+                "lm_head",
+                "_lm_head",
+                "final_h",
+                "logits",
+                h,
+                self.vocab,
+                d.block,
+                d.acc,
+                false,
+                None,
+                true,
+                self.lm_head_seed(),
+            )
+        };
         g.output_shaped(
             "logits",
             dtype::FLOAT,
@@ -722,7 +761,15 @@ mod tests {
         let r = Llm::parse("s", "rot=48").unwrap();
         assert_eq!(r.rot, 48);
         assert!(r.canonical().ends_with(",rot=48") && q.canonical() != r.canonical());
+        // An 8-bit lm_head: untied only, its own cache key.
+        let h8 = Llm::parse("s", "tied=0,lm_bits=8").unwrap();
+        assert_eq!(h8.lm_bits, 8);
+        assert!(h8.canonical().ends_with(",lm_bits=8"));
+        assert_ne!(h8.canonical(), untied.canonical());
         for bad in [
+            "lm_bits=8",
+            "tied=0,lm_bits=2",
+            "tied=0,lm_bits=16",
             "preset=gpt5",
             "layers=0",
             "emb=f8",

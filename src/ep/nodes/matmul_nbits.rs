@@ -1,6 +1,7 @@
-//! com.microsoft.MatMulNBits (bits=4) as an ORT kernel: claim rules, constant inputs copied at
-//! creation, B prepacked once through the governed weight cache (declined -> computed from the
-//! original weight every call, bit-identical), compute on the EP's lanes.
+//! com.microsoft.MatMulNBits (bits = 4 or 8) as an ORT kernel: claim rules, constant inputs
+//! copied at creation, B prepacked once through the governed weight cache (declined -> computed
+//! from the original weight every call, bit-identical), compute on the EP's lanes. An 8-bit B
+//! is packed as two 4-bit halves run as one pair call (`kernels::matmul_nbits::bits8`).
 
 use std::sync::Arc;
 
@@ -10,6 +11,7 @@ use crate::abi::kernel_info::KernelInfo;
 use crate::abi::status::{Error, Result};
 use crate::abi::tensor::{ElemType, Tensor};
 use crate::ep::op::{types, Decline, KernelEnv, OpDef, OpKernel};
+use crate::kernels::matmul_nbits::bits8::{self, matmul_bits8, Halves};
 use crate::kernels::matmul_nbits::reference::{hostile_scales, matmul_dequant_f32};
 use crate::kernels::matmul_nbits::{
     decode_first_segment, decode_second_segment, matmul_packed, matmul_unpacked, try_pack,
@@ -53,8 +55,8 @@ fn params_from(
     let bits = req("bits")?;
     let block = req("block_size")?;
     let acc = get("accuracy_level").unwrap_or(0);
-    if bits != 4 {
-        return Err(format!("bits={bits} is not implemented (only 4)"));
+    if bits != 4 && bits != 8 {
+        return Err(format!("bits={bits} is not implemented (4 and 8)"));
     }
     if !ACCURACY_LEVELS.contains(&acc) {
         return Err(format!("accuracy_level={acc} is not implemented (0, 1, 4)"));
@@ -68,7 +70,8 @@ fn params_from(
         to_usize("block_size", block)?,
         acc as usize,
         has_zp,
-    );
+    )
+    .with_bits(bits as usize);
     p.validate()?;
     Ok(p)
 }
@@ -138,6 +141,8 @@ struct MatMulNBits {
     packed: Option<Arc<CachedWeight<PackedNBits>>>,
     /// This node in its session's order of M=1 calls (packed weights only): see `gemv_chain`.
     link: Option<Arc<Link<CachedWeight<PackedNBits>>>>,
+    /// An 8-bit weight's packed halves, high then low (`bits8`), each a link of the chain.
+    halves: Option<Box<[PackedOperand; 2]>>,
     env: Arc<KernelEnv>,
 }
 
@@ -208,20 +213,30 @@ fn create(info: &KernelInfo<'_>, env: &Arc<KernelEnv>) -> Result<Box<dyn OpKerne
     }
     Ok(Box::new(MatMulNBits {
         p,
-        const_hostile: scales.as_deref().is_some_and(hostile_scales),
+        const_hostile: scales.as_deref().is_some_and(|s| hostile_scales(s, &p)),
         scales,
         zero_points,
         bias,
         packed: None,
         link: None,
+        halves: None,
         env: env.clone(),
     }))
 }
 
 impl MatMulNBits {
-    fn cache_key(&self, b: &[u8], scales: &[f32], zp: Option<&[u8]>) -> WeightKey {
+    /// The key of the packed weight (`half`: `None` for a 4-bit B, `Some(0)` / `Some(1)` for an
+    /// 8-bit B's high / low half).
+    fn cache_key(
+        &self,
+        b: &[u8],
+        scales: &[f32],
+        zp: Option<&[u8]>,
+        half: Option<u64>,
+    ) -> WeightKey {
         let p = &self.p;
-        let words = [
+        // Two more words for an 8-bit B's halves (its bits, which half).
+        let all = [
             p.k as u64,
             p.n as u64,
             p.block_size as u64,
@@ -231,16 +246,81 @@ impl MatMulNBits {
             // must never get an f16 pack made for another session, nor the reverse. Only where
             // it changes the pack (level 4), so levels 0..3 still share across sessions.
             p.f16_scales() as u64,
+            p.bits as u64,
+            half.unwrap_or(0),
         ];
+        let words = &all[..if half.is_some() { 8 } else { 6 }];
         // Every source the packed copy is made of goes into the keyed digest: a hit is then
         // always the packing of these very bytes.
         let mut d = KeyDigest::new();
-        d.words(&words)
+        d.words(words)
             .bytes(b)
             .f32s(scales)
             .bytes(zp.unwrap_or(&[]));
-        WeightKey::from_digest(OP, params_hash(&words), &d, b.len())
+        WeightKey::from_digest(OP, params_hash(words), &d, b.len())
     }
+
+    /// Packs an 8-bit B as its two halves through the weight cache (both or neither).
+    fn pack_bits8(
+        &self,
+        b: &[u8],
+        scales: &[f32],
+        zp: Option<&[u8]>,
+    ) -> Option<Box<[PackedOperand; 2]>> {
+        let p = self.p;
+        let w8 = NBitsWeight {
+            b,
+            scales,
+            zero_points: zp,
+            p: &p,
+        };
+        // Split once, on the first half that is not already cached.
+        let mut split: Option<std::result::Result<bits8::SplitBits8<'_>, String>> = None;
+        let mut halves = Vec::with_capacity(2);
+        for half in [0u64, 1] {
+            let key = self.cache_key(b, scales, zp, Some(half));
+            let predicted = b.len() / 2 + scales.len() * 8 + 4096;
+            let packed = weight_cache().try_get_or_pack(
+                &key,
+                predicted,
+                || {
+                    let s = split
+                        .get_or_insert_with(|| bits8::split(&w8))
+                        .as_ref()
+                        .ok()?;
+                    let h = if half == 0 { s.hi() } else { s.lo() };
+                    try_pack(h.b, h.scales, h.zero_points, h.p)
+                },
+                |w: &PackedNBits| w.bytes(),
+            );
+            let weight = packed?;
+            halves.push(PackedOperand {
+                link: Some(Link::new(weight.clone())),
+                weight,
+            });
+        }
+        let lo = halves.pop()?;
+        let hi = halves.pop()?;
+        Some(Box::new([hi, lo]))
+    }
+
+    fn is_packed(&self) -> bool {
+        self.packed.is_some() || self.halves.is_some()
+    }
+}
+
+/// As a pair call over `first` then `second` runs at M=1: records both in the session's order
+/// of M=1 calls (as two nodes would) and hints the call after `second` (`hint_following`).
+pub(crate) fn pair_ran(
+    env: &KernelEnv,
+    first: &PackedOperand,
+    second: &PackedOperand,
+    par: &dyn Par,
+) -> Option<CallerHead> {
+    for l in [&first.link, &second.link].into_iter().flatten() {
+        env.gemv_chain.ran(l);
+    }
+    second.link.as_ref().and_then(|l| hint_following(l, par))
 }
 
 /// As an M=1 call whose chain link is `link` starts: posts the idle lanes' hint for the call
@@ -327,12 +407,12 @@ impl OpKernel for MatMulNBits {
         // fused plan needs to keep them (a fused plan would otherwise copy them once more).
         match input_index {
             IN_B => {}
-            IN_SCALES => return Ok(self.scales.is_some() || self.packed.is_some()),
-            IN_ZP => return Ok(self.zero_points.is_some() || self.packed.is_some()),
+            IN_SCALES => return Ok(self.scales.is_some() || self.is_packed()),
+            IN_ZP => return Ok(self.zero_points.is_some() || self.is_packed()),
             IN_BIAS => return Ok(self.bias.is_some()),
             _ => return Ok(false),
         }
-        if self.packed.is_some() {
+        if self.packed.is_some() || self.halves.is_some() {
             return Ok(true); // offered again: already packed
         }
         // Packing needs the constant scales (and zero points); without them, compute unpacked.
@@ -353,7 +433,17 @@ impl OpKernel for MatMulNBits {
         self.p
             .check_sizes(b.len(), scales.len(), zp.map(|z| z.len()), None)
             .map_err(Error::invalid_argument)?;
-        let key = self.cache_key(b, scales, zp);
+        if self.p.bits == 8 {
+            let halves = self.pack_bits8(b, scales, zp);
+            let got = halves.is_some();
+            self.halves = halves;
+            if got {
+                self.scales = None;
+                self.zero_points = None;
+            }
+            return Ok(got);
+        }
+        let key = self.cache_key(b, scales, zp, None);
         // Packed layout: the 4-bit codes plus per-(column, block) scale and zero-point terms,
         // padded to whole column groups.
         let predicted = b.len() + scales.len() * 8 + 4096;
@@ -420,6 +510,20 @@ impl OpKernel for MatMulNBits {
             }
         };
         let par = &*self.env.par;
+        if let Some(h) = &self.halves {
+            let head = if m == 1 {
+                pair_ran(&self.env, &h[0], &h[1], par)
+            } else {
+                None
+            };
+            let halves = Halves::Packed(&h[0].weight, &h[1].weight);
+            let v = matmul_bits8(a, m, halves, bias, out, par).map_err(Error::fail)?;
+            if let Some(h) = head {
+                h.prefetch();
+            }
+            ledger::record(OP, v, take_lanes_used());
+            return Ok(());
+        }
         let variant = match &self.packed {
             Some(w) => {
                 let head = self.link.as_ref().filter(|_| m == 1).and_then(|l| {
@@ -477,13 +581,21 @@ impl OpKernel for MatMulNBits {
                 w.check_sizes(None).map_err(Error::invalid_argument)?;
                 let hostile = match &self.scales {
                     Some(_) => self.const_hostile,
-                    None => hostile_scales(scales), // scales fed at run time: checked per call
+                    None => hostile_scales(scales, p), // scales fed at run time: checked per call
                 };
                 if hostile {
                     // Infinite, NaN or overflowing scales: the op's definition taken literally
                     // (the fast paths would hide the infinities the dequantisation makes).
                     matmul_dequant_f32(a, m, &w, bias, out).map_err(Error::fail)?;
                     ledger::record(OP, "dequant-f32-literal", take_lanes_used());
+                    return Ok(());
+                } else if p.bits == 8 {
+                    // Split per call (packing declined or B fed at run time): the same halves
+                    // and the same kernels as the packed path.
+                    let split = bits8::split(&w).map_err(Error::fail)?;
+                    let halves = Halves::Unpacked(split.hi(), split.lo());
+                    let v = matmul_bits8(a, m, halves, bias, out, par).map_err(Error::fail)?;
+                    ledger::record(OP, v, take_lanes_used());
                     return Ok(());
                 } else {
                     matmul_unpacked(a, m, &w, bias, out, par).map_err(Error::fail)?

@@ -32,7 +32,7 @@ use crate::kernels::matmul_nbits::{
 use crate::runtime::par::{take_lanes_used, Serial};
 use crate::telemetry::ledger;
 
-use super::matmul_nbits::{hint_following, packed_operand, PackedOperand};
+use super::matmul_nbits::{packed_operand, pair_ran, PackedOperand};
 
 /// The combined gate / up step of one MLP (see the module documentation).
 pub(crate) struct SwiGlu {
@@ -95,15 +95,11 @@ impl SwiGlu {
         let mut out_shape = lead.to_vec();
         out_shape.push(p.n);
         let out = ctx.output(0, &out_shape)?.into_data::<f32>()?;
-        let links = [&self.gate.link, &self.up.link];
         let par = &*self.env.par;
         let head = if m == 1 {
-            // The session's order of M=1 calls, as the two nodes would report it.
-            for l in links.into_iter().flatten() {
-                self.env.gemv_chain.ran(l);
-            }
-            // The idle lanes' hint for the call after the pair (the up node's successor).
-            links[1].as_ref().and_then(|l| hint_following(l, par))
+            // The session's order of M=1 calls, as the two nodes would report it, and the idle
+            // lanes' hint for the call after the pair (the up node's successor).
+            pair_ran(&self.env, &self.gate, &self.up, par)
         } else {
             None
         };

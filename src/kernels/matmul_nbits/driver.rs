@@ -81,6 +81,28 @@ pub(crate) enum Source<'a> {
     Unpacked(NBitsWeight<'a>),
 }
 
+impl Source<'_> {
+    pub(crate) fn params(&self) -> NBitsParams {
+        match self {
+            Source::Packed(pk) => pk.params,
+            Source::Unpacked(w) => *w.p,
+        }
+    }
+
+    /// The largest |scale| of a packed weight (`None` unpacked: rarely used, packing declined;
+    /// [`fix_rows`] then scans every output row).
+    pub(crate) fn scale_max(&self) -> Option<f32> {
+        match self {
+            Source::Packed(pk) => Some(pk.scale_max),
+            Source::Unpacked(_) => None,
+        }
+    }
+}
+
+/// A fast path over `m` finite rows of A: `(rows, m, with_bias, out)` (see [`fix_rows`]).
+pub(crate) type Fast<'a> =
+    dyn Fn(&[f32], usize, bool, &mut [f32]) -> Result<NBitsRoute, String> + 'a;
+
 pub(crate) fn run(
     kernels: &Kernels,
     a: &[f32],
@@ -90,16 +112,49 @@ pub(crate) fn run(
     out: &mut [f32],
     par: &dyn Par,
 ) -> Result<NBitsRoute, String> {
-    let name = run_fast(kernels, a, m, src, bias, out, par)?;
-    let p = match &src {
-        Source::Packed(pk) => pk.params,
-        Source::Unpacked(w) => *w.p,
+    if src.params().bits != 4 {
+        return Err(format!(
+            "MatMulNBits: the 4-bit kernels were handed a {}-bit weight",
+            src.params().bits
+        ));
+    }
+    let fast = |rows: &[f32], mm: usize, with_bias: bool, o: &mut [f32]| {
+        run_fast(kernels, rows, mm, src, bias.filter(|_| with_bias), o, par)
     };
+    fix_rows(
+        kernels,
+        a,
+        m,
+        &src.params(),
+        src.scale_max(),
+        bias,
+        out,
+        &fast,
+    )
+}
+
+/// `fast` over every row of A (`m` rows of `p.k`, bias included), then the rows whose answers
+/// differ from its own given ORT's (`nonfinite`): NaN or infinities in A, and finite rows whose
+/// output overflowed (`scale_max`: the largest |scale| of the weights `fast` reads, `None` to
+/// scan every output row). `fast` must treat every row alike whatever rows it is given with.
+// The call's inputs and output, the weights' facts, and the fast path.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn fix_rows(
+    kernels: &Kernels,
+    a: &[f32],
+    m: usize,
+    p: &NBitsParams,
+    scale_max: Option<f32>,
+    bias: Option<&[f32]>,
+    out: &mut [f32],
+    fast: &Fast<'_>,
+) -> Result<NBitsRoute, String> {
+    let name = fast(a, m, true, out)?;
     // The scans of A take the table's `abs_max` (the same bits at every level).
     let lv = Level::require(kernels.isa)?;
     let abs_max = |row: &[f32]| (kernels.abs_max)(lv, row);
     // Rows with NaN / infinities: ORT's answers (see `nonfinite`).
-    let fixes = match nonfinite::scan(a, m, &p, &abs_max) {
+    let fixes = match nonfinite::scan(a, m, p, &abs_max) {
         Ok(f) => f,
         // Only the list of rows failed to allocate: answer every row that needs it NaN.
         Err(_) => (0..m)
@@ -107,35 +162,27 @@ pub(crate) fn run(
             .map(|r| (r, RowFix::AllNan))
             .collect(),
     };
+    let gemm = |rows: &[f32], mm: usize, with_bias: bool, o: &mut [f32]| {
+        fast(rows, mm, with_bias, o).map(|_| ())
+    };
     for (r, fix) in fixes {
         let y = &mut out[r * p.n..(r + 1) * p.n];
         let all_nan = match fix {
             RowFix::AllNan => true,
             RowFix::Infinities => {
-                let gemm = |rows: &[f32], mm: usize, with_bias: bool, o: &mut [f32]| {
-                    run_fast(kernels, rows, mm, src, bias.filter(|_| with_bias), o, par).map(|_| ())
-                };
-                nonfinite::infinite_row(&a[r * p.k..(r + 1) * p.k], &p, y, &gemm).is_err()
+                nonfinite::infinite_row(&a[r * p.k..(r + 1) * p.k], p, y, &gemm).is_err()
             }
         };
         if all_nan {
             y.fill(f32::NAN);
         }
     }
-    let gemm = |rows: &[f32], mm: usize, with_bias: bool, o: &mut [f32]| {
-        run_fast(kernels, rows, mm, src, bias.filter(|_| with_bias), o, par).map(|_| ())
-    };
-    let scale_max = match &src {
-        Source::Packed(pk) => Some(pk.scale_max),
-        // Rarely used (packing declined): keep the full output scan.
-        Source::Unpacked(_) => None,
-    };
-    nonfinite::rescale_overflowed_rows(a, m, &p, scale_max, bias, out, &gemm, &abs_max)?;
+    nonfinite::rescale_overflowed_rows(a, m, p, scale_max, bias, out, &gemm, &abs_max)?;
     Ok(name)
 }
 
 /// The fast path over every row (non-finite rows included, fixed up by [`run`]).
-fn run_fast(
+pub(crate) fn run_fast(
     kernels: &Kernels,
     a: &[f32],
     m: usize,
@@ -144,10 +191,7 @@ fn run_fast(
     out: &mut [f32],
     par: &dyn Par,
 ) -> Result<NBitsRoute, String> {
-    let p = match &src {
-        Source::Packed(pk) => pk.params,
-        Source::Unpacked(w) => *w.p,
-    };
+    let p = src.params();
     let name = kernels.route(p.accuracy_level, m);
     if m == 0 {
         return Ok(name);

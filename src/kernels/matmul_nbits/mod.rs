@@ -1,7 +1,8 @@
-//! `com.microsoft.MatMulNBits` (bits = 4): pure compute.
+//! `com.microsoft.MatMulNBits` (bits = 4, and 8 as two 4-bit halves): pure compute.
 //!
 //! * [`params`]: attributes, validation, expected input sizes.
-//! * [`reference`]: naive scalar references over ORT's layout (test ground truth).
+//! * [`reference`]: naive scalar references over ORT's layout, 4- and 8-bit (test ground truth).
+//! * [`bits8`]: an 8-bit weight split into two 4-bit halves, run as one pair call.
 //! * [`pack`]: the prepacked layout ([`PackedNBits`]), 32-column groups.
 //! * [`prepare_a`]: per-call A preparation (padding + block sums, or int8 quantisation; the
 //!   quantiser is per ISA, `quant_avx512` for AVX-512, bit-identical to the scalar one).
@@ -45,6 +46,7 @@ macro_rules! by_rows {
     };
 }
 
+pub mod bits8;
 pub mod dispatch;
 mod driver;
 mod nonfinite;
@@ -68,7 +70,7 @@ mod tile_scalar;
 pub use dispatch::{route, Kernels};
 pub use pack::{pack, pack_threads, try_pack, try_pack_threads, PackedNBits, NR};
 pub use params::{NBitsInput, NBitsParams, NBitsWeight};
-pub use route::{NBitsPath, NBitsRoute};
+pub use route::{Bits8Route, NBitsPath, NBitsRoute};
 
 use crate::runtime::par::{Par, StreamSplit};
 

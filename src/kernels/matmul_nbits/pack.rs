@@ -334,7 +334,7 @@ pub fn pack_threads(
     try_pack_threads(b, scales, zero_points, p, threads).expect("MatMulNBits pack: out of memory")
 }
 
-/// [`pack_threads`], `None` when the packed buffers cannot be allocated.
+/// [`pack_threads`], `None` when the packed buffers cannot be allocated (or `p` is not 4-bit).
 pub fn try_pack_threads(
     b: &[u8],
     scales: &[f32],
@@ -342,6 +342,10 @@ pub fn try_pack_threads(
     p: &NBitsParams,
     threads: usize,
 ) -> Option<PackedNBits> {
+    if p.bits != 4 {
+        // The layout holds 4-bit codes; an 8-bit weight is packed as two halves (`bits8`).
+        return None;
+    }
     let weight = NBitsWeight {
         b,
         scales,

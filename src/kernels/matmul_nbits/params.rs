@@ -1,13 +1,14 @@
 //! Attributes of one `com.microsoft.MatMulNBits` node and the input sizes they imply.
 
-/// Shape-defining attributes of a MatMulNBits node (bits = 4 only).
+/// Shape-defining attributes of a MatMulNBits node (bits = 4 or 8). The packed layout and the
+/// tile kernels are 4-bit only; an 8-bit weight runs as two 4-bit halves (`bits8`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NBitsParams {
     /// Reduction length (columns of A, rows of the logical weight).
     pub k: usize,
     /// Output columns.
     pub n: usize,
-    /// Quantisation bits per weight; only 4 is supported.
+    /// Quantisation bits per weight: 4 or 8 ([`NBitsParams::with_bits`]).
     pub bits: usize,
     /// Weights per quantisation block along K (power of two, 16..=256).
     pub block_size: usize,
@@ -41,6 +42,30 @@ impl NBitsParams {
         }
     }
 
+    /// These params with [`NBitsParams::bits`] set to `bits` (4 or 8, see [`Self::validate`]).
+    pub fn with_bits(self, bits: usize) -> Self {
+        NBitsParams { bits, ..self }
+    }
+
+    /// The zero point a node without a `zero_points` input implies: `2^(bits - 1)` (8 for
+    /// 4-bit codes, 128 for 8-bit ones).
+    pub fn default_zero_point(&self) -> u8 {
+        if self.bits == 8 {
+            128
+        } else {
+            8
+        }
+    }
+
+    /// The largest `|q - zp|` a code and a zero point can make: `2^bits - 1`.
+    pub fn code_span(&self) -> u32 {
+        if self.bits == 8 {
+            255
+        } else {
+            15
+        }
+    }
+
     /// These params with [`NBitsParams::acc4_f16_scales`] set to `f16`.
     pub fn with_acc4_f16_scales(self, f16: bool) -> Self {
         NBitsParams {
@@ -65,9 +90,14 @@ impl NBitsParams {
         self.block_size * self.bits / 8
     }
 
-    /// Bytes of one column's row of packed zero points: `ceil(k_blocks / 2)`.
+    /// Bytes of one column's row of packed zero points: `ceil(k_blocks * bits / 8)` (two per
+    /// byte at 4 bits, one at 8).
     pub fn zp_row_bytes(&self) -> usize {
-        self.k_blocks().div_ceil(2)
+        if self.bits == 8 {
+            self.k_blocks()
+        } else {
+            self.k_blocks().div_ceil(2)
+        }
     }
 
     /// True when the int8 (accuracy level 4) path runs.
@@ -77,8 +107,11 @@ impl NBitsParams {
 
     /// Checks the attributes themselves.
     pub fn validate(&self) -> Result<(), String> {
-        if self.bits != 4 {
-            return Err(format!("MatMulNBits: bits must be 4, got {}", self.bits));
+        if self.bits != 4 && self.bits != 8 {
+            return Err(format!(
+                "MatMulNBits: bits must be 4 or 8, got {}",
+                self.bits
+            ));
         }
         if !self.block_size.is_power_of_two() || !(16..=256).contains(&self.block_size) {
             return Err(format!(
@@ -125,7 +158,9 @@ impl NBitsParams {
         let kb = self.k.checked_add(self.block_size.checked_sub(1)?)? / self.block_size;
         let b = self.n.checked_mul(kb)?.checked_mul(self.blob_bytes())?;
         let s = self.n.checked_mul(kb)?;
-        let z = self.n.checked_mul(kb.div_ceil(2))?;
+        let z = self
+            .n
+            .checked_mul(if self.bits == 8 { kb } else { kb.div_ceil(2) })?;
         Some([b, s, z])
     }
 
@@ -163,7 +198,7 @@ impl NBitsParams {
             (true, Some(len)) => {
                 if len != want_z {
                     return Err(format!(
-                        "MatMulNBits: input zero_points has {len} bytes, expected {want_z} (N={} x ceil(k_blocks/2)={})",
+                        "MatMulNBits: input zero_points has {len} bytes, expected {want_z} (N={} x ceil(k_blocks*bits/8)={})",
                         self.n,
                         self.zp_row_bytes()
                     ));
@@ -190,7 +225,7 @@ impl NBitsParams {
 
     /// Checks the shapes (not only the element counts) of the inputs, as ORT's CPU EP does: B
     /// `[N, k_blocks, blob_bytes]`; scales `[N * k_blocks]` or `[N, k_blocks]`; uint8 zero
-    /// points `[N * ceil(k_blocks / 2)]` or `[N, ceil(k_blocks / 2)]`; bias `[N]`. A B with the
+    /// points `[N * zb]` or `[N, zb]` with `zb = ceil(k_blocks * bits / 8)`; bias `[N]`. A B with the
     /// right byte count but N and k_blocks swapped is refused here (its bytes would be read
     /// in the wrong order).
     pub fn check_shapes(
@@ -247,9 +282,9 @@ impl NBitsParams {
     }
 }
 
-/// A MatMulNBits weight as the node's inputs hold it (ORT's layout): B's 4-bit codes
+/// A MatMulNBits weight as the node's inputs hold it (ORT's layout): B's codes
 /// `[N, k_blocks, blob_bytes]`, the per-block scales `[N * k_blocks]` and the optional packed
-/// zero points `[N * ceil(k_blocks / 2)]`, all shaped by `p`. What the references, the literal
+/// zero points `[N * zp_row_bytes]`, all shaped by `p` (4 or 8 bits). What the references, the literal
 /// definition and the unpacked path take in place of those four arguments.
 #[derive(Debug, Clone, Copy)]
 pub struct NBitsWeight<'a> {

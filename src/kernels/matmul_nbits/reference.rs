@@ -4,11 +4,16 @@
 
 use super::params::{NBitsParams, NBitsWeight};
 
-/// The 4-bit code of weight (k, n) in ORT's B layout: low nibble first.
+/// The code of weight (k, n) in ORT's B layout: at 4 bits two per byte, low nibble first; at
+/// 8 bits one per byte.
 pub fn weight_code(b: &[u8], p: &NBitsParams, k: usize, n: usize) -> u8 {
     let kb = k / p.block_size;
     let within = k % p.block_size;
-    let byte = b[(n * p.k_blocks() + kb) * p.blob_bytes() + within / 2];
+    let blob = (n * p.k_blocks() + kb) * p.blob_bytes();
+    if p.bits == 8 {
+        return b[blob + within];
+    }
+    let byte = b[blob + within / 2];
     if within.is_multiple_of(2) {
         byte & 0x0F
     } else {
@@ -16,10 +21,12 @@ pub fn weight_code(b: &[u8], p: &NBitsParams, k: usize, n: usize) -> u8 {
     }
 }
 
-/// The zero point of (column n, block kb): nibble kb of column n's row; 8 when absent.
+/// The zero point of (column n, block kb): at 4 bits nibble kb of column n's row, at 8 bits
+/// byte kb; `p.default_zero_point()` (8 or 128) when absent.
 pub fn zero_point(zero_points: Option<&[u8]>, p: &NBitsParams, n: usize, kb: usize) -> u8 {
     match zero_points {
-        None => 8,
+        None => p.default_zero_point(),
+        Some(z) if p.bits == 8 => z[n * p.zp_row_bytes() + kb],
         Some(z) => {
             let byte = z[n * p.zp_row_bytes() + kb / 2];
             if kb.is_multiple_of(2) {
@@ -117,12 +124,12 @@ pub fn matmul_reference_int8(
 }
 
 /// Scales that make the f32 dequantisation `(q - zp) * scale` overflow or carry a NaN / an
-/// infinity (|scale| > f32::MAX / 16). The fast paths multiply scales into integer or block sums,
-/// which hides those infinities; such weights take [`matmul_dequant_f32`] instead.
-pub fn hostile_scales(scales: &[f32]) -> bool {
-    scales
-        .iter()
-        .any(|s| s.is_nan() || s.abs() > f32::MAX / 16.0)
+/// infinity (|scale| > f32::MAX / 16 for 4-bit codes, f32::MAX / 256 for 8-bit ones: `|q - zp|`
+/// reaches 15 or 255). The fast paths multiply scales into integer or block sums, which hides
+/// those infinities; such weights take [`matmul_dequant_f32`] instead.
+pub fn hostile_scales(scales: &[f32], p: &NBitsParams) -> bool {
+    let limit = f32::MAX / (p.code_span() + 1) as f32;
+    scales.iter().any(|s| s.is_nan() || s.abs() > limit)
 }
 
 /// The contrib op's definition taken literally, for hostile scales: W[k][n] = (q - zp) * scale

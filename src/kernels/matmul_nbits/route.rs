@@ -110,3 +110,43 @@ impl Variant for NBitsRoute {
         t[i]
     }
 }
+
+/// The route of an 8-bit call (`bits8`): the route its two 4-bit halves took (the pair path,
+/// or the separate calls' path), named with a `-bits8` suffix in the ledger.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Bits8Route(pub NBitsRoute);
+
+macro_rules! texts8 {
+    ($isa:literal) => {
+        [
+            concat!($isa, "-acc0-gemv-bits8"),
+            concat!($isa, "-acc0-gemm-bits8"),
+            concat!($isa, "-acc4-gemv-bits8"),
+            concat!($isa, "-acc4-gemm-bits8"),
+        ]
+    };
+}
+
+static SCALAR8: [&str; 4] = texts8!("scalar");
+static AVX2_8: [&str; 4] = texts8!("avx2");
+static AVX512_8: [&str; 4] = texts8!("avx512");
+static AVX512VNNI_8: [&str; 4] = texts8!("avx512vnni");
+
+impl Variant for Bits8Route {
+    fn text(self) -> &'static str {
+        let i = match self.0.path {
+            NBitsPath::F32Gemv | NBitsPath::F32GemvPair => 0,
+            NBitsPath::F32Gemm | NBitsPath::F32GemmPair => 1,
+            NBitsPath::Int8Gemv | NBitsPath::Int8GemvPair => 2,
+            NBitsPath::Int8Gemm | NBitsPath::Int8GemmPair => 3,
+            NBitsPath::AmxGemm => return "amx-acc4-gemm-bits8",
+        };
+        let t = match self.0.isa {
+            Isa::Scalar => &SCALAR8,
+            Isa::Avx2 => &AVX2_8,
+            Isa::Avx512 => &AVX512_8,
+            Isa::Avx512Vnni => &AVX512VNNI_8,
+        };
+        t[i]
+    }
+}
