@@ -322,10 +322,11 @@ def gen_nbits(rng):
     return out
 
 
-def gen_nbits8(rng):
-    """8-bit weights (rcpu runs them as two 4-bit halves): odd sizes, every level, zero points of every
-    byte value, the hostile scales either side of the split's limit (|s| > f32::MAX / 256 is computed
-    literally), non-finite and huge rows, wrong sizes, inputs fed at run time."""
+def gen_8bit(rng):
+    """8-bit MatMulNBits weights (rcpu runs them as two 4-bit halves): odd sizes, every level, zero points
+    of every byte value, the hostile scales either side of the split's limit (|s| > f32::MAX / 256 is
+    computed literally), non-finite and huge rows, wrong sizes, inputs fed at run time. Then 8-bit
+    GatherBlockQuantized tables (a tied 8-bit lm_head's embedding)."""
     out = []
     for bs in (16, 32, 128):
         for acc in (0, 1, 4):
@@ -374,6 +375,17 @@ def gen_nbits8(rng):
                 c.expect = [_nbits_full_ref(c)]
                 c.tol = ("l2", 2e-2)
             out.append(c)
+    for block in (16, 32, 128):
+        for zp in (False, True):
+            out.append(gbq_case(rng, f"b8/b{block}/zp{int(zp)}", rbytes=block * 3 - 16 * zp, block=block, zp=zp,
+                                bits=8))
+    out.append(gbq_case(rng, "b8/idx-oob", bits=8, idx=np.array([[8, -9, -1]])))
+    out.append(gbq_case(rng, "b8/zp-4bit-size", bits=8, zp=True, zps=np.zeros((8, 1), np.uint8), rbytes=64))
+    out.append(gbq_case(rng, "b8/scales-4bit-size", bits=8, scales=rng.uniform(size=(8, 1)).astype(np.float32),
+                        rbytes=64))
+    out.append(gbq_case(rng, "b8/data-3d", bits=8, data=rng.integers(0, 256, (2, 4, 32), dtype=np.uint8),
+                        scales=rng.uniform(size=(2, 4, 1)).astype(np.float32), idx=np.array([1, 0])))
+    out.append(gbq_case(rng, "b8/feeds", bits=8, kinds="feed", zp=True))
     return out
 
 
@@ -836,15 +848,16 @@ def gen_cast(rng):
 
 
 def gbq_case(rng, name, rows=8, rbytes=16, block=32, idx=None, idx_dt=np.int64, attrs=None, zp=False, data=None,
-             scales=None, zps=None, kinds="init"):
-    k = rbytes * 2
+             scales=None, zps=None, kinds="init", bits=4):
+    per_byte = 8 // bits
+    k = rbytes * per_byte
     blocks = -(-k // max(block, 1))
     data = rng.integers(0, 256, (rows, rbytes), dtype=np.uint8) if data is None else data
     scales = rng.uniform(-0.05, 0.05, (rows, blocks)).astype(np.float32) if scales is None else scales
     if zp and zps is None:
-        zps = rng.integers(0, 256, (rows, -(-blocks // 2)), dtype=np.uint8)
+        zps = rng.integers(0, 256, (rows, -(-blocks // per_byte)), dtype=np.uint8)
     idx = np.array([[0, 3], [7, 1]]) if idx is None else idx
-    at = dict(block_size=block, gather_axis=0, quantize_axis=1, bits=4)
+    at = dict(block_size=block, gather_axis=0, quantize_axis=1, bits=bits)
     at.update(attrs or {})
     at = {kk: v for kk, v in at.items() if v is not None}
     ins = [("data", data, kinds), ("indices", np.asarray(idx).astype(idx_dt), "feed"), ("scales", scales, kinds)]
@@ -970,7 +983,7 @@ def gen_parallel(rng):
 GENERATORS = [gen_matmul, gen_gemm, gen_nbits, gen_qlinear, gen_gqa, gen_rope, gen_norms, gen_softmax, gen_reshape,
               gen_elementwise, gen_activation, gen_cast, gen_gbq, gen_options, gen_parallel,
               # Last: the shared generator's draws for the cases above stay as they were.
-              gen_nbits8]
+              gen_8bit]
 
 
 def all_cases(seed: int = 13) -> list[Case]:

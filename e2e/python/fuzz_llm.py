@@ -3,8 +3,8 @@ under random provider options, a prefill and three decode steps, rcpu against OR
 
 Each case draws, from one seeded generator, a layer shape (hidden size, query and kv heads, head size,
 sliding-window layers, an attention softcap and partial rotary or not,
-MLP size, quantization block, accuracy level, qkv bias, tied or untied embedding (untied: an int4 or an
-8-bit lm_head), vocabulary, one or two
+MLP size, quantization block, accuracy level, qkv bias, tied or untied embedding, an int4 or an 8-bit
+lm_head, vocabulary, one or two
 layers), a prompt length (1 to 150 tokens), the rcpu provider options (`fuse`, `threads`, `acc4_scales`,
 `weight_cache_mb`, `scratch_cache_mb`, each set or left at its default), the token ids, and how the KV
 cache is passed: as separate past inputs and present outputs, each decode step fed ORT's present rows (so
@@ -114,8 +114,9 @@ def draw_case(rng: random.Random) -> Case:
     options = {k: rng.choice(v) for k, v in choices.items() if rng.random() < 0.6}
     case = Case(spec, rng.choice([0, 1, 2, 3, 4, 4]), kv, head, vocab, options,
                 rng.choice([1, 2, 5, 17, 33, 64, 150, 300, 700]), rng.randint(0, 2**31), rng.random() < 0.5)
-    # An 8-bit lm_head (the builder's k_quant_last / k_quant_mixed), untied only; drawn last.
-    if not tied and rng.random() < 0.3:
+    # An 8-bit lm_head (the builder's k_quant_last / k_quant_mixed; tied, the embedding is an 8-bit
+    # GatherBlockQuantized over its codes); drawn last.
+    if rng.random() < 0.3:
         case.spec += ",lm_bits=8"
     return case
 

@@ -10,6 +10,7 @@ import subprocess
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 from onnx import helper, numpy_helper
 
@@ -126,12 +127,14 @@ def test_rotary_caches_chosen_at_run_time_stay_one_partition(small_qwen, make_se
 
 
 @pytest.mark.parametrize("acc", [0, 4])
-def test_8bit_lm_head_stays_in_the_partition(tmp_path, make_sessions, rcpu_devices, stats, acc):
+@pytest.mark.parametrize("tied", [0, 1])
+def test_8bit_lm_head_stays_in_the_partition(tmp_path, make_sessions, rcpu_devices, stats, acc, tied):
     """An 8-bit lm_head (onnxruntime-genai's k_quant_last / k_quant_mixed write one; `rcpu-bench gen
-    llm:...,tied=0,lm_bits=8`): claimed, so the decoder stays ONE fused partition, equal to the per-node
-    path bit for bit and within ORT's tolerance (level 0: 1e-4, level 4: 2e-2), and the route ledger
-    names the 8-bit route."""
-    spec = f"llm:preset=qwen2-0.5b,layers=2,vocab=700,acc={acc},seed=8,tied=0,lm_bits=8"
+    llm:...,lm_bits=8`), untied or tied (the embedding an 8-bit GatherBlockQuantized over the lm_head's
+    codes, as the builder ties them there): claimed, so the decoder stays ONE fused partition, equal to
+    the per-node path bit for bit and within ORT's tolerance (level 0: 1e-4, level 4: 2e-2); the route
+    ledger names the 8-bit route, and a tied table is read from the packed lm_head (`scalar-tied`)."""
+    spec = f"llm:preset=qwen2-0.5b,layers=2,vocab=700,acc={acc},seed=8,tied={tied},lm_bits=8"
     out = subprocess.run([str(BENCH), "gen", spec, "--out", str(tmp_path / "model.onnx")], capture_output=True,
                          text=True)
     assert out.returncode == 0, out.stderr
@@ -152,6 +155,16 @@ def test_8bit_lm_head_stays_in_the_partition(tmp_path, make_sessions, rcpu_devic
             tol = 2e-2 if acc == 4 else 1e-4
             assert rel_l2(g, w) < tol, f"past={past} seq={seq} output {o} vs ORT: {rel_l2(g, w)}"
     assert any(v.endswith("-gemv-bits8") for v in stats.variants("MatMulNBits")), stats.ledger()
+    if tied:
+        assert "embed_gather_block_quantized" in groups[0], groups
+        # With ORT's basic optimizations the builder's Reshape of the lm_head's codes is folded into
+        # an initializer, which the gather then shares with the packed lm_head.
+        basic = rcpu_session(model, rcpu_devices, {"fuse": "on"}, ort.GraphOptimizationLevel.ORT_ENABLE_BASIC)
+        f = qwen_feeds(rng, cpu, 3, 2)
+        stats.reset()
+        got, want = basic.run(None, f), cpu.run(None, f)
+        assert stats.variants("GatherBlockQuantized") == {"scalar-tied"}, stats.ledger()
+        assert rel_l2(got[0], want[0]) < (2e-2 if acc == 4 else 1e-4)
 
 
 @pytest.mark.parametrize("acc", [0, 4])

@@ -229,17 +229,19 @@ const VOCAB: usize = 70; // not a multiple of a column group
 const HID: usize = 96; // three blocks of 32
 
 /// A tied embedding as the model builder makes it: `GatherBlockQuantized(emb_codes, ids,
-/// scales)` feeding `MatMulNBits(h, lm_codes, scales)`, with `emb_codes` `[VOCAB, HID / 2]` and
-/// `lm_codes` `[VOCAB, blocks, 16]` two initializers of the same bytes (ORT's folding of the
-/// builder's Reshape), the scales one initializer read by both. `flip` changes one byte of
-/// `emb_codes`, so the tables differ.
-fn tied_model(flip: bool) -> Vec<u8> {
+/// scales)` feeding `MatMulNBits(h, lm_codes, scales)`, with `emb_codes` `[VOCAB, HID * bits /
+/// 8]` and `lm_codes` `[VOCAB, blocks, BLOCK * bits / 8]` two initializers of the same bytes
+/// (ORT's folding of the builder's Reshape), the scales one initializer read by both; `bits` 4,
+/// or 8 (the builder's `k_quant_mixed` / `k_quant_last` tie the embedding to an 8-bit lm_head).
+/// `flip` changes one byte of `emb_codes`, so the tables differ.
+fn tied_model(flip: bool, bits: usize) -> Vec<u8> {
     let kb = HID / BLOCK;
+    let row = HID * bits / 8;
     let byte = |x: &f32| ((x + 1.0) * 127.9) as u8;
-    let codes: Vec<u8> = rand_f32(VOCAB * HID / 2, 31).iter().map(byte).collect();
+    let codes: Vec<u8> = rand_f32(VOCAB * row, 31).iter().map(byte).collect();
     let mut emb = codes.clone();
     if flip {
-        emb[HID / 2 * 5 + 3] ^= 0x10;
+        emb[row * 5 + 3] ^= 0x10;
     }
     let scales: Vec<f32> = rand_f32(VOCAB * kb, 32)
         .iter()
@@ -247,10 +249,10 @@ fn tied_model(flip: bool) -> Vec<u8> {
         .collect();
     let mut g = GraphBuilder::new("tied", 17);
     g.input("ids", dtype::INT64, &[Dim::Fixed(1), Dim::Sym("s")])
-        .initializer_u8("emb_codes", &[VOCAB as i64, (HID / 2) as i64], &emb)
+        .initializer_u8("emb_codes", &[VOCAB as i64, row as i64], &emb)
         .initializer_u8(
             "lm_codes",
-            &[VOCAB as i64, kb as i64, (BLOCK / 2) as i64],
+            &[VOCAB as i64, kb as i64, (BLOCK * bits / 8) as i64],
             &codes,
         )
         .initializer_f32("scales", &[VOCAB as i64, kb as i64], &scales)
@@ -261,7 +263,7 @@ fn tied_model(flip: bool) -> Vec<u8> {
             &["emb_codes", "ids", "scales"],
             &["h"],
             &[
-                ("bits", Attr::Int(4)),
+                ("bits", Attr::Int(bits as i64)),
                 ("block_size", Attr::Int(BLOCK as i64)),
                 ("gather_axis", Attr::Int(0)),
                 ("quantize_axis", Attr::Int(1)),
@@ -273,7 +275,11 @@ fn tied_model(flip: bool) -> Vec<u8> {
             "lm_head",
             &["h", "lm_codes", "scales"],
             &["logits"],
-            &nbits_attrs(HID, VOCAB),
+            &{
+                let mut a = nbits_attrs(HID, VOCAB);
+                a[2].1 = Attr::Int(bits as i64);
+                a
+            },
         )
         .output("h", dtype::FLOAT)
         .output("logits", dtype::FLOAT);
@@ -296,7 +302,8 @@ fn ledger_variant(stats: &PluginStats, op: &str) -> Vec<String> {
 /// plan keeps only the shared scales (no copy of the codes); its rows are bit for bit ORT's,
 /// including zeros for out-of-range ids and negative ids, and the logits match ORT's (relative
 /// L2 1e-4, accuracy level 0). A table that differs in one byte is not shared (its codes are copied) and still
-/// gives ORT's rows.
+/// gives ORT's rows. 4-bit codes, and 8-bit ones (the lm_head's two packed halves give
+/// `16 h + l`).
 #[test]
 fn a_tied_embedding_reads_the_packed_lm_head() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
@@ -307,9 +314,9 @@ fn a_tied_embedding_reads_the_packed_lm_head() {
         data: Data::I64(vec![0, 5, 69, -1, 70, -71]),
     };
     let scales_bytes = (VOCAB * HID / BLOCK * 4) as u64;
-    let codes_bytes = (VOCAB * HID / 2) as u64;
-    for flip in [false, true] {
-        let model = tied_model(flip);
+    for (flip, bits) in [(false, 4), (true, 4), (false, 8), (true, 8)] {
+        let codes_bytes = (VOCAB * HID * bits / 8) as u64;
+        let model = tied_model(flip, bits);
         let want = ort
             .session(&model, &SessionSpec::ort(Some(1)))
             .unwrap()
@@ -324,21 +331,25 @@ fn a_tied_embedding_reads_the_packed_lm_head() {
         let got = s.run(std::slice::from_ref(&ids)).unwrap();
         assert_eq!(
             got[0], want[0],
-            "flip {flip}: the gathered rows must be ORT's"
+            "flip {flip} bits {bits}: the gathered rows must be ORT's"
         );
         let e = rel_l2(got[1].as_f32(), want[1].as_f32());
-        assert!(e <= 1e-4, "flip {flip}: logits vs ORT rel L2 {e}");
+        assert!(
+            e <= 1e-4,
+            "flip {flip} bits {bits}: logits vs ORT rel L2 {e}"
+        );
         let variants = ledger_variant(&stats, "GatherBlockQuantized");
         let (kept, variant) = if flip {
             (scales_bytes + codes_bytes, "scalar")
         } else {
             (scales_bytes, "scalar-tied")
         };
-        assert_eq!(variants, [variant], "flip {flip}");
+        assert_eq!(variants, [variant], "flip {flip} bits {bits}");
         // Each copy is 64-byte aligned: up to 63 bytes of padding per copy.
         assert!(
             (kept..kept + 128).contains(&held),
-            "flip {flip}: the plan holds {held} bytes of constants, expected {kept} (+ padding)"
+            "flip {flip} bits {bits}: the plan holds {held} bytes of constants, expected {kept} \
+             (+ padding)"
         );
     }
 }

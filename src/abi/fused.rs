@@ -26,7 +26,7 @@ use super::status::{guard, guard_value, Error, Result};
 use crate::ep::capability::find_def;
 use crate::ep::fusion::{find_swiglus, gather, NodeDesc};
 use crate::ep::nodes::gather_block_quantized::share_tied_codes;
-use crate::ep::nodes::matmul_nbits::packed_operand;
+use crate::ep::nodes::matmul_nbits::packed_codes;
 use crate::ep::nodes::swiglu::SwiGlu;
 use crate::ep::op::{KernelEnv, OpKernel};
 use crate::memory::{self, ConstantCopy};
@@ -394,11 +394,11 @@ fn share_tied_tables(
         },
         _ => None,
     };
-    // Packed MatMulNBits weights with a constant B: (weight, B's constant).
+    // Packed MatMulNBits weights (4- or 8-bit) with a constant B: (codes, B's constant).
     let packed: Vec<_> = steps
         .iter()
         .filter_map(|st| match &st.run {
-            StepRun::Node(k) => Some((packed_operand(k.as_ref())?.weight, const_of(st, 1)?)),
+            StepRun::Node(k) => Some((packed_codes(k.as_ref())?, const_of(st, 1)?)),
             StepRun::SwiGlu(_) => None,
         })
         .collect();

@@ -1,16 +1,20 @@
-//! Gather of rows from a 4-bit block-quantized table (`com.microsoft.GatherBlockQuantized` with
-//! uint8 storage, two codes per byte, quantized along the last axis): the embedding lookup of
-//! LLMs whose embedding table is tied to an int4 lm_head. Pure compute, no ORT types.
+//! Gather of rows from a 4- or 8-bit block-quantized table (`com.microsoft.GatherBlockQuantized`
+//! with uint8 storage, quantized along the last axis): the embedding lookup of LLMs whose
+//! embedding table is tied to a 4-bit or an 8-bit lm_head. Pure compute, no ORT types.
 //!
-//! Layout (the MatMulNBits convention): row `r` holds `row_bytes` bytes, element `2j` in the low
-//! nibble of byte `j`, element `2j + 1` in the high nibble; blocks of `block` elements along the
-//! row each have an f32 scale (`scales[r * blocks + b]`) and an optional 4-bit zero point packed
-//! two per byte per row (`zero_points[r * blocks.div_ceil(2) + b / 2]`, low nibble for even `b`),
-//! 8 when absent. An element dequantizes to `(code - zero_point) as f32 * scale`.
+//! Layout (the MatMulNBits convention): row `r` holds `row_bytes` bytes. 4 bits: element `2j` in
+//! the low nibble of byte `j`, element `2j + 1` in the high nibble; 8 bits: element `j` is byte
+//! `j`. Blocks of `block` elements along the row each have an f32 scale (`scales[r * blocks +
+//! b]`) and an optional zero point of the same width, packed per row like the codes (4 bits:
+//! `zero_points[r * blocks.div_ceil(2) + b / 2]`, low nibble for even `b`; 8 bits:
+//! `zero_points[r * blocks + b]`), `2^(bits - 1)` when absent (8 or 128). An element
+//! dequantizes to `(code - zero_point) as f32 * scale`.
 
 /// A validated view of the quantized table.
-pub struct U4Table<'a> {
+pub struct QuantTable<'a> {
     codes: &'a [u8],
+    /// 4 or 8.
+    bits: usize,
     row_bytes: usize,
     scales: &'a [f32],
     zero_points: Option<&'a [u8]>,
@@ -18,19 +22,20 @@ pub struct U4Table<'a> {
     blocks: usize,
 }
 
-/// Zero point used when the table has none (the middle of the 4-bit range).
-pub const DEFAULT_ZERO_POINT: u8 = 8;
-
-impl<'a> U4Table<'a> {
-    /// Checks that the buffers hold `codes.len() / row_bytes` whole rows with their scales and
-    /// zero points. `block` must be positive.
+impl<'a> QuantTable<'a> {
+    /// Checks that the buffers hold `codes.len() / row_bytes` whole rows of `bits`-bit codes (4
+    /// or 8) with their scales and zero points. `block` must be positive and even.
     pub fn new(
         codes: &'a [u8],
         row_bytes: usize,
         scales: &'a [f32],
         zero_points: Option<&'a [u8]>,
         block: usize,
+        bits: usize,
     ) -> Result<Self, String> {
+        if bits != 4 && bits != 8 {
+            return Err(format!("{bits}-bit codes (4 or 8 are read)"));
+        }
         if row_bytes == 0 || block == 0 || !block.is_multiple_of(2) {
             return Err(format!(
                 "row of {row_bytes} bytes, block of {block}: both must be positive, the block even"
@@ -44,7 +49,7 @@ impl<'a> U4Table<'a> {
         }
         let rows = codes.len() / row_bytes;
         let elems = row_bytes
-            .checked_mul(2)
+            .checked_mul(8 / bits)
             .ok_or("row length overflows usize")?;
         let blocks = elems.div_ceil(block);
         let want_scales = rows.checked_mul(blocks).ok_or("scale count overflows")?;
@@ -56,7 +61,7 @@ impl<'a> U4Table<'a> {
         }
         if let Some(z) = zero_points {
             let want = rows
-                .checked_mul(blocks.div_ceil(2))
+                .checked_mul(blocks.div_ceil(8 / bits))
                 .ok_or("zero-point count overflows")?;
             if z.len() != want {
                 return Err(format!(
@@ -65,8 +70,9 @@ impl<'a> U4Table<'a> {
                 ));
             }
         }
-        Ok(U4Table {
+        Ok(QuantTable {
             codes,
+            bits,
             row_bytes,
             scales,
             zero_points,
@@ -80,15 +86,19 @@ impl<'a> U4Table<'a> {
         self.codes.len() / self.row_bytes
     }
 
-    /// Elements in a row (two per byte).
+    /// Elements in a row (two per byte at 4 bits, one at 8).
     pub fn row_len(&self) -> usize {
-        self.row_bytes * 2
+        self.row_bytes * (8 / self.bits)
     }
 
     /// Dequantizes row `r` into `out` (`row_len()` elements).
     pub fn dequant_row(&self, r: usize, out: &mut [f32]) {
         let codes = &self.codes[r * self.row_bytes..][..self.row_bytes];
         let scales = &self.scales[r * self.blocks..][..self.blocks];
+        if self.bits == 8 {
+            self.dequant_row8(r, codes, scales, out);
+            return;
+        }
         let zp_row = self.blocks.div_ceil(2);
         for (b, (&scale, dst)) in scales
             .iter()
@@ -97,7 +107,7 @@ impl<'a> U4Table<'a> {
         {
             let zp = match self.zero_points {
                 Some(z) => (z[r * zp_row + b / 2] >> (4 * (b & 1))) & 0x0F,
-                None => DEFAULT_ZERO_POINT,
+                None => 8,
             } as i32;
             // `block` is even whenever it is a power of two >= 2, so a block starts on a byte.
             let src = &codes[b * self.block / 2..];
@@ -109,6 +119,24 @@ impl<'a> U4Table<'a> {
             }
         }
     }
+
+    /// [`Self::dequant_row`] of an 8-bit table: one code a byte, one zero point a byte (128
+    /// when absent).
+    fn dequant_row8(&self, r: usize, codes: &[u8], scales: &[f32], out: &mut [f32]) {
+        for (b, (&scale, dst)) in scales
+            .iter()
+            .zip(out[..self.row_len()].chunks_mut(self.block))
+            .enumerate()
+        {
+            let zp = match self.zero_points {
+                Some(z) => z[r * self.blocks + b],
+                None => 128,
+            } as i32;
+            for (d, &q) in dst.iter_mut().zip(&codes[b * self.block..]) {
+                *d = (q as i32 - zp) as f32 * scale;
+            }
+        }
+    }
 }
 
 /// Gathers along axis 0 of a table whose axis 0 has `table.rows() / group` entries of `group`
@@ -116,7 +144,7 @@ impl<'a> U4Table<'a> {
 /// (`indices.len() * group * row_len()` elements). Negative indices count from the end; an index
 /// outside `[-entries, entries)` yields zeros (what ORT's CPU EP writes for it).
 pub fn gather<I: Copy + Into<i64>>(
-    table: &U4Table<'_>,
+    table: &QuantTable<'_>,
     group: usize,
     indices: &[I],
     out: &mut [f32],

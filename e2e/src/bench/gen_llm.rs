@@ -1,5 +1,5 @@
 //! `llm:preset=qwen2-0.5b|llama-3.2-1b|qwen3-0.6b[,layers=N][,vocab=V][,tied=0|1][,acc=4|0|1][,block=32]
-//! [,seed=S][,ctx=C][,emb=q4|f32|f16][,hidden=..,heads=..,kv=..,head=..,inter=..,qkv_bias=0|1]
+//! [,seed=S][,ctx=C][,emb=q4|q8|f32|f16][,hidden=..,heads=..,kv=..,head=..,inter=..,qkv_bias=0|1]
 //! [,window=W][,window_cache=0|1][,softcap=X][,rot=R][,lm_bits=4|8]`:
 //! a whole decoder-only LLM laid out as onnxruntime-genai's model builder lays out
 //! `-p int4 -e cpu`, with seeded weights (no download):
@@ -9,7 +9,7 @@
 //!         past_key_values.{i}.key/value [batch, kv, past, head] f32
 //! seqlens_k = Cast<i32>(ReduceSum(attention_mask, axis 1) - 1)
 //! total_sequence_length = Cast<i32>(Gather(Shape(attention_mask), 1))
-//! embeds = GatherBlockQuantized(Reshape(lm_head B), input_ids, lm_head scales)   (emb=q4)
+//! embeds = GatherBlockQuantized(Reshape(lm_head B), input_ids, lm_head scales)   (emb=q4|q8)
 //!       or Gather(embed_tokens, input_ids)          (emb=f32; f16 table + Cast when emb=f16)
 //! layer 0: SimplifiedLayerNormalization(embeds); layer i > 0: SkipSimplifiedLayerNormalization
 //!          (previous down_proj, previous residual); then Decoder::layer (packed QKV MatMulNBits,
@@ -26,7 +26,7 @@
 //! (ORT folds it into an initializer before partitioning) and its scales, stored [vocab,
 //! k_blocks], are shared as they are. No f32 table is stored. `emb=f32|f16` with `tied=1`
 //! stores the lm_head's weights dequantized as a Gather table instead (the old layout; f16 adds a
-//! Cast). Untied: a separate seeded f32/f16 table (`emb=q4` needs `tied=1`).
+//! Cast). Untied: a separate seeded f32/f16 table (`emb=q4|q8` need `tied=1`).
 //! `window=W` makes every other layer (0, 2, ...) a sliding-window layer as the genai builder
 //! writes one for CPU (Gemma 2 / gpt-oss alternate them): GroupQueryAttention with
 //! `local_window_size = W` and `sliding_window_cache = 1` (a windowed KV cache), and a
@@ -36,8 +36,9 @@
 //! of each head (caches `[ctx, R / 2]`: the builder's `partial_rotary_factor < 1`, e.g. Phi-4-mini's
 //! 0.75; a multiple of 16, at most the head size). `lm_bits=8` makes the lm_head an 8-bit
 //! MatMulNBits (one byte a code, implied zero point 128, 2-D scales), as the builder writes it for
-//! `int4_algo_config=k_quant_last` / `k_quant_mixed`; it needs `tied=0` (the tied embedding shares
-//! an int4 lm_head's codes).
+//! `int4_algo_config=k_quant_last` / `k_quant_mixed`; tied, the embedding is then `emb=q8` (the
+//! default): an 8-bit GatherBlockQuantized over the lm_head's codes reshaped to [vocab, hidden],
+//! as the builder ties them there.
 //! The rotary base is 10000 for both presets (random weights; the angle table's values do not
 //! change what is computed). `ctx` (default 4096) is the rotary caches' length and the
 //! genai_config's context_length.
@@ -79,6 +80,8 @@ pub struct Llm {
 pub enum Emb {
     /// GatherBlockQuantized over the lm_head's int4 weight (tied only).
     Q4,
+    /// GatherBlockQuantized over the lm_head's 8-bit weight (tied, `lm_bits=8`).
+    Q8,
     F32,
     /// An f16 table, Gather then Cast.
     F16,
@@ -88,15 +91,16 @@ impl Emb {
     pub fn name(self) -> &'static str {
         match self {
             Emb::Q4 => "q4",
+            Emb::Q8 => "q8",
             Emb::F32 => "f32",
             Emb::F16 => "f16",
         }
     }
 
-    /// Bytes per element of a stored table (none for Q4).
+    /// Bytes per element of a stored table (none for Q4 / Q8: the lm_head's).
     fn table_elem_bytes(self) -> usize {
         match self {
-            Emb::Q4 => 0,
+            Emb::Q4 | Emb::Q8 => 0,
             Emb::F32 => 4,
             Emb::F16 => 2,
         }
@@ -173,9 +177,10 @@ impl Llm {
             if key == "emb" {
                 emb = Some(match val {
                     "q4" => Emb::Q4,
+                    "q8" => Emb::Q8,
                     "f16" => Emb::F16,
                     "f32" => Emb::F32,
-                    _ => return Err(bad(format!("emb='{val}' must be q4, f32 or f16"))),
+                    _ => return Err(bad(format!("emb='{val}' must be q4, q8, f32 or f16"))),
                 });
                 continue;
             }
@@ -197,7 +202,11 @@ impl Llm {
                 _ => return Err(bad(format!("unknown key '{key}' for llm"))),
             }
         }
-        l.emb = emb.unwrap_or(if l.tied { Emb::Q4 } else { Emb::F32 });
+        l.emb = emb.unwrap_or(match (l.tied, l.lm_bits) {
+            (true, 8) => Emb::Q8,
+            (true, _) => Emb::Q4,
+            (false, _) => Emb::F32,
+        });
         let d = &l.layer;
         d.validate_layer().map_err(bad)?;
         if [l.layers, l.vocab, l.ctx].contains(&0) {
@@ -212,19 +221,31 @@ impl Llm {
         if l.lm_bits != 4 && l.lm_bits != 8 {
             return Err(bad(format!("lm_bits={} must be 4 or 8", l.lm_bits)));
         }
-        if l.lm_bits == 8 && l.tied {
+        // A tied table is the lm_head's own codes: q4 over a 4-bit one, q8 over an 8-bit one.
+        let quant = matches!(l.emb, Emb::Q4 | Emb::Q8);
+        if l.tied && l.lm_bits == 8 && l.emb != Emb::Q8 {
             return Err(bad(
-                "lm_bits=8 needs tied=0 (a tied embedding shares an int4 lm_head's codes)".into(),
+                "tied=1 with lm_bits=8 shares the 8-bit codes: emb=q8".into()
             ));
         }
-        if l.emb == Emb::Q4 && !l.tied {
+        if l.emb == Emb::Q8 && l.lm_bits != 8 {
             return Err(bad(
-                "emb=q4 shares the lm_head's int4 weight: it needs tied=1".into(),
+                "emb=q8 shares an 8-bit lm_head's codes: it needs lm_bits=8".into(),
             ));
         }
-        if l.emb == Emb::Q4 && !d.hidden.is_multiple_of(d.block) {
+        if l.emb == Emb::Q4 && l.lm_bits != 4 {
+            return Err(bad(
+                "emb=q4 shares an int4 lm_head's codes: lm_bits=8 needs emb=q8".into(),
+            ));
+        }
+        if quant && !l.tied {
+            return Err(bad(
+                "emb=q4|q8 share the lm_head's weight: they need tied=1".into(),
+            ));
+        }
+        if quant && !d.hidden.is_multiple_of(d.block) {
             return Err(bad(format!(
-                "emb=q4 needs hidden ({}) to be a multiple of block ({}): GatherBlockQuantized \
+                "emb=q4|q8 needs hidden ({}) to be a multiple of block ({}): GatherBlockQuantized \
                  unpacks whole blocks",
                 d.hidden, d.block
             )));
@@ -490,8 +511,8 @@ impl Llm {
 
     /// `embeds` from `input_ids` (module doc); returns the bytes a token reads (one row).
     fn embedding(&self, g: &mut GraphBuilder) -> u64 {
-        if self.emb == Emb::Q4 {
-            return self.tied_q4_embedding(g);
+        if matches!(self.emb, Emb::Q4 | Emb::Q8) {
+            return self.tied_quant_embedding(g);
         }
         let (h, v) = (self.layer.hidden, self.vocab);
         let table: Vec<f32> = if self.tied {
@@ -536,9 +557,9 @@ impl Llm {
     /// GatherBlockQuantized over the lm_head's B (`B_lm_head`, reshaped to [vocab, hidden/2]) and
     /// scales (`scales_lm_head`, [vocab, k_blocks]); the lm_head itself is made later in
     /// `generate`, under those names. Returns one row's bytes (codes and scales).
-    fn tied_q4_embedding(&self, g: &mut GraphBuilder) -> u64 {
+    fn tied_quant_embedding(&self, g: &mut GraphBuilder) -> u64 {
         let (h, block) = (self.layer.hidden, self.layer.block);
-        let row_bytes = h / 2;
+        let row_bytes = h * self.lm_bits / 8;
         g.initializer_i64(
             "embed_q_shape",
             &[2],
@@ -559,7 +580,7 @@ impl Llm {
             &["embed_q", "input_ids", "scales_lm_head"],
             &["embeds"],
             &[
-                ("bits", Attr::Int(4)),
+                ("bits", Attr::Int(self.lm_bits as i64)),
                 ("block_size", Attr::Int(block as i64)),
                 ("gather_axis", Attr::Int(0)),
                 ("quantize_axis", Attr::Int(1)),
@@ -761,13 +782,18 @@ mod tests {
         let r = Llm::parse("s", "rot=48").unwrap();
         assert_eq!(r.rot, 48);
         assert!(r.canonical().ends_with(",rot=48") && q.canonical() != r.canonical());
-        // An 8-bit lm_head: untied only, its own cache key.
+        // An 8-bit lm_head: its own cache key; tied, the embedding shares its codes (q8).
         let h8 = Llm::parse("s", "tied=0,lm_bits=8").unwrap();
         assert_eq!(h8.lm_bits, 8);
         assert!(h8.canonical().ends_with(",lm_bits=8"));
         assert_ne!(h8.canonical(), untied.canonical());
+        let t8 = Llm::parse("s", "lm_bits=8").unwrap();
+        assert_eq!((t8.emb, t8.tied), (Emb::Q8, true));
         for bad in [
-            "lm_bits=8",
+            "lm_bits=8,emb=q4",
+            "lm_bits=8,emb=f32",
+            "emb=q8",
+            "tied=0,lm_bits=8,emb=q8",
             "tied=0,lm_bits=2",
             "tied=0,lm_bits=16",
             "preset=gpt5",

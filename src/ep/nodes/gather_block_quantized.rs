@@ -1,17 +1,19 @@
-//! com.microsoft GatherBlockQuantized (opset 1) with uint8 storage of 4-bit codes, float32
+//! com.microsoft GatherBlockQuantized (opset 1) with uint8 storage of 4- or 8-bit codes, float32
 //! scales and output, int32 or int64 indices: the embedding lookup of genai models whose
-//! embedding is tied to an int4 lm_head. Claimed for `bits` = 4, `gather_axis` = 0,
+//! embedding is tied to an int4 lm_head (or, with `int4_algo_config=k_quant_mixed` /
+//! `k_quant_last`, to an 8-bit one). Claimed for `bits` = 4 or 8, `gather_axis` = 0,
 //! `quantize_axis` = the last axis (the only axes ORT accepts for uint8 data) and `block_size` a
-//! power of two >= 16; zero points optional (default 8). Results are bit-identical to ORT's CPU
-//! EP, including its zeros for an index out of range. f16 scales, 2/8-bit codes and the int4
-//! tensor types stay on ORT.
+//! power of two >= 16; zero points optional (default 8 or 128). Results are bit-identical to
+//! ORT's CPU EP, including its zeros for an index out of range. f16 scales, 2-bit codes and the
+//! int4 tensor types stay on ORT.
 //!
 //! A tied embedding: the model builder feeds the gather the lm_head's own codes (a Reshape of
 //! the same initializer, which ORT folds into a second initializer with the same bytes) and the
 //! same scales. In a fused partition that also holds the lm_head MatMulNBits, whose weight
 //! packed, [`share_tied_codes`] lets the gather read its rows' codes from that packed weight
-//! (`PackedNBits::column_codes`, lossless) with its own scales, so the partition keeps no copy
-//! of the table's codes (68 MB at Qwen2-0.5B shapes, 131 MB at Llama-3.2-1B).
+//! (`matmul_nbits::PackedCodes::column_codes`, lossless; an 8-bit weight's two halves give
+//! `16 h + l`) with its own scales, so the partition keeps no copy of the table's codes (68 MB
+//! at Qwen2-0.5B shapes, 131 MB at Llama-3.2-1B; twice that at 8 bits).
 
 use std::sync::Arc;
 
@@ -21,13 +23,12 @@ use crate::abi::kernel_info::KernelInfo;
 use crate::abi::status::{Error, Result};
 use crate::abi::tensor::{ElemType, Tensor};
 use crate::ep::op::{types, Decline, KernelEnv, OpDef, OpKernel};
-use crate::kernels::gather_quant::{gather_rows, U4Table};
-use crate::kernels::matmul_nbits::PackedNBits;
-use crate::memory::CachedWeight;
+use crate::kernels::gather_quant::{gather_rows, QuantTable};
 use crate::telemetry::ledger;
 
 use super::claim::{input_type, only_attrs, require_elem, require_output_elem, F32, I64};
 use super::glue_common::{known_rank_dims, norm_axis};
+use super::matmul_nbits::PackedCodes;
 
 const U8: ElemType = ElemType::ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8;
 const I32: ElemType = ElemType::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32;
@@ -35,6 +36,8 @@ const I32: ElemType = ElemType::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32;
 /// One lane: a decode step gathers one row of a few KiB.
 struct GatherBlockQuantized {
     block: usize,
+    /// 4 or 8.
+    bits: usize,
     /// Where the codes come from when they are a packed lm_head's ([`share_tied_codes`]); the
     /// data input is then never read.
     tied: Option<TiedCodes>,
@@ -42,20 +45,20 @@ struct GatherBlockQuantized {
 
 /// The codes of a tied embedding table, in the lm_head's packed weight.
 struct TiedCodes {
-    weight: Arc<CachedWeight<PackedNBits>>,
-    /// The data input's shape, `[N, K / 2]`.
+    weight: PackedCodes,
+    /// The data input's shape, `[N, K / 2]` (4 bits) or `[N, K]` (8 bits).
     shape: [usize; 2],
 }
 
 /// Lets `gather` (a GatherBlockQuantized kernel, data input `data`, constant) read its codes
-/// from `weight`, the packed weight of a MatMulNBits node whose constant B is `b`, when they are
-/// the same codes: data of shape `[N, K / 2]` with `weight`'s N and K and the very bytes of `b`
-/// (so K is whole blocks and B has no padding). True when shared: the gather then never reads
-/// its data input (the caller need not keep it).
+/// from `weight`, the packed codes of a MatMulNBits node whose constant B is `b`, when they are
+/// the same codes: the same width, data of shape `[N, K * bits / 8]` with `weight`'s N and K and
+/// the very bytes of `b` (so K is whole blocks and B has no padding). True when shared: the
+/// gather then never reads its data input (the caller need not keep it).
 pub(crate) fn share_tied_codes(
     gather: &mut dyn OpKernel,
     data: &Tensor<'_>,
-    weight: &Arc<CachedWeight<PackedNBits>>,
+    weight: &PackedCodes,
     b: &Tensor<'_>,
 ) -> Result<bool> {
     let Some(g) = gather
@@ -64,11 +67,12 @@ pub(crate) fn share_tied_codes(
     else {
         return Ok(false);
     };
-    let p = weight.params();
-    let &[n, half] = data.shape() else {
+    let (wn, wk, bits) = weight.shape();
+    let &[n, row_bytes] = data.shape() else {
         return Ok(false);
     };
-    if n != p.n || half.checked_mul(2) != Some(p.k) || data.elem() != U8 || b.elem() != U8 {
+    let k = row_bytes.checked_mul(8 / bits);
+    if bits != g.bits || n != wn || k != Some(wk) || data.elem() != U8 || b.elem() != U8 {
         return Ok(false);
     }
     if data.all_bytes()? != b.all_bytes()? {
@@ -76,7 +80,7 @@ pub(crate) fn share_tied_codes(
     }
     g.tied = Some(TiedCodes {
         weight: weight.clone(),
-        shape: [n, half],
+        shape: [n, row_bytes],
     });
     Ok(true)
 }
@@ -85,13 +89,14 @@ fn invalid(msg: impl Into<String>) -> Error {
     Error::invalid_argument(msg.into())
 }
 
-/// Checks scales / zero-point shapes against data as ORT does; returns the rows per gathered
-/// entry (the product of the dims between axis 0 and the last axis).
+/// Checks scales / zero-point shapes against data of `bits`-bit codes as ORT does; returns the
+/// rows per gathered entry (the product of the dims between axis 0 and the last axis).
 fn check_shapes(
     data: &[usize],
     scales: &[usize],
     zp: Option<&[usize]>,
     block: usize,
+    bits: usize,
 ) -> Result<usize> {
     let rank = data.len();
     if rank < 2 {
@@ -105,8 +110,9 @@ fn check_shapes(
             scales.len()
         )));
     }
+    let per_byte = 8 / bits;
     let elems = data[rank - 1]
-        .checked_mul(2)
+        .checked_mul(per_byte)
         .ok_or_else(|| invalid("data's last dim overflows"))?;
     let blocks = elems.div_ceil(block);
     for i in 0..rank {
@@ -119,13 +125,13 @@ fn check_shapes(
         }
     }
     if let Some(z) = zp {
-        let want_last = blocks.div_ceil(2);
+        let want_last = blocks.div_ceil(per_byte);
         let ok = z.len() == rank
             && (0..rank).all(|i| z[i] == if i == rank - 1 { want_last } else { scales[i] });
         if !ok {
             return Err(invalid(format!(
-                "zero_points shape {z:?} does not match scales {scales:?} (two 4-bit zero \
-                 points per byte along the last axis)"
+                "zero_points shape {z:?} does not match scales {scales:?} ({per_byte} \
+                 {bits}-bit zero point(s) per byte along the last axis)"
             )));
         }
     }
@@ -182,13 +188,15 @@ impl OpKernel for GatherBlockQuantized {
             scales.shape(),
             zp.as_ref().map(|z| z.shape()),
             self.block,
+            self.bits,
         )?;
-        // Output: indices' shape in place of axis 0, the last axis unpacked (two codes a byte).
+        // Output: indices' shape in place of axis 0, the last axis unpacked (two codes a byte
+        // at 4 bits).
         let mut shape = indices.shape().to_vec();
         shape.extend_from_slice(&data_shape[1..]);
         if let Some(last) = shape.last_mut() {
             *last = last
-                .checked_mul(2)
+                .checked_mul(8 / self.bits)
                 .ok_or_else(|| invalid("output's last dim overflows"))?;
         }
         shape
@@ -208,7 +216,8 @@ impl OpKernel for GatherBlockQuantized {
             // A tied table is rank 2, so `group` is 1.
             Codes::Tied(t) => gather_tied(t, scales, zp, self.block, &indices, out)?,
             Codes::Input(data) => {
-                let table = U4Table::new(data.data::<u8>()?, row_bytes, scales, zp, self.block)
+                let codes = data.data::<u8>()?;
+                let table = QuantTable::new(codes, row_bytes, scales, zp, self.block, self.bits)
                     .map_err(invalid)?;
                 let entries = table.rows() / group.max(1);
                 gather_by(&indices, entries, group, table.row_len(), out, |r, dst| {
@@ -234,28 +243,41 @@ fn gather_tied(
     out: &mut [f32],
 ) -> Result<&'static str> {
     let [n, row_bytes] = t.shape;
-    let blocks = (row_bytes * 2).div_ceil(block);
-    let zp_row = blocks.div_ceil(2);
+    let bits = t.weight.shape().2;
+    let per_byte = 8 / bits;
+    let row_len = row_bytes * per_byte;
+    let blocks = row_len.div_ceil(block);
+    let zp_row = blocks.div_ceil(per_byte);
     // `check_shapes` matched the scales' and zero points' shapes to the table's; their lengths
     // must then cover its `n` rows, which the row slices below rely on.
     let covers = |len: usize, per_row: usize| n.checked_mul(per_row) == Some(len);
     if !covers(scales.len(), blocks) || zp.is_some_and(|z| !covers(z.len(), zp_row)) {
         return Err(invalid("scales or zero points do not cover the table"));
     }
-    let mut codes = crate::memory::try_vec(row_bytes, 0u8)
-        .map_err(|e| Error::fail(format!("cannot allocate a row of {row_bytes} bytes: {e}")))?;
+    let alloc = |len: usize| {
+        crate::memory::try_vec(len, 0u8)
+            .map_err(|e| Error::fail(format!("cannot allocate a row of {len} bytes: {e}")))
+    };
+    let mut codes = alloc(t.weight.column_bytes())?;
+    // The two halves' nibbles of an 8-bit row.
+    let mut scratch = alloc(if bits == 8 {
+        2 * row_len.div_ceil(2)
+    } else {
+        0
+    })?;
     let mut failed = None;
     let mut row = |r: usize, dst: &mut [f32]| {
         if failed.is_some() {
             return;
         }
-        let one = if t.weight.column_codes(r, &mut codes) {
-            U4Table::new(
-                &codes,
+        let one = if t.weight.column_codes(r, &mut codes, &mut scratch) {
+            QuantTable::new(
+                &codes[..row_bytes],
                 row_bytes,
                 &scales[r * blocks..(r + 1) * blocks],
                 zp.map(|z| &z[r * zp_row..(r + 1) * zp_row]),
                 block,
+                bits,
             )
         } else {
             Err(format!("row {r} is not in the packed table"))
@@ -265,7 +287,7 @@ fn gather_tied(
             Err(e) => failed = Some(e),
         }
     };
-    gather_by(indices, n, 1, row_bytes * 2, out, &mut row)?;
+    gather_by(indices, n, 1, row_len, out, &mut row)?;
     match failed {
         Some(e) => Err(Error::fail(e)),
         None => Ok("scalar-tied"),
@@ -288,8 +310,8 @@ fn claim(node: &Node<'_>) -> std::result::Result<(), Decline> {
         require_elem(node, 3, U8)?;
     }
     let bits = node.attr_i64("bits").unwrap_or(4);
-    if bits != 4 {
-        return Err(format!("bits={bits}: rcpu implements 4-bit codes only"));
+    if bits != 4 && bits != 8 {
+        return Err(format!("bits={bits}: rcpu implements 4- and 8-bit codes"));
     }
     let block = node.attr_i64("block_size").unwrap_or(128);
     if block < 16 || block.count_ones() != 1 {
@@ -317,7 +339,16 @@ fn create(info: &KernelInfo<'_>, _env: &Arc<KernelEnv>) -> Result<Box<dyn OpKern
         .ok()
         .filter(|b| *b >= 16 && b.is_power_of_two())
         .ok_or_else(|| invalid(format!("block_size={block} is not a power of two >= 16")))?;
-    Ok(Box::new(GatherBlockQuantized { block, tied: None }))
+    let bits = match info.attr_i64("bits").unwrap_or(4) {
+        8 => 8,
+        4 => 4,
+        b => return Err(invalid(format!("bits={b}: 4 or 8 are implemented"))),
+    };
+    Ok(Box::new(GatherBlockQuantized {
+        block,
+        bits,
+        tied: None,
+    }))
 }
 
 pub const GATHER_BLOCK_QUANTIZED: OpDef = OpDef {

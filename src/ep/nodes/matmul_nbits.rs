@@ -388,6 +388,72 @@ pub(crate) fn packed_operand(kernel: &dyn OpKernel) -> Option<PackedOperand> {
     })
 }
 
+/// A packed MatMulNBits weight's codes, as a tied embedding table reads them
+/// (`gather_block_quantized::share_tied_codes`).
+#[derive(Clone)]
+pub(crate) enum PackedCodes {
+    /// A 4-bit weight.
+    Int4(Arc<CachedWeight<PackedNBits>>),
+    /// An 8-bit weight's halves, high then low (`bits8`).
+    Bits8(
+        Arc<CachedWeight<PackedNBits>>,
+        Arc<CachedWeight<PackedNBits>>,
+    ),
+}
+
+impl PackedCodes {
+    /// (N, K, bits) of the weight.
+    pub(crate) fn shape(&self) -> (usize, usize, usize) {
+        match self {
+            PackedCodes::Int4(w) => (w.params().n, w.params().k, 4),
+            PackedCodes::Bits8(h, _) => (h.params().n, h.params().k, 8),
+        }
+    }
+
+    /// Bytes of one column's codes in ORT's layout: `ceil(K / 2)` at 4 bits, `K` at 8.
+    pub(crate) fn column_bytes(&self) -> usize {
+        match self {
+            PackedCodes::Int4(w) => w.params().k.div_ceil(2),
+            PackedCodes::Bits8(h, _) => h.params().k,
+        }
+    }
+
+    /// Column `n`'s codes in ORT's layout into `out` ([`Self::column_bytes`] bytes); an 8-bit
+    /// weight's nibbles go through `scratch` (at least `2 ceil(K / 2)` bytes) and meet again as
+    /// `16 h + l`. False, with `out` unspecified, when `n >= N` or a buffer is too short.
+    pub(crate) fn column_codes(&self, n: usize, out: &mut [u8], scratch: &mut [u8]) -> bool {
+        match self {
+            PackedCodes::Int4(w) => w.column_codes(n, out),
+            PackedCodes::Bits8(h, l) => {
+                let (k, half) = (h.params().k, h.params().k.div_ceil(2));
+                if out.len() < k || scratch.len() < 2 * half {
+                    return false;
+                }
+                let (hs, ls) = scratch.split_at_mut(half);
+                if !h.column_codes(n, hs) || !l.column_codes(n, ls) {
+                    return false;
+                }
+                for (i, q) in out[..k].iter_mut().enumerate() {
+                    let nib = |b: &[u8]| (b[i / 2] >> (4 * (i % 2))) & 0x0F;
+                    *q = 16 * nib(hs) + nib(ls);
+                }
+                true
+            }
+        }
+    }
+}
+
+/// `kernel`'s packed codes when it is a MatMulNBits kernel holding a packed weight, 4- or 8-bit
+/// (the tied embedding may share them whatever the bias or the scales).
+pub(crate) fn packed_codes(kernel: &dyn OpKernel) -> Option<PackedCodes> {
+    let k = kernel.as_any()?.downcast_ref::<MatMulNBits>()?;
+    match (&k.packed, &k.halves) {
+        (Some(w), _) => Some(PackedCodes::Int4(w.clone())),
+        (None, Some(h)) => Some(PackedCodes::Bits8(h[0].weight.clone(), h[1].weight.clone())),
+        _ => None,
+    }
+}
+
 /// A cached weight's bytes to read ahead are those of the weight it holds (for a packed weight
 /// its records, `kernels::matmul_nbits::pack`); here because `memory` may not name `runtime`.
 impl<T: WarmBytes + 'static> WarmBytes for CachedWeight<T> {
