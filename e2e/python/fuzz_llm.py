@@ -4,7 +4,7 @@ under random provider options, a prefill and three decode steps, rcpu against OR
 Each case draws, from one seeded generator, a layer shape (hidden size, query and kv heads, head size,
 sliding-window layers, an attention softcap and partial rotary or not,
 MLP size, quantization block, accuracy level, qkv bias, tied or untied embedding, an int4 or an 8-bit
-lm_head, vocabulary, one or two
+lm_head, 8-bit o_proj and MLP or not, vocabulary, one or two
 layers), a prompt length (1 to 150 tokens), the rcpu provider options (`fuse`, `threads`, `acc4_scales`,
 `weight_cache_mb`, `scratch_cache_mb`, each set or left at its default), the token ids, and how the KV
 cache is passed: as separate past inputs and present outputs, each decode step fed ORT's present rows (so
@@ -118,6 +118,9 @@ def draw_case(rng: random.Random) -> Case:
     # GatherBlockQuantized over its codes); drawn last.
     if rng.random() < 0.3:
         case.spec += ",lm_bits=8"
+    # Olive's mixed precision: o_proj and the MLP in 8 bits.
+    if rng.random() < 0.2:
+        case.spec += ",mix8=1"
     return case
 
 

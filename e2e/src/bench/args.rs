@@ -17,8 +17,9 @@ SPEC: nbits:k=4096,n=4096,layers=1,block=32,acc=4,m=1[,zp=0|1][,sym]
          an int8 DynamicQuantizeMatMul left to ORT's CPU EP)
       or glue:op=skipnorm|mul|sigmoid|mix,n=896,layers=64,m=1 (a chain of small glue nodes only)
       or llm:preset=qwen2-0.5b,layers=24,vocab=151936,tied=1,acc=4,block=32,seed=1[,ctx=4096][,emb=q4|q8|f32|f16]
-         [,window=W[,window_cache=0]][,softcap=X][,rot=R][,lm_bits=8] (sliding-window layers, an
-         attention softcap, R rotated dims of each head, an 8-bit lm_head)
+         [,window=W[,window_cache=0]][,softcap=X][,rot=R][,lm_bits=8][,mix8=1] (sliding-window
+         layers, an attention softcap, R rotated dims of each head, an 8-bit lm_head, 8-bit o_proj
+         and MLP)
       (llm specs are benchmarked with `llm` and `demo`; `gen` also writes genai_config.json)
 
 --null-plugin SO: the null arm is rcpu loading the plugin SO (e.g. an older build copied aside), so

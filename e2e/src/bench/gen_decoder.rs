@@ -18,7 +18,7 @@
 
 use crate::onnx::{dtype, Attr, Dim, GraphBuilder};
 
-use super::gen::{nbits_layer, Generated};
+use super::gen::{nbits8_layer, nbits_layer, Generated};
 
 /// Metadata key prefix of a fixed feed value (read by model.rs).
 pub const FEED_PREFIX: &str = "rcpu_bench.feed.";
@@ -40,6 +40,9 @@ pub struct Decoder {
     /// Reshapes to `[B, S * heads, head]` and back, as the genai builder writes them; needs Q and K
     /// apart (not `packed`).
     pub qk_norm: bool,
+    /// The output projection and the MLP's gate, up and down projections as 8-bit MatMulNBits
+    /// (`mix8=1`), as Olive's mixed-precision recipes upcast the most sensitive weights.
+    pub mix8: bool,
 }
 
 impl Decoder {
@@ -57,6 +60,7 @@ impl Decoder {
             qkv_bias: true,
             packed_qkv: false,
             qk_norm: false,
+            mix8: false,
         };
         let (mut m, mut seed) = (1usize, 1u64);
         for (key, val) in spec_items(spec, rest)? {
@@ -85,7 +89,7 @@ impl Decoder {
     }
 
     /// Sets one of the layer keys decoder: and llm: specs share (hidden, heads, kv, head, inter,
-    /// block, acc, qkv_bias); false when `key` is not one of them.
+    /// block, acc, qkv_bias, mix8); false when `key` is not one of them.
     pub(super) fn set_layer_key(&mut self, key: &str, v: usize) -> bool {
         match key {
             "hidden" => self.hidden = v,
@@ -96,6 +100,7 @@ impl Decoder {
             "block" => self.block = v,
             "acc" => self.acc = v as i64,
             "qkv_bias" => self.qkv_bias = v != 0,
+            "mix8" => self.mix8 = v != 0,
             _ => return false,
         }
         true
@@ -126,7 +131,7 @@ impl Decoder {
 
     pub fn label(&self, m: usize) -> String {
         format!(
-            "decoder hidden={} heads={}/{} head={} inter={} b{} acc{} past={} m={}{}{}{}",
+            "decoder hidden={} heads={}/{} head={} inter={} b{} acc{} past={} m={}{}{}{}{}",
             self.hidden,
             self.heads,
             self.kv,
@@ -138,7 +143,8 @@ impl Decoder {
             m,
             if self.qkv_bias { " qkv-bias" } else { "" },
             if self.packed_qkv { " packed-qkv" } else { "" },
-            if self.qk_norm { " qk-norm" } else { "" }
+            if self.qk_norm { " qk-norm" } else { "" },
+            if self.mix8 { " mix8" } else { "" }
         )
     }
 
@@ -237,6 +243,11 @@ impl Decoder {
                 None => 0,
             };
             let s = seed.wrapping_mul(1000).wrapping_add(i);
+            // `mix8`: o_proj (3) and the MLP (4..=6) in 8 bits (none of them has a bias).
+            if self.mix8 && i >= 3 && b.is_none() {
+                let tag = format!("_{node}");
+                return nbits8_layer(g, &node, &tag, inp, &node, k, n, self.block, self.acc, s);
+            }
             bytes += nbits_layer(
                 g,
                 &node,

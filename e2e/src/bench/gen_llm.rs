@@ -1,6 +1,6 @@
 //! `llm:preset=qwen2-0.5b|llama-3.2-1b|qwen3-0.6b[,layers=N][,vocab=V][,tied=0|1][,acc=4|0|1][,block=32]
 //! [,seed=S][,ctx=C][,emb=q4|q8|f32|f16][,hidden=..,heads=..,kv=..,head=..,inter=..,qkv_bias=0|1]
-//! [,window=W][,window_cache=0|1][,softcap=X][,rot=R][,lm_bits=4|8]`:
+//! [,window=W][,window_cache=0|1][,softcap=X][,rot=R][,lm_bits=4|8][,mix8=0|1]`:
 //! a whole decoder-only LLM laid out as onnxruntime-genai's model builder lays out
 //! `-p int4 -e cpu`, with seeded weights (no download):
 //!
@@ -38,7 +38,8 @@
 //! MatMulNBits (one byte a code, implied zero point 128, 2-D scales), as the builder writes it for
 //! `int4_algo_config=k_quant_last` / `k_quant_mixed`; tied, the embedding is then `emb=q8` (the
 //! default): an 8-bit GatherBlockQuantized over the lm_head's codes reshaped to [vocab, hidden],
-//! as the builder ties them there.
+//! as the builder ties them there. `mix8=1` makes every layer's o_proj, gate, up and down
+//! projections 8-bit (Olive's mixed-precision recipes upcast those and the lm_head).
 //! The rotary base is 10000 for both presets (random weights; the angle table's values do not
 //! change what is computed). `ctx` (default 4096) is the rotary caches' length and the
 //! genai_config's context_length.
@@ -138,6 +139,7 @@ fn preset(name: &str) -> Option<Llm> {
             // The builder packs Q, K and V unless the attention normalises Q and K.
             packed_qkv: !qk_norm,
             qk_norm,
+            mix8: false,
         },
         layers,
         vocab,
@@ -273,12 +275,14 @@ impl Llm {
             n.checked_mul(kb(k))?.checked_mul(d.block / 2 + 4 + 4)
         };
         let (q, kv) = (d.heads * d.head, d.kv * d.head);
+        // `mix8`: o_proj and the MLP hold twice the code bytes.
+        let w8 = |k: usize, n: usize| w(k, n).and_then(|x| x.checked_mul(1 + d.mix8 as usize));
         let per_layer = [
             w(d.hidden, q + 2 * kv),
-            w(q, d.hidden),
-            w(d.hidden, d.inter),
-            w(d.hidden, d.inter),
-            w(d.inter, d.hidden),
+            w8(q, d.hidden),
+            w8(d.hidden, d.inter),
+            w8(d.hidden, d.inter),
+            w8(d.inter, d.hidden),
         ]
         .into_iter()
         .try_fold(0usize, |a, x| a.checked_add(x?));
@@ -337,6 +341,9 @@ impl Llm {
         }
         if self.lm_bits == 8 {
             s += &format!("{sep}lm_bits=8");
+        }
+        if self.layer.mix8 {
+            s += &format!("{sep}mix8=1");
         }
         s
     }
@@ -789,6 +796,8 @@ mod tests {
         assert_ne!(h8.canonical(), untied.canonical());
         let t8 = Llm::parse("s", "lm_bits=8").unwrap();
         assert_eq!((t8.emb, t8.tied), (Emb::Q8, true));
+        let m8 = Llm::parse("s", "lm_bits=8,mix8=1").unwrap();
+        assert!(m8.layer.mix8 && m8.canonical().ends_with(",lm_bits=8,mix8=1"));
         for bad in [
             "lm_bits=8,emb=q4",
             "lm_bits=8,emb=f32",
