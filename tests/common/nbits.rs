@@ -2,7 +2,9 @@
 // crate root).
 #![allow(dead_code)]
 
-use rcpu::kernels::matmul_nbits::bits8::{matmul_bits8_with, split, Halves};
+use rcpu::kernels::matmul_nbits::bits8::{
+    matmul_bits8_unpacked_with, matmul_bits8_with, split, Halves,
+};
 use rcpu::kernels::matmul_nbits::reference::matmul_reference_int8;
 use rcpu::kernels::matmul_nbits::{
     matmul_unpacked_with, pack, Bits8Route, Kernels, NBitsParams, NBitsRoute, NBitsWeight,
@@ -255,7 +257,8 @@ pub(crate) fn pack8(pr: &Problem) -> (PackedNBits, PackedNBits) {
 }
 
 /// The 8-bit problem `pr` over rows `a` (`m` of them, bias included) through `kern` on `par`:
-/// from `packed` halves ([`pack8`]), or split per call and unpacked when `None`.
+/// from `packed` halves ([`pack8`]), or split per call, a run of columns at a time, when `None`
+/// (`matmul_bits8_unpacked`).
 pub(crate) fn run8(
     kern: &Kernels,
     pr: &Problem,
@@ -270,11 +273,7 @@ pub(crate) fn run8(
         Some((h, l)) => {
             matmul_bits8_with(kern, a, m, Halves::Packed(h, l), bias, &mut out, par).unwrap()
         }
-        None => {
-            let s = split(&pr.weight()).unwrap();
-            let halves = Halves::Unpacked(s.hi(), s.lo());
-            matmul_bits8_with(kern, a, m, halves, bias, &mut out, par).unwrap()
-        }
+        None => matmul_bits8_unpacked_with(kern, a, m, &pr.weight(), bias, &mut out, par).unwrap(),
     };
     (route, out)
 }

@@ -71,6 +71,9 @@ fn bits8_matches_the_references_at_every_level() {
         (64, 96, 64, 0, true, true, true, many),
         (300, 70, 128, 4, true, true, true, few),
         (1000, 17, 256, 0, false, false, true, few),
+        // Unpacked, the weight is split 1152 columns at a time here: three runs, the last of 96.
+        (896, 2400, 32, 4, true, true, true, few),
+        (896, 2400, 32, 1, false, false, true, &[1][..]),
         // Rows over several prefill tasks.
         (4864, 40, 32, 1, false, false, true, &[37][..]),
         (64, 40, 32, 4, true, false, true, &[300][..]),

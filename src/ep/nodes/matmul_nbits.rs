@@ -11,7 +11,7 @@ use crate::abi::kernel_info::KernelInfo;
 use crate::abi::status::{Error, Result};
 use crate::abi::tensor::{ElemType, Tensor};
 use crate::ep::op::{types, Decline, KernelEnv, OpDef, OpKernel};
-use crate::kernels::matmul_nbits::bits8::{self, matmul_bits8, Halves};
+use crate::kernels::matmul_nbits::bits8::{self, matmul_bits8, matmul_bits8_unpacked, Halves};
 use crate::kernels::matmul_nbits::reference::{hostile_scales, matmul_dequant_f32};
 use crate::kernels::matmul_nbits::{
     decode_first_segment, decode_second_segment, matmul_packed, matmul_unpacked, try_pack,
@@ -274,8 +274,7 @@ impl MatMulNBits {
             zero_points: zp,
             p: &p,
         };
-        // Split once, on the first half that is not already cached.
-        let mut split: Option<std::result::Result<bits8::SplitBits8<'_>, String>> = None;
+        // Each half is split only when it is not already cached, and dropped once packed.
         let mut halves = Vec::with_capacity(2);
         for half in [0u64, 1] {
             let key = self.cache_key(b, scales, zp, Some(half));
@@ -284,11 +283,8 @@ impl MatMulNBits {
                 &key,
                 predicted,
                 || {
-                    let s = split
-                        .get_or_insert_with(|| bits8::split(&w8))
-                        .as_ref()
-                        .ok()?;
-                    let h = if half == 0 { s.hi() } else { s.lo() };
+                    let h = bits8::split_half(&w8, half == 0).ok()?;
+                    let h = h.weight();
                     try_pack(h.b, h.scales, h.zero_points, h.p)
                 },
                 |w: &PackedNBits| w.bytes(),
@@ -656,11 +652,9 @@ impl OpKernel for MatMulNBits {
                     ledger::record(OP, "dequant-f32-literal", take_lanes_used());
                     return Ok(());
                 } else if p.bits == 8 {
-                    // Split per call (packing declined or B fed at run time): the same halves
-                    // and the same kernels as the packed path.
-                    let split = bits8::split(&w).map_err(Error::fail)?;
-                    let halves = Halves::Unpacked(split.hi(), split.lo());
-                    let v = matmul_bits8(a, m, halves, bias, out, par).map_err(Error::fail)?;
+                    // Split per call, a few MiB at a time (packing declined or B fed at run
+                    // time): the same halves and the same values as the packed path.
+                    let v = matmul_bits8_unpacked(a, m, &w, bias, out, par).map_err(Error::fail)?;
                     ledger::record(OP, v, take_lanes_used());
                     return Ok(());
                 } else {

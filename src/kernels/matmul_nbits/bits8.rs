@@ -33,10 +33,14 @@
 //!
 //! Scales large enough that `(q - zp) s` overflows f32 (`reference::hostile_scales`) are never
 //! split: the node computes those by the definition taken literally.
+//!
+//! Memory: packing splits one half at a time ([`split_half`]); without packed halves (the
+//! weight cache declined, or B fed at run time) [`matmul_bits8_unpacked`] splits a run of
+//! columns at a time, so neither ever holds a second copy of the whole weight.
 
 use super::dispatch::Kernels;
 use super::driver::{self, Source};
-use super::pack::PackedNBits;
+use super::pack::{PackedNBits, NR};
 use super::params::{NBitsParams, NBitsWeight};
 use super::reference::hostile_scales;
 use super::route::{Bits8Route, NBitsRoute};
@@ -44,39 +48,44 @@ use super::MR;
 use crate::memory::scratch::{scratch_error, try_with_scratch_f32};
 use crate::runtime::par::Par;
 
-/// An 8-bit weight split into its two 4-bit halves, each in ORT's 4-bit layout ([`split`]).
-/// The low half's scales are the original ones, borrowed.
+/// One 4-bit half of an 8-bit weight, in ORT's 4-bit layout ([`split_half`]). The low half's
+/// scales are the original ones, borrowed.
+pub struct HalfWeight<'a> {
+    p: NBitsParams,
+    b: Vec<u8>,
+    scales: std::borrow::Cow<'a, [f32]>,
+    /// `None` only for the high half of a weight without zero points (the 4-bit default 8 is
+    /// 128's high nibble).
+    zp: Option<Vec<u8>>,
+}
+
+impl HalfWeight<'_> {
+    /// The half as a 4-bit weight.
+    pub fn weight(&self) -> NBitsWeight<'_> {
+        NBitsWeight {
+            b: &self.b,
+            scales: &self.scales,
+            zero_points: self.zp.as_deref(),
+            p: &self.p,
+        }
+    }
+}
+
+/// An 8-bit weight's two halves ([`split`]).
 pub struct SplitBits8<'a> {
-    hi_p: NBitsParams,
-    lo_p: NBitsParams,
-    hi_b: Vec<u8>,
-    lo_b: Vec<u8>,
-    hi_scales: Vec<f32>,
-    lo_scales: &'a [f32],
-    /// The high nibbles of the zero points (`None`: none given, the 4-bit default 8 is 128's).
-    hi_zp: Option<Vec<u8>>,
-    lo_zp: Vec<u8>,
+    hi: HalfWeight<'a>,
+    lo: HalfWeight<'a>,
 }
 
 impl SplitBits8<'_> {
     /// The high half: codes `q >> 4`, scales `16 s`, zero points `zp >> 4`.
     pub fn hi(&self) -> NBitsWeight<'_> {
-        NBitsWeight {
-            b: &self.hi_b,
-            scales: &self.hi_scales,
-            zero_points: self.hi_zp.as_deref(),
-            p: &self.hi_p,
-        }
+        self.hi.weight()
     }
 
     /// The low half: codes `q & 15`, scales `s`, zero points `zp & 15`.
     pub fn lo(&self) -> NBitsWeight<'_> {
-        NBitsWeight {
-            b: &self.lo_b,
-            scales: self.lo_scales,
-            zero_points: Some(&self.lo_zp),
-            p: &self.lo_p,
-        }
+        self.lo.weight()
     }
 }
 
@@ -114,10 +123,13 @@ fn zero_point_nibbles(
     Ok(out)
 }
 
-/// Splits an 8-bit weight (`w.p.bits == 8`, sizes checked) into its two 4-bit halves (see the
-/// module documentation). `Err` when the scales are hostile (`16 s` could overflow; the caller
-/// computes those literally), the weight is not 8-bit, or a buffer cannot be allocated.
-pub fn split<'a>(w: &NBitsWeight<'a>) -> Result<SplitBits8<'a>, String> {
+/// One half of an 8-bit weight (`w.p.bits == 8`, sizes checked): the high half (`high`: codes
+/// `q >> 4`, scales `16 s`, zero points `zp >> 4`) or the low one (`q & 15`, `s`, `zp & 15`;
+/// explicit zeros without zero points). See the module documentation. `Err` when the scales are
+/// hostile (`16 s` could overflow; the caller computes those literally), the weight is not
+/// 8-bit, or a buffer cannot be allocated. Only one half's buffers are made: a caller that
+/// packs them one at a time holds one half's worth at a time.
+pub fn split_half<'a>(w: &NBitsWeight<'a>, high: bool) -> Result<HalfWeight<'a>, String> {
     let p = w.p;
     if p.bits != 8 {
         return Err(format!(
@@ -129,44 +141,52 @@ pub fn split<'a>(w: &NBitsWeight<'a>) -> Result<SplitBits8<'a>, String> {
     if hostile_scales(w.scales, p) {
         return Err("MatMulNBits: scales too large to split an 8-bit weight".into());
     }
-    let half = |has_zero_points| NBitsParams {
+    let hp = NBitsParams {
         bits: 4,
-        has_zero_points,
+        has_zero_points: p.has_zero_points || !high,
         ..*p
     };
-    let (hi_p, lo_p) = (half(p.has_zero_points), half(true));
     // Block sizes are even: two consecutive codes always share one byte of a 4-bit blob.
-    let len = w.b.len() / 2;
-    let mut hi_b = try_filled(len, 0u8, "high codes")?;
-    let mut lo_b = try_filled(len, 0u8, "low codes")?;
-    for ((q, h), l) in w.b.chunks_exact(2).zip(&mut hi_b).zip(&mut lo_b) {
-        *h = (q[0] >> 4) | (q[1] & 0xF0);
-        *l = (q[0] & 0x0F) | (q[1] << 4);
+    let mut b = try_filled(w.b.len() / 2, 0u8, "codes")?;
+    for (q, d) in w.b.chunks_exact(2).zip(&mut b) {
+        *d = if high {
+            (q[0] >> 4) | (q[1] & 0xF0)
+        } else {
+            (q[0] & 0x0F) | (q[1] << 4)
+        };
     }
-    let mut hi_scales = try_filled(w.scales.len(), 0f32, "scales")?;
-    for (d, &s) in hi_scales.iter_mut().zip(w.scales) {
-        // A power of two: exact (not hostile, so finite).
-        *d = 16.0 * s;
-    }
-    let (hi_zp, lo_zp) = match w.zero_points {
-        Some(z) => (
-            Some(zero_point_nibbles(z, p, &hi_p, true)?),
-            zero_point_nibbles(z, p, &lo_p, false)?,
-        ),
-        None => (
-            None,
-            try_filled(p.n.saturating_mul(lo_p.zp_row_bytes()), 0u8, "zero points")?,
-        ),
+    let scales = if high {
+        let mut v = try_filled(w.scales.len(), 0f32, "scales")?;
+        for (d, &s) in v.iter_mut().zip(w.scales) {
+            // A power of two: exact (not hostile, so finite).
+            *d = 16.0 * s;
+        }
+        std::borrow::Cow::Owned(v)
+    } else {
+        std::borrow::Cow::Borrowed(w.scales)
     };
+    let zp = match w.zero_points {
+        Some(z) => Some(zero_point_nibbles(z, p, &hp, high)?),
+        None if high => None,
+        None => Some(try_filled(
+            p.n.saturating_mul(hp.zp_row_bytes()),
+            0u8,
+            "zero points",
+        )?),
+    };
+    Ok(HalfWeight {
+        p: hp,
+        b,
+        scales,
+        zp,
+    })
+}
+
+/// Both halves of an 8-bit weight ([`split_half`]).
+pub fn split<'a>(w: &NBitsWeight<'a>) -> Result<SplitBits8<'a>, String> {
     Ok(SplitBits8 {
-        hi_p,
-        lo_p,
-        hi_b,
-        lo_b,
-        hi_scales,
-        lo_scales: w.scales,
-        hi_zp,
-        lo_zp,
+        hi: split_half(w, true)?,
+        lo: split_half(w, false)?,
     })
 }
 
@@ -321,4 +341,81 @@ pub fn matmul_bits8_with(
         )
     };
     driver::fix_rows(kernels, a, m, &p, scale_max, bias, out, &fast).map(Bits8Route)
+}
+
+/// Bytes of an 8-bit weight's codes [`matmul_bits8_unpacked`] splits at a time.
+const UNPACKED_CHUNK_BYTES: usize = 1 << 20;
+
+/// Y = A W (+ bias) straight from an 8-bit weight in ORT's layout (`w.p.bits == 8`), with the
+/// process's kernels: the path when no packed halves are cached. The weight is split a run of
+/// columns at a time (about [`UNPACKED_CHUNK_BYTES`] of codes, whole column groups; B's columns
+/// are contiguous in ORT's layout), so the call holds a few MiB beyond its output whatever the
+/// weight's size; each run is the two halves' separate calls, whose values are the packed pair
+/// call's bit for bit. `Err` when the weight cannot be split (hostile scales, sizes) or a buffer
+/// cannot be allocated.
+pub fn matmul_bits8_unpacked(
+    a: &[f32],
+    m: usize,
+    w: &NBitsWeight<'_>,
+    bias: Option<&[f32]>,
+    out: &mut [f32],
+    par: &dyn Par,
+) -> Result<Bits8Route, String> {
+    matmul_bits8_unpacked_with(Kernels::active(), a, m, w, bias, out, par)
+}
+
+/// [`matmul_bits8_unpacked`] with an explicit kernel set.
+pub fn matmul_bits8_unpacked_with(
+    kernels: &Kernels,
+    a: &[f32],
+    m: usize,
+    w: &NBitsWeight<'_>,
+    bias: Option<&[f32]>,
+    out: &mut [f32],
+    par: &dyn Par,
+) -> Result<Bits8Route, String> {
+    let p = *w.p;
+    w.check_sizes(bias.map(<[f32]>::len))?;
+    assert!(
+        Some(a.len()) == m.checked_mul(p.k) && Some(out.len()) == m.checked_mul(p.n),
+        "MatMulNBits 8-bit: A has {} elements (M={m} x K={}), output {} (N={})",
+        a.len(),
+        p.k,
+        out.len(),
+        p.n
+    );
+    let (kb, col_bytes, zrow) = (
+        p.k_blocks(),
+        p.k_blocks() * p.blob_bytes(),
+        p.zp_row_bytes(),
+    );
+    let cols = (UNPACKED_CHUNK_BYTES / col_bytes.max(1) / NR * NR).max(NR);
+    let mut route = Bits8Route(kernels.route(p.accuracy_level, m));
+    let mut tmp: Vec<f32> = Vec::new();
+    for c0 in (0..p.n).step_by(cols) {
+        let nc = cols.min(p.n - c0);
+        let pc = NBitsParams { n: nc, ..p };
+        let sub = NBitsWeight {
+            b: &w.b[c0 * col_bytes..(c0 + nc) * col_bytes],
+            scales: &w.scales[c0 * kb..(c0 + nc) * kb],
+            zero_points: w.zero_points.map(|z| &z[c0 * zrow..(c0 + nc) * zrow]),
+            p: &pc,
+        };
+        let halves = split(&sub)?;
+        let len = m * nc;
+        if tmp.len() < len {
+            tmp.try_reserve_exact(len - tmp.len()).map_err(|_| {
+                format!("MatMulNBits: cannot allocate {len} outputs (out of memory)")
+            })?;
+            tmp.resize(len, 0.0);
+        }
+        let y = &mut tmp[..len];
+        let hb = bias.map(|b| &b[c0..c0 + nc]);
+        let two = Halves::Unpacked(halves.hi(), halves.lo());
+        route = matmul_bits8_with(kernels, a, m, two, hb, y, par)?;
+        for (r, row) in y.chunks_exact(nc.max(1)).enumerate() {
+            out[r * p.n + c0..r * p.n + c0 + nc].copy_from_slice(row);
+        }
+    }
+    Ok(route)
 }
