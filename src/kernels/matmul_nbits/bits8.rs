@@ -273,6 +273,18 @@ fn fast_sum(
     Ok(route)
 }
 
+/// Panics unless `a` holds `m` rows of K and `out` `m` rows of N (the callers' contract).
+fn assert_call_shape(a: &[f32], m: usize, out: &[f32], p: &NBitsParams) {
+    assert!(
+        Some(a.len()) == m.checked_mul(p.k) && Some(out.len()) == m.checked_mul(p.n),
+        "MatMulNBits 8-bit: A has {} elements (M={m} x K={}), output {} (N={})",
+        a.len(),
+        p.k,
+        out.len(),
+        p.n
+    );
+}
+
 /// Y = A W (+ bias) for an 8-bit weight given as its two halves ([`split`]), with the
 /// process's kernels (see the module documentation); `Err` when the halves do not belong
 /// together or a scratch buffer cannot be allocated. `a` holds `m` rows of K, `out` `m` rows
@@ -309,14 +321,7 @@ pub fn matmul_bits8_with(
             p.k, p.n, p.block_size, p.accuracy_level, q.k, q.n, q.block_size, q.accuracy_level
         ));
     }
-    assert!(
-        Some(a.len()) == m.checked_mul(p.k) && Some(out.len()) == m.checked_mul(p.n),
-        "MatMulNBits 8-bit: A has {} elements (M={m} x K={}), output {} (N={})",
-        a.len(),
-        p.k,
-        out.len(),
-        p.n
-    );
+    assert_call_shape(a, m, out, &p);
     if let Some(b) = bias {
         assert_eq!(
             b.len(),
@@ -376,14 +381,7 @@ pub fn matmul_bits8_unpacked_with(
 ) -> Result<Bits8Route, String> {
     let p = *w.p;
     w.check_sizes(bias.map(<[f32]>::len))?;
-    assert!(
-        Some(a.len()) == m.checked_mul(p.k) && Some(out.len()) == m.checked_mul(p.n),
-        "MatMulNBits 8-bit: A has {} elements (M={m} x K={}), output {} (N={})",
-        a.len(),
-        p.k,
-        out.len(),
-        p.n
-    );
+    assert_call_shape(a, m, out, &p);
     let (kb, col_bytes, zrow) = (
         p.k_blocks(),
         p.k_blocks() * p.blob_bytes(),
