@@ -11,7 +11,7 @@ use super::worker::WorkerArgs;
 const AFTER_HELP: &str = "\
 Rules: docs/benchmarking.md. MODEL is an .onnx file; --gen SPEC generates one instead.
 
-SPEC: nbits:k=4096,n=4096,layers=1,block=32,acc=4,m=1[,zp=0|1][,sym]
+SPEC: nbits:k=4096,n=4096,layers=1,block=32,acc=4,m=1[,zp=0|1][,sym][,bits=8 (with sym)]
       or matmul:k=2048,n=2048,m=1[,layers=L]
       or mixed:k=4096,n=4096,layers=4,block=32,acc=4,m=1 (per layer an int4 MatMulNBits on rcpu and
          an int8 DynamicQuantizeMatMul left to ORT's CPU EP)

@@ -32,6 +32,8 @@ pub enum Kind {
         block: usize,
         acc: i64,
         zero_points: bool,
+        /// 4, or 8 (one byte a code, the implied zero point 128: `bits=8` with `sym`).
+        bits: usize,
     },
     MatMul,
     QLinear(super::gen_qlinear::QLinear),
@@ -112,7 +114,7 @@ impl Spec {
             m: 1,
             seed: 1,
         };
-        let (mut block, mut acc, mut zp) = (32usize, 4i64, true);
+        let (mut block, mut acc, mut zp, mut bits) = (32usize, 4i64, true, 4usize);
         let mut ql = super::gen_qlinear::QLinear::default();
         let nbits_like = kind == "nbits" || kind == "mixed";
         for item in rest.split(',').map(str::trim).filter(|x| !x.is_empty()) {
@@ -143,6 +145,7 @@ impl Spec {
                 "block" if nbits_like => block = num()?,
                 "acc" if nbits_like => acc = num()? as i64,
                 "zp" if nbits_like => zp = num()? != 0,
+                "bits" if kind == "nbits" => bits = num()?,
                 _ => return Err(format!("spec '{s}': unknown key '{key}' for {kind}")),
             }
         }
@@ -153,6 +156,11 @@ impl Spec {
                 }
                 if ![0, 1, 2, 3, 4].contains(&acc) {
                     return Err(format!("spec '{s}': acc must be 0..4"));
+                }
+                if bits != 4 && !(bits == 8 && !zp) {
+                    return Err(format!(
+                        "spec '{s}': bits must be 4, or 8 with sym (the implied zero point 128)"
+                    ));
                 }
                 if kind == "mixed" {
                     Kind::Mixed {
@@ -165,6 +173,7 @@ impl Spec {
                         block,
                         acc,
                         zero_points: zp,
+                        bits,
                     }
                 }
             }
@@ -194,14 +203,16 @@ impl Spec {
                 block,
                 acc,
                 zero_points,
+                bits,
             } => format!(
-                "nbits k={} n={} L={} b{} acc{} {} m={}",
+                "nbits k={} n={} L={} b{} acc{} {}{} m={}",
                 self.k,
                 self.n,
                 self.layers,
                 block,
                 acc,
                 if *zero_points { "zp" } else { "sym" },
+                if *bits == 8 { " bits8" } else { "" },
                 self.m
             ),
             Kind::MatMul => format!(
@@ -272,7 +283,27 @@ impl Spec {
                 Kind::NBits {
                     block,
                     acc,
+                    bits: 8,
+                    ..
+                } => {
+                    weight_bytes += nbits8_layer(
+                        &mut g,
+                        &format!("matmulnbits{i}"),
+                        &i.to_string(),
+                        &prev,
+                        &out,
+                        kin,
+                        nout,
+                        *block,
+                        *acc,
+                        seed,
+                    );
+                }
+                Kind::NBits {
+                    block,
+                    acc,
                     zero_points,
+                    ..
                 } => {
                     weight_bytes += nbits_layer(
                         &mut g,
@@ -497,9 +528,15 @@ mod tests {
             Kind::NBits {
                 block: 32,
                 acc: 4,
-                zero_points: false
+                zero_points: false,
+                bits: 4
             }
         );
+        let s8 = Spec::parse("nbits:k=896,n=4864,bits=8,sym").unwrap();
+        assert!(matches!(s8.kind, Kind::NBits { bits: 8, .. }) && s8.label().contains("bits8"));
+        for bad in ["nbits:k=64,n=64,bits=8", "nbits:k=64,n=64,bits=2,sym"] {
+            assert!(Spec::parse(bad).is_err(), "{bad}");
+        }
         assert_eq!(
             Spec::parse("matmul:k=2048,n=2048,m=1").unwrap().kind,
             Kind::MatMul
