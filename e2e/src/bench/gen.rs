@@ -157,7 +157,8 @@ impl Spec {
                 if ![0, 1, 2, 3, 4].contains(&acc) {
                     return Err(format!("spec '{s}': acc must be 0..4"));
                 }
-                if bits != 4 && !(bits == 8 && !zp) {
+                let bits_ok = bits == 4 || (bits == 8 && !zp);
+                if !bits_ok {
                     return Err(format!(
                         "spec '{s}': bits must be 4, or 8 with sym (the implied zero point 128)"
                     ));
