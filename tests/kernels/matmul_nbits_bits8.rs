@@ -6,7 +6,8 @@
 //!   group, with and without zero points and bias: accuracy 0 / 1 against the f64 reference of
 //!   the 8-bit weight (<= 1e-5 relative L2), accuracy 4 against the int8 reference of the 8-bit
 //!   weight with the level's scales (<= 1e-5); packed and split-per-call (unpacked) bit for bit.
-//! * Rows the pair path refuses take two separate calls whose sums are the pair's bit for bit.
+//! * Rows the pair path refuses take two separate calls whose sums are the pair's bit for bit,
+//!   also when they take the rows a block at a time.
 //! * Hostile scales are not split; mismatched halves are an error.
 
 use crate::nbits_common::{acc4_scales, pack8, rel_l2, run8, Problem, THREE};
@@ -121,11 +122,14 @@ fn bits8_matches_the_references_at_every_level() {
 fn separate_calls_sum_as_the_pair() {
     // A row with an infinity makes the pair path refuse the whole call: every row then takes
     // the two separate calls, whose finite rows must be the pair's own answers bit for bit.
-    for (k, n, acc, m) in [
+    // N = 40000: the separate calls take 24 rows at a time (their scratch bound), then the rest.
+    let shapes = [
         (100usize, 37usize, 4usize, 6usize),
         (130, 70, 0, 1),
         (64, 33, 1, 9),
-    ] {
+        (64, 40000, 4, 30),
+    ];
+    for (k, n, acc, m) in shapes {
         let pr = Problem::new8(k, n, m, 32, acc, true, true, 90 + acc as u64);
         let halves = pack8(&pr);
         let mut a = pr.a.clone();

@@ -251,13 +251,16 @@ fn fast_sum(
             return Ok(route);
         }
     }
-    let rows = (SUM_SCRATCH_FLOATS / p.n.max(1)).max(MR);
-    let mut route = kernels.route(p.accuracy_level, m);
+    // Whole row blocks of the tile kernels (`MR`), as one call over all rows would group them.
+    let rows = (SUM_SCRATCH_FLOATS / p.n.max(1) / MR * MR).max(MR);
+    let mut route = None;
     for r0 in (0..m).step_by(rows) {
         let mr = rows.min(m - r0);
         let a_r = &a[r0 * p.k..(r0 + mr) * p.k];
         let o = &mut out[r0 * p.n..(r0 + mr) * p.n];
-        route = driver::run_fast(kernels, a_r, mr, hi, None, o, par)?;
+        // The ledger names the first block's route (the call's, unless M is split).
+        let r = driver::run_fast(kernels, a_r, mr, hi, None, o, par)?;
+        route.get_or_insert(r);
         let len = mr * p.n;
         try_with_scratch_f32(len, |t| -> Result<(), String> {
             driver::run_fast(kernels, a_r, mr, lo, None, t, par)?;
@@ -270,7 +273,7 @@ fn fast_sum(
         .ok_or_else(|| scratch_error(len.saturating_mul(4)))??;
         add_bias(o, bias);
     }
-    Ok(route)
+    Ok(route.unwrap_or_else(|| kernels.route(p.accuracy_level, m)))
 }
 
 /// Panics unless `a` holds `m` rows of K and `out` `m` rows of N (the callers' contract).
