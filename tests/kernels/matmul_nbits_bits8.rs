@@ -122,12 +122,12 @@ fn bits8_matches_the_references_at_every_level() {
 fn separate_calls_sum_as_the_pair() {
     // A row with an infinity makes the pair path refuse the whole call: every row then takes
     // the two separate calls, whose finite rows must be the pair's own answers bit for bit.
-    // N = 40000: the separate calls take 24 rows at a time (their scratch bound), then the rest.
+    // N = 40000: the separate calls take 64 rows at a time (their least block), then the rest.
     let shapes = [
         (100usize, 37usize, 4usize, 6usize),
         (130, 70, 0, 1),
         (64, 33, 1, 9),
-        (64, 40000, 4, 30),
+        (64, 40000, 4, 70),
     ];
     for (k, n, acc, m) in shapes {
         let pr = Problem::new8(k, n, m, 32, acc, true, true, 90 + acc as u64);

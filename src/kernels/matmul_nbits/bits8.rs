@@ -208,8 +208,14 @@ impl<'a> Halves<'a> {
 }
 
 /// Floats of the second product the separate calls hold at a time ([`fast_sum`]): rows are
-/// taken in blocks of about this many outputs (at least [`MR`] rows).
+/// taken in blocks of about this many outputs, but at least [`SUM_MIN_ROWS`].
 const SUM_SCRATCH_FLOATS: usize = 1 << 20;
+
+/// The fewest rows a block of the separate calls takes: a wide weight (an lm_head over a
+/// 152k vocabulary: 39 MB of scratch at 64 rows) is then not streamed once per few rows, and
+/// on AMX hosts, where every call from 32 rows takes this path (the AMX GEMM has no pair
+/// path), each block is still the AMX GEMM's. A multiple of `MR` and of the AMX row tile.
+const SUM_MIN_ROWS: usize = 64;
 
 /// `out[i] = hi[i] + lo[i]`: the pair call's epilogue, and the separate calls' sum.
 fn add(hi: &[f32], lo: &[f32], out: &mut [f32]) {
@@ -252,7 +258,7 @@ fn fast_sum(
         }
     }
     // Whole row blocks of the tile kernels (`MR`), as one call over all rows would group them.
-    let rows = (SUM_SCRATCH_FLOATS / p.n.max(1) / MR * MR).max(MR);
+    let rows = (SUM_SCRATCH_FLOATS / p.n.max(1) / MR * MR).max(SUM_MIN_ROWS);
     let mut route = None;
     for r0 in (0..m).step_by(rows) {
         let mr = rows.min(m - r0);
