@@ -4,8 +4,9 @@ fresh process by test_genai.py: token ids in, token ids out (no tokenizer).
 usage: og_generate.py MODEL_DIR PROVIDER PLUGIN_PATH PROMPT_IDS MAX_LENGTH [WAY]
 PROVIDER is `cpu` (og's default, ORT's CPU EP) or `rcpu`; WAY (rcpu only) is `api` (Config.clear_providers /
 append_provider / set_provider_option) or `config` (the provider entry written in genai_config.json).
-Prints one JSON line: {"tokens": [...], "logits": [[...] per step], "rcpu_calls": {op: calls}}, where the
-logits of each step are the last position's (those the greedy choice was made from).
+Prints one JSON line: {"tokens": [...], "logits": [[...] per step], "rcpu_calls": {op: calls},
+"rcpu_routes": ["op:variant", ...]}, where the logits of each step are the last position's (those the
+greedy choice was made from) and the routes those of rcpu's ledger that ran.
 """
 
 from __future__ import annotations
@@ -25,6 +26,11 @@ def rcpu_calls(plugin: str) -> dict[str, int]:
     for r in stats(plugin)["ledger"]:
         out[r["op"]] = out.get(r["op"], 0) + r["calls"]
     return out
+
+
+def rcpu_routes(plugin: str) -> list[str]:
+    """The ledger's routes that ran, as `op:variant`."""
+    return sorted({f"{r['op']}:{r['variant']}" for r in stats(plugin)["ledger"] if r["calls"] > 0})
 
 
 def main() -> None:
@@ -49,7 +55,8 @@ def main() -> None:
         gen.generate_next_token()
     tokens = [int(t) for t in gen.get_sequence(0)]
     calls = rcpu_calls(plugin) if provider == "rcpu" else {}
-    print("OG-RESULT " + json.dumps({"tokens": tokens, "logits": logits, "rcpu_calls": calls}))
+    routes = rcpu_routes(plugin) if provider == "rcpu" else []
+    print("OG-RESULT " + json.dumps({"tokens": tokens, "logits": logits, "rcpu_calls": calls, "rcpu_routes": routes}))
 
 
 if __name__ == "__main__":

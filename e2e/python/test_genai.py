@@ -80,6 +80,23 @@ def test_og_greedy_tokens_match_ort(tmp_path, plugin_path, acc, share):
     assert cpu["rcpu_calls"] == {}
 
 
+@pytest.mark.parametrize("extra", [",lm_bits=8", ",lm_bits=8,mix8=1"], ids=["lm8", "lm8-mix8"])
+def test_og_8bit_weights(tmp_path, plugin_path, extra):
+    """The builder's 8-bit layouts through onnxruntime-genai: an 8-bit lm_head with the embedding tied
+    to it (an 8-bit GatherBlockQuantized over its codes, k_quant_mixed / k_quant_last), and with 8-bit
+    o_proj / gate / up / down too (Olive's mixed recipes): ORT's greedy tokens and logits, every 8-bit
+    node on rcpu (accuracy level 0, so the logits are comparable at 1e-4)."""
+    model = _generate_model(tmp_path / "w8", 0, extra=extra)
+    cpu = _og(model, "cpu", plugin_path)
+    rc = _og(model, "rcpu", plugin_path, "api")
+    _assert_same_generation(cpu, rc)
+    _assert_rcpu_ran(rc)
+    routes = rc["rcpu_routes"]
+    assert any(r.startswith("MatMulNBits:") and r.endswith("-gemv-bits8") for r in routes), routes
+    # genai's session folds the builder's Reshape of the lm_head's codes: the table is shared.
+    assert "GatherBlockQuantized:scalar-tied" in routes, routes
+
+
 def test_og_provider_from_genai_config(tmp_path, plugin_path):
     """The provider entry in genai_config.json (model.decoder.session_options.provider_options) selects
     rcpu once the library is registered; provider options reach rcpu."""
