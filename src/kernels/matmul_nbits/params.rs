@@ -158,9 +158,7 @@ impl NBitsParams {
         let kb = self.k.checked_add(self.block_size.checked_sub(1)?)? / self.block_size;
         let b = self.n.checked_mul(kb)?.checked_mul(self.blob_bytes())?;
         let s = self.n.checked_mul(kb)?;
-        let z = self
-            .n
-            .checked_mul(if self.bits == 8 { kb } else { kb.div_ceil(2) })?;
+        let z = self.n.checked_mul(self.zp_row_bytes())?;
         Some([b, s, z])
     }
 
