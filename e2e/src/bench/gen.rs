@@ -284,27 +284,8 @@ impl Spec {
                 Kind::NBits {
                     block,
                     acc,
-                    bits: 8,
-                    ..
-                } => {
-                    weight_bytes += nbits8_layer(
-                        &mut g,
-                        &format!("matmulnbits{i}"),
-                        &i.to_string(),
-                        &prev,
-                        &out,
-                        kin,
-                        nout,
-                        *block,
-                        *acc,
-                        seed,
-                    );
-                }
-                Kind::NBits {
-                    block,
-                    acc,
                     zero_points,
-                    ..
+                    bits,
                 } => {
                     weight_bytes += nbits_layer(
                         &mut g,
@@ -316,6 +297,7 @@ impl Spec {
                         nout,
                         *block,
                         *acc,
+                        *bits,
                         *zero_points,
                         None,
                         false,
@@ -339,6 +321,7 @@ impl Spec {
                         self.n,
                         *block,
                         *acc,
+                        4,
                         *zero_points,
                         None,
                         false,
@@ -398,13 +381,22 @@ pub(super) fn rand_bytes(n: usize, seed: u64) -> Vec<u8> {
     crate::rng::Rng::mixed(seed, 0xD1B5_4A32_D192_ED03).bytes(n)
 }
 
-/// The seeded packed weights and scales of an int4 [N, K] weight: B is (N, k_blocks, block/2),
-/// two 4-bit values per byte, low nibble first; one f32 scale per (row, block).
-pub(super) fn nbits_weights(k: usize, n: usize, block: usize, seed: u64) -> (Vec<u8>, Vec<f32>) {
+/// The seeded codes and scales of a `bits`-bit (4 or 8) [N, K] weight: B is (N, k_blocks,
+/// block * bits / 8), at 4 bits two values per byte, low nibble first; one f32 scale per (row,
+/// block).
+pub(super) fn nbits_weights(
+    k: usize,
+    n: usize,
+    block: usize,
+    bits: usize,
+    seed: u64,
+) -> (Vec<u8>, Vec<f32>) {
     let kb = k.div_ceil(block);
-    let b = rand_bytes(n * kb * block / 2, seed);
-    // (q - zp) has variance ~21 for uniform 4-bit q; keep each output near the input's magnitude.
-    let base = 1.0 / (21.0 * k as f32).sqrt();
+    let b = rand_bytes(n * kb * block * bits / 8, seed);
+    // (q - zp) has variance ~21 for uniform 4-bit q, ~5461 for uniform bytes; keep each output
+    // near the input's magnitude.
+    let var = if bits == 8 { 5461.0 } else { 21.0 };
+    let base = 1.0 / (var * k as f32).sqrt();
     let scales: Vec<f32> = crate::rand_f32(n * kb, seed ^ 0x5ca1e)
         .iter()
         .map(|r| base * (1.0 + 0.5 * r))
@@ -412,10 +404,11 @@ pub(super) fn nbits_weights(k: usize, n: usize, block: usize, seed: u64) -> (Vec
     (b, scales)
 }
 
-/// One MatMulNBits node named `name` (initializers `B{tag}`, `scales{tag}`, `zp{tag}`), with an
-/// optional bias input (an f32 initializer the caller made); returns the bytes of its initializers.
-/// Scales are [N * k_blocks], or [N, k_blocks] with `scales_2d` (both accepted by MatMulNBits; the
-/// 2-D form is what GatherBlockQuantized needs to share them).
+/// One MatMulNBits node named `name` (initializers `B{tag}`, `scales{tag}`, `zp{tag}`) of
+/// `bits`-bit codes (4, or 8 as the model builder writes an 8-bit lm_head or layer), with an
+/// optional bias input (an f32 initializer the caller made); returns the bytes of its
+/// initializers. Scales are [N * k_blocks], or [N, k_blocks] with `scales_2d` (both accepted by
+/// MatMulNBits; the 2-D form is what GatherBlockQuantized needs to share them).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn nbits_layer(
     g: &mut GraphBuilder,
@@ -427,19 +420,21 @@ pub(super) fn nbits_layer(
     n: usize,
     block: usize,
     acc: i64,
+    bits: usize,
     zero_points: bool,
     bias: Option<&str>,
     scales_2d: bool,
     seed: u64,
 ) -> u64 {
     let kb = k.div_ceil(block);
-    let (b, scales) = nbits_weights(k, n, block, seed);
+    let (b, scales) = nbits_weights(k, n, block, bits, seed);
     let (bn, sn, zn) = (
         format!("B{tag}"),
         format!("scales{tag}"),
         format!("zp{tag}"),
     );
-    g.initializer_u8(&bn, &[n as i64, kb as i64, (block / 2) as i64], &b);
+    let blob = (block * bits / 8) as i64;
+    g.initializer_u8(&bn, &[n as i64, kb as i64, blob], &b);
     if scales_2d {
         g.initializer_f32(&sn, &[n as i64, kb as i64], &scales);
     } else {
@@ -448,11 +443,19 @@ pub(super) fn nbits_layer(
     let mut bytes = (b.len() + scales.len() * 4) as u64;
     let mut inputs = vec![input, bn.as_str(), sn.as_str()];
     if zero_points {
-        // N * ceil(k_blocks/2) bytes, two zero points per byte, low nibble first; kept near 8.
-        let zp: Vec<u8> = rand_bytes(n * kb.div_ceil(2), seed ^ 0x2e70)
-            .iter()
-            .map(|v| 0x77 + (v & 0x11))
-            .collect();
+        // Kept near the middle of the range: at 4 bits N * ceil(k_blocks/2) bytes, two zero
+        // points per byte, low nibble first (7 or 8); at 8 bits one a byte (127 or 128).
+        let zp: Vec<u8> = if bits == 8 {
+            rand_bytes(n * kb, seed ^ 0x2e70)
+                .iter()
+                .map(|v| 0x7f + (v & 1))
+                .collect()
+        } else {
+            rand_bytes(n * kb.div_ceil(2), seed ^ 0x2e70)
+                .iter()
+                .map(|v| 0x77 + (v & 0x11))
+                .collect()
+        };
         g.initializer_u8(&zn, &[zp.len() as i64], &zp);
         bytes += zp.len() as u64;
         inputs.push(zn.as_str());
@@ -462,39 +465,8 @@ pub(super) fn nbits_layer(
         inputs.resize(5, "");
         inputs.push(b);
     }
-    nbits_node(g, name, &inputs, out, [k, n, 4, block], acc);
+    nbits_node(g, name, &inputs, out, [k, n, bits, block], acc);
     bytes
-}
-
-/// One 8-bit MatMulNBits node named `name` (initializers `B{tag}` [N, k_blocks, block] and
-/// `scales{tag}` [N, k_blocks]; no zero points, so the implied 128), as the model builder writes
-/// an 8-bit lm_head (`k_quant_last`); returns the bytes of its initializers.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn nbits8_layer(
-    g: &mut GraphBuilder,
-    name: &str,
-    tag: &str,
-    input: &str,
-    out: &str,
-    k: usize,
-    n: usize,
-    block: usize,
-    acc: i64,
-    seed: u64,
-) -> u64 {
-    let kb = k.div_ceil(block);
-    let b = rand_bytes(n * kb * block, seed);
-    // (q - 128) has variance ~5461 for uniform bytes; outputs near the input's magnitude.
-    let base = 1.0 / (5461.0 * k as f32).sqrt();
-    let scales: Vec<f32> = crate::rand_f32(n * kb, seed ^ 0x5ca1e)
-        .iter()
-        .map(|r| base * (1.0 + 0.5 * r))
-        .collect();
-    let (bn, sn) = (format!("B{tag}"), format!("scales{tag}"));
-    g.initializer_u8(&bn, &[n as i64, kb as i64, block as i64], &b);
-    g.initializer_f32(&sn, &[n as i64, kb as i64], &scales);
-    nbits_node(g, name, &[input, &bn, &sn], out, [k, n, 8, block], acc);
-    (b.len() + scales.len() * 4) as u64
 }
 
 /// The MatMulNBits node itself over `inputs`; `[K, N, bits, block_size]`.

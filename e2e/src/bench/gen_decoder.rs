@@ -18,7 +18,7 @@
 
 use crate::onnx::{dtype, Attr, Dim, GraphBuilder};
 
-use super::gen::{nbits8_layer, nbits_layer, Generated};
+use super::gen::{nbits_layer, Generated};
 
 /// Metadata key prefix of a fixed feed value (read by model.rs).
 pub const FEED_PREFIX: &str = "rcpu_bench.feed.";
@@ -234,7 +234,7 @@ impl Decoder {
         let p = io.prefix;
         let (q_n, kv_n, d) = (self.heads * self.head, self.kv * self.head, self.hidden);
         let name = |s: &str| format!("{p}{s}");
-        // int4 weights without zero points (genai's default: symmetric); bias where asked.
+        // Weights without zero points (genai's default: symmetric); bias where asked.
         let proj = |g: &mut GraphBuilder, i: u64, node: &str, inp: &str, k, n, bias: bool| {
             let node = name(node);
             let b = bias.then(|| format!("{node}.bias"));
@@ -243,11 +243,8 @@ impl Decoder {
                 None => 0,
             };
             let s = seed.wrapping_mul(1000).wrapping_add(i);
-            // `mix8`: o_proj (3) and the MLP (4..=6) in 8 bits (none of them has a bias).
-            if self.mix8 && i >= 3 && b.is_none() {
-                let tag = format!("_{node}");
-                return nbits8_layer(g, &node, &tag, inp, &node, k, n, self.block, self.acc, s);
-            }
+            // `mix8`: o_proj (3) and the MLP (4..=6) in 8 bits.
+            let bits = if self.mix8 && i >= 3 { 8 } else { 4 };
             bytes += nbits_layer(
                 g,
                 &node,
@@ -258,6 +255,7 @@ impl Decoder {
                 n,
                 self.block,
                 self.acc,
+                bits,
                 false,
                 b.as_deref(),
                 false,

@@ -49,7 +49,7 @@
 
 use crate::onnx::{dtype, Attr, Dim, GraphBuilder};
 
-use super::gen::{nbits8_layer, nbits_layer, nbits_weights, Generated};
+use super::gen::{nbits_layer, nbits_weights, Generated};
 use super::gen_decoder::{rotary_caches, spec_int, spec_items, vec_init, Decoder, LayerIo};
 
 #[derive(Debug, Clone, PartialEq)]
@@ -461,36 +461,22 @@ impl Llm {
             &["final_h"],
             &[("epsilon", Attr::Float(1e-6))],
         );
-        bytes += if self.lm_bits == 8 {
-            nbits8_layer(
-                &mut g,
-                "lm_head",
-                "_lm_head",
-                "final_h",
-                "logits",
-                h,
-                self.vocab,
-                d.block,
-                d.acc,
-                self.lm_head_seed(),
-            )
-        } else {
-            nbits_layer(
-                &mut g,
-                "lm_head",
-                "_lm_head",
-                "final_h",
-                "logits",
-                h,
-                self.vocab,
-                d.block,
-                d.acc,
-                false,
-                None,
-                true,
-                self.lm_head_seed(),
-            )
-        };
+        bytes += nbits_layer(
+            &mut g,
+            "lm_head",
+            "_lm_head",
+            "final_h",
+            "logits",
+            h,
+            self.vocab,
+            d.block,
+            d.acc,
+            self.lm_bits,
+            false,
+            None,
+            true,
+            self.lm_head_seed(),
+        );
         g.output_shaped(
             "logits",
             dtype::FLOAT,
@@ -730,7 +716,7 @@ fn mask_subgraph(g: &mut GraphBuilder) -> u64 {
 
 /// The [n, k] f32 matrix an int4 weight (from `nbits_weights`, implicit zero point 8) stands for.
 fn dequantize(k: usize, n: usize, block: usize, seed: u64) -> Vec<f32> {
-    let (b, scales) = nbits_weights(k, n, block, seed);
+    let (b, scales) = nbits_weights(k, n, block, 4, seed);
     let kb = k.div_ceil(block);
     let mut out = Vec::with_capacity(n * k);
     for row in 0..n {
