@@ -302,8 +302,7 @@ fn ledger_variant(stats: &PluginStats, op: &str) -> Vec<String> {
 /// plan keeps only the shared scales (no copy of the codes); its rows are bit for bit ORT's,
 /// including zeros for out-of-range ids and negative ids, and the logits match ORT's (relative
 /// L2 1e-4, accuracy level 0). A table that differs in one byte is not shared (its codes are copied) and still
-/// gives ORT's rows. 4-bit codes, and 8-bit ones (the lm_head's two packed halves give
-/// `16 h + l`).
+/// gives ORT's rows. 4-bit codes, and 8-bit ones (kept whole in the packed groups).
 #[test]
 fn a_tied_embedding_reads_the_packed_lm_head() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());

@@ -2,12 +2,9 @@
 // crate root).
 #![allow(dead_code)]
 
-use rcpu::kernels::matmul_nbits::bits8::{
-    matmul_bits8_unpacked_with, matmul_bits8_with, split, Halves,
-};
 use rcpu::kernels::matmul_nbits::reference::matmul_reference_int8;
 use rcpu::kernels::matmul_nbits::{
-    matmul_unpacked_with, pack, Bits8Route, Kernels, NBitsParams, NBitsRoute, NBitsWeight,
+    matmul_packed_with, matmul_unpacked_with, Kernels, NBitsParams, NBitsRoute, NBitsWeight,
     PackedNBits,
 };
 use rcpu::runtime::par::{Par, ScopedThreads};
@@ -246,34 +243,21 @@ pub(crate) fn acc4_vs_fp32_bound(pr: &Problem, want: &[f32], want8: &[f32], rel8
     }
 }
 
-/// An 8-bit problem's two halves (`bits8::split`), each packed.
-pub(crate) fn pack8(pr: &Problem) -> (PackedNBits, PackedNBits) {
-    let s = split(&pr.weight()).unwrap();
-    let (h, l) = (s.hi(), s.lo());
-    (
-        pack(h.b, h.scales, h.zero_points, h.p),
-        pack(l.b, l.scales, l.zero_points, l.p),
-    )
-}
-
-/// The 8-bit problem `pr` over rows `a` (`m` of them, bias included) through `kern` on `par`:
-/// from `packed` halves ([`pack8`]), or split per call, a run of columns at a time, when `None`
-/// (`matmul_bits8_unpacked`).
-pub(crate) fn run8(
+/// The problem `pr` (4- or 8-bit) over rows `a` (`m` of them, bias included) through `kern` on
+/// `par`: from `packed` ([`pack`] of it), or from ORT's layout when `None`.
+pub(crate) fn run_nbits(
     kern: &Kernels,
     pr: &Problem,
     a: &[f32],
     m: usize,
-    packed: Option<&(PackedNBits, PackedNBits)>,
+    packed: Option<&PackedNBits>,
     par: &dyn Par,
-) -> (Bits8Route, Vec<f32>) {
+) -> (NBitsRoute, Vec<f32>) {
     let mut out = vec![f32::NAN; m * pr.p.n];
     let bias = pr.bias.as_deref();
     let route = match packed {
-        Some((h, l)) => {
-            matmul_bits8_with(kern, a, m, Halves::Packed(h, l), bias, &mut out, par).unwrap()
-        }
-        None => matmul_bits8_unpacked_with(kern, a, m, &pr.weight(), bias, &mut out, par).unwrap(),
+        Some(w) => matmul_packed_with(kern, a, m, w, bias, &mut out, par).unwrap(),
+        None => matmul_unpacked_with(kern, a, m, &pr.weight(), bias, &mut out, par).unwrap(),
     };
     (route, out)
 }

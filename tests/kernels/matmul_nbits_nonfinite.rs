@@ -4,7 +4,7 @@
 //! row NaN; an isolated NaN is coded 0 and the row stays finite).
 
 use crate::nbits_common as matmul_nbits_common;
-use matmul_nbits_common::{pack8, run8, Problem, THREE};
+use matmul_nbits_common::{Problem, THREE};
 
 use rcpu::kernels::matmul_nbits::reference::matmul_reference;
 use rcpu::kernels::matmul_nbits::{matmul_packed_with, matmul_unpacked_with, pack, Kernels};
@@ -86,26 +86,17 @@ fn nonfinite_case(k: usize, n: usize, bs: usize, bits: usize, acc: usize, zp: bo
     let (zpv, bias) = (pr.zp.as_deref(), pr.bias.as_deref());
     let mut want = vec![0f32; ROWS * n];
     matmul_reference(&pr.a, ROWS, &pr.weight(), bias, &mut want);
-    let (packed4, packed8) = if bits == 8 {
-        (None, Some(pack8(&pr)))
-    } else {
-        (Some(pack(&pr.b, &pr.scales, zpv, p)), None)
-    };
+    // 4- and 8-bit weights pack alike (`bits8`).
+    let packed_w = pack(&pr.b, &pr.scales, zpv, p);
     for kern in Kernels::supported() {
         for (pname, par) in [("serial", &Serial as &dyn Par), ("3threads", &THREE)] {
             // `rows` of A through the packed weight, or the unpacked one.
             let run = |a: &[f32], m: usize, packed: bool| -> Vec<f32> {
-                if let Some(h) = &packed8 {
-                    return run8(kern, &pr, a, m, packed.then_some(h), par).1;
-                }
                 let mut y = vec![0f32; m * n];
-                match (&packed4, packed) {
-                    (Some(w), true) => {
-                        matmul_packed_with(kern, a, m, w, bias, &mut y, par).unwrap();
-                    }
-                    _ => {
-                        matmul_unpacked_with(kern, a, m, &pr.weight(), bias, &mut y, par).unwrap();
-                    }
+                if packed {
+                    matmul_packed_with(kern, a, m, &packed_w, bias, &mut y, par).unwrap();
+                } else {
+                    matmul_unpacked_with(kern, a, m, &pr.weight(), bias, &mut y, par).unwrap();
                 }
                 y
             };

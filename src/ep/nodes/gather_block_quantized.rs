@@ -11,8 +11,8 @@
 //! the same initializer, which ORT folds into a second initializer with the same bytes) and the
 //! same scales. In a fused partition that also holds the lm_head MatMulNBits, whose weight
 //! packed, [`share_tied_codes`] lets the gather read its rows' codes from that packed weight
-//! (`matmul_nbits::PackedCodes::column_codes`, lossless; an 8-bit weight's two halves give
-//! `16 h + l`) with its own scales, so the partition keeps no copy of the table's codes (68 MB
+//! (`matmul_nbits::PackedCodes::column_codes`, lossless: the packed layout keeps each code as
+//! it is) with its own scales, so the partition keeps no copy of the table's codes (68 MB
 //! at Qwen2-0.5B shapes, 131 MB at Llama-3.2-1B; twice that at 8 bits).
 
 use std::sync::Arc;
@@ -259,18 +259,12 @@ fn gather_tied(
             .map_err(|e| Error::fail(format!("cannot allocate a row of {len} bytes: {e}")))
     };
     let mut codes = alloc(t.weight.column_bytes())?;
-    // The two halves' nibbles of an 8-bit row.
-    let mut scratch = alloc(if bits == 8 {
-        2 * row_len.div_ceil(2)
-    } else {
-        0
-    })?;
     let mut failed = None;
     let mut row = |r: usize, dst: &mut [f32]| {
         if failed.is_some() {
             return;
         }
-        let one = if t.weight.column_codes(r, &mut codes, &mut scratch) {
+        let one = if t.weight.column_codes(r, &mut codes) {
             QuantTable::new(
                 &codes[..row_bytes],
                 row_bytes,

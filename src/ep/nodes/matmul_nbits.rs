@@ -1,7 +1,7 @@
 //! com.microsoft.MatMulNBits (bits = 4 or 8) as an ORT kernel: claim rules, constant inputs
 //! copied at creation, B prepacked once through the governed weight cache (declined -> computed
 //! from the original weight every call, bit-identical), compute on the EP's lanes. An 8-bit B
-//! is packed as two 4-bit halves run as one pair call (`kernels::matmul_nbits::bits8`).
+//! packs into 16-column groups of whole code bytes (`kernels::matmul_nbits::bits8`).
 
 use std::sync::Arc;
 
@@ -11,11 +11,10 @@ use crate::abi::kernel_info::KernelInfo;
 use crate::abi::status::{Error, Result};
 use crate::abi::tensor::{ElemType, Tensor};
 use crate::ep::op::{types, Decline, KernelEnv, OpDef, OpKernel};
-use crate::kernels::matmul_nbits::bits8::{self, matmul_bits8, matmul_bits8_unpacked, Halves};
 use crate::kernels::matmul_nbits::reference::{hostile_scales, matmul_dequant_f32};
 use crate::kernels::matmul_nbits::{
     decode_first_segment, decode_second_segment, matmul_packed, matmul_unpacked, try_pack,
-    NBitsInput, NBitsParams, NBitsWeight, PackedNBits,
+    Bits8Route, NBitsInput, NBitsParams, NBitsWeight, PackedNBits,
 };
 use crate::kernels::shape::{checked_numel, numel};
 use crate::memory::{params_hash, weight_cache, CachedWeight, KeyDigest, WeightKey};
@@ -141,8 +140,6 @@ struct MatMulNBits {
     packed: Option<Arc<CachedWeight<PackedNBits>>>,
     /// This node in its session's order of M=1 calls (packed weights only): see `gemv_chain`.
     link: Option<Arc<Link<CachedWeight<PackedNBits>>>>,
-    /// An 8-bit weight's packed halves, high then low (`bits8`), each a link of the chain.
-    halves: Option<Box<[PackedOperand; 2]>>,
     env: Arc<KernelEnv>,
 }
 
@@ -219,23 +216,16 @@ fn create(info: &KernelInfo<'_>, env: &Arc<KernelEnv>) -> Result<Box<dyn OpKerne
         bias,
         packed: None,
         link: None,
-        halves: None,
         env: env.clone(),
     }))
 }
 
 impl MatMulNBits {
-    /// The key of the packed weight (`half`: `None` for a 4-bit B, `Some(0)` / `Some(1)` for an
-    /// 8-bit B's high / low half).
-    fn cache_key(
-        &self,
-        b: &[u8],
-        scales: &[f32],
-        zp: Option<&[u8]>,
-        half: Option<u64>,
-    ) -> WeightKey {
+    /// The key of the packed weight.
+    fn cache_key(&self, b: &[u8], scales: &[f32], zp: Option<&[u8]>) -> WeightKey {
         let p = &self.p;
-        // Two more words for an 8-bit B's halves (its bits, which half).
+        // One more word for an 8-bit B (its bits: the same bytes packed as 4-bit codes are
+        // another weight).
         let all = [
             p.k as u64,
             p.n as u64,
@@ -247,9 +237,8 @@ impl MatMulNBits {
             // it changes the pack (level 4), so levels 0..3 still share across sessions.
             p.f16_scales() as u64,
             p.bits as u64,
-            half.unwrap_or(0),
         ];
-        let words = &all[..if half.is_some() { 8 } else { 6 }];
+        let words = &all[..if p.bits == 8 { 7 } else { 6 }];
         // Every source the packed copy is made of goes into the keyed digest: a hit is then
         // always the packing of these very bytes.
         let mut d = KeyDigest::new();
@@ -260,48 +249,8 @@ impl MatMulNBits {
         WeightKey::from_digest(OP, params_hash(words), &d, b.len())
     }
 
-    /// Packs an 8-bit B as its two halves through the weight cache (both or neither).
-    fn pack_bits8(
-        &self,
-        b: &[u8],
-        scales: &[f32],
-        zp: Option<&[u8]>,
-    ) -> Option<Box<[PackedOperand; 2]>> {
-        let p = self.p;
-        let w8 = NBitsWeight {
-            b,
-            scales,
-            zero_points: zp,
-            p: &p,
-        };
-        // Each half is split only when it is not already cached, and dropped once packed.
-        let mut halves = Vec::with_capacity(2);
-        for half in [0u64, 1] {
-            let key = self.cache_key(b, scales, zp, Some(half));
-            let predicted = b.len() / 2 + scales.len() * 8 + 4096;
-            let packed = weight_cache().try_get_or_pack(
-                &key,
-                predicted,
-                || {
-                    let h = bits8::split_half(&w8, half == 0).ok()?;
-                    let h = h.weight();
-                    try_pack(h.b, h.scales, h.zero_points, h.p)
-                },
-                |w: &PackedNBits| w.bytes(),
-            );
-            let weight = packed?;
-            halves.push(PackedOperand {
-                link: Some(Link::new(weight.clone())),
-                weight,
-            });
-        }
-        let lo = halves.pop()?;
-        let hi = halves.pop()?;
-        Some(Box::new([hi, lo]))
-    }
-
     fn is_packed(&self) -> bool {
-        self.packed.is_some() || self.halves.is_some()
+        self.packed.is_some()
     }
 }
 
@@ -375,7 +324,8 @@ pub(crate) struct PackedOperand {
 /// weight (constant, non-hostile scales) and no bias; `None` otherwise (it must run as itself).
 pub(crate) fn packed_operand(kernel: &dyn OpKernel) -> Option<PackedOperand> {
     let k = kernel.as_any()?.downcast_ref::<MatMulNBits>()?;
-    if k.bias.is_some() || k.const_hostile {
+    // The pair path takes 4-bit weights only (an 8-bit group's columns are two halves).
+    if k.bias.is_some() || k.const_hostile || k.p.bits != 4 {
         return None;
     }
     Some(PackedOperand {
@@ -385,57 +335,26 @@ pub(crate) fn packed_operand(kernel: &dyn OpKernel) -> Option<PackedOperand> {
 }
 
 /// A packed MatMulNBits weight's codes, as a tied embedding table reads them
-/// (`gather_block_quantized::share_tied_codes`).
+/// (`gather_block_quantized::share_tied_codes`), 4- or 8-bit.
 #[derive(Clone)]
-pub(crate) enum PackedCodes {
-    /// A 4-bit weight.
-    Int4(Arc<CachedWeight<PackedNBits>>),
-    /// An 8-bit weight's halves, high then low (`bits8`).
-    Bits8(
-        Arc<CachedWeight<PackedNBits>>,
-        Arc<CachedWeight<PackedNBits>>,
-    ),
-}
+pub(crate) struct PackedCodes(Arc<CachedWeight<PackedNBits>>);
 
 impl PackedCodes {
     /// (N, K, bits) of the weight.
     pub(crate) fn shape(&self) -> (usize, usize, usize) {
-        match self {
-            PackedCodes::Int4(w) => (w.params().n, w.params().k, 4),
-            PackedCodes::Bits8(h, _) => (h.params().n, h.params().k, 8),
-        }
+        let p = self.0.params();
+        (p.n, p.k, p.bits)
     }
 
     /// Bytes of one column's codes in ORT's layout: `ceil(K / 2)` at 4 bits, `K` at 8.
     pub(crate) fn column_bytes(&self) -> usize {
-        match self {
-            PackedCodes::Int4(w) => w.params().k.div_ceil(2),
-            PackedCodes::Bits8(h, _) => h.params().k,
-        }
+        self.0.column_bytes()
     }
 
-    /// Column `n`'s codes in ORT's layout into `out` ([`Self::column_bytes`] bytes); an 8-bit
-    /// weight's nibbles go through `scratch` (at least `2 ceil(K / 2)` bytes) and meet again as
-    /// `16 h + l`. False, with `out` unspecified, when `n >= N` or a buffer is too short.
-    pub(crate) fn column_codes(&self, n: usize, out: &mut [u8], scratch: &mut [u8]) -> bool {
-        match self {
-            PackedCodes::Int4(w) => w.column_codes(n, out),
-            PackedCodes::Bits8(h, l) => {
-                let (k, half) = (h.params().k, h.params().k.div_ceil(2));
-                if out.len() < k || scratch.len() < 2 * half {
-                    return false;
-                }
-                let (hs, ls) = scratch.split_at_mut(half);
-                if !h.column_codes(n, hs) || !l.column_codes(n, ls) {
-                    return false;
-                }
-                for (i, q) in out[..k].iter_mut().enumerate() {
-                    let nib = |b: &[u8]| (b[i / 2] >> (4 * (i % 2))) & 0x0F;
-                    *q = 16 * nib(hs) + nib(ls);
-                }
-                true
-            }
-        }
+    /// Column `n`'s codes in ORT's layout into `out` ([`Self::column_bytes`] bytes). False,
+    /// with `out` unspecified, when `n >= N` or `out` is too short.
+    pub(crate) fn column_codes(&self, n: usize, out: &mut [u8]) -> bool {
+        self.0.column_codes(n, out)
     }
 }
 
@@ -443,11 +362,7 @@ impl PackedCodes {
 /// (the tied embedding may share them whatever the bias or the scales).
 pub(crate) fn packed_codes(kernel: &dyn OpKernel) -> Option<PackedCodes> {
     let k = kernel.as_any()?.downcast_ref::<MatMulNBits>()?;
-    match (&k.packed, &k.halves) {
-        (Some(w), _) => Some(PackedCodes::Int4(w.clone())),
-        (None, Some(h)) => Some(PackedCodes::Bits8(h[0].weight.clone(), h[1].weight.clone())),
-        _ => None,
-    }
+    k.packed.clone().map(PackedCodes)
 }
 
 /// A cached weight's bytes to read ahead are those of the weight it holds (for a packed weight
@@ -474,7 +389,7 @@ impl OpKernel for MatMulNBits {
             IN_BIAS => return Ok(self.bias.is_some()),
             _ => return Ok(false),
         }
-        if self.packed.is_some() || self.halves.is_some() {
+        if self.is_packed() {
             return Ok(true); // offered again: already packed
         }
         // Packing needs the constant scales (and zero points); without them, compute unpacked.
@@ -495,19 +410,9 @@ impl OpKernel for MatMulNBits {
         self.p
             .check_sizes(b.len(), scales.len(), zp.map(|z| z.len()), None)
             .map_err(Error::invalid_argument)?;
-        if self.p.bits == 8 {
-            let halves = self.pack_bits8(b, scales, zp);
-            let got = halves.is_some();
-            self.halves = halves;
-            if got {
-                self.scales = None;
-                self.zero_points = None;
-            }
-            return Ok(got);
-        }
-        let key = self.cache_key(b, scales, zp, None);
-        // Packed layout: the 4-bit codes plus per-(column, block) scale and zero-point terms,
-        // padded to whole column groups.
+        let key = self.cache_key(b, scales, zp);
+        // Packed layout: the codes plus per-(column, block) scale and zero-point terms (two
+        // scales a block for 8-bit codes, `bits8`), padded to whole column groups.
         let predicted = b.len() + scales.len() * 8 + 4096;
         let p = self.p;
         let packed = weight_cache().try_get_or_pack(
@@ -572,20 +477,6 @@ impl OpKernel for MatMulNBits {
             }
         };
         let par = &*self.env.par;
-        if let Some(h) = &self.halves {
-            let head = if m == 1 {
-                pair_ran(&self.env, &h[0], &h[1], par)
-            } else {
-                None
-            };
-            let halves = Halves::Packed(&h[0].weight, &h[1].weight);
-            let v = matmul_bits8(a, m, halves, bias, out, par).map_err(Error::fail)?;
-            if let Some(h) = head {
-                h.prefetch();
-            }
-            ledger::record(OP, v, take_lanes_used());
-            return Ok(());
-        }
         let variant = match &self.packed {
             Some(w) => {
                 let head = self.link.as_ref().filter(|_| m == 1).and_then(|l| {
@@ -651,18 +542,16 @@ impl OpKernel for MatMulNBits {
                     matmul_dequant_f32(a, m, &w, bias, out).map_err(Error::fail)?;
                     ledger::record(OP, "dequant-f32-literal", take_lanes_used());
                     return Ok(());
-                } else if p.bits == 8 {
-                    // Split per call, a few MiB at a time (packing declined or B fed at run
-                    // time): the same halves and the same values as the packed path.
-                    let v = matmul_bits8_unpacked(a, m, &w, bias, out, par).map_err(Error::fail)?;
-                    ledger::record(OP, v, take_lanes_used());
-                    return Ok(());
                 } else {
                     matmul_unpacked(a, m, &w, bias, out, par).map_err(Error::fail)?
                 }
             }
         };
-        ledger::record(OP, variant, take_lanes_used());
+        if p.bits == 8 {
+            ledger::record(OP, Bits8Route(variant), take_lanes_used());
+        } else {
+            ledger::record(OP, variant, take_lanes_used());
+        }
         Ok(())
     }
 }

@@ -59,6 +59,9 @@ pub struct Kernels {
     pub isa: Isa,
     pub(crate) f32_tile: TileFn,
     pub(crate) i8_tile: TileFn,
+    /// The int8 tile for 8-bit groups (`bits8`): the VNNI level's own kernel, elsewhere (and
+    /// beside the AMX GEMM, to stay bit-identical with it) `i8_tile`.
+    pub(crate) i8_tile8: TileFn,
     /// Per-row int8 quantiser of A (accuracy level 4).
     pub(crate) quant_row: QuantRowFn,
     /// Largest |x| of a row of A (`nonfinite::abs_max`, bit-identical at every level): the
@@ -102,6 +105,9 @@ mod entries {
     simd_entry!(pub(super) fn i8_avx512vnni(
         g: &GroupView, a: &PreparedA, r0: usize, nr: usize, res: &mut [[f32; NR]; MR],
     ) = Avx512Vnni => tile_avx512::tile_i8_vnni);
+    simd_entry!(pub(super) fn i8_avx512vnni8(
+        g: &GroupView, a: &PreparedA, r0: usize, nr: usize, res: &mut [[f32; NR]; MR],
+    ) = Avx512Vnni => tile_avx512::tile_i8_vnni8);
     /// The AMX GEMM's entry. `Amx` is not a [`Level`](crate::kernels::simd::Level) (it needs
     /// the OS permission on top of a level), so the entry takes its token itself, once per group.
     pub(super) fn i8_amx(
@@ -138,6 +144,7 @@ const SCALAR: Kernels = Kernels {
     isa: Isa::Scalar,
     f32_tile: f32_scalar,
     i8_tile: i8_scalar,
+    i8_tile8: i8_scalar,
     quant_row: quant_scalar,
     abs_max: abs_max_scalar,
     i8_gemm: None,
@@ -150,6 +157,7 @@ const AVX2: Kernels = Kernels {
     isa: Isa::Avx2,
     f32_tile: entries::f32_avx2,
     i8_tile: entries::i8_avx2,
+    i8_tile8: entries::i8_avx2,
     quant_row: quant_scalar,
     abs_max: abs_max_scalar,
     i8_gemm: None,
@@ -162,6 +170,7 @@ const AVX512: Kernels = Kernels {
     isa: Isa::Avx512,
     f32_tile: entries::f32_avx512,
     i8_tile: entries::i8_avx512,
+    i8_tile8: entries::i8_avx512,
     quant_row: entries::quant_avx512,
     abs_max: entries::abs_max_avx512,
     i8_gemm: None,
@@ -174,6 +183,7 @@ const AVX512VNNI: Kernels = Kernels {
     isa: Isa::Avx512Vnni,
     f32_tile: entries::f32_avx512,
     i8_tile: entries::i8_avx512vnni,
+    i8_tile8: entries::i8_avx512vnni8,
     quant_row: entries::quant_avx512,
     abs_max: entries::abs_max_avx512,
     i8_gemm: None,
@@ -185,6 +195,7 @@ const AVX512VNNI: Kernels = Kernels {
 /// token).
 #[cfg(target_arch = "x86_64")]
 const AVX512VNNI_AMX: Kernels = Kernels {
+    i8_tile8: entries::i8_avx512vnni,
     i8_gemm: Some(entries::i8_amx),
     amx_min_m: AMX_MIN_M,
     amx_tail_min: AMX_TAIL_MIN,

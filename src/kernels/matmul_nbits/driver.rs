@@ -22,8 +22,8 @@
 use super::dispatch::{amx_scratch_len, GemmFn, Kernels, TileFn, AMX_ROWS};
 use super::nonfinite::{self, RowFix};
 use super::pack::{
-    group_record_bytes, group_zp_bytes, groups, pack_group, record_bytes, GroupView, PackedNBits,
-    NR,
+    absent_zp, group_cols, group_record_bytes, group_zp_bytes, groups, pack_group, record_bytes,
+    GroupView, PackedNBits, LANES, NR,
 };
 use super::params::{NBitsParams, NBitsWeight};
 use super::prepare_a::{with_prepared, PreparedA};
@@ -112,9 +112,9 @@ pub(crate) fn run(
     out: &mut [f32],
     par: &dyn Par,
 ) -> Result<NBitsRoute, String> {
-    if src.params().bits != 4 {
+    if !matches!(src.params().bits, 4 | 8) {
         return Err(format!(
-            "MatMulNBits: the 4-bit kernels were handed a {}-bit weight",
+            "MatMulNBits: the kernels were handed a {}-bit weight",
             src.params().bits
         ));
     }
@@ -284,6 +284,7 @@ pub(crate) fn run_fast(
                                     rec: &r[..kbs * record_bytes(p.block_size, half)],
                                     f16: half,
                                     zps: z.as_deref(),
+                                    absent_zp: absent_zp(p),
                                     k_blocks: kbs,
                                     block_size: p.block_size,
                                 };
@@ -507,9 +508,12 @@ struct Ctx<'a, 'o> {
     m: usize,
 }
 
-/// The tile kernel of `kernels` for weights of `p` (int8 or fp32 compute).
+/// The tile kernel of `kernels` for weights of `p` (int8 or fp32 compute; 8-bit groups have
+/// an int8 tile of their own, `bits8`).
 fn tile_for(kernels: &Kernels, p: &NBitsParams) -> TileFn {
-    if p.int8_compute() {
+    if p.int8_compute() && p.bits == 8 {
+        kernels.i8_tile8
+    } else if p.int8_compute() {
         kernels.i8_tile
     } else {
         kernels.f32_tile
@@ -553,7 +557,8 @@ impl Ctx<'_, '_> {
         res: &mut [[f32; NR]; MR],
     ) {
         debug_assert!(rows.start.is_multiple_of(MR) && rows.end <= self.m);
-        let cols = g * NR..((g + 1) * NR).min(self.p.n);
+        let gc = group_cols(self.p);
+        let cols = g * gc..((g + 1) * gc).min(self.p.n);
         let mut r0 = rows.start;
         if let Some(gemm) = self.gemm {
             // Whole AMX row tiles, and a last partial one unless it is short (then the tile
@@ -589,9 +594,20 @@ impl Ctx<'_, '_> {
         }
     }
 
-    /// Writes `row` (+ bias) to output row `r`, columns `cols` (of one group, `<= NR`).
+    /// Writes `row` (+ bias) to output row `r`, columns `cols` (of one group, `<= NR`). An
+    /// 8-bit group's row holds its columns' two halves (`bits8`): column `i` is
+    /// `row[16 + i] + row[i]`, high half first.
     fn write_row(&self, r: usize, cols: std::ops::Range<usize>, row: &[f32; NR]) {
         let at = r * self.p.n + cols.start;
+        let mut sums = [0f32; LANES];
+        let row: &[f32] = if self.p.bits == 8 {
+            for (i, s) in sums.iter_mut().enumerate() {
+                *s = row[LANES + i] + row[i];
+            }
+            &sums
+        } else {
+            row
+        };
         let Some(bias) = self.bias else {
             // SAFETY: (row r, columns of group g) belongs to exactly one chunk: chunks
             // partition (row tile x group range), so no other writer touches this range.
@@ -661,6 +677,10 @@ pub(crate) fn run_pair(
     par: &dyn Par,
 ) -> Result<Option<NBitsRoute>, String> {
     let p = first.params;
+    // 4-bit weights only: an 8-bit group's columns are halves the epilogue would not see summed.
+    if p.bits != 4 || second.params.bits != 4 {
+        return Ok(None);
+    }
     if !super::pair_compatible(first, second) {
         return Err(format!(
             "MatMulNBits pair: the two weights differ (K={} N={} block {} level {} against \

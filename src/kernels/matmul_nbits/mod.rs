@@ -1,9 +1,9 @@
-//! `com.microsoft.MatMulNBits` (bits = 4, and 8 as two 4-bit halves): pure compute.
+//! `com.microsoft.MatMulNBits` (bits = 4 and 8): pure compute.
 //!
 //! * [`params`]: attributes, validation, expected input sizes.
 //! * [`reference`]: naive scalar references over ORT's layout, 4- and 8-bit (test ground truth).
-//! * [`bits8`]: an 8-bit weight split into two 4-bit halves, run as one pair call.
-//! * [`pack`]: the prepacked layout ([`PackedNBits`]), 32-column groups.
+//! * [`bits8`]: 8-bit weights in the packed layout (16-column groups of whole code bytes).
+//! * [`pack`]: the prepacked layout ([`PackedNBits`]), 32-column groups (16 for 8-bit codes).
 //! * [`prepare_a`]: per-call A preparation (padding + block sums, or int8 quantisation; the
 //!   quantiser is per ISA, `quant_avx512` for AVX-512, bit-identical to the scalar one).
 //! * `tile_*`: one tile kernel per ISA and accuracy; the same kernel serves M = 1 (GEMV, one

@@ -3,6 +3,8 @@
 //! Columns are taken in groups of [`NR`] = 32: one AVX-512 register of 16 dword lanes, where
 //! lane `i` carries column `i` in the low nibbles of its bytes and column `16 + i` in the high
 //! nibbles. Tail columns are padded with code 0, scale 0 and zero point 0, so they produce 0.
+//! (An 8-bit weight's groups are the same records over 16 columns, lane `i`'s bytes column
+//! `i`'s whole codes: `bits8`.)
 //! Per group, everything a kernel streams is contiguous:
 //!
 //! * records: per group, per block, one record: the block's codes, `[chunk of 4 k][64 bytes]`
@@ -110,6 +112,9 @@ pub struct GroupView<'a> {
     pub f16: bool,
     /// `k_blocks * 16` zero-point bytes (two columns each), or `None` for 8.
     pub zps: Option<&'a [u8]>,
+    /// The zero-point byte of every lane when `zps` is `None` ([`absent_zp`]): 0x88 for 4-bit
+    /// weights (8 in each nibble), 0x80 for 8-bit ones (128: high nibble 8, low nibble 0).
+    pub absent_zp: u8,
     pub k_blocks: usize,
     pub block_size: usize,
 }
@@ -180,7 +185,7 @@ pub(crate) fn record_bytes(block_size: usize, f16: bool) -> usize {
 /// Byte offset of a group's chunk `c` (k = 4c..4c + 4) in its records of `record` bytes each:
 /// in record `c / (block_size / 4)`, at `(c % (block_size / 4)) * 64`.
 #[inline]
-fn chunk_offset(c: usize, block_size: usize, record: usize) -> usize {
+pub(super) fn chunk_offset(c: usize, block_size: usize, record: usize) -> usize {
     let per_block = block_size / CHUNK_K;
     (c / per_block) * record + (c % per_block) * CHUNK_BYTES
 }
@@ -197,9 +202,28 @@ pub(crate) fn group_zp_bytes(p: &NBitsParams) -> usize {
     p.k_blocks() * LANES
 }
 
+/// Real columns per group: [`NR`] for 4-bit weights, [`LANES`] for 8-bit ones, whose code bytes
+/// fill a group's lanes whole (`bits8`).
+pub(crate) fn group_cols(p: &NBitsParams) -> usize {
+    if p.bits == 8 {
+        LANES
+    } else {
+        NR
+    }
+}
+
 /// Number of column groups for N columns.
 pub(crate) fn groups(p: &NBitsParams) -> usize {
-    p.n.div_ceil(NR)
+    p.n.div_ceil(group_cols(p))
+}
+
+/// The zero-point byte of a group without zero points ([`GroupView::absent_zp`]).
+pub(crate) fn absent_zp(p: &NBitsParams) -> u8 {
+    if p.bits == 8 {
+        0x80
+    } else {
+        0x88
+    }
 }
 
 /// An idle lane reads a packed weight's records ahead of the call that streams them
@@ -250,15 +274,19 @@ impl PackedNBits {
         self.group_at[a]..self.group_at[b.max(a)]
     }
 
-    /// Writes column `n`'s K codes into `out` in ORT's layout for one row of B (code `k` in
-    /// byte `k / 2`, the low nibble for even `k`): exactly what [`pack`] read from B, since the
+    /// Writes column `n`'s K codes into `out` in ORT's layout for one row of B (4-bit: code `k`
+    /// in byte `k / 2`, the low nibble for even `k`; 8-bit: code `k` in byte `k`, the
+    /// [`column_bytes`](Self::column_bytes)): exactly what [`pack`] read from B, since the
     /// codes are stored unchanged (zero points and scales are kept apart). Bytes from
-    /// `K.div_ceil(2)` on are left alone. The embedding gather of a model whose embedding table
+    /// [`column_bytes`](Self::column_bytes) on are left alone. The embedding gather of a model whose embedding table
     /// is tied to its lm_head reads its rows from the lm_head's packed weight this way
     /// (`ep::nodes::gather_block_quantized`). False, with nothing written, when `n >= N` or
-    /// `out` is shorter than `K.div_ceil(2)`.
+    /// `out` is shorter than that.
     pub fn column_codes(&self, n: usize, out: &mut [u8]) -> bool {
         let p = &self.params;
+        if p.bits == 8 {
+            return super::bits8::column_codes8(self, n, out);
+        }
         let bytes = p.k.div_ceil(2);
         if n >= p.n || out.len() < bytes {
             return false;
@@ -278,6 +306,16 @@ impl PackedNBits {
         true
     }
 
+    /// Bytes of one column's codes in ORT's layout: `ceil(K / 2)` at 4 bits, `K` at 8.
+    pub fn column_bytes(&self) -> usize {
+        let p = &self.params;
+        if p.bits == 8 {
+            p.k
+        } else {
+            p.k.div_ceil(2)
+        }
+    }
+
     /// The records of column group `g`.
     pub fn group(&self, g: usize) -> GroupView<'_> {
         let p = &self.params;
@@ -289,6 +327,7 @@ impl PackedNBits {
                 .zero_points
                 .as_ref()
                 .map(|z| &z.as_slice()[g * zb..(g + 1) * zb]),
+            absent_zp: absent_zp(p),
             k_blocks: p.k_blocks(),
             block_size: p.block_size,
         }
@@ -342,8 +381,10 @@ pub fn try_pack_threads(
     p: &NBitsParams,
     threads: usize,
 ) -> Option<PackedNBits> {
-    if p.bits != 4 {
-        // The layout holds 4-bit codes; an 8-bit weight is packed as two halves (`bits8`).
+    // 8-bit scales large enough for `16 s` (a group's high-nibble scales) or a term to overflow
+    // are never packed: the node computes those by the literal definition (as it does 4-bit
+    // ones, which it never offers for packing).
+    if !matches!(p.bits, 4 | 8) || (p.bits == 8 && super::reference::hostile_scales(scales, p)) {
         return None;
     }
     let weight = NBitsWeight {
@@ -413,7 +454,8 @@ pub fn try_pack_threads(
         group_at,
         f16_groups,
         zero_points: zps,
-        scale_max: super::nonfinite::abs_max(scales),
+        // An 8-bit group's high-nibble scales are 16 s (`bits8`).
+        scale_max: super::nonfinite::abs_max(scales) * if p.bits == 8 { 16.0 } else { 1.0 },
     })
 }
 
@@ -441,13 +483,15 @@ impl<'a, T> Shares<'a, T> {
 /// Whether group `g` stores f16 scales: at accuracy level 4 unless the session asked for f32
 /// scales ([`NBitsParams::f16_scales`]), when f16 holds every scale of its real columns within
 /// 2^-11 ([`f16_exact_enough`]; padding columns are 0).
+/// An 8-bit group stores `s` and `16 s` (`bits8`): both must be.
 pub(crate) fn group_f16(scales: &[f32], p: &NBitsParams, g: usize) -> bool {
-    let kbs = p.k_blocks();
-    let cols = (g * NR).min(p.n)..((g + 1) * NR).min(p.n);
+    let (kbs, gc) = (p.k_blocks(), group_cols(p));
+    let cols = (g * gc).min(p.n)..((g + 1) * gc).min(p.n);
+    let wide = p.bits == 8;
     p.f16_scales()
         && scales[cols.start * kbs..cols.end * kbs]
             .iter()
-            .all(|&s| f16_exact_enough(s))
+            .all(|&s| f16_exact_enough(s) && (!wide || f16_exact_enough(16.0 * s)))
 }
 
 /// Chunks [`pack_group`] fills per tile (a multiple of 4).
@@ -466,6 +510,9 @@ pub(crate) fn pack_group(
     rec: &mut [u8],
     z_out: Option<&mut [u8]>,
 ) -> bool {
+    if weight.p.bits == 8 {
+        return super::bits8::pack_group8(weight, g, rec, z_out);
+    }
     let NBitsWeight {
         b,
         scales,

@@ -1,7 +1,7 @@
 //! Attributes of one `com.microsoft.MatMulNBits` node and the input sizes they imply.
 
-/// Shape-defining attributes of a MatMulNBits node (bits = 4 or 8). The packed layout and the
-/// tile kernels are 4-bit only; an 8-bit weight runs as two 4-bit halves (`bits8`).
+/// Shape-defining attributes of a MatMulNBits node (bits = 4 or 8; an 8-bit weight packs into
+/// groups of 16 columns of whole code bytes, `bits8`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NBitsParams {
     /// Reduction length (columns of A, rows of the logical weight).

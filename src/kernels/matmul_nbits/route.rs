@@ -111,8 +111,8 @@ impl Variant for NBitsRoute {
     }
 }
 
-/// The route of an 8-bit call (`bits8`): the route its two 4-bit halves took (the pair path,
-/// or the separate calls' path), named with a `-bits8` suffix in the ledger.
+/// The route of an 8-bit call (`bits8`): the route its packed groups took, named with a
+/// `-bits8` suffix in the ledger.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Bits8Route(pub NBitsRoute);
 

@@ -34,8 +34,8 @@ unsafe fn half_chunk(g: &GroupView, kb: usize, c: usize, h: usize) -> __m256i {
     unsafe { _mm256_loadu_si256(g.rec.as_ptr().add(at) as *const __m256i) }
 }
 
-/// Zero points of block `kb`, half `h`, as i32 lanes: `[low columns, high columns]` (8 when
-/// absent).
+/// Zero points of block `kb`, half `h`, as i32 lanes: `[low columns, high columns]` (the
+/// nibbles of `g.absent_zp` when absent).
 #[inline]
 #[target_feature(enable = "avx2")]
 fn zero_points(g: &GroupView, kb: usize, h: usize) -> [__m256i; 2] {
@@ -49,7 +49,10 @@ fn zero_points(g: &GroupView, kb: usize, h: usize) -> [__m256i; 2] {
                 _mm256_srli_epi32::<4>(z),
             ]
         }
-        None => [_mm256_set1_epi32(8); 2],
+        None => {
+            let z = g.absent_zp as i32;
+            [_mm256_set1_epi32(z & 0x0F), _mm256_set1_epi32(z >> 4)]
+        }
     }
 }
 

@@ -111,7 +111,7 @@ unsafe fn chunk(at: *const u8) -> __m512i {
 }
 
 /// Zero-point bytes of block `kb` as i32 lanes (low nibble: column i, high nibble: column
-/// 16 + i; 0x88 when absent).
+/// 16 + i; `g.absent_zp` when absent).
 #[inline]
 #[target_feature(enable = "avx512f")]
 pub(super) fn zero_point_bytes(g: &GroupView, kb: usize) -> __m512i {
@@ -121,7 +121,7 @@ pub(super) fn zero_point_bytes(g: &GroupView, kb: usize) -> __m512i {
             // SAFETY: `z` is exactly 16 readable bytes.
             _mm512_cvtepu8_epi32(unsafe { _mm_loadu_si128(z.as_ptr() as *const __m128i) })
         }
-        None => _mm512_set1_epi32(0x88),
+        None => _mm512_set1_epi32(g.absent_zp as i32),
     }
 }
 
@@ -334,11 +334,12 @@ unsafe fn i8_vnni_rows<const R: usize, const F16: bool>(
     let (pf, pf2) = vnni_prefetch_bytes(R);
     let mask = _mm512_set1_epi8(0x0F);
     let mut total = [[_mm512_setzero_ps(); 2]; R];
-    // Without zero points every byte is 0x88 (8 in each nibble). Over one row (decode, bound by
-    // the weight stream) the seeds stay as they were: the broadcast is measured for tiles over
-    // several rows.
+    // Without zero points every byte is `g.absent_zp` (0x88 for 4-bit weights). Over one row
+    // (decode, bound by the weight stream) the seeds stay as they were: the broadcast is
+    // measured for tiles over several rows.
+    let u = g.absent_zp as i32;
     let (u_lo, u_full) = match g.zps {
-        None if R > 1 => (Some(8), Some(0x88)),
+        None if R > 1 => (Some(u & 0x0F), Some(u)),
         _ => (None, None),
     };
     for kb in 0..g.k_blocks {
@@ -397,6 +398,86 @@ unsafe fn i8_vnni_rows<const R: usize, const F16: bool>(
     store(&total, res);
 }
 
+/// The VNNI tile over an 8-bit group (`bits8`): lane `i`'s bytes are column `i`'s whole codes,
+/// so one `vpdpbusd` per 64 bytes (unsigned codes times int8 A) sums `q a` exactly, seeded with
+/// `-zp * qsum` (the zero-point byte itself); per block `total += f32(dot) * (s * scale_a)`
+/// with the record's first 16 scales (`s`; the other 16, `16 s`, are the halves' and are not
+/// read). Writes each column's total as "column" `i` and 0 as "column" `16 + i`, which the
+/// driver adds to it. `255 * 127 * 256` plus the seed stays far below 2^31.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,fma,avx512vnni")]
+unsafe fn i8_vnni8_rows<const R: usize, const F16: bool>(
+    g: &GroupView,
+    a: &PreparedA,
+    r0: usize,
+    res: &mut [[f32; NR]; MR],
+) {
+    check_i8_sizes!(g, a, r0, R);
+    let bs = g.block_size;
+    let (pf, pf2) = vnni_prefetch_bytes(R);
+    let mut total = [_mm512_setzero_ps(); R];
+    let u_full = match g.zps {
+        None if R > 1 => Some(g.absent_zp as i32),
+        _ => None,
+    };
+    for kb in 0..g.k_blocks {
+        let z = zero_point_bytes(g, kb);
+        let qsum = |r: usize| a.qsum[(r0 + r) * a.kb + kb];
+        // Two chains (even / odd chunks), as in the 4-bit tile.
+        let zero = _mm512_setzero_si512();
+        let mut full: [[__m512i; 2]; R] = std::array::from_fn(|r| [seed(z, u_full, qsum(r)), zero]);
+        for c in (0..bs / CHUNK_K).step_by(4) {
+            let k0 = kb * bs + c * CHUNK_K;
+            // Only computed (wrapping), never dereferenced: `chunk` reads the bytes, within the
+            // records the assertion above covers.
+            let w = block(g, kb).wrapping_add(c * CHUNK_BYTES);
+            for ch in 0..4 {
+                let at = w.wrapping_add(ch * CHUNK_BYTES);
+                if R > 1 || pf != 0 {
+                    _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(pf) as *const i8);
+                }
+                if pf2 != 0 {
+                    _mm_prefetch::<_MM_HINT_T2>(at.wrapping_add(pf2) as *const i8);
+                }
+                // SAFETY: chunk c + ch of block kb (c + ch < bs / 4), every record present
+                // (asserted).
+                let v = unsafe { chunk(at) };
+                for (r, acc) in full.iter_mut().enumerate() {
+                    // SAFETY: row r0 + r has kp >= k0 + 4 (ch + 1) values (asserted).
+                    let x = unsafe { a_dword(a, r0 + r, k0 + ch * CHUNK_K) };
+                    acc[ch % 2] = _mm512_dpbusd_epi32(acc[ch % 2], v, x);
+                }
+            }
+        }
+        // SAFETY: kb < k_blocks, records present (asserted above), F16 chosen from g.f16.
+        let [s, _] = unsafe { scales::<F16>(g, kb) };
+        for r in 0..R {
+            let dot = _mm512_cvtepi32_ps(_mm512_add_epi32(full[r][0], full[r][1]));
+            let ss = _mm512_mul_ps(s, _mm512_set1_ps(a.qscale[(r0 + r) * a.kb + kb]));
+            total[r] = _mm512_fmadd_ps(dot, ss, total[r]);
+        }
+    }
+    let zero = _mm512_setzero_ps();
+    let halves: [[__m512; 2]; R] = std::array::from_fn(|r| [total[r], zero]);
+    store(&halves, res);
+}
+
+/// int8 tile with VNNI `vpdpbusd` over an 8-bit group (`bits8`; [`i8_vnni8_rows`]).
+///
+/// # Safety
+/// As [`tile_i8_vnni`].
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,fma,avx512vnni")]
+pub(crate) unsafe fn tile_i8_vnni8(
+    g: &GroupView,
+    a: &PreparedA,
+    r0: usize,
+    nr: usize,
+    res: &mut [[f32; NR]; MR],
+) {
+    // SAFETY: forwarded contract.
+    unsafe { by_rows!(i8_vnni8_rows, g, a, r0, nr, res) }
+}
+
 // No i16 saturation in vpmaddubsw: 2 * 15 * 127 < 32767.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,fma")]
@@ -413,14 +494,15 @@ unsafe fn i8_maddubs_rows<const R: usize, const F16: bool>(
     let mask = _mm512_set1_epi8(0x0F);
     let ones = _mm512_set1_epi16(1);
     let mut total = [[_mm512_setzero_ps(); 2]; R];
-    // Without zero points both nibbles' zero point is 8 (over several rows, as in the VNNI
-    // tile).
-    let u = (R > 1 && g.zps.is_none()).then_some(8);
+    // Without zero points each nibble's zero point is uniform (over several rows, as in the
+    // VNNI tile).
+    let absent = g.absent_zp as i32;
+    let u = [absent & 0x0F, absent >> 4].map(|z| (R > 1 && g.zps.is_none()).then_some(z));
     for kb in 0..g.k_blocks {
         let zh = zero_point_halves(g, kb);
         let qsum = |r: usize| a.qsum[(r0 + r) * a.kb + kb];
         let mut acc: [[__m512i; 2]; R] =
-            std::array::from_fn(|r| [seed(zh[0], u, qsum(r)), seed(zh[1], u, qsum(r))]);
+            std::array::from_fn(|r| [seed(zh[0], u[0], qsum(r)), seed(zh[1], u[1], qsum(r))]);
         for c in 0..bs / CHUNK_K {
             let k0 = kb * bs + c * CHUNK_K;
             let at = block(g, kb).wrapping_add(c * CHUNK_BYTES);

@@ -24,9 +24,8 @@ fn chunk_codes(g: &GroupView, k0: usize) -> [[u8; NR]; CHUNK_K] {
 }
 
 fn zero_point(g: &GroupView, kb: usize, col: usize) -> u8 {
-    g.zps.map_or(8, |z| {
-        (z[kb * LANES + col % LANES] >> (4 * (col / LANES))) & 0x0F
-    })
+    let byte = g.zps.map_or(g.absent_zp, |z| z[kb * LANES + col % LANES]);
+    (byte >> (4 * (col / LANES))) & 0x0F
 }
 
 /// fp32 tile: rows `r0..r0 + nr` of A against one column group.
