@@ -253,9 +253,12 @@ QWEN2_KV_HEADS = 2
 QWEN2_HEAD_DIM = 64
 
 
-def _nbits_node(rng, name, inp, out, k, n, block_size, acc, bias: bool):
+def _nbits_node(rng, name, inp, out, k, n, block_size, acc, bias: bool, bits: int = 4):
     w = (rng.standard_normal((k, n)) * (1.0 / np.sqrt(k))).astype(np.float32)
-    b_packed, scales, _, _ = quantize_nbits4(w, block_size, False)
+    if bits == 8:
+        b_packed, scales, _, _ = _quantize_nbits8(w, block_size, False)
+    else:
+        b_packed, scales, _, _ = quantize_nbits4(w, block_size, False)
     inits = [
         numpy_helper.from_array(b_packed, f"{name}.B"),
         numpy_helper.from_array(scales, f"{name}.scales"),
@@ -266,7 +269,7 @@ def _nbits_node(rng, name, inp, out, k, n, block_size, acc, bias: bool):
         ins += ["", "", f"{name}.bias"]
     node = helper.make_node(
         "MatMulNBits", ins, [out], name=name, domain="com.microsoft",
-        K=k, N=n, bits=4, block_size=block_size, accuracy_level=acc,
+        K=k, N=n, bits=bits, block_size=block_size, accuracy_level=acc,
     )
     return node, inits
 

@@ -251,13 +251,13 @@ def test_concurrent_runs_of_one_fused_session(small_qwen, make_sessions):
                     np.testing.assert_array_equal(a, b)
 
 
-def swiglu_mlp(rng, k: int, n: int, acc: int, gate_escapes: bool = False) -> onnx.ModelProto:
+def swiglu_mlp(rng, k: int, n: int, acc: int, gate_escapes: bool = False, bits: int = 4) -> onnx.ModelProto:
     """norm -> gate, up (MatMulNBits over the same input) -> Sigmoid -> Mul -> Mul -> down, as the
-    model builder writes an MLP. With `gate_escapes` the gate's output is also a graph output, so
-    the combined step must not apply."""
-    gate, gi = models._nbits_node(rng, "gate", "X", "g", k, n, 32, acc, False)
-    up, ui = models._nbits_node(rng, "up", "X", "u", k, n, 32, acc, False)
-    down, di = models._nbits_node(rng, "down", "h", "Y", n, k, 32, acc, False)
+    model builder writes an MLP (`bits` 4 or 8: the gate, up and down weights' codes). With
+    `gate_escapes` the gate's output is also a graph output, so the combined step must not apply."""
+    gate, gi = models._nbits_node(rng, "gate", "X", "g", k, n, 32, acc, False, bits)
+    up, ui = models._nbits_node(rng, "up", "X", "u", k, n, 32, acc, False, bits)
+    down, di = models._nbits_node(rng, "down", "h", "Y", n, k, 32, acc, False, bits)
     nodes = [
         gate, up,
         helper.make_node("Sigmoid", ["g"], ["s"], name="sig"),
@@ -269,14 +269,15 @@ def swiglu_mlp(rng, k: int, n: int, acc: int, gate_escapes: bool = False) -> onn
     return models._model(nodes, [models._vi("X", [1, "S", k])], outs, gi + ui + di, ms_opset=1)
 
 
+@pytest.mark.parametrize("bits", [4, 8])
 @pytest.mark.parametrize("k,n,acc", [(96, 64, 4), (100, 37, 4), (64, 70, 0)])
-def test_swiglu_mlp_runs_as_one_pair_step(make_sessions, rcpu_devices, stats, k, n, acc):
+def test_swiglu_mlp_runs_as_one_pair_step(make_sessions, rcpu_devices, stats, k, n, acc, bits):
     """The gate and up projections run as one pair call (ledger variant `-gemv-pair` at one row,
-    `-gemm-pair` at several, two calls) whose output equals the per-node path bit for bit; rows
-    with a NaN (in the first or the last row) run node by node (no pair route) and still equal
-    it; ORT within level 4's tolerance."""
+    `-gemm-pair` at several, `-bits8` after either for 8-bit weights, two calls) whose output
+    equals the per-node path bit for bit; rows with a NaN (in the first or the last row) run
+    node by node (no pair route) and still equal it; ORT within level 4's tolerance."""
     rng = np.random.default_rng(k + n)
-    m = swiglu_mlp(rng, k, n, acc).SerializeToString()
+    m = swiglu_mlp(rng, k, n, acc, bits=bits).SerializeToString()
     cpu, fused = make_sessions(m)
     per_node = rcpu_session(m, rcpu_devices, {"fuse": "off"})
     tol = 2e-2 if acc == 4 else 1e-4
@@ -286,12 +287,13 @@ def test_swiglu_mlp_runs_as_one_pair_step(make_sessions, rcpu_devices, stats, k,
             x[0, seq - 1, 3] = np.nan
         stats.reset()
         got = fused.run(None, {"X": x})[0]
-        pair = {v for v in stats.variants("MatMulNBits") if v.endswith("-pair")}
+        suffix = "-pair-bits8" if bits == 8 else "-pair"
+        pair = {v for v in stats.variants("MatMulNBits") if v.endswith(suffix)}
         ref = per_node.run(None, {"X": x})[0]
         want = cpu.run(None, {"X": x})[0]
         np.testing.assert_array_equal(got, ref, err_msg=f"seq={seq} nan={nan}: fused != per-node")
         if not nan:
-            kind = "-gemv-pair" if seq == 1 else "-gemm-pair"
+            kind = ("-gemv" if seq == 1 else "-gemm") + suffix
             assert pair and all(v.endswith(kind) for v in pair), f"seq={seq}: {stats.ledger()}"
             calls = sum(r["calls"] for r in stats.ledger() if r["variant"] in pair)
             assert calls == 2, f"the pair counts as the two MatMulNBits calls it replaces, got {calls}"

@@ -1,8 +1,9 @@
 //! The pair call (`matmul_pair`: two weights over M rows of A, combined per column group by an
 //! epilogue, one dispatch): the epilogue must see exactly what two separate `matmul_packed`
 //! calls write, at every ISA level, accuracy level, scale format, lane count and row count
-//! (one row: the decode split; more: row tiles, a partial last one included), on shapes with a
-//! partial last block (K % 32 != 0) and a partial last group (N % 32 != 0); rows the separate
+//! (one row: the decode split; more: row tiles, a partial last one included), 4- and 8-bit
+//! weights, on shapes with a partial last block (K % 32 != 0) and a partial last group (N % 32
+//! != 0, N % 16 != 0); rows the separate
 //! calls must answer themselves (non-finite values, values large enough to overflow, in any
 //! row) are refused, and so are the AMX GEMM's row counts; mismatched weights are an error.
 
@@ -46,10 +47,17 @@ fn pair_equals_two_separate_calls_bit_for_bit() {
         (8200, 40, 4, false, true, &[100][..]),
         (64, 40, 4, true, true, &[300][..]),
     ];
-    for (i, &(k, n, acc, zp, f16, ms)) in shapes.iter().enumerate() {
+    // Every shape with 4-bit weights, and with 8-bit ones (16-column groups, `bits8`).
+    let cases = shapes.iter().enumerate().flat_map(|s| [(4, s), (8, s)]);
+    for (bits, (i, &(k, n, acc, zp, f16, ms))) in cases {
+        let problem = if bits == 8 {
+            Problem::new8
+        } else {
+            Problem::new
+        };
         for &m in ms {
-            let mut first = Problem::new(k, n, m, 32, acc, zp, false, 11 + i as u64);
-            let mut second = Problem::new(k, n, m, 32, acc, zp, false, 101 + i as u64);
+            let mut first = problem(k, n, m, 32, acc, zp, false, 11 + i as u64);
+            let mut second = problem(k, n, m, 32, acc, zp, false, 101 + i as u64);
             first.p = first.p.with_acc4_f16_scales(f16);
             second.p = second.p.with_acc4_f16_scales(f16);
             let (w1, w2) = (packed(&first), packed(&second));
@@ -57,7 +65,7 @@ fn pair_equals_two_separate_calls_bit_for_bit() {
             for kern in Kernels::supported() {
                 for (pname, par) in pars {
                     let ctx = format!(
-                        "K={k} N={n} M={m} acc={acc} zp={zp} f16={f16} {} {pname}",
+                        "bits={bits} K={k} N={n} M={m} acc={acc} zp={zp} f16={f16} {} {pname}",
                         kern.isa.name()
                     );
                     let mut y1 = vec![f32::NAN; m * n];
@@ -139,6 +147,20 @@ fn pair_of_different_shapes_is_an_error() {
         1,
         &w1,
         &w2,
+        &epi,
+        &mut out,
+        &Serial,
+    );
+    assert!(r.is_err_and(|e| e.contains("differ")));
+    // The same shape in 4 and 8 bits: different groups, an error too.
+    let eight = Problem::new8(96, 40, 1, 32, 4, false, false, 8);
+    let w8 = packed(&eight);
+    let r = matmul_pair_with(
+        Kernels::active(),
+        &pr.a,
+        1,
+        &w1,
+        &w8,
         &epi,
         &mut out,
         &Serial,

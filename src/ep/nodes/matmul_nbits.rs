@@ -324,8 +324,7 @@ pub(crate) struct PackedOperand {
 /// weight (constant, non-hostile scales) and no bias; `None` otherwise (it must run as itself).
 pub(crate) fn packed_operand(kernel: &dyn OpKernel) -> Option<PackedOperand> {
     let k = kernel.as_any()?.downcast_ref::<MatMulNBits>()?;
-    // The pair path takes 4-bit weights only (an 8-bit group's columns are two halves).
-    if k.bias.is_some() || k.const_hostile || k.p.bits != 4 {
+    if k.bias.is_some() || k.const_hostile {
         return None;
     }
     Some(PackedOperand {

@@ -12,6 +12,8 @@
 //! elementwise passes had run over M x N arrays (at 512 rows of the Qwen2-0.5B shape, 10 MB
 //! each; ~4% of rcpu's prefill in ORT's profile of the per-node path).
 //!
+//! Gate and up weights may be 4- or 8-bit (both the same: `matmul_nbits::pair_compatible`).
+//!
 //! The answer is the node-by-node answer bit for bit: the epilogue runs the Sigmoid node's own
 //! kernel on each group's values (an elementwise kernel, the same per element wherever the
 //! element sits) and the two IEEE multiplications the Mul nodes make, in their order. Inputs the
@@ -27,7 +29,7 @@ use crate::abi::tensor::ElemType;
 use crate::ep::op::{KernelEnv, OpKernel};
 use crate::kernels::activation::{activation_f32, Activation};
 use crate::kernels::matmul_nbits::{
-    matmul_pair, pair_compatible, pair_declines_rows, pair_rows_fit,
+    matmul_pair, pair_compatible, pair_declines_rows, pair_rows_fit, Bits8Route,
 };
 use crate::runtime::par::{take_lanes_used, Serial};
 use crate::telemetry::ledger;
@@ -119,8 +121,13 @@ impl SwiGlu {
         }
         let lanes = take_lanes_used();
         // Two MatMulNBits calls ran (as one dispatch); the Sigmoid and Muls ran inside them.
-        ledger::record("MatMulNBits", route, lanes);
-        ledger::record("MatMulNBits", route, lanes);
+        for _ in 0..2 {
+            if p.bits == 8 {
+                ledger::record("MatMulNBits", Bits8Route(route), lanes);
+            } else {
+                ledger::record("MatMulNBits", route, lanes);
+            }
+        }
         Ok(true)
     }
 }

@@ -419,7 +419,7 @@ fn decode_pair(
     from: DecodeA<'_>,
 ) -> Result<(), String> {
     let p = first.params;
-    let tile = tile_for(kernels, &p);
+    let (tile, gc) = (tile_for(kernels, &p), group_cols(&p));
     let unit = group_record_bytes(&p).saturating_mul(2);
     let split = StreamSplit::decode(groups(&p), unit, par.lanes());
     let claims = SegmentClaims::new();
@@ -440,11 +440,11 @@ fn decode_pair(
                     for (w, v) in [(first, &mut v1), (second, &mut v2)] {
                         for g in g0..g1 {
                             tile(lv, &w.group(g), prep, 0, 1, &mut res);
-                            let at = (g - g0) * NR;
-                            v[at..at + NR].copy_from_slice(&res[0]);
+                            let at = (g - g0) * gc;
+                            group_columns(&p, &res[0], &mut v[at..at + gc]);
                         }
                     }
-                    let cols = g0 * NR..(g1 * NR).min(p.n);
+                    let cols = g0 * gc..(g1 * gc).min(p.n);
                     let w = cols.len();
                     epi(&v1[..w], &v2[..w], &mut y[..w]);
                     // SAFETY: the columns of groups g0..g1 belong to this chunk alone (the
@@ -601,9 +601,7 @@ impl Ctx<'_, '_> {
         let at = r * self.p.n + cols.start;
         let mut sums = [0f32; LANES];
         let row: &[f32] = if self.p.bits == 8 {
-            for (i, s) in sums.iter_mut().enumerate() {
-                *s = row[LANES + i] + row[i];
-            }
+            group_columns(self.p, row, &mut sums);
             &sums
         } else {
             row
@@ -621,6 +619,20 @@ impl Ctx<'_, '_> {
         }
         // SAFETY: as above.
         unsafe { self.dst.write(at, v) };
+    }
+}
+
+/// A tile's result row for one group (`row`, [`NR`] values) as the group's real columns into
+/// `out` ([`group_cols`] values): the row itself for 4-bit groups; for 8-bit ones (`bits8`)
+/// column `i` is its high half plus its low half, `row[16 + i] + row[i]`.
+#[inline]
+fn group_columns(p: &NBitsParams, row: &[f32; NR], out: &mut [f32]) {
+    if p.bits == 8 {
+        for (i, o) in out.iter_mut().enumerate().take(LANES) {
+            *o = row[LANES + i] + row[i];
+        }
+    } else {
+        out.copy_from_slice(&row[..out.len()]);
     }
 }
 
@@ -677,22 +689,20 @@ pub(crate) fn run_pair(
     par: &dyn Par,
 ) -> Result<Option<NBitsRoute>, String> {
     let p = first.params;
-    // 4-bit weights only: an 8-bit group's columns are halves the epilogue would not see summed.
-    if p.bits != 4 || second.params.bits != 4 {
-        return Ok(None);
-    }
     if !super::pair_compatible(first, second) {
         return Err(format!(
-            "MatMulNBits pair: the two weights differ (K={} N={} block {} level {} against \
-             K={} N={} block {} level {})",
+            "MatMulNBits pair: the two weights differ (K={} N={} block {} level {} bits {} \
+             against K={} N={} block {} level {} bits {})",
             p.k,
             p.n,
             p.block_size,
             p.accuracy_level,
+            p.bits,
             second.params.k,
             second.params.n,
             second.params.block_size,
-            second.params.accuracy_level
+            second.params.accuracy_level,
+            second.params.bits
         ));
     }
     assert!(
@@ -715,7 +725,7 @@ pub(crate) fn run_pair(
             |from: DecodeA<'_>| decode_pair(kernels, lv, a, (first, second), epi, out, par, from);
         return decode_a(kernels, a, &p, call).map(|()| Some(name));
     }
-    let tile = tile_for(kernels, &p);
+    let (tile, gc) = (tile_for(kernels, &p), group_cols(&p));
     with_prepared(kernels, a, m, &p, |prep| {
         let g_count = groups(&p);
         let unit = group_record_bytes(&p).saturating_mul(2);
@@ -746,11 +756,13 @@ pub(crate) fn run_pair(
                             let nr = (rows.end - r0).min(MR);
                             tile(lv, &view, prep, r0, nr, &mut res);
                             let at = r0 - rows.start;
-                            v[at..at + nr].copy_from_slice(&res[..nr]);
+                            for (vi, ri) in v[at..at + nr].iter_mut().zip(&res[..nr]) {
+                                group_columns(&p, ri, &mut vi[..gc]);
+                            }
                             r0 += nr;
                         }
                     }
-                    let cols = g * NR..((g + 1) * NR).min(p.n);
+                    let cols = g * gc..((g + 1) * gc).min(p.n);
                     let w = cols.len();
                     let nr = rows.len();
                     if w == NR {

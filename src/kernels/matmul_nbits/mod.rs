@@ -134,10 +134,11 @@ pub const IDLE_PREFETCH_SEGMENT_MAX: usize = 512 << 10;
 pub type PairEpilogue<'e> = dyn Fn(&[f32], &[f32], &mut [f32]) + Sync + 'e;
 
 /// Whether two packed weights can run as one pair call ([`matmul_pair`]): the same K, N,
-/// block size and accuracy level (A is prepared once for both).
+/// block size, accuracy level (A is prepared once for both) and bits (the same groups).
 pub fn pair_compatible(first: &PackedNBits, second: &PackedNBits) -> bool {
     let (p, q) = (&first.params, &second.params);
-    (p.k, p.n, p.block_size, p.accuracy_level) == (q.k, q.n, q.block_size, q.accuracy_level)
+    (p.k, p.n, p.block_size, p.accuracy_level, p.bits)
+        == (q.k, q.n, q.block_size, q.accuracy_level, q.bits)
 }
 
 /// `out = epi(A W1, A W2)` for `m` rows of `a` (K values each) over two packed weights with

@@ -111,8 +111,8 @@ impl Variant for NBitsRoute {
     }
 }
 
-/// The route of an 8-bit call (`bits8`): the route its packed groups took, named with a
-/// `-bits8` suffix in the ledger.
+/// The route of an 8-bit call (`bits8`): the route its packed groups took (a pair call's
+/// included: an 8-bit SwiGLU step), named with a `-bits8` suffix in the ledger.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Bits8Route(pub NBitsRoute);
 
@@ -123,23 +123,31 @@ macro_rules! texts8 {
             concat!($isa, "-acc0-gemm-bits8"),
             concat!($isa, "-acc4-gemv-bits8"),
             concat!($isa, "-acc4-gemm-bits8"),
+            concat!($isa, "-acc0-gemv-pair-bits8"),
+            concat!($isa, "-acc4-gemv-pair-bits8"),
+            concat!($isa, "-acc0-gemm-pair-bits8"),
+            concat!($isa, "-acc4-gemm-pair-bits8"),
         ]
     };
 }
 
-static SCALAR8: [&str; 4] = texts8!("scalar");
-static AVX2_8: [&str; 4] = texts8!("avx2");
-static AVX512_8: [&str; 4] = texts8!("avx512");
-static AVX512VNNI_8: [&str; 4] = texts8!("avx512vnni");
+static SCALAR8: [&str; 8] = texts8!("scalar");
+static AVX2_8: [&str; 8] = texts8!("avx2");
+static AVX512_8: [&str; 8] = texts8!("avx512");
+static AVX512VNNI_8: [&str; 8] = texts8!("avx512vnni");
 
 impl Variant for Bits8Route {
     fn text(self) -> &'static str {
         let i = match self.0.path {
-            NBitsPath::F32Gemv | NBitsPath::F32GemvPair => 0,
-            NBitsPath::F32Gemm | NBitsPath::F32GemmPair => 1,
-            NBitsPath::Int8Gemv | NBitsPath::Int8GemvPair => 2,
-            NBitsPath::Int8Gemm | NBitsPath::Int8GemmPair => 3,
+            NBitsPath::F32Gemv => 0,
+            NBitsPath::F32Gemm => 1,
+            NBitsPath::Int8Gemv => 2,
+            NBitsPath::Int8Gemm => 3,
             NBitsPath::AmxGemm => return "amx-acc4-gemm-bits8",
+            NBitsPath::F32GemvPair => 4,
+            NBitsPath::Int8GemvPair => 5,
+            NBitsPath::F32GemmPair => 6,
+            NBitsPath::Int8GemmPair => 7,
         };
         let t = match self.0.isa {
             Isa::Scalar => &SCALAR8,
