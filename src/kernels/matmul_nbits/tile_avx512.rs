@@ -321,6 +321,44 @@ macro_rules! check_i8_sizes {
     };
 }
 
+/// `vnni_chunks!(g, kb, R, pf, pf2, |k, ch, v| body)`: the VNNI tiles' walk over block `kb`'s
+/// chunks, four at a time (a block's chunk count is a power of two from 4): `v` the chunk's 64
+/// bytes, `k` its first k, `ch` its place in the four (the tiles keep two accumulator chains,
+/// `ch % 2`: constant chain indices keep the accumulators in registers). The lean body (one
+/// weight pointer per four chunks, the L1 prefetch unconditional over several rows and off by
+/// default over one, the L2 one on a loop-invariant test) issues about half the instructions per
+/// weight byte of a chunk-by-chunk loop, which counts when the core is shared
+/// (`prefetch::vnni_prefetch_bytes`). A macro, so the body is the tile's own code (a closure
+/// left out of line would lose the tile's target features). The caller has asserted
+/// `g.complete()`.
+macro_rules! vnni_chunks {
+    ($g:expr, $kb:expr, $rows:expr, $pf:expr, $pf2:expr, |$k:ident, $ch:ident, $v:ident| $body:block) => {{
+        let bs = $g.block_size;
+        for c in (0..bs / CHUNK_K).step_by(4) {
+            let k0 = $kb * bs + c * CHUNK_K;
+            // Only computed (wrapping), never dereferenced: a chunk's bytes are read by `chunk`
+            // below, whose bounds the caller's assertion covers.
+            let w = block($g, $kb).wrapping_add(c * CHUNK_BYTES);
+            for $ch in 0..4 {
+                let at = w.wrapping_add($ch * CHUNK_BYTES);
+                // Over several rows unconditionally (a run-time test here made the four-row
+                // body slower, see `prefetch`); over one row only when a distance is set.
+                if $rows > 1 || $pf != 0 {
+                    _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add($pf) as *const i8);
+                }
+                if $pf2 != 0 {
+                    _mm_prefetch::<_MM_HINT_T2>(at.wrapping_add($pf2) as *const i8);
+                }
+                // SAFETY: chunk c + ch of block kb (c + ch < bs / 4), every record present
+                // (asserted by the caller).
+                let $v = unsafe { chunk(at) };
+                let $k = k0 + $ch * CHUNK_K;
+                $body
+            }
+        }
+    }};
+}
+
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,fma,avx512vnni")]
 unsafe fn i8_vnni_rows<const R: usize, const F16: bool>(
@@ -330,7 +368,6 @@ unsafe fn i8_vnni_rows<const R: usize, const F16: bool>(
     res: &mut [[f32; NR]; MR],
 ) {
     check_i8_sizes!(g, a, r0, R);
-    let bs = g.block_size;
     let (pf, pf2) = vnni_prefetch_bytes(R);
     let mask = _mm512_set1_epi8(0x0F);
     let mut total = [[_mm512_setzero_ps(); 2]; R];
@@ -353,39 +390,16 @@ unsafe fn i8_vnni_rows<const R: usize, const F16: bool>(
         let zero = _mm512_setzero_si512();
         let mut lo: [[__m512i; 2]; R] = std::array::from_fn(|r| [seed(z_lo, u_lo, qsum(r)), zero]);
         let mut full: [[__m512i; 2]; R] = std::array::from_fn(|r| [seed(z, u_full, qsum(r)), zero]);
-        // Chunks four at a time (a block's chunk count is a power of two from 4), chunk `ch`
-        // on chain `ch % 2`: constant chain indices keep the accumulators in registers, and
-        // the lean body (one weight pointer per four chunks, the L1 prefetch unconditional over
-        // several rows and off by default over one, the L2 one on a loop-invariant test) issues
-        // about half the instructions per weight byte of a chunk-by-chunk loop, which counts when
-        // the core is shared (`prefetch::vnni_prefetch_bytes`).
-        for c in (0..bs / CHUNK_K).step_by(4) {
-            let k0 = kb * bs + c * CHUNK_K;
-            // Only computed (wrapping), never dereferenced: a chunk's bytes are read by
-            // `chunk` below, whose bounds the assertion above covers.
-            let w = block(g, kb).wrapping_add(c * CHUNK_BYTES);
-            for ch in 0..4 {
-                let at = w.wrapping_add(ch * CHUNK_BYTES);
-                // Over several rows unconditionally (a run-time test here made the four-row
-                // body slower, see `prefetch`); over one row only when a distance is set.
-                if R > 1 || pf != 0 {
-                    _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(pf) as *const i8);
-                }
-                if pf2 != 0 {
-                    _mm_prefetch::<_MM_HINT_T2>(at.wrapping_add(pf2) as *const i8);
-                }
-                // SAFETY: chunk c + ch of block kb (c + ch < bs / 4), every record present
-                // (asserted).
-                let v = unsafe { chunk(at) };
-                let v_lo = _mm512_and_si512(v, mask);
-                for r in 0..R {
-                    // SAFETY: row r0 + r has kp >= k0 + 4 (ch + 1) values (asserted).
-                    let x = unsafe { a_dword(a, r0 + r, k0 + ch * CHUNK_K) };
-                    lo[r][ch % 2] = _mm512_dpbusd_epi32(lo[r][ch % 2], v_lo, x);
-                    full[r][ch % 2] = _mm512_dpbusd_epi32(full[r][ch % 2], v, x);
-                }
+        // Chunks four at a time, chunk `ch` on chain `ch % 2` (`vnni_chunks`).
+        vnni_chunks!(g, kb, R, pf, pf2, |k, ch, v| {
+            let v_lo = _mm512_and_si512(v, mask);
+            for r in 0..R {
+                // SAFETY: row r0 + r has kp >= k + 4 values (asserted).
+                let x = unsafe { a_dword(a, r0 + r, k) };
+                lo[r][ch % 2] = _mm512_dpbusd_epi32(lo[r][ch % 2], v_lo, x);
+                full[r][ch % 2] = _mm512_dpbusd_epi32(full[r][ch % 2], v, x);
             }
-        }
+        });
         // SAFETY: kb < k_blocks, records present (asserted above), F16 chosen from g.f16.
         let s = unsafe { scales::<F16>(g, kb) };
         for r in 0..R {
@@ -413,7 +427,6 @@ unsafe fn i8_vnni8_rows<const R: usize, const F16: bool>(
     res: &mut [[f32; NR]; MR],
 ) {
     check_i8_sizes!(g, a, r0, R);
-    let bs = g.block_size;
     let (pf, pf2) = vnni_prefetch_bytes(R);
     let mut total = [_mm512_setzero_ps(); R];
     let u_full = match g.zps {
@@ -426,29 +439,13 @@ unsafe fn i8_vnni8_rows<const R: usize, const F16: bool>(
         // Two chains (even / odd chunks), as in the 4-bit tile.
         let zero = _mm512_setzero_si512();
         let mut full: [[__m512i; 2]; R] = std::array::from_fn(|r| [seed(z, u_full, qsum(r)), zero]);
-        for c in (0..bs / CHUNK_K).step_by(4) {
-            let k0 = kb * bs + c * CHUNK_K;
-            // Only computed (wrapping), never dereferenced: `chunk` reads the bytes, within the
-            // records the assertion above covers.
-            let w = block(g, kb).wrapping_add(c * CHUNK_BYTES);
-            for ch in 0..4 {
-                let at = w.wrapping_add(ch * CHUNK_BYTES);
-                if R > 1 || pf != 0 {
-                    _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(pf) as *const i8);
-                }
-                if pf2 != 0 {
-                    _mm_prefetch::<_MM_HINT_T2>(at.wrapping_add(pf2) as *const i8);
-                }
-                // SAFETY: chunk c + ch of block kb (c + ch < bs / 4), every record present
-                // (asserted).
-                let v = unsafe { chunk(at) };
-                for (r, acc) in full.iter_mut().enumerate() {
-                    // SAFETY: row r0 + r has kp >= k0 + 4 (ch + 1) values (asserted).
-                    let x = unsafe { a_dword(a, r0 + r, k0 + ch * CHUNK_K) };
-                    acc[ch % 2] = _mm512_dpbusd_epi32(acc[ch % 2], v, x);
-                }
+        vnni_chunks!(g, kb, R, pf, pf2, |k, ch, v| {
+            for (r, acc) in full.iter_mut().enumerate() {
+                // SAFETY: row r0 + r has kp >= k + 4 values (asserted).
+                let x = unsafe { a_dword(a, r0 + r, k) };
+                acc[ch % 2] = _mm512_dpbusd_epi32(acc[ch % 2], v, x);
             }
-        }
+        });
         // SAFETY: kb < k_blocks, records present (asserted above), F16 chosen from g.f16.
         let [s, _] = unsafe { scales::<F16>(g, kb) };
         for r in 0..R {
