@@ -57,11 +57,14 @@ impl KeyDigest {
     }
 
     /// Adds one f32 part as its little-endian bytes (its length in bytes first), without
-    /// allocating a byte copy.
+    /// allocating a byte copy: 16 KiB at a time, so BLAKE3 hashes whole 1 KiB chunks side by
+    /// side (its SIMD path; a 1 KiB update, never aligned to its chunks after the length
+    /// prefix, went one 64-byte block at a time: 5.6% of a Llama-3.2-1B session creation's
+    /// samples against 4.7% for B's bytes, eight times as many).
     pub fn f32s(&mut self, v: &[f32]) -> &mut Self {
         self.0.update(&((v.len() as u64) * 4).to_le_bytes());
-        let mut buf = [0u8; 1024];
-        for c in v.chunks(256) {
+        let mut buf = [0u8; 16384];
+        for c in v.chunks(4096) {
             for (o, x) in buf.chunks_exact_mut(4).zip(c) {
                 o.copy_from_slice(&x.to_le_bytes());
             }
@@ -78,5 +81,26 @@ impl KeyDigest {
 impl Default for KeyDigest {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An f32 part digests as its little-endian bytes would, whatever its length against the
+    /// 16 KiB staging buffer. Seen failing with the last partial piece dropped and with each
+    /// piece staged from the first 4096 values.
+    #[test]
+    fn f32s_digest_as_their_bytes() {
+        for len in [0usize, 1, 255, 256, 4095, 4096, 4097, 10000] {
+            let v: Vec<f32> = (0..len).map(|i| i as f32 * 0.37 - 11.0).collect();
+            let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+            let mut a = KeyDigest::new();
+            let mut b = KeyDigest::new();
+            a.words(&[7]).f32s(&v);
+            b.words(&[7]).bytes(&bytes);
+            assert_eq!(a.finish(), b.finish(), "len {len}");
+        }
     }
 }
