@@ -39,21 +39,21 @@
 //! literally.
 
 use super::pack::{
-    chunk_offset, group_cols, group_f16, record_bytes, scale_to_f16, PackedNBits, CHUNK_BYTES,
-    CHUNK_K, LANES,
+    chunk_offset, group_cols, record_bytes, scale_to_f16, PackedNBits, CHUNK_BYTES, CHUNK_K, LANES,
 };
 use super::params::NBitsWeight;
 
 /// Packs 8-bit column group `g` (real columns `16 g ..`) into `rec` and `z_out` as
-/// [`super::pack::pack_group`] does a 4-bit one (the same contract: every byte of `k_blocks`
-/// records written, codes past K and padding columns 0 with scale 0); returns whether the
-/// scales are f16 ([`group_f16`]). See the module documentation for the layout.
+/// [`super::pack::pack_group_as`] does a 4-bit one (the same contract: every byte of `k_blocks`
+/// records written, codes past K and padding columns 0 with scale 0; f16 scales when `half`,
+/// `group_f16`'s answer). See the module documentation for the layout.
 pub(crate) fn pack_group8(
     weight: &NBitsWeight<'_>,
     g: usize,
+    half: bool,
     rec: &mut [u8],
     z_out: Option<&mut [u8]>,
-) -> bool {
+) {
     let NBitsWeight {
         b,
         scales,
@@ -64,7 +64,6 @@ pub(crate) fn pack_group8(
     let (kbs, bs, gc) = (p.k_blocks(), p.block_size, group_cols(p));
     let c0 = g * gc;
     let cols = p.n.saturating_sub(c0).min(gc);
-    let half = group_f16(scales, p, g);
     let rb = record_bytes(bs, half);
     let rec = &mut rec[..kbs * rb];
     let scale = |col: usize, kb: usize| {
@@ -115,7 +114,6 @@ pub(crate) fn pack_group8(
             rec[at..at + four.len()].copy_from_slice(four);
         }
     }
-    half
 }
 
 /// [`PackedNBits::column_codes`] for an 8-bit weight: column `n`'s K code bytes.

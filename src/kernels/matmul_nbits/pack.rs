@@ -435,8 +435,7 @@ pub fn try_pack_threads(
                     let r = &mut r[at[g] - at[g0]..at[g + 1] - at[g0]];
                     let i = g - g0;
                     let z = z.as_deref_mut().map(|z| &mut z[i * zb..(i + 1) * zb]);
-                    let half = pack_group(&weight, g, r, z);
-                    debug_assert_eq!(half, f16_groups_ref[g]);
+                    pack_group_as(&weight, g, f16_groups_ref[g], r, z);
                 }
             };
             if g0 + n == g_count {
@@ -500,18 +499,33 @@ const PACK_TILE: usize = 128;
 /// Packs column group `g` into `rec`, its records (zeroed or stale; at least `k_blocks *
 /// record_bytes(block_size, half)` bytes, every one of which is written), and its zero points
 /// into `z_out`. The scales are f16 when [`group_f16`] says so (returns true), else f32.
-///
-/// Chunk `i` of a group covers k = 4i..4i+4, which is the `u16` at byte `2i` of each column's
-/// row of B (blocks are multiples of 4 long); a lane zips two columns' words ([`zip_nibbles`]).
-/// Only the chunk that straddles K goes element by element.
 pub(crate) fn pack_group(
     weight: &NBitsWeight<'_>,
     g: usize,
     rec: &mut [u8],
     z_out: Option<&mut [u8]>,
 ) -> bool {
+    let half = group_f16(weight.scales, weight.p, g);
+    pack_group_as(weight, g, half, rec, z_out);
+    half
+}
+
+/// [`pack_group`] with the group's scale format already chosen (`half`: [`group_f16`]'s
+/// answer for it, which [`try_pack_threads`] computes once per group to size the records).
+///
+/// Chunk `i` of a group covers k = 4i..4i+4, which is the `u16` at byte `2i` of each column's
+/// row of B (blocks are multiples of 4 long); a lane zips two columns' words ([`zip_nibbles`]).
+/// Only the chunk that straddles K goes element by element.
+pub(crate) fn pack_group_as(
+    weight: &NBitsWeight<'_>,
+    g: usize,
+    half: bool,
+    rec: &mut [u8],
+    z_out: Option<&mut [u8]>,
+) {
+    debug_assert_eq!(half, group_f16(weight.scales, weight.p, g));
     if weight.p.bits == 8 {
-        return super::bits8::pack_group8(weight, g, rec, z_out);
+        return super::bits8::pack_group8(weight, g, half, rec, z_out);
     }
     let NBitsWeight {
         b,
@@ -530,7 +544,6 @@ pub(crate) fn pack_group(
             0.0
         }
     };
-    let half = group_f16(scales, p, g);
     let (bs, rb) = (p.block_size, record_bytes(p.block_size, half));
     let rec = &mut rec[..kbs * rb];
     for kb in 0..kbs {
@@ -629,7 +642,6 @@ pub(crate) fn pack_group(
             }
         }
     }
-    half
 }
 
 /// Each dword of `x` holds four codes of one column in its low half and four of another in its
