@@ -88,21 +88,11 @@ impl Source<'_> {
             Source::Unpacked(w) => *w.p,
         }
     }
-
-    /// The largest |scale| of a packed weight (`None` unpacked: rarely used, packing declined;
-    /// [`fix_rows`] then scans every output row).
-    pub(crate) fn scale_max(&self) -> Option<f32> {
-        match self {
-            Source::Packed(pk) => Some(pk.scale_max),
-            Source::Unpacked(_) => None,
-        }
-    }
 }
 
-/// A fast path over `m` finite rows of A: `(rows, m, with_bias, out)` (see [`fix_rows`]).
-pub(crate) type Fast<'a> =
-    dyn Fn(&[f32], usize, bool, &mut [f32]) -> Result<NBitsRoute, String> + 'a;
-
+/// The fast path over every row of A (`m` rows of `p.k`, bias included), then the rows whose
+/// answers differ from its own given ORT's (`nonfinite`): NaN or infinities in A, and finite
+/// rows whose output overflowed.
 pub(crate) fn run(
     kernels: &Kernels,
     a: &[f32],
@@ -112,49 +102,19 @@ pub(crate) fn run(
     out: &mut [f32],
     par: &dyn Par,
 ) -> Result<NBitsRoute, String> {
-    if !matches!(src.params().bits, 4 | 8) {
+    let p = src.params();
+    if !matches!(p.bits, 4 | 8) {
         return Err(format!(
             "MatMulNBits: the kernels were handed a {}-bit weight",
-            src.params().bits
+            p.bits
         ));
     }
-    let fast = |rows: &[f32], mm: usize, with_bias: bool, o: &mut [f32]| {
-        run_fast(kernels, rows, mm, src, bias.filter(|_| with_bias), o, par)
-    };
-    fix_rows(
-        kernels,
-        a,
-        m,
-        &src.params(),
-        src.scale_max(),
-        bias,
-        out,
-        &fast,
-    )
-}
-
-/// `fast` over every row of A (`m` rows of `p.k`, bias included), then the rows whose answers
-/// differ from its own given ORT's (`nonfinite`): NaN or infinities in A, and finite rows whose
-/// output overflowed (`scale_max`: the largest |scale| of the weights `fast` reads, `None` to
-/// scan every output row). `fast` must treat every row alike whatever rows it is given with.
-// The call's inputs and output, the weights' facts, and the fast path.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn fix_rows(
-    kernels: &Kernels,
-    a: &[f32],
-    m: usize,
-    p: &NBitsParams,
-    scale_max: Option<f32>,
-    bias: Option<&[f32]>,
-    out: &mut [f32],
-    fast: &Fast<'_>,
-) -> Result<NBitsRoute, String> {
-    let name = fast(a, m, true, out)?;
+    let name = run_fast(kernels, a, m, src, bias, out, par)?;
     // The scans of A take the table's `abs_max` (the same bits at every level).
     let lv = Level::require(kernels.isa)?;
     let abs_max = |row: &[f32]| (kernels.abs_max)(lv, row);
     // Rows with NaN / infinities: ORT's answers (see `nonfinite`).
-    let fixes = match nonfinite::scan(a, m, p, &abs_max) {
+    let fixes = match nonfinite::scan(a, m, &p, &abs_max) {
         Ok(f) => f,
         // Only the list of rows failed to allocate: answer every row that needs it NaN.
         Err(_) => (0..m)
@@ -162,27 +122,33 @@ pub(crate) fn fix_rows(
             .map(|r| (r, RowFix::AllNan))
             .collect(),
     };
+    // The fast path over other rows, with or without the bias (the fix-ups' products).
     let gemm = |rows: &[f32], mm: usize, with_bias: bool, o: &mut [f32]| {
-        fast(rows, mm, with_bias, o).map(|_| ())
+        run_fast(kernels, rows, mm, src, bias.filter(|_| with_bias), o, par).map(|_| ())
     };
     for (r, fix) in fixes {
         let y = &mut out[r * p.n..(r + 1) * p.n];
         let all_nan = match fix {
             RowFix::AllNan => true,
             RowFix::Infinities => {
-                nonfinite::infinite_row(&a[r * p.k..(r + 1) * p.k], p, y, &gemm).is_err()
+                nonfinite::infinite_row(&a[r * p.k..(r + 1) * p.k], &p, y, &gemm).is_err()
             }
         };
         if all_nan {
             y.fill(f32::NAN);
         }
     }
-    nonfinite::rescale_overflowed_rows(a, m, p, scale_max, bias, out, &gemm, &abs_max)?;
+    let scale_max = match &src {
+        Source::Packed(pk) => Some(pk.scale_max),
+        // Rarely used (packing declined): keep the full output scan.
+        Source::Unpacked(_) => None,
+    };
+    nonfinite::rescale_overflowed_rows(a, m, &p, scale_max, bias, out, &gemm, &abs_max)?;
     Ok(name)
 }
 
 /// The fast path over every row (non-finite rows included, fixed up by [`run`]).
-pub(crate) fn run_fast(
+fn run_fast(
     kernels: &Kernels,
     a: &[f32],
     m: usize,
