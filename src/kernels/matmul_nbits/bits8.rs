@@ -39,7 +39,7 @@
 //! literally.
 
 use super::pack::{
-    chunk_offset, group_cols, record_bytes, scale_to_f16, PackedNBits, CHUNK_BYTES, CHUNK_K, LANES,
+    chunk_offset, group_cols, put_scale, record_bytes, PackedNBits, CHUNK_BYTES, CHUNK_K, LANES,
 };
 use super::params::NBitsWeight;
 
@@ -78,12 +78,7 @@ pub(crate) fn pack_group8(
         for col in 0..LANES {
             // "Column" col: the low nibbles (scale s); col + 16: the high ones (16 s, exact).
             for (slot, s) in [(col, scale(col, kb)), (LANES + col, 16.0 * scale(col, kb))] {
-                if half {
-                    let v = scale_to_f16(s).to_le_bytes();
-                    rec[at + 2 * slot..at + 2 * slot + 2].copy_from_slice(&v);
-                } else {
-                    rec[at + 4 * slot..at + 4 * slot + 4].copy_from_slice(&s.to_le_bytes());
-                }
+                put_scale(&mut rec[at..], slot, s, half);
             }
         }
     }
@@ -119,7 +114,7 @@ pub(crate) fn pack_group8(
 /// [`PackedNBits::column_codes`] for an 8-bit weight: column `n`'s K code bytes.
 pub(crate) fn column_codes8(pk: &PackedNBits, n: usize, out: &mut [u8]) -> bool {
     let p = &pk.params;
-    if n >= p.n || out.len() < p.k {
+    if n >= p.n || out.len() < pk.column_bytes() {
         return false;
     }
     let gc = group_cols(p);

@@ -103,6 +103,16 @@ pub(crate) fn scale_to_f16(s: f32) -> u16 {
     f32_to_f16(s, NanRule::Hardware).0
 }
 
+/// Writes scale `s` into slot `slot` of a record's scales (`scales`: from the first scale on),
+/// as f16 bits (`half`, [`scale_to_f16`]) or f32, little endian.
+pub(crate) fn put_scale(scales: &mut [u8], slot: usize, s: f32, half: bool) {
+    if half {
+        scales[2 * slot..2 * slot + 2].copy_from_slice(&scale_to_f16(s).to_le_bytes());
+    } else {
+        scales[4 * slot..4 * slot + 4].copy_from_slice(&s.to_le_bytes());
+    }
+}
+
 /// One column group's records, as the kernels see them.
 #[derive(Debug, Clone, Copy)]
 pub struct GroupView<'a> {
@@ -217,12 +227,15 @@ pub(crate) fn groups(p: &NBitsParams) -> usize {
     p.n.div_ceil(group_cols(p))
 }
 
-/// The zero-point byte of a group without zero points ([`GroupView::absent_zp`]).
+/// The zero-point byte of a group without zero points ([`GroupView::absent_zp`]): the implied
+/// zero point (`NBitsParams::default_zero_point`) in both nibbles of a 4-bit lane's byte, or the
+/// 8-bit one whole.
 pub(crate) fn absent_zp(p: &NBitsParams) -> u8 {
+    let z = p.default_zero_point();
     if p.bits == 8 {
-        0x80
+        z
     } else {
-        0x88
+        z | z << 4
     }
 }
 
@@ -287,7 +300,7 @@ impl PackedNBits {
         if p.bits == 8 {
             return super::bits8::column_codes8(self, n, out);
         }
-        let bytes = p.k.div_ceil(2);
+        let bytes = self.column_bytes();
         if n >= p.n || out.len() < bytes {
             return false;
         }
@@ -549,12 +562,7 @@ pub(crate) fn pack_group_as(
     for kb in 0..kbs {
         let at = kb * rb + bs * LANES;
         for col in 0..NR {
-            if half {
-                let v = scale_to_f16(scale(col, kb)).to_le_bytes();
-                rec[at + 2 * col..at + 2 * col + 2].copy_from_slice(&v);
-            } else {
-                rec[at + 4 * col..at + 4 * col + 4].copy_from_slice(&scale(col, kb).to_le_bytes());
-            }
+            put_scale(&mut rec[at..], col, scale(col, kb), half);
         }
     }
     if let Some(z) = z_out {
