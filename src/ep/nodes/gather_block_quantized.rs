@@ -254,11 +254,9 @@ fn gather_tied(
     if !covers(scales.len(), blocks) || zp.is_some_and(|z| !covers(z.len(), zp_row)) {
         return Err(invalid("scales or zero points do not cover the table"));
     }
-    let alloc = |len: usize| {
-        crate::memory::try_vec(len, 0u8)
-            .map_err(|e| Error::fail(format!("cannot allocate a row of {len} bytes: {e}")))
-    };
-    let mut codes = alloc(t.weight.column_bytes())?;
+    let len = t.weight.column_bytes();
+    let mut codes = crate::memory::try_vec(len, 0u8)
+        .map_err(|e| Error::fail(format!("cannot allocate a row of {len} bytes: {e}")))?;
     let mut failed = None;
     let mut row = |r: usize, dst: &mut [f32]| {
         if failed.is_some() {
