@@ -67,12 +67,16 @@ impl KeyDigest {
 
     /// Adds one byte part (its length first).
     pub fn bytes(&mut self, b: &[u8]) -> &mut Self {
-        self.bytes_on(b, piece_threads())
+        self.bytes_part(b, None)
     }
 
     /// [`KeyDigest::bytes`] with a long part's pieces on at most `threads` threads (the same
     /// digest whatever the count).
     pub fn bytes_on(&mut self, b: &[u8], threads: usize) -> &mut Self {
+        self.bytes_part(b, Some(threads))
+    }
+
+    fn bytes_part(&mut self, b: &[u8], threads: Option<usize>) -> &mut Self {
         self.0.update(&(b.len() as u64).to_le_bytes());
         self.part(b.len(), threads, |h, r| {
             h.update(&b[r]);
@@ -82,11 +86,15 @@ impl KeyDigest {
     /// Adds one f32 part as its little-endian bytes (its length in bytes first), without
     /// allocating a byte copy: the same digest as [`KeyDigest::bytes`] of those bytes.
     pub fn f32s(&mut self, v: &[f32]) -> &mut Self {
-        self.f32s_on(v, piece_threads())
+        self.f32s_part(v, None)
     }
 
     /// [`KeyDigest::f32s`] on at most `threads` threads.
     pub fn f32s_on(&mut self, v: &[f32], threads: usize) -> &mut Self {
+        self.f32s_part(v, Some(threads))
+    }
+
+    fn f32s_part(&mut self, v: &[f32], threads: Option<usize>) -> &mut Self {
         let len = v.len().saturating_mul(4);
         self.0.update(&(len as u64).to_le_bytes());
         // Piece boundaries are multiples of 4 bytes (PIECE_BYTES is), so each range is whole
@@ -95,17 +103,20 @@ impl KeyDigest {
     }
 
     /// Digests a part of `len` bytes whose byte range `r` `feed` adds to a hasher: whole when
-    /// short, else as its pieces (see the type's documentation).
+    /// short, else as its pieces (see the type's documentation) on `threads` threads at most
+    /// (`None`: [`piece_threads`], asked only for a long part: it reads the process's CPU
+    /// limits, and a session's many short parts need no threads).
     fn part(
         &mut self,
         len: usize,
-        threads: usize,
+        threads: Option<usize>,
         feed: impl Fn(&mut blake3::Hasher, std::ops::Range<usize>) + Sync,
     ) -> &mut Self {
         if len < 2 * PIECE_BYTES {
             feed(&mut self.0, 0..len);
             return self;
         }
+        let threads = threads.unwrap_or_else(piece_threads);
         let pieces = len.div_ceil(PIECE_BYTES);
         let piece = |i: usize| {
             let mut h = blake3::Hasher::new_keyed(&KEY);
