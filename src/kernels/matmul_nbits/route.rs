@@ -67,47 +67,61 @@ impl NBitsRoute {
     }
 }
 
+/// The ledger texts of one level's routes, each followed by `$sfx` (`""`, or `"-bits8"` for an
+/// 8-bit call), in [`route_text`]'s order.
 macro_rules! texts {
-    ($isa:literal) => {
+    ($isa:literal, $sfx:literal) => {
         [
-            concat!($isa, "-acc0-gemv"),
-            concat!($isa, "-acc0-gemm"),
-            concat!($isa, "-acc4-gemv"),
-            concat!($isa, "-acc4-gemm"),
-            concat!($isa, "-acc0-gemv-pair"),
-            concat!($isa, "-acc4-gemv-pair"),
-            concat!($isa, "-acc0-gemm-pair"),
-            concat!($isa, "-acc4-gemm-pair"),
+            concat!($isa, "-acc0-gemv", $sfx),
+            concat!($isa, "-acc0-gemm", $sfx),
+            concat!($isa, "-acc4-gemv", $sfx),
+            concat!($isa, "-acc4-gemm", $sfx),
+            concat!($isa, "-acc0-gemv-pair", $sfx),
+            concat!($isa, "-acc4-gemv-pair", $sfx),
+            concat!($isa, "-acc0-gemm-pair", $sfx),
+            concat!($isa, "-acc4-gemm-pair", $sfx),
         ]
     };
 }
 
-static SCALAR: [&str; 8] = texts!("scalar");
-static AVX2: [&str; 8] = texts!("avx2");
-static AVX512: [&str; 8] = texts!("avx512");
-static AVX512VNNI: [&str; 8] = texts!("avx512vnni");
+/// Per level: the 4-bit texts, then the 8-bit ones.
+static SCALAR: [[&str; 8]; 2] = [texts!("scalar", ""), texts!("scalar", "-bits8")];
+static AVX2: [[&str; 8]; 2] = [texts!("avx2", ""), texts!("avx2", "-bits8")];
+static AVX512: [[&str; 8]; 2] = [texts!("avx512", ""), texts!("avx512", "-bits8")];
+static AVX512VNNI: [[&str; 8]; 2] = [texts!("avx512vnni", ""), texts!("avx512vnni", "-bits8")];
+
+/// The ledger text of `route`, for an 8-bit call's when `bits8`.
+fn route_text(route: NBitsRoute, bits8: bool) -> &'static str {
+    let i = match route.path {
+        NBitsPath::F32Gemv => 0,
+        NBitsPath::F32Gemm => 1,
+        NBitsPath::Int8Gemv => 2,
+        NBitsPath::Int8Gemm => 3,
+        // One AMX table (over the VNNI level): its text names no level.
+        NBitsPath::AmxGemm => {
+            return if bits8 {
+                "amx-acc4-gemm-bits8"
+            } else {
+                "amx-acc4-gemm"
+            }
+        }
+        NBitsPath::F32GemvPair => 4,
+        NBitsPath::Int8GemvPair => 5,
+        NBitsPath::F32GemmPair => 6,
+        NBitsPath::Int8GemmPair => 7,
+    };
+    let t = match route.isa {
+        Isa::Scalar => &SCALAR,
+        Isa::Avx2 => &AVX2,
+        Isa::Avx512 => &AVX512,
+        Isa::Avx512Vnni => &AVX512VNNI,
+    };
+    t[bits8 as usize][i]
+}
 
 impl Variant for NBitsRoute {
     fn text(self) -> &'static str {
-        let i = match self.path {
-            NBitsPath::F32Gemv => 0,
-            NBitsPath::F32Gemm => 1,
-            NBitsPath::Int8Gemv => 2,
-            NBitsPath::Int8Gemm => 3,
-            // One AMX table (over the VNNI level): its text names no level.
-            NBitsPath::AmxGemm => return "amx-acc4-gemm",
-            NBitsPath::F32GemvPair => 4,
-            NBitsPath::Int8GemvPair => 5,
-            NBitsPath::F32GemmPair => 6,
-            NBitsPath::Int8GemmPair => 7,
-        };
-        let t = match self.isa {
-            Isa::Scalar => &SCALAR,
-            Isa::Avx2 => &AVX2,
-            Isa::Avx512 => &AVX512,
-            Isa::Avx512Vnni => &AVX512VNNI,
-        };
-        t[i]
+        route_text(self, false)
     }
 }
 
@@ -116,45 +130,43 @@ impl Variant for NBitsRoute {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Bits8Route(pub NBitsRoute);
 
-macro_rules! texts8 {
-    ($isa:literal) => {
-        [
-            concat!($isa, "-acc0-gemv-bits8"),
-            concat!($isa, "-acc0-gemm-bits8"),
-            concat!($isa, "-acc4-gemv-bits8"),
-            concat!($isa, "-acc4-gemm-bits8"),
-            concat!($isa, "-acc0-gemv-pair-bits8"),
-            concat!($isa, "-acc4-gemv-pair-bits8"),
-            concat!($isa, "-acc0-gemm-pair-bits8"),
-            concat!($isa, "-acc4-gemm-pair-bits8"),
-        ]
-    };
-}
-
-static SCALAR8: [&str; 8] = texts8!("scalar");
-static AVX2_8: [&str; 8] = texts8!("avx2");
-static AVX512_8: [&str; 8] = texts8!("avx512");
-static AVX512VNNI_8: [&str; 8] = texts8!("avx512vnni");
-
 impl Variant for Bits8Route {
     fn text(self) -> &'static str {
-        let i = match self.0.path {
-            NBitsPath::F32Gemv => 0,
-            NBitsPath::F32Gemm => 1,
-            NBitsPath::Int8Gemv => 2,
-            NBitsPath::Int8Gemm => 3,
-            NBitsPath::AmxGemm => return "amx-acc4-gemm-bits8",
-            NBitsPath::F32GemvPair => 4,
-            NBitsPath::Int8GemvPair => 5,
-            NBitsPath::F32GemmPair => 6,
-            NBitsPath::Int8GemmPair => 7,
-        };
-        let t = match self.0.isa {
-            Isa::Scalar => &SCALAR8,
-            Isa::Avx2 => &AVX2_8,
-            Isa::Avx512 => &AVX512_8,
-            Isa::Avx512Vnni => &AVX512VNNI_8,
-        };
-        t[i]
+        route_text(self.0, true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every 8-bit route's text is its 4-bit route's with `-bits8` after it, and every text
+    /// names its level (the AMX GEMM's names AMX). Seen failing with the scalar level's 8-bit
+    /// row built without the suffix.
+    #[test]
+    fn bits8_texts_are_the_routes_with_a_suffix() {
+        use NBitsPath::*;
+        let isas = [Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Vnni];
+        let paths = [
+            F32Gemv,
+            F32Gemm,
+            Int8Gemv,
+            Int8Gemm,
+            AmxGemm,
+            F32GemvPair,
+            Int8GemvPair,
+            F32GemmPair,
+            Int8GemmPair,
+        ];
+        for isa in isas {
+            for path in paths {
+                let r = NBitsRoute { isa, path };
+                let (t4, t8) = (r.text(), Bits8Route(r).text());
+                assert_eq!(t8, format!("{t4}-bits8"), "{r:?}");
+                let level = if path == AmxGemm { "amx" } else { isa.name() };
+                assert!(t4.starts_with(&format!("{level}-")), "{r:?}: {t4}");
+                assert_eq!(t4.contains("-pair"), r.path_is_pair(), "{r:?}: {t4}");
+            }
+        }
     }
 }
