@@ -7,7 +7,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 PY="${PYTHON:-python3}"
 venv="$root/.venv"
-stamp="$venv/.rcpu-setup-v2"
+stamp="$venv/.rcpu-setup-v3"
 if [ ! -f "$stamp" ]; then
   echo "[setup] creating venv at $venv"
   "$PY" -m venv "$venv"

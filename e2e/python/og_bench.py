@@ -11,6 +11,7 @@ arm's per-round ratio gives the noise band; the steady window as in `rcpu-bench`
 
 usage: python og_bench.py MODEL_DIR [--plugin SO] [--prompt 64] [--tokens 32] [--rounds 8] [--iters 2]
        [--threads 2] [--intra N] [--tol X] [--bench RCPU_BENCH] [--json FILE]
+       [--llamacpp LLAMA_BENCH --gguf FILE]
 
 After every round `RCPU_BENCH probe` (default target/release/rcpu-bench) reads a buffer the size of rcpu's
 packed weights and times the CPUs' round trip (rule 8; also right before and after the rcpu arm's window),
@@ -23,6 +24,14 @@ not set, the plugin's default). It also records the conditions (rule 5: the CPU 
 other processes' share of the CPUs while the arms were timed) and what ran on rcpu (rule 6: its route
 ledger). Exit codes: 0 ok, 1 error, 2 parity mismatch (nothing timed), 3 steady state not reached (no
 headline).
+
+`--llamacpp LLAMA_BENCH --gguf FILE` adds llama.cpp as a fourth arm: its own `llama-bench` on a GGUF of
+the same weights (`gguf_from_onnx.py`: the same int4 codes, the scales as f16, checked when written), a
+fresh process each round pinned to the same CPUs, `-t THREADS`, the prompt as `pp` at depth 0 and the
+tokens as `tg` at the prompt's depth, `--iters` repetitions. llama-bench times whole runs, not tokens,
+so this arm and rcpu's are compared by the mean per generated token (the other columns by the p50), and
+it gives no logits: its parity rests on the conversion's check. `scripts/llamacpp_compare.sh` builds
+llama-bench, writes the GGUF and runs this.
 """
 
 from __future__ import annotations
@@ -168,6 +177,43 @@ class Arm:
         close_child(self.proc, json.dumps({"op": "quit"}))
 
 
+class LlamaCpp:
+    """llama.cpp's `llama-bench` on a GGUF of the same weights: one fresh process a round (it exits, so
+    nothing of it runs on while the next arm is timed), pinned to `cpus`."""
+
+    name = "llama.cpp"
+
+    def __init__(self, bench: str, gguf: str, threads: int, cpus: set[int], prompt: int, tokens: int, iters: int):
+        self.cmd = [bench, "-m", gguf, "-t", str(threads), "-p", str(prompt), "-n", str(tokens),
+                    "-d", f"0,{prompt}", "-r", str(iters), "-o", "json"]
+        self.cpus, self.prompt, self.tokens = cpus, prompt, tokens
+
+    def run(self) -> dict:
+        """One llama-bench run: per repetition, ms per generated token (the `tg` test at the prompt's
+        depth) and the prompt's ms (`pp` at depth 0)."""
+        cpus = self.cpus
+        out = subprocess.run(self.cmd, capture_output=True, text=True, timeout=3600,
+                             preexec_fn=lambda: os.sched_setaffinity(0, cpus))
+        if out.returncode != 0:
+            raise SystemExit(f"og_bench: llama-bench failed ({out.returncode}): {out.stderr.strip()[-400:]}")
+        tests = json.loads(out.stdout)
+        tg = [t for t in tests if t["n_gen"] == self.tokens and t["n_prompt"] == 0 and t["n_depth"] == self.prompt]
+        pp = [t for t in tests if t["n_prompt"] == self.prompt and t["n_gen"] == 0 and t["n_depth"] == 0]
+        if len(tg) != 1 or len(pp) != 1:
+            raise SystemExit(f"og_bench: llama-bench reported no tg{self.tokens}@d{self.prompt} / pp{self.prompt} test")
+        return {"token_ms": [ns / 1e6 / self.tokens for ns in tg[0]["samples_ns"]],
+                "prefill_ms": [ns / 1e6 for ns in pp[0]["samples_ns"]],
+                "build": f"{tg[0].get('build_commit', '?')} ({tg[0].get('build_number', '?')}), {tg[0].get('cpu_info', '')}"}
+
+
+def gguf_weight_bytes(path: str) -> int:
+    """The bytes of a GGUF file's tensors (a token reads them all once: the tied lm_head reads the
+    embedding's)."""
+    import gguf
+
+    return sum(int(t.n_bytes) for t in gguf.GGUFReader(path).tensors)
+
+
 class Probe:
     """`rcpu-bench probe` (rule 8): the read bandwidth of a buffer of `nbytes` (the weights a token
     reads), the compute probe and the CPUs' round trip, asked for after every round."""
@@ -264,7 +310,12 @@ def main() -> int:
     ap.add_argument("--tol", type=float, default=LOGITS_TOL)
     ap.add_argument("--bench", default=str(REPO / "target/release/rcpu-bench"))
     ap.add_argument("--json", default=None)
+    ap.add_argument("--llamacpp", default=None, help="llama-bench binary: adds llama.cpp as an arm")
+    ap.add_argument("--gguf", default=None, help="the GGUF of the same weights for --llamacpp")
     a = ap.parse_args()
+    if (a.llamacpp is None) != (a.gguf is None):
+        print("og_bench: --llamacpp and --gguf go together", file=sys.stderr)
+        return 1
     if a.prompt < 1 or a.tokens < 2 or a.rounds < 1 or a.iters < 1:
         print("og_bench: --prompt >= 1, --tokens >= 2, --rounds >= 1, --iters >= 1", file=sys.stderr)
         return 1
@@ -300,6 +351,9 @@ def main() -> int:
             Arm("null", "rcpu", str(model_dir), a.plugin, a.threads, cpus),
         ]
         probe = None
+        llama = None
+        if a.llamacpp:
+            llama = LlamaCpp(a.llamacpp, a.gguf, a.threads if a.threads > 0 else len(cpus), cpus, a.prompt, a.tokens, a.iters)
         try:
             prompt = prompt_ids(a.prompt, vocab, 1)
             load0 = os.getloadavg()
@@ -335,16 +389,30 @@ def main() -> int:
                       "huge pages (best of 5); after every round the bench reads it again (`rcpu-bench probe`)")
             else:
                 print(f"no host probe ({a.bench} missing): no read bandwidth or placement per round")
+            llama_bytes = gguf_weight_bytes(a.gguf) if llama else 0
+            if llama:
+                print(f"llama.cpp: {a.llamacpp} on {a.gguf} ({llama_bytes / 1e6:.1f} MB of tensors a token; the same int4 "
+                      "codes, f16 scales); no logits from llama-bench, so no parity check of that arm here")
             # Rounds (rules 1-3).
-            per = {arm.name: {"p50": [], "p90": [], "prefill": []} for arm in arms}
+            per = {arm.name: {"p50": [], "p90": [], "prefill": [], "mean": []} for arm in arms}
+            if llama:
+                per[llama.name] = {"mean": [], "prefill": []}
             host = []
             waits, foreign = [], []
             print(f"{'round':>5}  {'order':14} {'ort ms/tok':>10} {'rcpu ms/tok':>11} {'null ms/tok':>11} {'ORT/rcpu':>9} "
-                  f"{'null/rcpu':>9} {'read GB/s':>9} {'rcpu/read':>9} {'lane rt':>7} {'rcpu ran':>9}")
+                  f"{'null/rcpu':>9} {'read GB/s':>9} {'rcpu/read':>9} {'lane rt':>7} {'rcpu ran':>9}"
+                  + (f" {'llama.cpp ms/tok':>16} {'llama.cpp/rcpu':>14}" if llama else ""))
             for r in range(a.rounds):
-                order = arms if r % 2 == 0 else arms[::-1]
+                everyone = arms + ([llama] if llama else [])
+                order = everyone if r % 2 == 0 else everyone[::-1]
                 placement = None
                 for arm in order:
+                    if arm is llama:
+                        out = llama.run()
+                        per[llama.name]["mean"].append(statistics.median(out["token_ms"]))
+                        per[llama.name]["prefill"].append(statistics.median(out["prefill_ms"]))
+                        llama_build = out["build"]
+                        continue
                     steps, pre = [], []
                     # The rcpu arm's window counts as near or far when the CPUs sat so before and
                     # after it (the hypervisor moves them within seconds); else it is mixed.
@@ -367,6 +435,7 @@ def main() -> int:
                     per[arm.name]["p50"].append(statistics.median(steps))
                     per[arm.name]["p90"].append(quantile(steps, 0.9))
                     per[arm.name]["prefill"].append(statistics.median(pre))
+                    per[arm.name]["mean"].append(statistics.mean(steps))
                 o, rc, nu = (per[n]["p50"][-1] for n in ("ort", "rcpu", "null"))
                 h = probe.now() if probe else {}
                 h["placement"] = placement
@@ -374,6 +443,9 @@ def main() -> int:
                 host.append(h)
                 cols = (f" {h['read_gbs']:>9.1f} {h['rcpu_of_read']:>9.1%} {h['lane_rt_ns'] or float('nan'):>7.0f} "
                         f"{placement or '-':>9}" if probe else "")
+                if llama:
+                    lm = per[llama.name]["mean"][-1]
+                    cols += f" {lm:>16.3f} {lm / per['rcpu']['mean'][-1]:>14.3f}"
                 print(f"{r + 1:>5}  {','.join(x.name for x in order):14} {o:>10.3f} {rc:>11.3f} {nu:>11.3f} {o / rc:>9.3f} "
                       f"{nu / rc:>9.3f}{cols}")
             routes = arms[1].run("stats")["ledger"]
@@ -385,11 +457,14 @@ def main() -> int:
 
         ratio = [o / r for o, r in zip(per["ort"]["p50"], per["rcpu"]["p50"])]
         null = [n / r for n, r in zip(per["null"]["p50"], per["rcpu"]["p50"])]
-        starts = [steady_from(per[n]["p50"]) for n in per]
+        genai_arms = ("ort", "rcpu", "null")
+        starts = [steady_from(per[n]["p50"]) for n in genai_arms]
+        if llama:
+            starts.append(steady_from(per[llama.name]["mean"]))
         steady = None if any(s is None for s in starts) else max(starts)
         window = slice(steady or 0, None)
         band = null_band(null[window])
-        med = {n: statistics.median(per[n]["p50"][window]) for n in per}
+        med = {n: statistics.median(per[n]["p50"][window]) for n in genai_arms}
         print(f"load average at end {os.getloadavg()[0]:.2f}; other processes' share of cpus {sorted(cpus)} while "
               f"arms were timed: median {statistics.median(foreign):.0%}, max {max(foreign):.0%}")
         ran = {}
@@ -399,9 +474,10 @@ def main() -> int:
         print("rcpu ran (route ledger of the rcpu arm): " + "; ".join(f"{op}: {', '.join(sorted(v))}" for op, v in sorted(ran.items())))
         print(f"settling after each arm's batch (rule 3): median {statistics.median(waits) * 1e3:.0f} ms, max {max(waits) * 1e3:.0f} ms")
         print(f"{'arm':6} {'p50 ms/tok':>10} {'p90 ms/tok':>10} {'tok/s':>7} {'prefill ms':>10}")
-        for n in per:
+        for n in genai_arms:
             print(f"{n:6} {med[n]:>10.3f} {statistics.median(per[n]['p90'][window]):>10.3f} {1e3 / med[n]:>7.1f} "
                   f"{statistics.median(per[n]['prefill'][window]):>10.1f}")
+        lr = [lm / rm for lm, rm in zip(per[llama.name]["mean"], per["rcpu"]["mean"])] if llama else []
         if probe:
             for place in ("near", "far"):
                 rows = [i for i, h in enumerate(host) if h["placement"] == place and h["far"] == (place == "far")]
@@ -409,13 +485,41 @@ def main() -> int:
                     print(f"{place} rounds ({len(rows)} of {len(host)}: the CPUs' round trip {'over' if place == 'far' else 'under'} "
                           f"250 ns before and after the rcpu arm and at the round's read): ORT/rcpu "
                           f"{statistics.median(ratio[i] for i in rows):.3f}, rcpu at "
-                          f"{statistics.median(host[i]['rcpu_of_read'] for i in rows):.1%} of the round's read")
+                          f"{statistics.median(host[i]['rcpu_of_read'] for i in rows):.1%} of the round's read"
+                          + (f"; llama.cpp/rcpu {statistics.median(lr[i] for i in rows):.3f} (means), llama.cpp at "
+                             f"{statistics.median(llama_bytes / per[llama.name]['mean'][i] / 1e6 / host[i]['read_gbs'] for i in rows):.1%}"
+                             if llama else ""))
+        if llama:
+            nr = [nm / rm for nm, rm in zip(per["null"]["mean"], per["rcpu"]["mean"])]
+            lband = null_band(nr[window])
+            lmed = statistics.median(lr[window])
+            lt = statistics.median(per[llama.name]["mean"][window])
+            rt = statistics.median(per["rcpu"]["mean"][window])
+            print(f"llama.cpp ({llama_build}): mean {lt:.3f} ms a generated token ({1e3 / lt:.1f} tok/s, "
+                  f"{llama_bytes / lt / 1e6:.1f} GB/s), prompt {statistics.median(per[llama.name]['prefill'][window]):.1f} ms; "
+                  f"rcpu mean {rt:.3f} ms ({weight_bytes / rt / 1e6:.1f} GB/s)")
+            if probe:
+                reads = [h["read_gbs"] for h in host[window] if h.get("read_gbs")]
+                if reads:
+                    rd = statistics.median(reads)
+                    print(f"of the rounds' median read ({rd:.1f} GB/s): llama.cpp {llama_bytes / lt / 1e6 / rd:.1%}, "
+                          f"rcpu {weight_bytes / rt / 1e6 / rd:.1%} (means per token)")
+            lverdict = "real" if not lband[0] <= lmed <= lband[1] else "noise"
+            print(f"llama.cpp/rcpu = {lmed:.3f} per generated token (means; per round {min(lr):.3f}-{max(lr):.3f}), "
+                  f"null band of the means [{lband[0]:.3f}, {lband[1]:.3f}] -> {lverdict}")
+            pr = [lp / rp for lp, rp in zip(per[llama.name]["prefill"], per["rcpu"]["prefill"])]
+            pband = null_band([np_ / rp for np_, rp in zip(per["null"]["prefill"], per["rcpu"]["prefill"])][window])
+            pmed = statistics.median(pr[window])
+            print(f"llama.cpp/rcpu = {pmed:.3f} for the {a.prompt}-token prompt (per round {min(pr):.3f}-{max(pr):.3f}), "
+                  f"null band [{pband[0]:.3f}, {pband[1]:.3f}] -> {'real' if not pband[0] <= pmed <= pband[1] else 'noise'}")
         head = statistics.median(ratio[window])
         verdict = "real" if not band[0] <= head <= band[1] else "noise"
         report = {"model": str(src), "prompt": a.prompt, "tokens": a.tokens, "rounds": a.rounds, "iters": a.iters,
                   "threads": a.threads, "intra": a.intra, "share": share, "per_round": per,
                   "steady_from": steady, "null_band": band, "ort_over_rcpu": head, "cpu": cpu_model(),
-                  "foreign_share": foreign, "host": host, "weight_bytes": weight_bytes, "routes": {op: sorted(v) for op, v in ran.items()}, "parity": parity}
+                  "foreign_share": foreign, "host": host, "weight_bytes": weight_bytes, "routes": {op: sorted(v) for op, v in ran.items()}, "parity": parity,
+                  "llamacpp": {"gguf": a.gguf, "bytes": llama_bytes, "over_rcpu": lmed, "null_band_means": lband,
+                               "prompt_over_rcpu": pmed, "prompt_null_band": pband} if llama else None}
         if a.json:
             pathlib.Path(a.json).write_text(json.dumps(report, indent=2))
         if steady is None:

@@ -89,3 +89,49 @@ def test_og_bench_stops_before_timing_on_a_parity_mismatch(tmp_path, plugin_path
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "parity mismatch, nothing timed" in proc.stderr
     assert "round  order" not in proc.stdout and not out.exists()
+
+
+FAKE_LLAMA_BENCH = r'''
+import json, sys
+args = sys.argv[1:]
+want = ["-t", "2", "-p", "4", "-n", "4", "-d", "0,4", "-r", "2", "-o", "json"]
+if args[2:] != want or args[0] != "-m":
+    sys.exit(f"fake llama-bench: unexpected arguments {args}")
+def test(p, n, d, ns):
+    return {"n_prompt": p, "n_gen": n, "n_depth": d, "samples_ns": ns, "build_commit": "fake", "build_number": 0}
+# The generation at the prompt's depth is 2 ms a token (8 ms for 4 tokens, twice); the decoys differ.
+print(json.dumps([test(4, 0, 0, [30e6, 30e6]), test(0, 4, 0, [400e6, 400e6]),
+                  test(4, 0, 4, [500e6, 500e6]), test(0, 4, 4, [8e6, 8e6])]))
+'''
+
+
+def test_og_bench_llamacpp_arm_reads_the_generation_at_the_prompts_depth(tmp_path, plugin_path):
+    # A stand-in llama-bench checks the command line it gets and answers llama-bench's JSON; the arm
+    # must take the tg test at the prompt's depth (2 ms a token), not the decoys.
+    import gguf_from_onnx
+
+    pytest.importorskip("gguf")
+    model = _generate_model(tmp_path / "m", 4)
+    gguf_file = tmp_path / "m.gguf"
+    gguf_from_onnx.convert(str(model), str(gguf_file), check=0)
+    fake = tmp_path / "llama-bench"
+    fake.write_text(f"#!{sys.executable}\n{FAKE_LLAMA_BENCH}")
+    fake.chmod(0o755)
+    proc, out = _run(model, tmp_path, "--plugin", str(plugin_path), "--llamacpp", str(fake), "--gguf", str(gguf_file))
+    assert proc.returncode in (0, 3), proc.stdout + proc.stderr
+    rep = json.loads(out.read_text())
+    assert rep["per_round"]["llama.cpp"]["mean"] == [2.0] * 5
+    assert rep["per_round"]["llama.cpp"]["prefill"] == [30.0] * 5
+    ratios = [2.0 / r for r in rep["per_round"]["rcpu"]["mean"]]
+    window = ratios[rep["steady_from"] or 0:]
+    assert math.isclose(rep["llamacpp"]["over_rcpu"], sorted(window)[(len(window) - 1) // 2]) or math.isclose(
+        rep["llamacpp"]["over_rcpu"], (sorted(window)[len(window) // 2 - 1] + sorted(window)[len(window) // 2]) / 2)
+    prompt = sorted(30.0 / r for r in rep["per_round"]["rcpu"]["prefill"][rep["steady_from"] or 0:])
+    mid = len(prompt) // 2
+    assert math.isclose(rep["llamacpp"]["prompt_over_rcpu"], prompt[mid] if len(prompt) % 2 else (prompt[mid - 1] + prompt[mid]) / 2)
+    assert rep["llamacpp"]["bytes"] > 0 and "llama.cpp/rcpu = " in proc.stdout
+
+
+def test_og_bench_wants_llamacpp_and_gguf_together(tmp_path):
+    proc, _ = _run(tmp_path, tmp_path, "--llamacpp", "x")
+    assert proc.returncode == 1 and "--llamacpp and --gguf go together" in proc.stderr

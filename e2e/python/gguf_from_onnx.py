@@ -1,0 +1,178 @@
+"""Writes a generated rcpu-bench LLM (`rcpu-bench gen llm:...`, int4, symmetric, block 32, a q4
+embedding) as a GGUF file of the same weights for llama.cpp: every int4 weight as Q4_0 blocks of
+the same codes, each block's scale rounded to f16 (as rcpu packs level-4 weights), norms and
+biases as float32, the packed QKV projection as llama.cpp's fused `attn_qkv`, the tied lm_head as
+the embedding. The tokenizer is a placeholder vocabulary of the model's size (random weights:
+benchmarks only). Refuses any other layout with a message naming what differs.
+
+    python gguf_from_onnx.py MODEL_DIR OUT.gguf [--check N]
+
+`--check N` dequantizes N weights of the written file again and compares them with the ONNX
+weights (codes equal, scales within f16 rounding).
+"""
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+try:
+    import gguf
+except ImportError:  # pragma: no cover - a message, not a crash
+    sys.exit("gguf_from_onnx: needs the `gguf` package (pip install gguf)")
+
+Q4_0_BLOCK = 32
+
+
+class Refused(Exception):
+    pass
+
+
+def codes_of(b: np.ndarray, n: int, k: int) -> np.ndarray:
+    """ONNX MatMulNBits 4-bit B [N, k_blocks, 16] -> codes [N, k_blocks, 32] (0..15): byte j holds
+    element 2j in its low nibble and 2j + 1 in its high one."""
+    if b.dtype != np.uint8 or b.ndim != 3 or b.shape[0] != n or b.shape[2] != Q4_0_BLOCK // 2:
+        raise Refused(f"B of shape {b.shape} / {b.dtype} is not [N, k_blocks, 16] uint8")
+    if b.shape[1] * Q4_0_BLOCK != k:
+        raise Refused(f"K = {k} is not k_blocks * 32 ({b.shape[1]} blocks)")
+    c = np.empty(b.shape[:2] + (Q4_0_BLOCK,), np.uint8)
+    c[..., 0::2] = b & 0x0F
+    c[..., 1::2] = b >> 4
+    return c
+
+
+def q4_0_rows(codes: np.ndarray, scales: np.ndarray) -> np.ndarray:
+    """codes [N, kb, 32], scales [N, kb] -> Q4_0 rows [N, kb * 18] (f16 d, then qs[j] = q[j] |
+    q[j + 16] << 4); value (q - 8) d, the ONNX weight's (zero point 8)."""
+    n, kb, _ = codes.shape
+    d = scales.astype(np.float16).reshape(n, kb, 1).view(np.uint8)
+    qs = codes[..., :16] | (codes[..., 16:] << 4)
+    return np.concatenate([d, qs], axis=2).reshape(n, kb * 18)
+
+
+def nbits_weight(node, inits):
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    if attrs.get("bits", 4) != 4 or attrs.get("block_size") != Q4_0_BLOCK:
+        raise Refused(f"{node.name}: bits {attrs.get('bits', 4)} / block {attrs.get('block_size')} (needs 4 / 32)")
+    ins = list(node.input) + [""] * 6
+    if ins[3]:
+        raise Refused(f"{node.name}: has zero points (Q4_0 is symmetric around 8)")
+    if ins[4]:
+        raise Refused(f"{node.name}: has g_idx")
+    n, k = attrs["N"], attrs["K"]
+    codes = codes_of(inits[ins[1]], n, k)
+    scales = inits[ins[2]].astype(np.float32).reshape(n, -1)
+    bias = inits[ins[5]] if ins[5] else None
+    return codes, scales, bias
+
+
+def convert(model_dir: str, out: str, check: int) -> None:
+    spec = json.load(open(os.path.join(model_dir, "rcpu_bench.json")))["spec"]
+    fields = dict(kv.split("=", 1) for kv in spec.split(","))
+    m = onnx.load(os.path.join(model_dir, "model.onnx"))
+    inits = {i.name: numpy_helper.to_array(i) for i in m.graph.initializer}
+    by_name = {n.name: n for n in m.graph.node}
+    if fields.get("tied") != "1" or fields.get("emb") != "q4":
+        raise Refused(f"needs tied=1 and emb=q4 (spec {spec})")
+    for key in ("window", "softcap", "rot", "lm_bits", "mix8", "qk_norm"):
+        if key in fields:
+            raise Refused(f"spec option {key} has no GGUF mapping here")
+    layers, hidden = int(fields["layers"]), int(fields["hidden"])
+    heads, kv, head = int(fields["heads"]), int(fields["kv"]), int(fields["head"])
+    inter, vocab, ctx = int(fields["inter"]), int(fields["vocab"]), int(fields["ctx"])
+    if head * heads != hidden:
+        raise Refused(f"heads * head = {heads * head} differs from hidden {hidden}")
+    arch = "qwen2" if fields.get("qkv_bias") == "1" else "llama"
+    w = gguf.GGUFWriter(out, arch)
+    w.add_name(f"rcpu-bench {spec}")
+    w.add_context_length(ctx)
+    w.add_embedding_length(hidden)
+    w.add_block_count(layers)
+    w.add_feed_forward_length(inter)
+    w.add_head_count(heads)
+    w.add_head_count_kv(kv)
+    w.add_rope_freq_base(10000.0)
+    w.add_rope_dimension_count(head)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_vocab_size(vocab)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_0)
+    # Placeholder SPM vocabulary: <unk>, <s>, </s>, the 256 byte tokens, then numbered ones.
+    toks = [b"<unk>", b"<s>", b"</s>"] + [f"<0x{i:02X}>".encode() for i in range(256)]
+    types = [gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL, gguf.TokenType.CONTROL] + [gguf.TokenType.BYTE] * 256
+    toks += [f"t{i}".encode() for i in range(len(toks), vocab)]
+    types += [gguf.TokenType.NORMAL] * (vocab - len(types))
+    w.add_tokenizer_model("llama")
+    w.add_token_list(toks[:vocab])
+    w.add_token_scores([0.0] * vocab)
+    w.add_token_types(types[:vocab])
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_unk_token_id(0)
+    w.add_add_bos_token(False)
+
+    written = {}
+
+    def q4(name, node_name):
+        codes, scales, bias = nbits_weight(by_name[node_name], inits)
+        w.add_tensor(f"{name}.weight", q4_0_rows(codes, scales), raw_dtype=gguf.GGMLQuantizationType.Q4_0)
+        written[f"{name}.weight"] = (codes, scales)
+        if bias is not None:
+            w.add_tensor(f"{name}.bias", bias.astype(np.float32))
+
+    def f32(name, init):
+        w.add_tensor(name, inits[init].astype(np.float32))
+
+    q4("token_embd", "lm_head")
+    f32("output_norm.weight", "final_norm.w")
+    for i in range(layers):
+        p = f"blk.{i}"
+        f32(f"{p}.attn_norm.weight", f"layers.{i}.ln1.w")
+        q4(f"{p}.attn_qkv", f"layers.{i}.qkv_proj")
+        q4(f"{p}.attn_output", f"layers.{i}.o_proj")
+        f32(f"{p}.ffn_norm.weight", f"layers.{i}.ln2.w")
+        q4(f"{p}.ffn_gate", f"layers.{i}.gate_proj")
+        q4(f"{p}.ffn_up", f"layers.{i}.up_proj")
+        q4(f"{p}.ffn_down", f"layers.{i}.down_proj")
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    if check:
+        verify(out, written, check)
+
+
+def verify(path: str, written: dict, count: int) -> None:
+    """Dequantizes `count` written weights from the file and compares them with the ONNX
+    weights dequantized with f16-rounded scales: equal, or the conversion is wrong."""
+    r = gguf.GGUFReader(path)
+    seen = 0
+    for t in r.tensors:
+        if t.name not in written or seen >= count:
+            continue
+        codes, scales = written[t.name]
+        got = gguf.quants.dequantize(np.asarray(t.data), gguf.GGMLQuantizationType(t.tensor_type))
+        want = (codes.astype(np.float32) - 8) * scales.astype(np.float16).astype(np.float32)[..., None]
+        want = want.reshape(got.shape)
+        if not np.array_equal(got, want):
+            raise SystemExit(f"gguf_from_onnx: {t.name} dequantizes differently ({np.abs(got - want).max()})")
+        seen += 1
+    print(f"gguf_from_onnx: {seen} weights dequantize to the ONNX weights (f16 scales)")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("model_dir")
+    ap.add_argument("out")
+    ap.add_argument("--check", type=int, default=3)
+    a = ap.parse_args()
+    try:
+        convert(a.model_dir, a.out, a.check)
+    except Refused as e:
+        sys.exit(f"gguf_from_onnx: {e}")
+
+
+if __name__ == "__main__":
+    main()
