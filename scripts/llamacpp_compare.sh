@@ -10,8 +10,10 @@
 #   scripts/llamacpp_compare.sh [SPEC] [og_bench options...]
 #
 # SPEC defaults to llm:preset=qwen2-0.5b,acc=4 (int4, tied q4 embedding, block 32: what Q4_0 holds);
-# llm:preset=llama-3.2-1b,acc=4 is the other preset. Not part of test.sh or demo.sh: the first run
-# builds a C++ project (~10 minutes on two cores; later runs reuse target/llamacpp).
+# llm:preset=llama-3.2-1b,acc=4 is the other preset. LLAMACPP_PARITY=1 first compares llama.cpp's
+# logits with ORT's (e2e/python/llamacpp_parity.py, through llama-cpp-python built from the same sdist
+# into the venv: another build). Not part of test.sh or demo.sh: the first run builds a C++ project
+# (~10 minutes on two cores; later runs reuse target/llamacpp).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 bash "$here/setup.sh"
@@ -28,8 +30,8 @@ bench="$src/build/bin/llama-bench"
 py="$RCPU_ROOT/.venv/bin/python"
 mkdir -p "$work"
 
-if [ ! -x "$bench" ]; then
-  tarball="$work/llama_cpp_python-$version.tar.gz"
+tarball="$work/llama_cpp_python-$version.tar.gz"
+if [ ! -x "$bench" ] || [ "${LLAMACPP_PARITY:-0}" = 1 ]; then
   if [ ! -f "$tarball" ]; then
     # The sdist's address from the package index's simple page (PEP 503; pip's index unless
     # PIP_INDEX_URL names another), its links absolute or relative to the page.
@@ -50,6 +52,8 @@ PY
     mv "$tarball.part" "$tarball"
   fi
   echo "$sha256  $tarball" | sha256sum -c --quiet
+fi
+if [ ! -x "$bench" ]; then
   tar -xzf "$tarball" -C "$work"
   "$py" -m pip install -q cmake ninja
   echo "[llamacpp] building llama-bench (CPU, native ISA)"
@@ -62,4 +66,13 @@ fi
 cargo build --release
 target/release/rcpu-bench gen "$spec" --out "$work/model/model.onnx" > /dev/null
 "$py" e2e/python/gguf_from_onnx.py "$work/model" "$work/model.gguf"
+if [ "${LLAMACPP_PARITY:-0}" = 1 ]; then
+  # llama-bench gives no logits: llama-cpp-python (the same sdist, built into the venv once) does.
+  if ! "$py" -c "import llama_cpp" 2> /dev/null; then
+    echo "[llamacpp] building llama-cpp-python $version for the parity check"
+    CMAKE_ARGS="-DGGML_NATIVE=ON -DLLAMA_CURL=OFF" "$py" -m pip install -q "$tarball" > "$work/pip-llama-cpp-python.log" 2>&1 ||
+      { echo "[llamacpp] building llama-cpp-python failed: $work/pip-llama-cpp-python.log" >&2; exit 1; }
+  fi
+  "$py" e2e/python/llamacpp_parity.py "$work/model" "$work/model.gguf"
+fi
 "$py" e2e/python/og_bench.py "$work/model" --llamacpp "$bench" --gguf "$work/model.gguf" "$@"

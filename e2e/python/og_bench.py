@@ -30,7 +30,7 @@ the same weights (`gguf_from_onnx.py`: the same int4 codes, the scales as f16, c
 fresh process each round pinned to the same CPUs, `-t THREADS`, the prompt as `pp` at depth 0 and the
 tokens as `tg` at the prompt's depth, `--iters` repetitions. llama-bench times whole runs, not tokens,
 so this arm and rcpu's are compared by the mean per generated token (the other columns by the p50), and
-it gives no logits: its parity rests on the conversion's check. `scripts/llamacpp_compare.sh` builds
+it gives no logits: `llamacpp_parity.py` checks that arm's answers. `scripts/llamacpp_compare.sh` builds
 llama-bench, writes the GGUF and runs this.
 """
 
@@ -392,7 +392,7 @@ def main() -> int:
             llama_bytes = gguf_weight_bytes(a.gguf) if llama else 0
             if llama:
                 print(f"llama.cpp: {a.llamacpp} on {a.gguf} ({llama_bytes / 1e6:.1f} MB of tensors a token; the same int4 "
-                      "codes, f16 scales); no logits from llama-bench, so no parity check of that arm here")
+                      "codes, f16 scales); llama-bench gives no logits: that arm's parity is llamacpp_parity.py's")
             # Rounds (rules 1-3).
             per = {arm.name: {"p50": [], "p90": [], "prefill": [], "mean": []} for arm in arms}
             if llama:
