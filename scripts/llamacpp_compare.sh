@@ -4,8 +4,8 @@
 # -march=native), writes the generated model as a GGUF of the same int4 codes and f16 scales
 # (e2e/python/gguf_from_onnx.py, checked as it is written), then runs e2e/python/og_bench.py with the
 # llama.cpp arm: ORT and rcpu through onnxruntime-genai's generation loop, llama.cpp through
-# llama-bench, each arm in its own process, interleaved rounds (docs/benchmarking.md; the comparison's
-# terms: docs/benchmarking.md, "Against llama.cpp").
+# llama-bench, each arm in its own process, interleaved rounds (docs/benchmarking.md, "Against
+# llama.cpp").
 #
 #   scripts/llamacpp_compare.sh [SPEC] [og_bench options...]
 #

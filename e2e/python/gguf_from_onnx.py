@@ -85,6 +85,22 @@ def convert(model_dir: str, out: str, check: int) -> None:
     inter, vocab, ctx = int(fields["inter"]), int(fields["vocab"]), int(fields["ctx"])
     if head * heads != hidden:
         raise Refused(f"heads * head = {heads * head} differs from hidden {hidden}")
+    # The graph must be the plain decoder mapped below, node for node: anything else (the per-head
+    # q/k norms of Qwen3's preset, say) would be left out of the GGUF silently.
+    counts: dict = {}
+    for n in m.graph.node:
+        counts[n.op_type] = counts.get(n.op_type, 0) + 1
+    want = {"MatMulNBits": 5 * layers + 1, "GroupQueryAttention": layers, "SimplifiedLayerNormalization": 1,
+            "SkipSimplifiedLayerNormalization": 2 * layers, "Reshape": 1, "GatherBlockQuantized": 1,
+            "Sigmoid": layers, "Mul": 2 * layers, "ReduceSum": 1, "Sub": 1, "Cast": 2, "Shape": 1, "Gather": 1}
+    if counts != want:
+        extra = {k: v for k, v in counts.items() if want.get(k) != v}
+        raise Refused(f"the graph is not the plain decoder this writes (node counts {extra}, expected "
+                      f"{ {k: want.get(k, 0) for k in extra} })")
+    for i in range(layers):
+        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in by_name[f"layers.{i}.attn"].attribute}
+        if attrs.get("do_rotary") != 1 or attrs.get("rotary_interleaved", 0) != 0:
+            raise Refused(f"layers.{i}.attn: needs do_rotary = 1 with rotate-half (llama.cpp's {arch} rope)")
     arch = "qwen2" if fields.get("qkv_bias") == "1" else "llama"
     w = gguf.GGUFWriter(out, arch)
     w.add_name(f"rcpu-bench {spec}")

@@ -1,7 +1,7 @@
 """gguf_from_onnx.py, the generated model as a GGUF of the same weights for llama.cpp: every int4 weight
 read back from the file equals the ONNX weight (codes, f16-rounded scales), the fused QKV / tied
-embedding / norms land where llama.cpp's qwen2 and llama loaders look, and layouts Q4_0 cannot hold are
-refused with a message."""
+embedding / norms land where llama.cpp's qwen2 and llama loaders look, and layouts Q4_0 cannot hold (or
+graphs with nodes the GGUF would leave out) are refused with a message."""
 
 from __future__ import annotations
 
@@ -79,9 +79,14 @@ def test_gguf_holds_the_same_weights(tmp_path, preset, arch):
     assert "output.weight" not in tensors, "tied: llama.cpp reads the embedding as the lm_head"
 
 
-@pytest.mark.parametrize("extra,says", [(",lm_bits=8", "lm_bits"), (",tied=0", "tied=1"), (",window=16", "window")])
-def test_layouts_q4_0_cannot_hold_are_refused(tmp_path, extra, says):
-    model = _gen(tmp_path / "m", f"llm:preset=qwen2-0.5b,layers=1,vocab=300,ctx=128,acc=4{extra}")
+@pytest.mark.parametrize("spec,says", [
+    ("preset=qwen2-0.5b,lm_bits=8", "lm_bits"), ("preset=qwen2-0.5b,tied=0", "tied=1"),
+    ("preset=qwen2-0.5b,window=16", "window"),
+    # Qwen3's per-head q/k norms (heads * head made equal to hidden, so only the graph check is left).
+    ("preset=qwen3-0.6b,heads=8,kv=8", "not the plain decoder"),
+])
+def test_layouts_q4_0_cannot_hold_are_refused(tmp_path, spec, says):
+    model = _gen(tmp_path / "m", f"llm:{spec},layers=1,vocab=300,ctx=128,acc=4")
     out = subprocess.run([sys.executable, gguf_from_onnx.__file__, str(model), str(tmp_path / "x.gguf")],
                          capture_output=True, text=True)
     assert out.returncode != 0 and says in out.stderr, out.stderr
