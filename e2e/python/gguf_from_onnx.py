@@ -69,6 +69,23 @@ def nbits_weight(node, inits):
     return codes, scales, bias
 
 
+def rope_base(cos: np.ndarray, head: int) -> float:
+    """The rotary base the cos cache [positions, head / 2] was made with: its position 1 holds
+    cos(base^(-2i / head)), so pair 1's angle is base^(-2 / head)."""
+    if cos.ndim != 2 or cos.shape[1] != head // 2 or cos.shape[0] < 2:
+        raise Refused(f"cos_cache of shape {cos.shape} is not [positions, {head // 2}]")
+    angle = float(np.arccos(np.clip(cos[1, 1], -1.0, 1.0)))
+    base = angle ** (-head / 2)
+    expect = np.cos(np.outer(np.arange(cos.shape[0]), base ** (-np.arange(head // 2) * 2 / head)))
+    if not np.allclose(expect, cos, atol=1e-3):
+        raise Refused("cos_cache is not a plain rotary table (no single base reproduces it)")
+    return float(f"{base:.6g}")
+
+
+def norm_epsilon(node) -> float:
+    return next((float(onnx.helper.get_attribute_value(a)) for a in node.attribute if a.name == "epsilon"), 1e-5)
+
+
 def convert(model_dir: str, out: str, check: int) -> None:
     spec = json.load(open(os.path.join(model_dir, "rcpu_bench.json")))["spec"]
     fields = dict(kv.split("=", 1) for kv in spec.split(","))
@@ -110,9 +127,9 @@ def convert(model_dir: str, out: str, check: int) -> None:
     w.add_feed_forward_length(inter)
     w.add_head_count(heads)
     w.add_head_count_kv(kv)
-    w.add_rope_freq_base(10000.0)
+    w.add_rope_freq_base(rope_base(inits["cos_cache"], head))
     w.add_rope_dimension_count(head)
-    w.add_layer_norm_rms_eps(1e-6)
+    w.add_layer_norm_rms_eps(norm_epsilon(by_name["layers.0.ln1"]))
     w.add_vocab_size(vocab)
     w.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_0)
     # Placeholder SPM vocabulary: <unk>, <s>, </s>, the 256 byte tokens, then numbered ones.

@@ -60,6 +60,9 @@ def test_gguf_holds_the_same_weights(tmp_path, preset, arch):
     assert field(f"{arch}.attention.head_count_kv") == int(fields["kv"])
     assert field(f"{arch}.embedding_length") == int(fields["hidden"])
     assert len(field("tokenizer.ggml.tokens")) == 300
+    # The generator's rotary base and norm epsilon (gen_llm.rs), read back from the graph.
+    assert field(f"{arch}.rope.freq_base") == pytest.approx(10000.0)
+    assert field(f"{arch}.attention.layer_norm_rms_epsilon") == pytest.approx(1e-6)
     tensors = {t.name: t for t in r.tensors}
     want = {"token_embd.weight": "lm_head", "blk.0.attn_qkv.weight": "layers.0.qkv_proj",
             "blk.1.attn_output.weight": "layers.1.o_proj", "blk.1.ffn_gate.weight": "layers.1.gate_proj",
