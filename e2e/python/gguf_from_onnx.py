@@ -114,11 +114,11 @@ def convert(model_dir: str, out: str, check: int) -> None:
         extra = {k: v for k, v in counts.items() if want.get(k) != v}
         raise Refused(f"the graph is not the plain decoder this writes (node counts {extra}, expected "
                       f"{ {k: want.get(k, 0) for k in extra} })")
+    arch = "qwen2" if fields.get("qkv_bias") == "1" else "llama"
     for i in range(layers):
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in by_name[f"layers.{i}.attn"].attribute}
         if attrs.get("do_rotary") != 1 or attrs.get("rotary_interleaved", 0) != 0:
             raise Refused(f"layers.{i}.attn: needs do_rotary = 1 with rotate-half (llama.cpp's {arch} rope)")
-    arch = "qwen2" if fields.get("qkv_bias") == "1" else "llama"
     w = gguf.GGUFWriter(out, arch)
     w.add_name(f"rcpu-bench {spec}")
     w.add_context_length(ctx)
@@ -204,6 +204,9 @@ def main() -> None:
     try:
         convert(a.model_dir, a.out, a.check)
     except Refused as e:
+        # A weight refused after the writer opened the file leaves no partial GGUF behind.
+        if os.path.exists(a.out):
+            os.remove(a.out)
         sys.exit(f"gguf_from_onnx: {e}")
 
 

@@ -101,3 +101,20 @@ def test_check_compares_what_was_written(tmp_path):
     out = subprocess.run([sys.executable, gguf_from_onnx.__file__, str(model), str(tmp_path / "x.gguf"), "--check", "3"],
                          capture_output=True, text=True)
     assert out.returncode == 0 and "3 weights dequantize to the ONNX weights" in out.stdout, out.stdout + out.stderr
+
+
+def test_a_weight_with_zero_points_is_refused_and_leaves_no_file(tmp_path):
+    # Refused after the writer has started: the partial file goes too.
+    model = _gen(tmp_path / "m", "llm:preset=qwen2-0.5b,layers=1,vocab=300,ctx=128,acc=4")
+    m = onnx.load(str(model / "model.onnx"))
+    node = next(n for n in m.graph.node if n.name == "layers.0.o_proj")
+    zp = np.full((896 * 28 // 2,), 0x88, np.uint8)
+    m.graph.initializer.append(numpy_helper.from_array(zp, "zp_o_proj"))
+    while len(node.input) < 4:
+        node.input.append("")
+    node.input[3] = "zp_o_proj"
+    onnx.save(m, str(model / "model.onnx"))
+    out = tmp_path / "x.gguf"
+    proc = subprocess.run([sys.executable, gguf_from_onnx.__file__, str(model), str(out)], capture_output=True, text=True)
+    assert proc.returncode != 0 and "layers.0.o_proj: has zero points" in proc.stderr, proc.stderr
+    assert not out.exists()
