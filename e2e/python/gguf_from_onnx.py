@@ -204,9 +204,8 @@ def main() -> None:
     try:
         convert(a.model_dir, a.out, a.check)
     except Refused as e:
-        # A weight refused after the writer opened the file leaves no partial GGUF behind.
-        if os.path.exists(a.out):
-            os.remove(a.out)
+        # Every refusal comes before the writer's first write (`write_header_to_file`, after every
+        # tensor was added): no partial GGUF is left behind.
         sys.exit(f"gguf_from_onnx: {e}")
 
 

@@ -104,7 +104,7 @@ def test_check_compares_what_was_written(tmp_path):
 
 
 def test_a_weight_with_zero_points_is_refused_and_leaves_no_file(tmp_path):
-    # Refused after the writer has started: the partial file goes too.
+    # Refused while the tensors are being added: the writer has written nothing yet, so no file.
     model = _gen(tmp_path / "m", "llm:preset=qwen2-0.5b,layers=1,vocab=300,ctx=128,acc=4")
     m = onnx.load(str(model / "model.onnx"))
     node = next(n for n in m.graph.node if n.name == "layers.0.o_proj")
