@@ -1,6 +1,7 @@
-"""Writes a generated rcpu-bench LLM (`rcpu-bench gen llm:...`, int4, symmetric, block 32, a q4
-embedding) as a GGUF file of the same weights for llama.cpp: every int4 weight as Q4_0 blocks of
-the same codes, each block's scale rounded to f16 (as rcpu packs level-4 weights), norms and
+"""Writes a generated rcpu-bench LLM (`rcpu-bench gen llm:...`, 4- or 8-bit weights without zero points,
+block 32, the tied embedding quantized) as a GGUF file of the same weights for llama.cpp: every int4
+weight as Q4_0 blocks and every 8-bit one (`lm_bits=8`, `mix8=1`) as Q8_0 blocks of the same codes,
+each block's scale rounded to f16 (as rcpu packs level-4 weights), norms and
 biases as float32, the packed QKV projection as llama.cpp's fused `attn_qkv`, the tied lm_head as
 the embedding. The tokenizer is a placeholder vocabulary of the model's size (random weights:
 benchmarks only). Refuses any other layout with a message naming what differs.
@@ -44,6 +45,24 @@ def codes_of(b: np.ndarray, n: int, k: int) -> np.ndarray:
     return c
 
 
+def codes8_of(b: np.ndarray, n: int, k: int) -> np.ndarray:
+    """ONNX MatMulNBits 8-bit B [N, k_blocks, 32]: one code a byte, already in order."""
+    if b.dtype != np.uint8 or b.ndim != 3 or b.shape[0] != n or b.shape[2] != Q4_0_BLOCK:
+        raise Refused(f"B of shape {b.shape} / {b.dtype} is not [N, k_blocks, 32] uint8")
+    if b.shape[1] * Q4_0_BLOCK != k:
+        raise Refused(f"K = {k} is not k_blocks * 32 ({b.shape[1]} blocks)")
+    return b
+
+
+def q8_0_rows(codes: np.ndarray, scales: np.ndarray) -> np.ndarray:
+    """8-bit codes [N, kb, 32], scales [N, kb] -> Q8_0 rows [N, kb * 34] (f16 d, then 32 int8 q - 128);
+    value (q - 128) d, the ONNX weight's (zero point 128)."""
+    n, kb, _ = codes.shape
+    d = scales.astype(np.float16).reshape(n, kb, 1).view(np.uint8)
+    qs = (codes.astype(np.int16) - 128).astype(np.int8).view(np.uint8)
+    return np.concatenate([d, qs], axis=2).reshape(n, kb * 34)
+
+
 def q4_0_rows(codes: np.ndarray, scales: np.ndarray) -> np.ndarray:
     """codes [N, kb, 32], scales [N, kb] -> Q4_0 rows [N, kb * 18] (f16 d, then qs[j] = q[j] |
     q[j + 16] << 4); value (q - 8) d, the ONNX weight's (zero point 8)."""
@@ -54,19 +73,21 @@ def q4_0_rows(codes: np.ndarray, scales: np.ndarray) -> np.ndarray:
 
 
 def nbits_weight(node, inits):
+    """(bits, codes [N, kb, 32], scales [N, kb], bias or None) of a MatMulNBits node."""
     attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-    if attrs.get("bits", 4) != 4 or attrs.get("block_size") != Q4_0_BLOCK:
-        raise Refused(f"{node.name}: bits {attrs.get('bits', 4)} / block {attrs.get('block_size')} (needs 4 / 32)")
+    bits = attrs.get("bits", 4)
+    if bits not in (4, 8) or attrs.get("block_size") != Q4_0_BLOCK:
+        raise Refused(f"{node.name}: bits {bits} / block {attrs.get('block_size')} (needs 4 or 8 / 32)")
     ins = list(node.input) + [""] * 6
     if ins[3]:
-        raise Refused(f"{node.name}: has zero points (Q4_0 is symmetric around 8)")
+        raise Refused(f"{node.name}: has zero points (Q4_0 / Q8_0 are symmetric around 8 / 128)")
     if ins[4]:
         raise Refused(f"{node.name}: has g_idx")
     n, k = attrs["N"], attrs["K"]
-    codes = codes_of(inits[ins[1]], n, k)
+    codes = (codes_of if bits == 4 else codes8_of)(inits[ins[1]], n, k)
     scales = inits[ins[2]].astype(np.float32).reshape(n, -1)
     bias = inits[ins[5]] if ins[5] else None
-    return codes, scales, bias
+    return bits, codes, scales, bias
 
 
 def rope_base(cos: np.ndarray, head: int) -> float:
@@ -92,9 +113,9 @@ def convert(model_dir: str, out: str, check: int) -> None:
     m = onnx.load(os.path.join(model_dir, "model.onnx"))
     inits = {i.name: numpy_helper.to_array(i) for i in m.graph.initializer}
     by_name = {n.name: n for n in m.graph.node}
-    if fields.get("tied") != "1" or fields.get("emb") != "q4":
-        raise Refused(f"needs tied=1 and emb=q4 (spec {spec})")
-    for key in ("window", "softcap", "rot", "lm_bits", "mix8", "qk_norm"):
+    if fields.get("tied") != "1" or fields.get("emb") not in ("q4", "q8"):
+        raise Refused(f"needs tied=1 and emb=q4 or q8 (spec {spec})")
+    for key in ("window", "softcap", "rot", "qk_norm"):
         if key in fields:
             raise Refused(f"spec option {key} has no GGUF mapping here")
     layers, hidden = int(fields["layers"]), int(fields["hidden"])
@@ -131,7 +152,7 @@ def convert(model_dir: str, out: str, check: int) -> None:
     w.add_rope_dimension_count(head)
     w.add_layer_norm_rms_eps(norm_epsilon(by_name["layers.0.ln1"]))
     w.add_vocab_size(vocab)
-    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_0)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0 if fields.get("mix8") == "1" else gguf.LlamaFileType.MOSTLY_Q4_0)
     # Placeholder SPM vocabulary: <unk>, <s>, </s>, the 256 byte tokens, then numbered ones.
     toks = [b"<unk>", b"<s>", b"</s>"] + [f"<0x{i:02X}>".encode() for i in range(256)]
     types = [gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL, gguf.TokenType.CONTROL] + [gguf.TokenType.BYTE] * 256
@@ -148,27 +169,30 @@ def convert(model_dir: str, out: str, check: int) -> None:
 
     written = {}
 
-    def q4(name, node_name):
-        codes, scales, bias = nbits_weight(by_name[node_name], inits)
-        w.add_tensor(f"{name}.weight", q4_0_rows(codes, scales), raw_dtype=gguf.GGMLQuantizationType.Q4_0)
-        written[f"{name}.weight"] = (codes, scales)
+    def quant(name, node_name):
+        bits, codes, scales, bias = nbits_weight(by_name[node_name], inits)
+        if bits == 4:
+            w.add_tensor(f"{name}.weight", q4_0_rows(codes, scales), raw_dtype=gguf.GGMLQuantizationType.Q4_0)
+        else:
+            w.add_tensor(f"{name}.weight", q8_0_rows(codes, scales), raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+        written[f"{name}.weight"] = (bits, codes, scales)
         if bias is not None:
             w.add_tensor(f"{name}.bias", bias.astype(np.float32))
 
     def f32(name, init):
         w.add_tensor(name, inits[init].astype(np.float32))
 
-    q4("token_embd", "lm_head")
+    quant("token_embd", "lm_head")
     f32("output_norm.weight", "final_norm.w")
     for i in range(layers):
         p = f"blk.{i}"
         f32(f"{p}.attn_norm.weight", f"layers.{i}.ln1.w")
-        q4(f"{p}.attn_qkv", f"layers.{i}.qkv_proj")
-        q4(f"{p}.attn_output", f"layers.{i}.o_proj")
+        quant(f"{p}.attn_qkv", f"layers.{i}.qkv_proj")
+        quant(f"{p}.attn_output", f"layers.{i}.o_proj")
         f32(f"{p}.ffn_norm.weight", f"layers.{i}.ln2.w")
-        q4(f"{p}.ffn_gate", f"layers.{i}.gate_proj")
-        q4(f"{p}.ffn_up", f"layers.{i}.up_proj")
-        q4(f"{p}.ffn_down", f"layers.{i}.down_proj")
+        quant(f"{p}.ffn_gate", f"layers.{i}.gate_proj")
+        quant(f"{p}.ffn_up", f"layers.{i}.up_proj")
+        quant(f"{p}.ffn_down", f"layers.{i}.down_proj")
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -185,9 +209,10 @@ def verify(path: str, written: dict, count: int) -> None:
     for t in r.tensors:
         if t.name not in written or seen >= count:
             continue
-        codes, scales = written[t.name]
+        bits, codes, scales = written[t.name]
         got = gguf.quants.dequantize(np.asarray(t.data), gguf.GGMLQuantizationType(t.tensor_type))
-        want = (codes.astype(np.float32) - 8) * scales.astype(np.float16).astype(np.float32)[..., None]
+        zero = 8 if bits == 4 else 128
+        want = (codes.astype(np.float32) - zero) * scales.astype(np.float16).astype(np.float32)[..., None]
         want = want.reshape(got.shape)
         if not np.array_equal(got, want):
             raise SystemExit(f"gguf_from_onnx: {t.name} dequantizes differently ({np.abs(got - want).max()})")

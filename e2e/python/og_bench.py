@@ -26,7 +26,7 @@ ledger). Exit codes: 0 ok, 1 error, 2 parity mismatch (nothing timed), 3 steady 
 headline).
 
 `--llamacpp LLAMA_BENCH --gguf FILE` adds llama.cpp as a fourth arm: its own `llama-bench` on a GGUF of
-the same weights (`gguf_from_onnx.py`: the same int4 codes, the scales as f16, checked when written), a
+the same weights (`gguf_from_onnx.py`: the same codes, the scales as f16, checked when written), a
 fresh process each round pinned to the same CPUs, `-t THREADS`, the prompt as `pp` at depth 0 and the
 tokens as `tg` at the prompt's depth, `--iters` repetitions. llama-bench times whole runs, not tokens,
 so this arm and rcpu's are compared by the mean per generated token (the other columns by the p50), and
@@ -392,7 +392,7 @@ def main() -> int:
             llama_bytes = gguf_weight_bytes(a.gguf) if llama else 0
             if llama:
                 print(f"llama.cpp: {a.llamacpp} on {a.gguf} ({llama_bytes / 1e6:.1f} MB of tensors a token; the same int4 "
-                      "codes, f16 scales); llama-bench gives no logits: that arm's parity is llamacpp_parity.py's")
+                      "and 8-bit codes, f16 scales); llama-bench gives no logits: that arm's parity is llamacpp_parity.py's")
             # Rounds (rules 1-3).
             per = {arm.name: {"p50": [], "p90": [], "prefill": [], "mean": []} for arm in arms}
             if llama:

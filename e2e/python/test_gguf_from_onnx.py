@@ -28,23 +28,29 @@ def _gen(dest, spec):
 
 
 def _onnx_weight(inits, node) -> np.ndarray:
-    """The MatMulNBits weight [N, K] in float, written out element by element from ORT's layout (byte j of
-    a block: element 2j in the low nibble, 2j + 1 in the high one; zero point 8)."""
+    """The MatMulNBits weight [N, K] in float, written out element by element from ORT's layout (4 bits: byte
+    j of a block holds element 2j in the low nibble, 2j + 1 in the high one, zero point 8; 8 bits: a byte
+    an element, zero point 128)."""
     attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-    n, k = attrs["N"], attrs["K"]
+    n, k, bits = attrs["N"], attrs["K"], attrs["bits"]
     b = inits[node.input[1]].reshape(n, -1)
     s = inits[node.input[2]].reshape(n, -1).astype(np.float16).astype(np.float32)
     w = np.empty((n, k), np.float32)
     for col in range(k):
-        byte = b[:, col // 2]
-        q = (byte & 0x0F) if col % 2 == 0 else (byte >> 4)
-        w[:, col] = (q.astype(np.float32) - 8) * s[:, col // 32]
+        if bits == 8:
+            q, zero = b[:, col], 128
+        else:
+            byte = b[:, col // 2]
+            q, zero = (byte & 0x0F) if col % 2 == 0 else (byte >> 4), 8
+        w[:, col] = (q.astype(np.float32) - zero) * s[:, col // 32]
     return w
 
 
-@pytest.mark.parametrize("preset,arch", [("qwen2-0.5b", "qwen2"), ("llama-3.2-1b", "llama")])
-def test_gguf_holds_the_same_weights(tmp_path, preset, arch):
-    spec = f"llm:preset={preset},layers=2,vocab=300,ctx=128,acc=4,seed=5"
+@pytest.mark.parametrize("preset,arch,extra", [("qwen2-0.5b", "qwen2", ""), ("llama-3.2-1b", "llama", ""),
+                                               ("qwen2-0.5b", "qwen2", ",lm_bits=8,mix8=1")])
+def test_gguf_holds_the_same_weights(tmp_path, preset, arch, extra):
+    # extra: the 8-bit lm_head (and so embedding) and 8-bit o_proj / MLP, as Q8_0.
+    spec = f"llm:preset={preset},layers=2,vocab=300,ctx=128,acc=4,seed=5{extra}"
     model = _gen(tmp_path / "m", spec)
     out = tmp_path / "m.gguf"
     gguf_from_onnx.convert(str(model), str(out), check=0)
@@ -67,9 +73,12 @@ def test_gguf_holds_the_same_weights(tmp_path, preset, arch):
     want = {"token_embd.weight": "lm_head", "blk.0.attn_qkv.weight": "layers.0.qkv_proj",
             "blk.1.attn_output.weight": "layers.1.o_proj", "blk.1.ffn_gate.weight": "layers.1.gate_proj",
             "blk.0.ffn_up.weight": "layers.0.up_proj", "blk.1.ffn_down.weight": "layers.1.down_proj"}
+    eight = {"token_embd.weight", "blk.1.attn_output.weight", "blk.1.ffn_gate.weight", "blk.0.ffn_up.weight",
+             "blk.1.ffn_down.weight"} if extra else set()
     for name, node in want.items():
         t = tensors[name]
-        assert t.tensor_type == gguf.GGMLQuantizationType.Q4_0, name
+        q = gguf.GGMLQuantizationType.Q8_0 if name in eight else gguf.GGMLQuantizationType.Q4_0
+        assert t.tensor_type == q, name
         got = gguf.quants.dequantize(np.asarray(t.data), t.tensor_type)
         np.testing.assert_array_equal(got, _onnx_weight(inits, nodes[node]), err_msg=name)
     for name, init in [("output_norm.weight", "final_norm.w"), ("blk.1.attn_norm.weight", "layers.1.ln1.w"),
@@ -83,7 +92,7 @@ def test_gguf_holds_the_same_weights(tmp_path, preset, arch):
 
 
 @pytest.mark.parametrize("spec,says", [
-    ("preset=qwen2-0.5b,lm_bits=8", "lm_bits"), ("preset=qwen2-0.5b,tied=0", "tied=1"),
+    ("preset=qwen2-0.5b,emb=f32", "emb=q4 or q8"), ("preset=qwen2-0.5b,tied=0", "tied=1"),
     ("preset=qwen2-0.5b,window=16", "window"),
     # Qwen3's per-head q/k norms (heads * head made equal to hidden, so only the graph check is left).
     ("preset=qwen3-0.6b,heads=8,kv=8", "not the plain decoder"),
