@@ -14,7 +14,7 @@ use crate::ep::op::{types, Decline, KernelEnv, OpDef, OpKernel};
 use crate::kernels::matmul_nbits::reference::{hostile_scales, matmul_dequant_f32};
 use crate::kernels::matmul_nbits::{
     decode_first_segment, decode_second_segment, matmul_packed, matmul_unpacked, try_pack,
-    Bits8Route, NBitsInput, NBitsParams, NBitsWeight, PackedNBits,
+    NBitsInput, NBitsParams, NBitsWeight, PackedNBits,
 };
 use crate::kernels::shape::{checked_numel, numel};
 use crate::memory::{params_hash, weight_cache, CachedWeight, KeyDigest, WeightKey};
@@ -546,11 +546,7 @@ impl OpKernel for MatMulNBits {
                 }
             }
         };
-        if p.bits == 8 {
-            ledger::record(OP, Bits8Route(variant), take_lanes_used());
-        } else {
-            ledger::record(OP, variant, take_lanes_used());
-        }
+        ledger::record(OP, variant.of_bits(p.bits), take_lanes_used());
         Ok(())
     }
 }

@@ -29,7 +29,7 @@ use crate::abi::tensor::ElemType;
 use crate::ep::op::{KernelEnv, OpKernel};
 use crate::kernels::activation::{activation_f32, Activation};
 use crate::kernels::matmul_nbits::{
-    matmul_pair, pair_compatible, pair_declines_rows, pair_rows_fit, Bits8Route,
+    matmul_pair, pair_compatible, pair_declines_rows, pair_rows_fit,
 };
 use crate::runtime::par::{take_lanes_used, Serial};
 use crate::telemetry::ledger;
@@ -122,11 +122,7 @@ impl SwiGlu {
         let lanes = take_lanes_used();
         // Two MatMulNBits calls ran (as one dispatch); the Sigmoid and Muls ran inside them.
         for _ in 0..2 {
-            if p.bits == 8 {
-                ledger::record("MatMulNBits", Bits8Route(route), lanes);
-            } else {
-                ledger::record("MatMulNBits", route, lanes);
-            }
+            ledger::record("MatMulNBits", route.of_bits(p.bits), lanes);
         }
         Ok(true)
     }

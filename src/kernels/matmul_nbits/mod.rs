@@ -70,7 +70,7 @@ mod tile_scalar;
 pub use dispatch::{route, Kernels};
 pub use pack::{pack, pack_threads, try_pack, try_pack_threads, PackedNBits, NR};
 pub use params::{NBitsInput, NBitsParams, NBitsWeight};
-pub use route::{Bits8Route, NBitsPath, NBitsRoute};
+pub use route::{BitsRoute, NBitsPath, NBitsRoute};
 
 use crate::runtime::par::{Par, StreamSplit};
 

@@ -125,14 +125,28 @@ impl Variant for NBitsRoute {
     }
 }
 
-/// The route of an 8-bit call (`bits8`): the route its packed groups took (a pair call's
-/// included: an 8-bit SwiGLU step), named with a `-bits8` suffix in the ledger.
+/// A call's route with its weights' bit width: what the ledger records. An 8-bit call
+/// (`bits8`; a pair call's included: an 8-bit SwiGLU step) is named as the route its packed
+/// groups took with a `-bits8` suffix, a 4-bit one as the route itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Bits8Route(pub NBitsRoute);
+pub struct BitsRoute {
+    pub route: NBitsRoute,
+    pub bits8: bool,
+}
 
-impl Variant for Bits8Route {
+impl NBitsRoute {
+    /// This route for a call over `bits`-bit weights.
+    pub fn of_bits(self, bits: usize) -> BitsRoute {
+        BitsRoute {
+            route: self,
+            bits8: bits == 8,
+        }
+    }
+}
+
+impl Variant for BitsRoute {
     fn text(self) -> &'static str {
-        route_text(self.0, true)
+        route_text(self.route, self.bits8)
     }
 }
 
@@ -161,7 +175,8 @@ mod tests {
         for isa in isas {
             for path in paths {
                 let r = NBitsRoute { isa, path };
-                let (t4, t8) = (r.text(), Bits8Route(r).text());
+                let (t4, t8) = (r.of_bits(4).text(), r.of_bits(8).text());
+                assert_eq!(t4, r.text(), "{r:?}");
                 assert_eq!(t8, format!("{t4}-bits8"), "{r:?}");
                 let level = if path == AmxGemm { "amx" } else { isa.name() };
                 assert!(t4.starts_with(&format!("{level}-")), "{r:?}: {t4}");
