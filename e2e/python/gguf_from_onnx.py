@@ -32,44 +32,34 @@ class Refused(Exception):
     pass
 
 
-def codes_of(b: np.ndarray, n: int, k: int) -> np.ndarray:
-    """ONNX MatMulNBits 4-bit B [N, k_blocks, 16] -> codes [N, k_blocks, 32] (0..15): byte j holds
-    element 2j in its low nibble and 2j + 1 in its high one."""
-    if b.dtype != np.uint8 or b.ndim != 3 or b.shape[0] != n or b.shape[2] != Q4_0_BLOCK // 2:
-        raise Refused(f"B of shape {b.shape} / {b.dtype} is not [N, k_blocks, 16] uint8")
+def codes_of(b: np.ndarray, n: int, k: int, bits: int) -> np.ndarray:
+    """ONNX MatMulNBits B -> codes [N, k_blocks, 32]: 8-bit B [N, k_blocks, 32] holds one code a
+    byte, in order; 4-bit B [N, k_blocks, 16] holds element 2j of a block in byte j's low nibble and
+    2j + 1 in its high one."""
+    width = Q4_0_BLOCK if bits == 8 else Q4_0_BLOCK // 2
+    if b.dtype != np.uint8 or b.ndim != 3 or b.shape[0] != n or b.shape[2] != width:
+        raise Refused(f"B of shape {b.shape} / {b.dtype} is not [N, k_blocks, {width}] uint8")
     if b.shape[1] * Q4_0_BLOCK != k:
         raise Refused(f"K = {k} is not k_blocks * 32 ({b.shape[1]} blocks)")
+    if bits == 8:
+        return b
     c = np.empty(b.shape[:2] + (Q4_0_BLOCK,), np.uint8)
     c[..., 0::2] = b & 0x0F
     c[..., 1::2] = b >> 4
     return c
 
 
-def codes8_of(b: np.ndarray, n: int, k: int) -> np.ndarray:
-    """ONNX MatMulNBits 8-bit B [N, k_blocks, 32]: one code a byte, already in order."""
-    if b.dtype != np.uint8 or b.ndim != 3 or b.shape[0] != n or b.shape[2] != Q4_0_BLOCK:
-        raise Refused(f"B of shape {b.shape} / {b.dtype} is not [N, k_blocks, 32] uint8")
-    if b.shape[1] * Q4_0_BLOCK != k:
-        raise Refused(f"K = {k} is not k_blocks * 32 ({b.shape[1]} blocks)")
-    return b
-
-
-def q8_0_rows(codes: np.ndarray, scales: np.ndarray) -> np.ndarray:
-    """8-bit codes [N, kb, 32], scales [N, kb] -> Q8_0 rows [N, kb * 34] (f16 d, then 32 int8 q - 128);
-    value (q - 128) d, the ONNX weight's (zero point 128)."""
+def block_rows(bits: int, codes: np.ndarray, scales: np.ndarray) -> tuple[np.ndarray, object]:
+    """codes [N, kb, 32], scales [N, kb] -> (rows [N, kb * block bytes], GGML type): each block its
+    f16 scale d, then its codes as Q4_0 (`bits` 4: qs[j] = q[j] | q[j + 16] << 4, value (q - 8) d)
+    or Q8_0 (8: 32 int8 q - 128, value (q - 128) d), the ONNX weight's values (zero point 8 / 128)."""
     n, kb, _ = codes.shape
     d = scales.astype(np.float16).reshape(n, kb, 1).view(np.uint8)
-    qs = (codes.astype(np.int16) - 128).astype(np.int8).view(np.uint8)
-    return np.concatenate([d, qs], axis=2).reshape(n, kb * 34)
-
-
-def q4_0_rows(codes: np.ndarray, scales: np.ndarray) -> np.ndarray:
-    """codes [N, kb, 32], scales [N, kb] -> Q4_0 rows [N, kb * 18] (f16 d, then qs[j] = q[j] |
-    q[j + 16] << 4); value (q - 8) d, the ONNX weight's (zero point 8)."""
-    n, kb, _ = codes.shape
-    d = scales.astype(np.float16).reshape(n, kb, 1).view(np.uint8)
-    qs = codes[..., :16] | (codes[..., 16:] << 4)
-    return np.concatenate([d, qs], axis=2).reshape(n, kb * 18)
+    if bits == 4:
+        qs, kind = codes[..., :16] | (codes[..., 16:] << 4), gguf.GGMLQuantizationType.Q4_0
+    else:
+        qs, kind = (codes.astype(np.int16) - 128).astype(np.int8).view(np.uint8), gguf.GGMLQuantizationType.Q8_0
+    return np.concatenate([d, qs], axis=2).reshape(n, -1), kind
 
 
 def nbits_weight(node, inits):
@@ -84,7 +74,7 @@ def nbits_weight(node, inits):
     if ins[4]:
         raise Refused(f"{node.name}: has g_idx")
     n, k = attrs["N"], attrs["K"]
-    codes = (codes_of if bits == 4 else codes8_of)(inits[ins[1]], n, k)
+    codes = codes_of(inits[ins[1]], n, k, bits)
     scales = inits[ins[2]].astype(np.float32).reshape(n, -1)
     bias = inits[ins[5]] if ins[5] else None
     return bits, codes, scales, bias
@@ -171,10 +161,8 @@ def convert(model_dir: str, out: str, check: int) -> None:
 
     def quant(name, node_name):
         bits, codes, scales, bias = nbits_weight(by_name[node_name], inits)
-        if bits == 4:
-            w.add_tensor(f"{name}.weight", q4_0_rows(codes, scales), raw_dtype=gguf.GGMLQuantizationType.Q4_0)
-        else:
-            w.add_tensor(f"{name}.weight", q8_0_rows(codes, scales), raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+        rows, kind = block_rows(bits, codes, scales)
+        w.add_tensor(f"{name}.weight", rows, raw_dtype=kind)
         written[f"{name}.weight"] = (bits, codes, scales)
         if bias is not None:
             w.add_tensor(f"{name}.bias", bias.astype(np.float32))

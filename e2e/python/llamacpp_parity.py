@@ -21,6 +21,8 @@ import sys
 
 import numpy as np
 
+from og_bench import rel_l2
+
 REPO = pathlib.Path(__file__).resolve().parents[2]
 EP_NAME = "RcpuExecutionProvider"
 
@@ -61,10 +63,6 @@ def llama_logits(gguf: str, ids: list[int]) -> np.ndarray:
     llm = Llama(model_path=gguf, n_ctx=max(64, 2 * len(ids)), n_threads=2, logits_all=True, verbose=False)
     llm.eval(ids)
     return np.array(llm.scores[: len(ids)])
-
-
-def rel_l2(a: np.ndarray, b: np.ndarray) -> float:
-    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
 
 
 def main() -> int:

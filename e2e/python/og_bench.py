@@ -287,6 +287,11 @@ def steady_from(per_round: list[float], k: int = 3, tol: float = 0.05, min_len: 
     return None
 
 
+def verdict(ratio: float, band: tuple[float, float]) -> str:
+    """"real" when `ratio` lies outside the null band, else "noise"."""
+    return "real" if not band[0] <= ratio <= band[1] else "noise"
+
+
 def null_band(ratios: list[float]) -> tuple[float, float]:
     """Symmetric in log space around 1: the spread of the null ratio (10-90% with ten or more)."""
     if len(ratios) >= 10:
@@ -457,7 +462,7 @@ def main() -> int:
 
         ratio = [o / r for o, r in zip(per["ort"]["p50"], per["rcpu"]["p50"])]
         null = [n / r for n, r in zip(per["null"]["p50"], per["rcpu"]["p50"])]
-        genai_arms = ("ort", "rcpu", "null")
+        genai_arms = [arm.name for arm in arms]
         starts = [steady_from(per[n]["p50"]) for n in genai_arms]
         if llama:
             starts.append(steady_from(per[llama.name]["mean"]))
@@ -504,16 +509,14 @@ def main() -> int:
                     rd = statistics.median(reads)
                     print(f"of the rounds' median read ({rd:.1f} GB/s): llama.cpp {llama_bytes / lt / 1e6 / rd:.1%}, "
                           f"rcpu {weight_bytes / rt / 1e6 / rd:.1%} (means per token)")
-            lverdict = "real" if not lband[0] <= lmed <= lband[1] else "noise"
             print(f"llama.cpp/rcpu = {lmed:.3f} per generated token (means; per round {min(lr):.3f}-{max(lr):.3f}), "
-                  f"null band of the means [{lband[0]:.3f}, {lband[1]:.3f}] -> {lverdict}")
+                  f"null band of the means [{lband[0]:.3f}, {lband[1]:.3f}] -> {verdict(lmed, lband)}")
             pr = [lp / rp for lp, rp in zip(per[llama.name]["prefill"], per["rcpu"]["prefill"])]
             pband = null_band([np_ / rp for np_, rp in zip(per["null"]["prefill"], per["rcpu"]["prefill"])][window])
             pmed = statistics.median(pr[window])
             print(f"llama.cpp/rcpu = {pmed:.3f} for the {a.prompt}-token prompt (per round {min(pr):.3f}-{max(pr):.3f}), "
-                  f"null band [{pband[0]:.3f}, {pband[1]:.3f}] -> {'real' if not pband[0] <= pmed <= pband[1] else 'noise'}")
+                  f"null band [{pband[0]:.3f}, {pband[1]:.3f}] -> {verdict(pmed, pband)}")
         head = statistics.median(ratio[window])
-        verdict = "real" if not band[0] <= head <= band[1] else "noise"
         report = {"model": str(src), "prompt": a.prompt, "tokens": a.tokens, "rounds": a.rounds, "iters": a.iters,
                   "threads": a.threads, "intra": a.intra, "share": share, "per_round": per,
                   "steady_from": steady, "null_band": band, "ort_over_rcpu": head, "cpu": cpu_model(),
@@ -528,7 +531,7 @@ def main() -> int:
             return 3
         print(f"HEADLINE onnxruntime-genai generation (prompt {a.prompt}, {a.tokens} tokens): ORT/rcpu = {head:.3f} per "
               f"token (rcpu {med['rcpu']:.3f} ms vs ORT {med['ort']:.3f} ms), null band [{band[0]:.3f}, {band[1]:.3f}] "
-              f"-> {verdict}; steady from round {steady + 1}")
+              f"-> {verdict(head, band)}; steady from round {steady + 1}")
         return 0
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -14,7 +14,9 @@ from test_gguf_from_onnx import _gen
 
 
 @pytest.fixture(scope="module")
-def small_model(tmp_path_factory):
+def small_model(tmp_path_factory, rcpu_devices):
+    # rcpu_devices: the suite's one registration of the plugin comes first, whatever order the tests
+    # run in (llamacpp_parity finds it there; conftest's own would fail after a second one).
     return _gen(tmp_path_factory.mktemp("parity"), "llm:preset=qwen2-0.5b,layers=1,vocab=1200,ctx=64,acc=4")
 
 
