@@ -277,7 +277,8 @@ def _nbits_node(rng, name, inp, out, k, n, block_size, acc, bias: bool, bits: in
 def decoder_layer(rng: np.random.Generator, accuracy_level: int = 4, block_size: int = 32,
                   hidden: int = QWEN2_HIDDEN, inter: int = QWEN2_INTER, kv_cache: bool = False,
                   rotary: bool = False, max_pos: int = 256, plain_norms: bool = False,
-                  qk_norm: bool = False, relu2: bool = False, window_softcap: bool = False) -> onnx.ModelProto:
+                  qk_norm: bool = False, relu2: bool = False, window_softcap: bool = False,
+                  packed_split: bool = False) -> onnx.ModelProto:
     """One Qwen2-style decoder layer: RMSNorm -> q/k/v MatMulNBits (with bias) -> GroupQueryAttention
     -> o_proj -> SkipSimplifiedLayerNorm (residual sum as output 3) -> gate/up MatMulNBits -> SiLU
     (Sigmoid * x) * up -> down MatMulNBits -> Add.
@@ -288,7 +289,9 @@ def decoder_layer(rng: np.random.Generator, accuracy_level: int = 4, block_size:
     Phi-2 / GPT-2 / OLMo-style decoders) in place of the RMSNorms; qk_norm: per-head RMSNorms of the query
     and key rows between Reshapes to [B, S * heads, head] and back (the builder's Qwen3 / Gemma3 form);
     relu2: the MLP as the builder writes it for `relu2` models (Nemotron): up -> Relu -> Pow(2) -> down, no
-    gate; window_softcap: the attention with local_window_size 4 and softcap 30 (Gemma 2-style)."""
+    gate; window_softcap: the attention with local_window_size 4 and softcap 30 (Gemma 2-style);
+    packed_split: Q, K and V as one packed MatMulNBits Split in three along the last axis (the
+    builder's current form for Qwen3-style decoders, with qk_norm)."""
     h, d = QWEN2_HEAD_DIM, hidden
     q_n, kv_n = QWEN2_HEADS * h, QWEN2_KV_HEADS * h
     inits = [
@@ -303,10 +306,16 @@ def decoder_layer(rng: np.random.Generator, accuracy_level: int = 4, block_size:
     else:
         nodes = [helper.make_node("SimplifiedLayerNormalization", ["X", "ln1.w"], ["h1"], name="ln1",
                                   axis=-1, epsilon=1e-6, stash_type=1)]
-    for nm, n, out in (("q_proj", q_n, "q"), ("k_proj", kv_n, "k"), ("v_proj", kv_n, "v")):
-        node, ini = _nbits_node(rng, nm, "h1", out, d, n, block_size, accuracy_level, bias=True)
-        nodes.append(node)
-        inits += ini
+    if packed_split:
+        node, ini = _nbits_node(rng, "qkv_proj", "h1", "qkv", d, q_n + 2 * kv_n, block_size, accuracy_level,
+                                bias=True)
+        inits += ini + [numpy_helper.from_array(np.array([q_n, kv_n, kv_n], np.int64), "qkv_sizes")]
+        nodes += [node, helper.make_node("Split", ["qkv", "qkv_sizes"], ["q", "k", "v"], name="qkv_split", axis=-1)]
+    else:
+        for nm, n, out in (("q_proj", q_n, "q"), ("k_proj", kv_n, "k"), ("v_proj", kv_n, "v")):
+            node, ini = _nbits_node(rng, nm, "h1", out, d, n, block_size, accuracy_level, bias=True)
+            nodes.append(node)
+            inits += ini
     if qk_norm:
         consts = [numpy_helper.from_array(np.array(v, np.int64), nm) for nm, v in
                   (("heads_shape", [0, -1, h]), ("q_shape", [0, -1, q_n]), ("k_shape", [0, -1, kv_n]))]

@@ -10,8 +10,11 @@ step's logits); per arm the median over rounds of each round's p50 ms per genera
 arm's per-round ratio gives the noise band; the steady window as in `rcpu-bench` (rule 4).
 
 usage: python og_bench.py MODEL_DIR [--plugin SO] [--prompt 64] [--tokens 32] [--rounds 8] [--iters 2]
-       [--threads 2] [--intra N] [--tol X] [--bench RCPU_BENCH] [--json FILE]
+       [--threads 2] [--intra N] [--tol X] [--bench RCPU_BENCH] [--json FILE] [--null-plugin OLD_SO]
        [--llamacpp LLAMA_BENCH --gguf FILE]
+
+`--null-plugin OLD_SO`: the null arm loads another build of the plugin, so its ratio to the rcpu arm
+is old/new per round (printed with its median); the A/A band then needs a run without it.
 
 After every round `RCPU_BENCH probe` (default target/release/rcpu-bench) reads a buffer the size of rcpu's
 packed weights and times the CPUs' round trip (rule 8; also right before and after the rcpu arm's window),
@@ -93,6 +96,11 @@ def worker(model_dir: str, provider: str, plugin: str, threads: int) -> None:
         if threads > 0:
             config.set_provider_option(EP_NAME, "threads", str(threads))
     model = og.Model(config)
+    # A windowed KV cache (the builder's `sliding_window_cache` layers, named in genai_config's
+    # `sliding_window`) must hold the whole window on ORT's CPU EP and on rcpu alike, and genai sizes
+    # the caches by max_length: it is at least the window, and the loop stops after the tokens asked.
+    decoder = json.loads((pathlib.Path(model_dir) / "genai_config.json").read_text())["model"]["decoder"]
+    window = int(decoder.get("sliding_window", {}).get("window_size", 0))
     print("READY", flush=True)
     for line in sys.stdin:
         cmd = json.loads(line)
@@ -102,14 +110,14 @@ def worker(model_dir: str, provider: str, plugin: str, threads: int) -> None:
             print("RESULT " + json.dumps(stats(plugin) if provider == "rcpu" else {}), flush=True)
             continue
         params = og.GeneratorParams(model)
-        params.set_search_options(max_length=len(cmd["prompt"]) + cmd["tokens"], do_sample=False)
+        params.set_search_options(max_length=max(len(cmd["prompt"]) + cmd["tokens"], window), do_sample=False)
         gen = og.Generator(model, params)
         t = time.perf_counter()
         gen.append_tokens(cmd["prompt"])
         prefill = time.perf_counter() - t
         first = np.array(gen.get_logits(), dtype=np.float32).reshape(-1) if cmd.get("logits") else None
         steps = []
-        while not gen.is_done():
+        while not gen.is_done() and len(steps) < cmd["tokens"]:
             t = time.perf_counter()
             gen.generate_next_token()
             steps.append(time.perf_counter() - t)
@@ -315,6 +323,8 @@ def main() -> int:
     ap.add_argument("--tol", type=float, default=LOGITS_TOL)
     ap.add_argument("--bench", default=str(REPO / "target/release/rcpu-bench"))
     ap.add_argument("--json", default=None)
+    ap.add_argument("--null-plugin", default=None,
+                    help="the null arm loads this plugin build instead (old vs new: null/rcpu is old/new)")
     ap.add_argument("--llamacpp", default=None, help="llama-bench binary: adds llama.cpp as an arm")
     ap.add_argument("--gguf", default=None, help="the GGUF of the same weights for --llamacpp")
     a = ap.parse_args()
@@ -331,6 +341,12 @@ def main() -> int:
         print(f"og_bench: plugin {plugin} not found (build it: cargo build --release)", file=sys.stderr)
         return 1
     a.plugin = str(plugin)
+    null_plugin = a.plugin
+    if a.null_plugin:
+        null_plugin = str(pathlib.Path(a.null_plugin).resolve())
+        if not pathlib.Path(null_plugin).is_file():
+            print(f"og_bench: --null-plugin {null_plugin} not found", file=sys.stderr)
+            return 1
 
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="og_bench-"))
     try:
@@ -353,7 +369,7 @@ def main() -> int:
         arms = [
             Arm("ort", "cpu", str(model_dir), a.plugin, a.threads, cpus),
             Arm("rcpu", "rcpu", str(model_dir), a.plugin, a.threads, cpus),
-            Arm("null", "rcpu", str(model_dir), a.plugin, a.threads, cpus),
+            Arm("null", "rcpu", str(model_dir), null_plugin, a.threads, cpus),
         ]
         probe = None
         llama = None
@@ -516,10 +532,18 @@ def main() -> int:
             pmed = statistics.median(pr[window])
             print(f"llama.cpp/rcpu = {pmed:.3f} for the {a.prompt}-token prompt (per round {min(pr):.3f}-{max(pr):.3f}), "
                   f"null band [{pband[0]:.3f}, {pband[1]:.3f}] -> {verdict(pmed, pband)}")
+        if a.null_plugin:
+            # The null arm ran another build: its ratio to rcpu is old / new, not the A/A band.
+            old_new = statistics.median(null[window])
+            faster = sum(r > 1 for r in null[window])
+            pre = [n / r for n, r in zip(per["null"]["prefill"], per["rcpu"]["prefill"])][window]
+            print(f"null arm = {null_plugin}: old/new = {old_new:.3f} per generated token (per round "
+                  f"{min(null[window]):.3f}-{max(null[window]):.3f}, new faster in {faster} of {len(null[window])}), "
+                  f"prompt {statistics.median(pre):.3f}; the A/A band needs a run without --null-plugin")
         head = statistics.median(ratio[window])
         report = {"model": str(src), "prompt": a.prompt, "tokens": a.tokens, "rounds": a.rounds, "iters": a.iters,
                   "threads": a.threads, "intra": a.intra, "share": share, "per_round": per,
-                  "steady_from": steady, "null_band": band, "ort_over_rcpu": head, "cpu": cpu_model(),
+                  "steady_from": steady, "null_band": band, "null_plugin": a.null_plugin, "ort_over_rcpu": head, "cpu": cpu_model(),
                   "foreign_share": foreign, "host": host, "weight_bytes": weight_bytes, "routes": {op: sorted(v) for op, v in ran.items()}, "parity": parity,
                   "llamacpp": {"gguf": a.gguf, "bytes": llama_bytes, "over_rcpu": lmed, "null_band_means": lband,
                                "prompt_over_rcpu": pmed, "prompt_null_band": pband} if llama else None}

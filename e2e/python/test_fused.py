@@ -168,7 +168,7 @@ def test_8bit_lm_head_stays_in_the_partition(tmp_path, make_sessions, rcpu_devic
 
 
 @pytest.mark.parametrize("acc", [0, 4])
-@pytest.mark.parametrize("form", ["plain_norms", "qk_norm", "relu2", "window_softcap"])
+@pytest.mark.parametrize("form", ["plain_norms", "qk_norm", "qk_norm_split", "relu2", "window_softcap"])
 def test_builder_layer_forms_are_one_partition(make_sessions, rcpu_devices, stats, acc, form):
     """Decoder layers in more of the model builder's forms are one fused partition each, equal to the
     per-node path and within the decoder-layer tolerance of ORT (rel L2 1e-4 at accuracy_level 0, 2e-2
@@ -179,15 +179,18 @@ def test_builder_layer_forms_are_one_partition(make_sessions, rcpu_devices, stat
     Reshapes hand their input's buffer on (ledger route `view`); node by node (`fuse=off`) a Reshape
     would be alone, so it stays on ORT."""
     rng = np.random.default_rng(21 + acc)
-    m = models.decoder_layer(rng, accuracy_level=acc, kv_cache=True, rotary=True, **{form: True})
+    forms = {"qk_norm_split": {"qk_norm": True, "packed_split": True}}.get(form, {form: True})
+    m = models.decoder_layer(rng, accuracy_level=acc, kv_cache=True, rotary=True, **forms)
     m = m.SerializeToString()
     cpu, fused = make_sessions(m, {"fuse": "on"})
     per_node = rcpu_session(m, rcpu_devices, {"fuse": "off"})
     groups = rcpu_groups(fused)
     assert len(groups) == 1, f"the layer must be ONE fused partition, got {len(groups)}: {groups}"
     assert {"ln1", "ln2"} <= groups[0]
-    if form == "qk_norm":
+    if form.startswith("qk_norm"):
         assert {"q_norm", "k_norm", "q_norm_reshape_1", "k_norm_reshape_2"} <= groups[0]
+    if form == "qk_norm_split":
+        assert "qkv_split" in groups[0]
     if form == "relu2":
         assert {"mlp_relu", "mlp_square"} <= groups[0]
     assert "CPUExecutionProvider" not in assignment(fused), assignment(fused)
@@ -201,7 +204,7 @@ def test_builder_layer_forms_are_one_partition(make_sessions, rcpu_devices, stat
         fused_routes = stats.variants("Reshape")
         stats.reset()
         want, ref = cpu.run(None, f), per_node.run(None, f)
-        if form == "qk_norm":
+        if form.startswith("qk_norm"):
             assert fused_routes == {"view"}, stats.ledger()
             assert not stats.variants("Reshape"), stats.ledger()  # fuse=off: a lone Reshape stays on ORT
         for o, (w, g, r) in enumerate(zip(want, got, ref)):

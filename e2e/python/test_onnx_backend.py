@@ -39,6 +39,8 @@ RCPU_OPS += ("Cast",)
 # Reshape: float32 data (its shape input is int64 by definition); alone it stays on ORT (see
 # `_expect_rcpu`), beside another rcpu node it runs on rcpu (`test_reshape_cases_beside_a_node`).
 RCPU_OPS += ("Reshape",)
+# Split (opset 13 on): the same, alone it stays on ORT (`test_split_cases_beside_a_node`).
+RCPU_OPS += ("Split",)
 RTOL = 1e-4
 ATOL = 1e-6
 
@@ -65,9 +67,10 @@ def _expect_rcpu(model, elem_types) -> bool:
     node = model.graph.node[0]
     if node.op_type in RCPU_QUANT_OPS:
         return elem_types <= {TensorProto.FLOAT, TensorProto.UINT8, TensorProto.INT8}
-    if node.op_type == "Reshape":
-        # rcpu takes a Reshape only beside its other nodes (alone it would copy where ORT aliases):
-        # a case's lone Reshape stays on ORT. The float32 cases run on rcpu in `test_reshape_cases_beside_a_node`.
+    if node.op_type in ("Reshape", "Split"):
+        # rcpu takes a Reshape or a Split only beside its other nodes (alone it would only add a
+        # hand-over): a case's lone node stays on ORT. The float32 cases run on rcpu in
+        # `test_reshape_cases_beside_a_node` and `test_split_cases_beside_a_node`.
         return False
     if node.op_type != "Cast":
         return elem_types == {TensorProto.FLOAT}
@@ -283,3 +286,26 @@ def test_reshape_cases_beside_a_node(rcpu_devices, case):
         want = np.asarray(_as_array(outputs[0]), np.float64)
         assert got.shape == want.shape, f"shape {got.shape} != {want.shape}"
         np.testing.assert_allclose(got, 1.0 / (1.0 + np.exp(-want)), rtol=RTOL, atol=ATOL)
+
+
+SPLIT_CASES = [c for c in CASES if c.model.graph.node[0].op_type == "Split"]
+
+
+@pytest.mark.parametrize("case", SPLIT_CASES, ids=[c.name for c in SPLIT_CASES])
+def test_split_cases_beside_a_node(rcpu_devices, case):
+    """ONNX's Split cases (opsets 13 and 18: sizes from the `split` input, from `num_outputs`, equal,
+    uneven, zero-size pieces) with a Relu after every piece: rcpu takes the group and each Relu of a
+    piece equals the Relu of the case's reference piece exactly (both copy and clamp)."""
+    model = _with_names(case.model)
+    g = model.graph
+    assert len(SPLIT_CASES) >= 14
+    for j, out in enumerate(g.output):
+        g.node.append(helper.make_node("Relu", [out.name], [f"relu_out{j}"], name=f"relu{j}"))
+        out.name = f"relu_out{j}"
+    sess = rcpu_session(model.SerializeToString(), rcpu_devices, {"threads": 2})
+    assert_on_rcpu(sess, [g.node[0].name] + [f"relu{j}" for j in range(len(g.output))])
+    for inputs, outputs in case.data_sets:
+        feeds = {vi.name: np.asarray(_as_array(x)) for vi, x in zip(g.input, inputs)}
+        for got, want in zip(sess.run(None, feeds), outputs):
+            np.testing.assert_array_equal(got, np.maximum(np.asarray(_as_array(want)), 0))
+

@@ -3,7 +3,8 @@ their claim rules (what must stay on ORT), and a Qwen2-0.5B-shaped decoder layer
 
 Tolerances, elementwise |rcpu - cpu| <= atol + rtol * |cpu| (NaN positions and infinities equal):
     LayerNormalization, SimplifiedLayerNormalization, SkipSimplifiedLayerNormalization,
-    SkipLayerNormalization, Softmax, Sigmoid: rtol 1e-5, atol 1e-6;  Gelu / FastGelu: rtol 1e-5, atol 1e-5.
+    SkipLayerNormalization, Softmax, Sigmoid: rtol 1e-5, atol 1e-6;  Gelu / FastGelu: rtol 1e-5, atol 1e-5;
+    Split: bit for bit (a copy).
 Decoder layer (every node on rcpu, attention included): relative L2 of the output vs ORT CPU <= 2e-2
 (accuracy_level 4) / 1e-4 (level 0); the decode-step variant (KV cache, rotary) also for present K/V.
 
@@ -14,6 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
+from onnx import TensorProto, helper, numpy_helper
 
 import models
 from conftest import assert_error_names_node, assert_on_cpu, assert_on_rcpu, assigned_to_rcpu, rel_l2
@@ -325,6 +328,80 @@ def test_gelu(make_sessions, shape, variant):
 
 
 # ------------------------------------------------------------------------------ declines
+
+
+# ------------------------------------------------------------------------------ Split
+
+
+def _split_model(shape, axis, outputs, split=None, num_outputs=None, opset=18, split_input=False):
+    """Split (node `glue0`) of X into `outputs` pieces, then a Relu (`relu{j}`, exact on both EPs) of
+    each piece, so the Split is not alone in its partition (alone it stays on ORT). `split` is an int64
+    initializer, or a graph input `split` when `split_input`."""
+    attrs = {"axis": axis}
+    if num_outputs is not None:
+        attrs["num_outputs"] = num_outputs
+    ins = ["X"] + (["split"] if split is not None or split_input else [])
+    pieces = [f"p{j}" for j in range(outputs)]
+    nodes = [helper.make_node("Split", ins, pieces, name="glue0", **attrs)]
+    nodes += [helper.make_node("Relu", [p], [f"Y{j}"], name=f"relu{j}") for j, p in enumerate(pieces)]
+    inputs = [helper.make_tensor_value_info("X", TensorProto.FLOAT, list(shape))]
+    inits = []
+    if split_input:
+        inputs.append(helper.make_tensor_value_info("split", TensorProto.INT64, [outputs]))
+    elif split is not None:
+        inits.append(numpy_helper.from_array(np.array(split, np.int64), "split"))
+    graph = helper.make_graph(nodes, "split", inputs,
+                              [helper.make_tensor_value_info(f"Y{j}", TensorProto.FLOAT, None) for j in range(outputs)],
+                              initializer=inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=models.IR_VERSION)
+
+
+SPLITS = [
+    # shape, axis, outputs, split, num_outputs, opset
+    ((1, 1, 4096), -1, 3, [2048, 1024, 1024], None, 18),  # Qwen3's packed QKV, one token
+    ((1, 5, 4096), 2, 3, [2048, 1024, 1024], None, 13),  # the same over a 5-token prompt
+    ((2, 7, 5), 1, 3, [2, 0, 5], None, 18),  # a zero-size piece
+    ((2, 7, 5), 0, 2, None, None, 13),  # equal pieces from the output count
+    ((3, 7), -1, 3, None, 3, 18),  # num_outputs: 3, 3, 1
+    ((3, 12), 1, 2, None, 2, 18),  # the builder's gate-up Split
+    ((0, 6), 1, 2, [3, 3], None, 18),  # no rows
+    ((5, 3, 17), 2, 2, [16, 1], None, 18),  # pieces not a multiple of the SIMD width
+]
+
+
+@pytest.mark.parametrize("shape,axis,outputs,split,num,opset", SPLITS, ids=str)
+def test_split(make_sessions, shape, axis, outputs, split, num, opset):
+    """Split beside another rcpu node runs on rcpu and equals ORT's bit for bit (it copies)."""
+    rng = np.random.default_rng(sum(shape) + axis)
+    model = _split_model(shape, axis, outputs, split, num, opset)
+    cpu, rc = make_sessions(model, {"threads": 2})
+    assert_on_rcpu(rc, ["glue0", "relu0"])
+    x = _x(rng, shape, specials=True)
+    for g, w in zip(rc.run(None, {"X": x}), cpu.run(None, {"X": x})):
+        np.testing.assert_array_equal(g, w)
+
+
+def test_split_sizes_at_run_time_and_their_errors(make_sessions):
+    """A `split` fed at run time is read per call; sizes that do not sum to the axis are an error
+    naming the node, never a crash; alone a Split stays on ORT."""
+    model = _split_model((2, 9), 1, 3, split_input=True)
+    cpu, rc = make_sessions(model, {"threads": 2})
+    assert_on_rcpu(rc, ["glue0", "relu2"])
+    x = _x(np.random.default_rng(3), (2, 9))
+    for sizes in ([1, 2, 6], [0, 9, 0]):
+        f = {"X": x, "split": np.array(sizes, np.int64)}
+        for g, w in zip(rc.run(None, f), cpu.run(None, f)):
+            np.testing.assert_array_equal(g, w)
+    for bad in ([1, 2, 5], [5, 5, -1], [9, 9, 9]):
+        with pytest.raises(Exception) as e:
+            rc.run(None, {"X": x, "split": np.array(bad, np.int64)})
+        assert_error_names_node(e.value, "glue0")
+    alone = helper.make_model(helper.make_graph(
+        [helper.make_node("Split", ["X"], ["A", "B"], name="glue0", axis=1)], "split_alone",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [2, 8])],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in "AB"]),
+        opset_imports=[helper.make_opsetid("", 13)], ir_version=models.IR_VERSION)
+    _stays_on_cpu(make_sessions, alone, {"X": _x(np.random.default_rng(4), (2, 8))})
 
 
 def _stays_on_cpu(make_sessions, model, feeds):

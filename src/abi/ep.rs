@@ -88,8 +88,8 @@ unsafe extern "C" fn get_capability(
             }
             if !capability::worth_taking(ops.iter().map(|(d, o)| (d.as_str(), o.as_str()))) {
                 log::info!(
-                    "{EP_NAME}: leaving {} node(s) to ORT: only Reshapes, which rcpu takes beside \
-                     its other nodes only",
+                    "{EP_NAME}: leaving {} node(s) to ORT: only Reshapes and Splits, which rcpu \
+                     takes beside its other nodes only",
                     g.len()
                 );
                 continue;

@@ -15,8 +15,9 @@ pub fn find_def(domain: &str, op: &str, since: i32) -> Option<&'static OpDef> {
 
 /// Ops rcpu takes only beside other rcpu nodes: alone (a partition of nothing else, or any node
 /// with `fuse=off`) a Reshape copies its data where ORT's planner lets the output alias the input,
-/// so it gains nothing there and only adds a hand-over between the EPs.
-const NOT_ALONE: &[&str] = &["Reshape"];
+/// and a Split copies as ORT's would, so neither gains anything there and each only adds a
+/// hand-over between the EPs.
+const NOT_ALONE: &[&str] = &["Reshape", "Split"];
 
 /// Whether a partition of the nodes with these (domain, op) is worth taking: not when every node is
 /// one of the ops rcpu takes only beside others ([`NOT_ALONE`]).
@@ -62,7 +63,7 @@ mod tests {
     use super::{listed, worth_taking};
 
     #[test]
-    fn reshapes_alone_are_not_worth_taking() {
+    fn reshapes_and_splits_alone_are_not_worth_taking() {
         assert!(!worth_taking([("", "Reshape")]));
         assert!(!worth_taking([("", "Reshape"), ("ai.onnx", "Reshape")]));
         assert!(worth_taking([
@@ -71,6 +72,8 @@ mod tests {
         ]));
         assert!(worth_taking([("", "Mul")]));
         assert!(worth_taking([("com.microsoft", "Reshape")]));
+        assert!(!worth_taking([("", "Split"), ("", "Reshape")]));
+        assert!(worth_taking([("", "Split"), ("", "Sigmoid")]));
         assert!(!worth_taking([]));
     }
 

@@ -32,5 +32,6 @@ pub static OPS: &[OpDef] = &[
     group_query_attention::GROUP_QUERY_ATTENTION,
     cast::CAST,
     crate::ep::nodes::reshape::RESHAPE,
+    crate::ep::nodes::split::SPLIT,
     crate::ep::nodes::gather_block_quantized::GATHER_BLOCK_QUANTIZED,
 ];

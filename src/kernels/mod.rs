@@ -18,5 +18,6 @@ pub mod qgemm;
 pub mod shape;
 pub mod simd;
 pub mod softmax;
+pub mod split;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86_asm;

@@ -37,8 +37,9 @@ pub struct Decoder {
     /// Q, K, V as one MatMulNBits (`packed=1`; genai's layout) instead of three.
     pub packed_qkv: bool,
     /// Per-head RMSNorms of the query and key rows (`qk_norm=1`; Qwen3's attention), each between
-    /// Reshapes to `[B, S * heads, head]` and back, as the genai builder writes them; needs Q and K
-    /// apart (not `packed`).
+    /// Reshapes to `[B, S * heads, head]` and back, as the genai builder writes them; with
+    /// `packed`, a Split of the packed projection into Q, K and V comes first (the builder's
+    /// current form), otherwise three projections (older builders').
     pub qk_norm: bool,
     /// The output projection and the MLP's gate, up and down projections as 8-bit MatMulNBits
     /// (`mix8=1`), as Olive's mixed-precision recipes upcast the most sensitive weights.
@@ -122,9 +123,6 @@ impl Decoder {
         }
         if !(0..=4).contains(&self.acc) {
             return Err("acc must be 0..4".into());
-        }
-        if self.qk_norm && self.packed_qkv {
-            return Err("qk_norm needs Q and K apart (packed=0)".into());
         }
         Ok(())
     }
@@ -228,8 +226,8 @@ impl Decoder {
     /// attention, o_proj, the post-attention SkipSimplifiedLayerNormalization (skip `io.skip`) and
     /// the SiLU MLP. Writes `{prefix}down_proj` (the MLP output) and `{prefix}residual` (the
     /// residual stream after attention); the caller adds them (an Add, or the next layer's skip
-    /// norm). Q, K and V are one packed MatMulNBits when `packed_qkv` (genai's layout), three
-    /// otherwise. Returns the bytes of the layer's initializers.
+    /// norm). Q, K and V are one packed MatMulNBits when `packed_qkv` (genai's layout; Split into
+    /// three when `qk_norm`), three otherwise. Returns the bytes of the layer's initializers.
     pub fn layer(&self, g: &mut GraphBuilder, io: &LayerIo, seed: u64) -> u64 {
         let p = io.prefix;
         let (q_n, kv_n, d) = (self.heads * self.head, self.kv * self.head, self.hidden);
@@ -266,22 +264,40 @@ impl Decoder {
         let mut bytes = vec_init(g, &name("ln2.w"), d, seed ^ 12, 1.0, 0.1);
         let (q, k, v) = if self.packed_qkv {
             bytes += proj(g, 0, "qkv_proj", io.input, d, q_n + 2 * kv_n, self.qkv_bias);
-            (name("qkv_proj"), String::new(), String::new())
+            if self.qk_norm {
+                // The builder splits the packed projection when Q and K are normalised per head.
+                let sizes = name("qkv_proj.split");
+                let parts = [name("qkv_proj/q"), name("qkv_proj/k"), name("qkv_proj/v")];
+                g.initializer_i64(&sizes, &[3], &[q_n as i64, kv_n as i64, kv_n as i64])
+                    .node(
+                        "Split",
+                        "",
+                        &name("qkv_proj/Split"),
+                        &[&name("qkv_proj"), &sizes],
+                        &[&parts[0], &parts[1], &parts[2]],
+                        &[("axis", Attr::Int(-1))],
+                    );
+                bytes += 3 * 8;
+                let [q, k, v] = parts;
+                (q, k, v)
+            } else {
+                (name("qkv_proj"), String::new(), String::new())
+            }
         } else {
             bytes += proj(g, 0, "q_proj", io.input, d, q_n, self.qkv_bias);
             bytes += proj(g, 1, "k_proj", io.input, d, kv_n, self.qkv_bias);
             bytes += proj(g, 2, "v_proj", io.input, d, kv_n, self.qkv_bias);
-            let (q, k) = (name("q_proj"), name("k_proj"));
-            if self.qk_norm {
-                let (q, k) = (
-                    self.head_norm(g, &name("q_norm"), &q, q_n, seed ^ 13),
-                    self.head_norm(g, &name("k_norm"), &k, kv_n, seed ^ 14),
-                );
-                bytes += q.1 + k.1;
-                (q.0, k.0, name("v_proj"))
-            } else {
-                (q, k, name("v_proj"))
-            }
+            (name("q_proj"), name("k_proj"), name("v_proj"))
+        };
+        let (q, k) = if self.qk_norm {
+            let (q, k) = (
+                self.head_norm(g, &name("q_norm"), &q, q_n, seed ^ 13),
+                self.head_norm(g, &name("k_norm"), &k, kv_n, seed ^ 14),
+            );
+            bytes += q.1 + k.1;
+            (q.0, k.0)
+        } else {
+            (q, k)
         };
         let (attn, up, act) = (name("attn_out"), name("up_proj"), name("gate_act"));
         let (gate, sig, gu) = (name("gate_proj"), name("gate_sig"), name("gate_up"));

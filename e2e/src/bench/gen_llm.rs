@@ -1,6 +1,6 @@
 //! `llm:preset=qwen2-0.5b|llama-3.2-1b|qwen3-0.6b[,layers=N][,vocab=V][,tied=0|1][,acc=4|0|1][,block=32]
 //! [,seed=S][,ctx=C][,emb=q4|q8|f32|f16][,hidden=..,heads=..,kv=..,head=..,inter=..,qkv_bias=0|1]
-//! [,window=W][,window_cache=0|1][,softcap=X][,rot=R][,lm_bits=4|8][,mix8=0|1]`:
+//! [,window=W][,window_cache=0|1][,softcap=X][,rot=R][,lm_bits=4|8][,mix8=0|1][,packed=0|1]`:
 //! a whole decoder-only LLM laid out as onnxruntime-genai's model builder lays out
 //! `-p int4 -e cpu`, with seeded weights (no download):
 //!
@@ -13,7 +13,8 @@
 //!       or Gather(embed_tokens, input_ids)          (emb=f32; f16 table + Cast when emb=f16)
 //! layer 0: SimplifiedLayerNormalization(embeds); layer i > 0: SkipSimplifiedLayerNormalization
 //!          (previous down_proj, previous residual); then Decoder::layer (packed QKV MatMulNBits,
-//!          bias for Qwen, GQA do_rotary=1 with shared cos/sin caches of `ctx` positions,
+//!          bias for Qwen2; for Qwen3 a Split into Q, K and V and per-head Q / K RMSNorms between
+//!          Reshapes; GQA do_rotary=1 with shared cos/sin caches of `ctx` positions,
 //!          SkipSimplifiedLayerNormalization, SiLU MLP)
 //! final SkipSimplifiedLayerNormalization -> lm_head MatMulNBits (N = vocab) -> logits
 //! outputs: logits [batch, seq, vocab], present.{i}.key/value [batch, kv, total, head]
@@ -39,7 +40,8 @@
 //! `int4_algo_config=k_quant_last` / `k_quant_mixed`; tied, the embedding is then `emb=q8` (the
 //! default): an 8-bit GatherBlockQuantized over the lm_head's codes reshaped to [vocab, hidden],
 //! as the builder ties them there. `mix8=1` makes every layer's o_proj, gate, up and down
-//! projections 8-bit (Olive's mixed-precision recipes upcast those and the lm_head).
+//! projections 8-bit (Olive's mixed-precision recipes upcast those and the lm_head). `packed=0`
+//! writes Q, K and V as three projections (older builders' form for Qwen3) instead of one.
 //! The rotary base is 10000 for both presets (random weights; the angle table's values do not
 //! change what is computed). `ctx` (default 4096) is the rotary caches' length and the
 //! genai_config's context_length.
@@ -112,7 +114,9 @@ impl Emb {
 /// model cached by an older generator is not reused). 2: tied embeddings through
 /// GatherBlockQuantized, lm_head scales [vocab, k_blocks]. 3: genai_config.json says
 /// `past_present_share_buffer: true`, as the genai builder writes for GroupQueryAttention models.
-const GENERATOR_VERSION: u32 = 3;
+/// 4: Qwen3's Q, K and V one packed projection Split in three before the per-head norms (the
+/// builder's form since it packs them there too); `packed` in the key.
+const GENERATOR_VERSION: u32 = 4;
 
 /// A preset's model: Qwen2-0.5B or Llama-3.2-1B shapes, accuracy_level 4, block 32.
 fn preset(name: &str) -> Option<Llm> {
@@ -136,8 +140,8 @@ fn preset(name: &str) -> Option<Llm> {
             acc: 4,
             past: 0,
             qkv_bias,
-            // The builder packs Q, K and V unless the attention normalises Q and K.
-            packed_qkv: !qk_norm,
+            // The builder packs Q, K and V (and splits them where it normalises Q and K).
+            packed_qkv: true,
             qk_norm,
             mix8: false,
         },
@@ -201,6 +205,7 @@ impl Llm {
                 "softcap" => l.softcap = v,
                 "rot" => l.rot = v,
                 "lm_bits" => l.lm_bits = v,
+                "packed" => l.layer.packed_qkv = v != 0,
                 _ => return Err(bad(format!("unknown key '{key}' for llm"))),
             }
         }
@@ -303,8 +308,8 @@ impl Llm {
         let d = &self.layer;
         format!(
             "llm:gen={GENERATOR_VERSION},preset={},layers={},vocab={},tied={},acc={},block={},\
-             seed={},ctx={},emb={},hidden={},heads={},kv={},head={},inter={},qkv_bias={}\
-             {}",
+             seed={},ctx={},emb={},hidden={},heads={},kv={},head={},inter={},qkv_bias={},\
+             packed={}{}",
             self.preset,
             self.layers,
             self.vocab,
@@ -320,6 +325,7 @@ impl Llm {
             d.head,
             d.inter,
             d.qkv_bias as u8,
+            d.packed_qkv as u8,
             self.attn_label(",")
         )
     }
@@ -753,6 +759,29 @@ fn f16_bits(x: f32) -> u16 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn qwen3_splits_its_packed_qkv_as_the_builder_does() {
+        use prost::Message;
+        // (Split nodes, MatMulNBits nodes) of a two-layer model of `spec`.
+        let ops = |spec: &str| {
+            let l = Llm::parse("s", spec).unwrap();
+            let g = crate::onnx::ModelProto::decode(&l.generate().bytes[..])
+                .unwrap()
+                .graph
+                .unwrap();
+            let count = |op: &str| g.node.iter().filter(|n| n.op_type == op).count();
+            (count("Split"), count("MatMulNBits"))
+        };
+        let small = "layers=2,vocab=1000";
+        // Per layer qkv, o, gate, up and down; then the lm_head.
+        assert_eq!(ops(&format!("preset=qwen3-0.6b,{small}")), (2, 11));
+        assert_eq!(ops(&format!("preset=qwen3-0.6b,{small},packed=0")), (0, 15));
+        assert_eq!(ops(&format!("preset=qwen2-0.5b,{small}")), (0, 11));
+        let packed = Llm::parse("s", "preset=qwen3-0.6b").unwrap();
+        let apart = Llm::parse("s", "preset=qwen3-0.6b,packed=0").unwrap();
+        assert_ne!(packed.canonical(), apart.canonical());
+    }
 
     #[test]
     fn presets_overrides_and_bad_specs() {

@@ -21,4 +21,5 @@ pub mod reshape;
 pub mod rotary_embedding;
 pub mod skip_layer_norm;
 pub mod softmax;
+pub mod split;
 pub mod swiglu;
