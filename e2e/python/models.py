@@ -253,7 +253,14 @@ QWEN2_KV_HEADS = 2
 QWEN2_HEAD_DIM = 64
 
 
-def _nbits_node(rng, name, inp, out, k, n, block_size, acc, bias: bool, bits: int = 4):
+def _nbits_node(rng, name, inp, out, k, n, block_size, acc, bias: bool, bits: int = 4, bias_add: bool = False):
+    """A MatMulNBits `name` (seeded weights) reading `inp` and writing `out`; its initializers. `bias`: a
+    seeded bias, as the node's input 5, or with `bias_add` as a separate `Add(MatMulNBits, bias)` node
+    `{name}_bias_add` writing `out` (the model builder's form since 0.18: the node then returns both)."""
+    if bias and bias_add:
+        node, inits = _nbits_node(rng, name, inp, f"{out}_unbiased", k, n, block_size, acc, False, bits)
+        inits.append(numpy_helper.from_array((rng.standard_normal(n) * 0.1).astype(np.float32), f"{name}.bias"))
+        return [node, helper.make_node("Add", [f"{out}_unbiased", f"{name}.bias"], [out], name=f"{name}_bias_add")], inits
     w = (rng.standard_normal((k, n)) * (1.0 / np.sqrt(k))).astype(np.float32)
     if bits == 8:
         b_packed, scales, _, _ = _quantize_nbits8(w, block_size, False)
@@ -278,7 +285,7 @@ def decoder_layer(rng: np.random.Generator, accuracy_level: int = 4, block_size:
                   hidden: int = QWEN2_HIDDEN, inter: int = QWEN2_INTER, kv_cache: bool = False,
                   rotary: bool = False, max_pos: int = 256, plain_norms: bool = False,
                   qk_norm: bool = False, relu2: bool = False, window_softcap: bool = False,
-                  packed_split: bool = False) -> onnx.ModelProto:
+                  packed_split: bool = False, bias_add: bool = False) -> onnx.ModelProto:
     """One Qwen2-style decoder layer: RMSNorm -> q/k/v MatMulNBits (with bias) -> GroupQueryAttention
     -> o_proj -> SkipSimplifiedLayerNorm (residual sum as output 3) -> gate/up MatMulNBits -> SiLU
     (Sigmoid * x) * up -> down MatMulNBits -> Add.
@@ -291,7 +298,8 @@ def decoder_layer(rng: np.random.Generator, accuracy_level: int = 4, block_size:
     relu2: the MLP as the builder writes it for `relu2` models (Nemotron): up -> Relu -> Pow(2) -> down, no
     gate; window_softcap: the attention with local_window_size 4 and softcap 30 (Gemma 2-style);
     packed_split: Q, K and V as one packed MatMulNBits Split in three along the last axis (the
-    builder's current form for Qwen3-style decoders, with qk_norm)."""
+    builder's current form for Qwen3-style decoders, with qk_norm); bias_add: the Q / K / V biases as
+    Add nodes after their projections (`{name}_bias_add`), as the builder writes them since 0.18."""
     h, d = QWEN2_HEAD_DIM, hidden
     q_n, kv_n = QWEN2_HEADS * h, QWEN2_KV_HEADS * h
     inits = [
@@ -308,13 +316,15 @@ def decoder_layer(rng: np.random.Generator, accuracy_level: int = 4, block_size:
                                   axis=-1, epsilon=1e-6, stash_type=1)]
     if packed_split:
         node, ini = _nbits_node(rng, "qkv_proj", "h1", "qkv", d, q_n + 2 * kv_n, block_size, accuracy_level,
-                                bias=True)
+                                bias=True, bias_add=bias_add)
         inits += ini + [numpy_helper.from_array(np.array([q_n, kv_n, kv_n], np.int64), "qkv_sizes")]
-        nodes += [node, helper.make_node("Split", ["qkv", "qkv_sizes"], ["q", "k", "v"], name="qkv_split", axis=-1)]
+        nodes += node if bias_add else [node]
+        nodes.append(helper.make_node("Split", ["qkv", "qkv_sizes"], ["q", "k", "v"], name="qkv_split", axis=-1))
     else:
         for nm, n, out in (("q_proj", q_n, "q"), ("k_proj", kv_n, "k"), ("v_proj", kv_n, "v")):
-            node, ini = _nbits_node(rng, nm, "h1", out, d, n, block_size, accuracy_level, bias=True)
-            nodes.append(node)
+            node, ini = _nbits_node(rng, nm, "h1", out, d, n, block_size, accuracy_level, bias=True,
+                                    bias_add=bias_add)
+            nodes += node if bias_add else [node]
             inits += ini
     if qk_norm:
         consts = [numpy_helper.from_array(np.array(v, np.int64), nm) for nm, v in

@@ -168,14 +168,17 @@ def test_8bit_lm_head_stays_in_the_partition(tmp_path, make_sessions, rcpu_devic
 
 
 @pytest.mark.parametrize("acc", [0, 4])
-@pytest.mark.parametrize("form", ["plain_norms", "qk_norm", "qk_norm_split", "relu2", "window_softcap"])
+@pytest.mark.parametrize("form", ["plain_norms", "qk_norm", "qk_norm_split", "bias_add", "relu2", "window_softcap"])
 def test_builder_layer_forms_are_one_partition(make_sessions, rcpu_devices, stats, acc, form):
     """Decoder layers in more of the model builder's forms are one fused partition each, equal to the
     per-node path and within the decoder-layer tolerance of ORT (rel L2 1e-4 at accuracy_level 0, 2e-2
     at 4): LayerNormalization and SkipLayerNormalization (Phi-2 / GPT-2 / OLMo-style norms), per-head
     query / key RMSNorms between Reshapes (Qwen3 / Gemma3-style), the `relu2` MLP (Relu, Pow 2:
-    Nemotron) and a sliding-window attention with a softcap (Gemma 2-style; a past of 6 rows is
-    longer than the window of 4). Inside the partition the four
+    Nemotron), a sliding-window attention with a softcap (Gemma 2-style; a past of 6 rows is
+    longer than the window of 4), the packed QKV projection Split in three before the q / k norms
+    (Qwen3 as the builder writes it now) and the Q / K / V biases as Add nodes after their
+    projections (the builder's form since 0.18; inside the partition each folds into its
+    projection, node by node each is an Add). Inside the partition the four
     Reshapes hand their input's buffer on (ledger route `view`); node by node (`fuse=off`) a Reshape
     would be alone, so it stays on ORT."""
     rng = np.random.default_rng(21 + acc)
@@ -191,6 +194,8 @@ def test_builder_layer_forms_are_one_partition(make_sessions, rcpu_devices, stat
         assert {"q_norm", "k_norm", "q_norm_reshape_1", "k_norm_reshape_2"} <= groups[0]
     if form == "qk_norm_split":
         assert "qkv_split" in groups[0]
+    if form == "bias_add":
+        assert {"q_proj_bias_add", "k_proj_bias_add", "v_proj_bias_add"} <= groups[0]
     if form == "relu2":
         assert {"mlp_relu", "mlp_square"} <= groups[0]
     assert "CPUExecutionProvider" not in assignment(fused), assignment(fused)
@@ -202,8 +207,14 @@ def test_builder_layer_forms_are_one_partition(make_sessions, rcpu_devices, stat
         stats.reset()
         got = fused.run(None, f)
         fused_routes = stats.variants("Reshape")
+        add_calls = lambda: sum(r["calls"] for r in stats.ledger() if r["op"] == "Add")  # noqa: E731
+        fused_adds = add_calls()
         stats.reset()
         want, ref = cpu.run(None, f), per_node.run(None, f)
+        if form == "bias_add":
+            # The biases fold into their projections (no Add step; the layer's residual Add still
+            # runs); node by node each bias is an Add of its own.
+            assert (fused_adds, add_calls()) == (1, 4), stats.ledger()
         if form.startswith("qk_norm"):
             assert fused_routes == {"view"}, stats.ledger()
             assert not stats.variants("Reshape"), stats.ledger()  # fuse=off: a lone Reshape stays on ORT

@@ -11,7 +11,7 @@
 //! node, as on the per-node path. With provider option `step_times=on` a plan times its steps
 //! (`telemetry::step_times`).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex};
@@ -23,10 +23,11 @@ use super::graph::{Graph, Node, ValueInfo};
 use super::kernel_context::KernelContext;
 use super::kernel_info::KernelInfo;
 use super::status::{guard, guard_value, Error, Result};
+use super::tensor::{ElemType, Tensor};
 use crate::ep::capability::find_def;
-use crate::ep::fusion::{find_swiglus, gather, NodeDesc};
+use crate::ep::fusion::{find_bias_adds, find_swiglus, gather, BiasAdd, NodeDesc};
 use crate::ep::nodes::gather_block_quantized::share_tied_codes;
-use crate::ep::nodes::matmul_nbits::packed_codes;
+use crate::ep::nodes::matmul_nbits::{fold_bias, packed_codes};
 use crate::ep::nodes::swiglu::SwiGlu;
 use crate::ep::op::{KernelEnv, OpKernel};
 use crate::memory::{self, ConstantCopy};
@@ -219,6 +220,14 @@ fn build(graph: Graph<'_>, fused: Node<'_>, env: &Arc<KernelEnv>) -> Result<Plan
     let outer_names = outer_out.keys().cloned().collect();
     let swiglus = find_swiglus(&descs, &outer_names);
     let order = gather(&order, &swiglus);
+    // A MatMulNBits whose output only an Add of a bias reads takes the bias (`fold_bias`); the
+    // Add then has no step. `stepped`: the nodes that got a step, in step order.
+    let bias_adds: HashMap<usize, BiasAdd> = find_bias_adds(&descs, &outer_names)
+        .into_iter()
+        .map(|b| (b.nbits, b))
+        .collect();
+    let mut folded = HashSet::new();
+    let mut stepped = Vec::with_capacity(order.len());
 
     let mut slots = Slots {
         src: Vec::new(),
@@ -231,6 +240,10 @@ fn build(graph: Graph<'_>, fused: Node<'_>, env: &Arc<KernelEnv>) -> Result<Plan
     let mut const_src = Vec::new();
     let mut steps = Vec::with_capacity(order.len());
     for &ni in &order {
+        if folded.contains(&ni) {
+            continue;
+        }
+        stepped.push(ni);
         let node = nodes[ni];
         let label = label_of(&node);
         let op = node.op_type()?;
@@ -243,6 +256,21 @@ fn build(graph: Graph<'_>, fused: Node<'_>, env: &Arc<KernelEnv>) -> Result<Plan
         })?;
         let mut kernel =
             (def.create)(&KernelInfo::from_node(node), env).map_err(|e| e.context(&label))?;
+        // The value output 0 is written as: the Add's output when its bias folds in.
+        let mut out0 = None;
+        if let Some(b) = bias_adds.get(&ni) {
+            let add = nodes[b.add];
+            if let Some(bias) = add.inputs()?.get(b.bias_input).copied().flatten() {
+                if let Some(t) = vector_constant(&bias)? {
+                    if fold_bias(kernel.as_mut(), t.data::<f32>()?)
+                        .map_err(|e| e.context(&label))?
+                    {
+                        folded.insert(b.add);
+                        out0 = add.outputs()?.first().copied().flatten();
+                    }
+                }
+            }
+        }
         let mut inputs = Vec::new();
         for (i, v) in node.inputs()?.into_iter().enumerate() {
             let Some(v) = v else {
@@ -285,6 +313,7 @@ fn build(graph: Graph<'_>, fused: Node<'_>, env: &Arc<KernelEnv>) -> Result<Plan
         }
         let mut outputs = Vec::new();
         for (i, v) in node.outputs()?.into_iter().enumerate() {
+            let v = if i == 0 { out0.or(v) } else { v };
             let Some(v) = v else {
                 outputs.push(None);
                 continue;
@@ -355,7 +384,7 @@ fn build(graph: Graph<'_>, fused: Node<'_>, env: &Arc<KernelEnv>) -> Result<Plan
             data,
         });
     }
-    let mut steps = combine_swiglus(steps, &order, &swiglus, env);
+    let mut steps = combine_swiglus(steps, &stepped, &swiglus, env);
     // Each inner value's buffer returns to the pool after its last reader (or its producer,
     // when nothing in the partition reads it).
     let mut last = vec![None; slots.src.len()];
@@ -376,6 +405,17 @@ fn build(graph: Graph<'_>, fused: Node<'_>, env: &Arc<KernelEnv>) -> Result<Plan
         frames: Mutex::new(Vec::new()),
         clock,
     })
+}
+
+/// `v`'s value when it is a constant float32 vector (one dimension): a bias an Add may fold into
+/// the MatMulNBits before it.
+fn vector_constant<'a>(v: &ValueInfo<'a>) -> Result<Option<Tensor<'a>>> {
+    if !v.is_constant_initializer() {
+        return Ok(None);
+    }
+    Ok(v.constant_value()?.filter(|t| {
+        t.elem() == ElemType::ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT && t.shape().len() == 1
+    }))
 }
 
 /// A tied embedding (`gather_block_quantized::share_tied_codes`): each GatherBlockQuantized whose

@@ -112,6 +112,59 @@ pub fn find_swiglus(nodes: &[NodeDesc], outer_outputs: &HashSet<String>) -> Vec<
     out
 }
 
+/// A MatMulNBits followed by the Add of a bias: the MatMulNBits node's index, the Add's, and which
+/// of the Add's two inputs is the bias (the other is the MatMulNBits output).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BiasAdd {
+    pub nbits: usize,
+    pub add: usize,
+    pub bias_input: usize,
+}
+
+/// Every `Add(MatMulNBits(..), c)` (either operand order) where the `com.microsoft` MatMulNBits
+/// has no bias input (5) and its output is read by that Add alone and is not among
+/// `outer_outputs`: the model builder's form of a biased projection (Qwen2's QKV). Whether `c` is a
+/// bias (a constant of N floats) is for the caller to check. The `SwiGluMatch`es' projections are
+/// never matched: their outputs are read by a Sigmoid and Muls, not an Add.
+pub fn find_bias_adds(nodes: &[NodeDesc], outer_outputs: &HashSet<String>) -> Vec<BiasAdd> {
+    let mut readers: HashMap<&str, Vec<usize>> = HashMap::new();
+    for (i, n) in nodes.iter().enumerate() {
+        for v in n.inputs.iter().flatten() {
+            readers.entry(v).or_default().push(i);
+        }
+    }
+    let mut out = Vec::new();
+    for (i, n) in nodes.iter().enumerate() {
+        if !n.is("com.microsoft", "MatMulNBits") || n.input(5).is_some() {
+            continue;
+        }
+        let Some(y) = n.output(0) else {
+            continue;
+        };
+        if outer_outputs.contains(y) || n.outputs.iter().flatten().count() != 1 {
+            continue;
+        }
+        let Some([add]) = readers.get(y).map(Vec::as_slice) else {
+            continue;
+        };
+        let a = &nodes[*add];
+        if !a.is("", "Add") || a.inputs.len() != 2 || a.output(0).is_none() {
+            continue;
+        }
+        let bias_input = match (a.input(0), a.input(1)) {
+            (Some(x), Some(c)) if x == y && c != y => 1,
+            (Some(c), Some(x)) if x == y && c != y => 0,
+            _ => continue,
+        };
+        out.push(BiasAdd {
+            nbits: i,
+            add: *add,
+            bias_input,
+        });
+    }
+    out
+}
+
 /// `order` (a topological order of the nodes) with each match's first four nodes moved to just
 /// before its last one, in match order: the match's nodes then run back to back. Still
 /// topological: the moved nodes read only the match's shared input (produced before the gate
@@ -216,6 +269,53 @@ mod tests {
         let mut n = mlp(false, false);
         n[5].inputs[1] = Some("g".into());
         assert!(find_swiglus(&n, &HashSet::new()).is_empty());
+    }
+
+    #[test]
+    fn finds_bias_adds_in_either_order_and_only_private_ones() {
+        let qkv = |bias_first: bool, extra_reader: bool| {
+            let mut v = vec![
+                node("com.microsoft", "MatMulNBits", &["x", "b", "s"], &["y"]),
+                if bias_first {
+                    node("", "Add", &["c", "y"], &["z"])
+                } else {
+                    node("", "Add", &["y", "c"], &["z"])
+                },
+                node("com.microsoft", "GroupQueryAttention", &["z"], &["o"]),
+            ];
+            if extra_reader {
+                v.push(node("", "Sigmoid", &["y"], &["w"]));
+            }
+            v
+        };
+        let none = HashSet::new();
+        assert_eq!(
+            find_bias_adds(&qkv(false, false), &none),
+            vec![BiasAdd {
+                nbits: 0,
+                add: 1,
+                bias_input: 1
+            }]
+        );
+        assert_eq!(find_bias_adds(&qkv(true, false), &none)[0].bias_input, 0);
+        // y read elsewhere too, or handed back to ORT: the Add stays.
+        assert!(find_bias_adds(&qkv(false, true), &none).is_empty());
+        let outer: HashSet<String> = ["y".to_string()].into();
+        assert!(find_bias_adds(&qkv(false, false), &outer).is_empty());
+        // A MatMulNBits with a bias of its own, or an Add of y with itself: none.
+        let mut own = qkv(false, false);
+        own[0] = node(
+            "com.microsoft",
+            "MatMulNBits",
+            &["x", "b", "s", "", "", "c0"],
+            &["y"],
+        );
+        assert!(find_bias_adds(&own, &none).is_empty());
+        let mut twice = qkv(false, false);
+        twice[1] = node("", "Add", &["y", "y"], &["z"]);
+        assert!(find_bias_adds(&twice, &none).is_empty());
+        // The SwiGLU MLP's projections are read by a Sigmoid and Muls: none.
+        assert!(find_bias_adds(&mlp(false, false), &none).is_empty());
     }
 
     #[test]

@@ -137,6 +137,8 @@ struct MatMulNBits {
     const_hostile: bool,
     zero_points: Option<Vec<u8>>,
     bias: Option<Vec<f32>>,
+    /// Whether the node has a bias input (constant or not; a fused plan folds no other bias in).
+    has_bias_input: bool,
     packed: Option<Arc<CachedWeight<PackedNBits>>>,
     /// This node in its session's order of M=1 calls (packed weights only): see `gemv_chain`.
     link: Option<Arc<Link<CachedWeight<PackedNBits>>>>,
@@ -214,6 +216,7 @@ fn create(info: &KernelInfo<'_>, env: &Arc<KernelEnv>) -> Result<Box<dyn OpKerne
         scales,
         zero_points,
         bias,
+        has_bias_input: present(IN_BIAS),
         packed: None,
         link: None,
         env: env.clone(),
@@ -333,6 +336,33 @@ pub(crate) fn packed_operand(kernel: &dyn OpKernel) -> Option<PackedOperand> {
     })
 }
 
+/// Makes `bias` (N floats) `kernel`'s bias when it is a MatMulNBits kernel without one: a fused
+/// plan folds the model builder's `Add(MatMulNBits(..), bias)` into the node this way
+/// (`abi::fused`), so the projection's output is written once, biased, instead of written and
+/// read again by an Add step. `Ok(false)`, nothing changed, for any other kernel, a kernel with a
+/// bias or a bias input of its own, or a bias of another length; the copy is fallible.
+pub(crate) fn fold_bias(kernel: &mut dyn OpKernel, bias: &[f32]) -> Result<bool> {
+    let Some(k) = kernel
+        .as_any_mut()
+        .and_then(|a| a.downcast_mut::<MatMulNBits>())
+    else {
+        return Ok(false);
+    };
+    if k.bias.is_some() || k.has_bias_input || bias.len() != k.p.n {
+        return Ok(false);
+    }
+    let mut v = Vec::new();
+    v.try_reserve_exact(bias.len()).map_err(|_| {
+        Error::fail(format!(
+            "cannot allocate a copy of a bias of {} elements",
+            bias.len()
+        ))
+    })?;
+    v.extend_from_slice(bias);
+    k.bias = Some(v);
+    Ok(true)
+}
+
 /// A packed MatMulNBits weight's codes, as a tied embedding table reads them
 /// (`gather_block_quantized::share_tied_codes`), 4- or 8-bit.
 #[derive(Clone)]
@@ -374,6 +404,10 @@ impl<T: WarmBytes + 'static> WarmBytes for CachedWeight<T> {
 
 impl OpKernel for MatMulNBits {
     fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
+    }
+
+    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
         Some(self)
     }
 
