@@ -44,7 +44,7 @@ pub use scratch::{
     scratch_error, scratch_stats, try_with_scratch_f32, try_with_scratch_i32, try_with_scratch_u16,
     try_with_scratch_u8, ScratchStats, Shortfall,
 };
-pub use try_alloc::{try_vec, AllocError};
+pub use try_alloc::{try_copy, try_vec, AllocError};
 pub use value_pool::{value_pool_stats, ValuePool, ValuePoolStats};
 pub use weight_arena::{
     weight_arena, ArenaBuf, ArenaStats, WeightArena, ALIGN as ARENA_ALIGN, OWN_REGION_MIN_BYTES,

@@ -45,3 +45,30 @@ pub fn try_vec<T: Clone>(len: usize, value: T) -> Result<Vec<T>, AllocError> {
     v.resize(len, value);
     Ok(v)
 }
+
+/// A copy of `src`, or an error when the memory cannot be had (never aborts).
+pub fn try_copy<T: Clone>(src: &[T]) -> Result<Vec<T>, AllocError> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(src.len()).map_err(|_| AllocError {
+        elems: src.len(),
+        elem_bytes: std::mem::size_of::<T>(),
+    })?;
+    v.extend_from_slice(src);
+    Ok(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{try_copy, try_vec};
+
+    #[test]
+    fn copies_and_fills_or_answers_out_of_memory() {
+        assert_eq!(
+            try_copy(&[1.5f32, -2.0, 0.0]).unwrap(),
+            vec![1.5, -2.0, 0.0]
+        );
+        assert_eq!(try_vec(3, 7u8).unwrap(), vec![7, 7, 7]);
+        let e = try_vec(usize::MAX / 2, 0u64).unwrap_err();
+        assert_eq!((e.elems, e.elem_bytes), (usize::MAX / 2, 8));
+    }
+}

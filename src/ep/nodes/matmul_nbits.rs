@@ -153,15 +153,12 @@ fn copy_const<T: crate::abi::tensor::Element>(
         Some(t) => {
             // Sized by the model (scales are N * k_blocks floats): fallible, a clean error.
             let src = t.data::<T>()?;
-            let mut v = Vec::new();
-            v.try_reserve_exact(src.len()).map_err(|_| {
+            Some(crate::memory::try_copy(src).map_err(|e| {
                 Error::fail(format!(
-                    "cannot allocate a copy of constant input {i} ({} elements)",
+                    "cannot copy constant input {i} ({} elements): {e}",
                     src.len()
                 ))
-            })?;
-            v.extend_from_slice(src);
-            Some(v)
+            })?)
         }
         None => None,
     })
@@ -351,14 +348,12 @@ pub(crate) fn fold_bias(kernel: &mut dyn OpKernel, bias: &[f32]) -> Result<bool>
     if k.bias.is_some() || k.has_bias_input || bias.len() != k.p.n {
         return Ok(false);
     }
-    let mut v = Vec::new();
-    v.try_reserve_exact(bias.len()).map_err(|_| {
+    let v = crate::memory::try_copy(bias).map_err(|e| {
         Error::fail(format!(
-            "cannot allocate a copy of a bias of {} elements",
+            "cannot copy a bias of {} elements: {e}",
             bias.len()
         ))
     })?;
-    v.extend_from_slice(bias);
     k.bias = Some(v);
     Ok(true)
 }
