@@ -4,8 +4,8 @@ under random provider options, a prefill and three decode steps, rcpu against OR
 Each case draws, from one seeded generator, a layer shape (hidden size, query and kv heads, head size,
 sliding-window layers, an attention softcap and partial rotary or not,
 MLP size, quantization block, accuracy level, qkv bias, tied or untied embedding, an int4 or an 8-bit
-lm_head, 8-bit o_proj and MLP or not, vocabulary, one or two
-layers), a prompt length (1 to 150 tokens), the rcpu provider options (`fuse`, `threads`, `acc4_scales`,
+lm_head, 8-bit o_proj and MLP or not, Qwen3's per-head q/k norms (after a Split of the packed QKV
+projection or after three projections) or not, vocabulary, one or two layers), a prompt length (1 to 150 tokens), the rcpu provider options (`fuse`, `threads`, `acc4_scales`,
 `weight_cache_mb`, `scratch_cache_mb`, each set or left at its default), the token ids, and how the KV
 cache is passed: as separate past inputs and present outputs, each decode step fed ORT's present rows (so
 every step compares the same inputs), or as onnxruntime-genai passes it with `past_present_share_buffer`,
@@ -121,6 +121,10 @@ def draw_case(rng: random.Random) -> Case:
     # Olive's mixed precision: o_proj and the MLP in 8 bits.
     if rng.random() < 0.2:
         case.spec += ",mix8=1"
+    # Qwen3's per-head query / key norms, after a Split of the packed QKV projection (the builder's
+    # form) or after three projections (`packed=0`); drawn last.
+    if rng.random() < 0.25:
+        case.spec = case.spec.replace("preset=qwen2-0.5b", "preset=qwen3-0.6b", 1) + f",packed={rng.choice([0, 1])}"
     return case
 
 
