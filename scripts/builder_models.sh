@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Real model-builder models on rcpu. For each NAME[:LAYERS] (default: every configuration in
-# e2e/python/hf_random_checkpoint.py, the larger ones cut to 4 layers), writes a Hugging Face
+# e2e/python/hf_random_checkpoint.py, all but three cut to 2-4 layers), writes a Hugging Face
 # checkpoint of that model's configuration with seeded random weights, runs onnxruntime-genai's own
 # model builder on it (`-p int4 -e cpu`, the form users run), and checks the model on rcpu with
 # e2e/python/builder_check.py (one rcpu partition, level-0 logits equal to ORT's, level-4 logits as
@@ -29,7 +29,8 @@ if [ ! -f "$stamp" ]; then
 fi
 builder_dir="$("$venv/bin/python" -c 'import os, onnxruntime_genai.models as m; print(os.path.dirname(m.__file__))')"
 names=("$@")
-[ ${#names[@]} -gt 0 ] || names=(qwen2-0.5b qwen3-0.6b llama-3.2-1b phi3-mini:4 gemma2-2b:4 mistral-7b:2)
+[ ${#names[@]} -gt 0 ] || names=(qwen2-0.5b qwen3-0.6b llama-3.2-1b phi3-mini:4 phi4-mini:2 gemma2-2b:4 \
+  mistral-7b:2 smollm3-3b:2 granite-2b:2 olmo-1b:2 phi2:2 nemotron-4b:2)
 failed=()
 for item in "${names[@]}"; do
   name="${item%%:*}"

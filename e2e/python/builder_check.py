@@ -7,8 +7,9 @@ onnxruntime-genai's own loop (every KV cache layout the builder writes, windowed
 What it prints and judges (exit 0 only when every check passes, 1 otherwise):
 - placement: the subgraphs ORT assigned to rcpu and the op types left to ORT's CPU EP. The model builder's
   decoders should be ONE rcpu partition; the only nodes left to ORT should be the int64 nodes that derive
-  `seqlens_k` / `total_sequence_length` from the attention mask (ReduceSum, Sub, Shape, Gather, Cast) and
-  a float embedding's Gather. Anything else on ORT fails the check: a node that cut the partition.
+  `seqlens_k` / `total_sequence_length` from the attention mask (ReduceSum, Sub, Shape, Gather, Cast), a
+  float embedding's Gather, and LongRoPE's choice of rotary caches (Greater, If). Anything else on ORT
+  fails the check: a node that cut the partition.
 - accuracy level 0 (a copy of the model with every MatMulNBits at level 0, f32 activations): the prompt's
   logits and each generated step's within relative L2 1e-4 of ORT's, and the same greedy tokens.
 - the model's own level (4: both runtimes quantize activations to int8 per block, so neither is exact):
@@ -38,9 +39,10 @@ import onnxruntime as ort
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from og_bench import EP_NAME, REPO, prompt_ids, rel_l2  # noqa: E402
 
-# Nodes the builder's graphs leave to ORT by design: the mask subgraph's int64 nodes and a float
-# embedding's Gather.
-EXPECTED_ON_ORT = {"ReduceSum", "Sub", "Shape", "Gather", "Cast"}
+# Nodes the builder's graphs leave to ORT by design: the mask subgraph's int64 nodes, a float
+# embedding's Gather, and LongRoPE's choice of rotary caches by the sequence's length (Greater, If:
+# Phi-3.5 / Phi-4-mini; the attention reads whichever caches the If hands it).
+EXPECTED_ON_ORT = {"ReduceSum", "Sub", "Shape", "Gather", "Cast", "Greater", "If"}
 LEVEL0_TOL = 1e-4
 _GENAI_REGISTERED = set()
 
@@ -78,7 +80,9 @@ def generate(model_dir: pathlib.Path, plugin: str | None, prompt: list[int], tok
         cfg.append_provider(EP_NAME)
     model = og.Model(cfg)
     dec = json.loads((model_dir / "genai_config.json").read_text())["model"]["decoder"]
-    window = int(dec.get("sliding_window", {}).get("window_size", 0))
+    # Capped at the context (genai refuses a longer max_length; Phi-4-mini's window is twice it).
+    cfg = json.loads((model_dir / "genai_config.json").read_text())["model"]
+    window = min(int(dec.get("sliding_window", {}).get("window_size", 0)), int(cfg.get("context_length", 1 << 62)))
     params = og.GeneratorParams(model)
     params.set_search_options(max_length=max(len(prompt) + tokens, window), do_sample=False)
     gen = og.Generator(model, params)

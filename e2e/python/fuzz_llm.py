@@ -5,7 +5,8 @@ Each case draws, from one seeded generator, a layer shape (hidden size, query an
 sliding-window layers, an attention softcap and partial rotary or not,
 MLP size, quantization block, accuracy level, qkv bias, tied or untied embedding, an int4 or an 8-bit
 lm_head, 8-bit o_proj and MLP or not, Qwen3's per-head q/k norms (after a Split of the packed QKV
-projection or after three projections) or not, vocabulary, one or two layers), a prompt length (1 to 150 tokens), the rcpu provider options (`fuse`, `threads`, `acc4_scales`,
+projection or after three projections) or not, the qkv bias as the MatMulNBits input or an Add after it,
+vocabulary, one or two layers), a prompt length (1 to 150 tokens), the rcpu provider options (`fuse`, `threads`, `acc4_scales`,
 `weight_cache_mb`, `scratch_cache_mb`, each set or left at its default), the token ids, and how the KV
 cache is passed: as separate past inputs and present outputs, each decode step fed ORT's present rows (so
 every step compares the same inputs), or as onnxruntime-genai passes it with `past_present_share_buffer`,
@@ -125,6 +126,9 @@ def draw_case(rng: random.Random) -> Case:
     # form) or after three projections (`packed=0`); drawn last.
     if rng.random() < 0.25:
         case.spec = case.spec.replace("preset=qwen2-0.5b", "preset=qwen3-0.6b", 1) + f",packed={rng.choice([0, 1])}"
+    # The QKV bias as an Add after the projection (the builder's form since 0.18; fused, rcpu folds it).
+    if rng.random() < 0.3:
+        case.spec += ",bias_add=1"
     return case
 
 

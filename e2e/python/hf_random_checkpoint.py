@@ -4,7 +4,10 @@ onnxruntime-genai's model builder (no download: the configurations are written o
     python hf_random_checkpoint.py NAME OUT_DIR [--layers N]
 
 NAME is one of CONFIGS (the shapes of the models users run through the builder: the decoder families
-it writes differently). `--layers N` keeps the real widths but only N decoder layers (a quicker model
+it writes differently: packed or split QKV, biases, q/k norms, windows and softcaps, partial and LongRoPE
+rotary, LayerNorm and relu2 / GELU MLPs, untied heads). Gemma-3 is not among them: builder 0.18.0 reads
+`rope_parameters["rope_type"]`, which transformers 5 nests per layer type for Gemma-3; and it fails on
+SmolLM3's NoPE layers (every fourth; `KeyError: 'position_ids'`), so SmolLM3 builds with up to 3 layers. `--layers N` keeps the real widths but only N decoder layers (a quicker model
 for the checks; the full depth for timings). Weights are the transformers library's own
 initialisation (seed 1234); every 1-D weight (norms, biases) is then moved by N(0, 0.1) so that a
 norm or bias applied wrongly shows in the logits. The tokenizer is a placeholder word-level one of 512
@@ -54,6 +57,39 @@ CONFIGS = {
         num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8, vocab_size=32768,
         rope_theta=1000000.0, rms_norm_eps=1e-5, tie_word_embeddings=False, max_position_embeddings=32768,
         hidden_act="silu", bos_token_id=1, eos_token_id=2, sliding_window=None),
+    "phi4-mini": dict(
+        architectures=["Phi3ForCausalLM"], model_type="phi3", hidden_size=3072, intermediate_size=8192,
+        num_hidden_layers=32, num_attention_heads=24, num_key_value_heads=8, vocab_size=200064,
+        rope_theta=10000.0, rms_norm_eps=1e-5, tie_word_embeddings=True, max_position_embeddings=131072,
+        original_max_position_embeddings=4096, partial_rotary_factor=0.75,
+        rope_scaling=dict(type="longrope", long_factor=[1.0 + 0.1 * i for i in range(48)], short_factor=[1.0] * 48),
+        hidden_act="silu", bos_token_id=199999, eos_token_id=199999, pad_token_id=199999, sliding_window=262144),
+    "smollm3-3b": dict(
+        architectures=["SmolLM3ForCausalLM"], model_type="smollm3", hidden_size=2048, intermediate_size=11008,
+        num_hidden_layers=36, num_attention_heads=16, num_key_value_heads=4, vocab_size=128256,
+        rope_theta=5000000.0, rms_norm_eps=1e-6, tie_word_embeddings=True, max_position_embeddings=65536,
+        hidden_act="silu", bos_token_id=128000, eos_token_id=128012, no_rope_layer_interval=4),
+    "granite-2b": dict(
+        architectures=["GraniteForCausalLM"], model_type="granite", hidden_size=2048, intermediate_size=8192,
+        num_hidden_layers=40, num_attention_heads=32, num_key_value_heads=8, vocab_size=49155,
+        rope_theta=5000000.0, rms_norm_eps=1e-5, tie_word_embeddings=True, max_position_embeddings=131072,
+        hidden_act="silu", embedding_multiplier=12.0, residual_multiplier=0.22, attention_multiplier=0.015625,
+        logits_scaling=8.0, bos_token_id=0, eos_token_id=0, pad_token_id=0),
+    "olmo-1b": dict(
+        architectures=["OlmoForCausalLM"], model_type="olmo", hidden_size=2048, intermediate_size=8192,
+        num_hidden_layers=16, num_attention_heads=16, num_key_value_heads=16, vocab_size=50304,
+        rope_theta=10000.0, tie_word_embeddings=True, max_position_embeddings=4096, hidden_act="silu",
+        bos_token_id=None, eos_token_id=50279, pad_token_id=1),
+    "phi2": dict(
+        architectures=["PhiForCausalLM"], model_type="phi", hidden_size=2560, intermediate_size=10240,
+        num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=32, vocab_size=51200,
+        rope_theta=10000.0, partial_rotary_factor=0.4, layer_norm_eps=1e-5, tie_word_embeddings=False,
+        max_position_embeddings=2048, hidden_act="gelu_new", bos_token_id=50256, eos_token_id=50256),
+    "nemotron-4b": dict(
+        architectures=["NemotronForCausalLM"], model_type="nemotron", hidden_size=3072, intermediate_size=9216,
+        num_hidden_layers=32, num_attention_heads=24, num_key_value_heads=8, head_dim=128, vocab_size=256000,
+        rope_theta=10000.0, partial_rotary_factor=0.5, norm_eps=1e-5, tie_word_embeddings=False,
+        max_position_embeddings=4096, hidden_act="relu2", bos_token_id=2, eos_token_id=3),
 }
 
 

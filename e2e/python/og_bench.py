@@ -99,8 +99,10 @@ def worker(model_dir: str, provider: str, plugin: str, threads: int) -> None:
     # A windowed KV cache (the builder's `sliding_window_cache` layers, named in genai_config's
     # `sliding_window`) must hold the whole window on ORT's CPU EP and on rcpu alike, and genai sizes
     # the caches by max_length: it is at least the window, and the loop stops after the tokens asked.
-    decoder = json.loads((pathlib.Path(model_dir) / "genai_config.json").read_text())["model"]["decoder"]
-    window = int(decoder.get("sliding_window", {}).get("window_size", 0))
+    # Capped at the context: genai refuses a longer max_length (Phi-4-mini's window is twice it).
+    cfg = json.loads((pathlib.Path(model_dir) / "genai_config.json").read_text())["model"]
+    window = min(int(cfg["decoder"].get("sliding_window", {}).get("window_size", 0)),
+                 int(cfg.get("context_length", 1 << 62)))
     print("READY", flush=True)
     for line in sys.stdin:
         cmd = json.loads(line)

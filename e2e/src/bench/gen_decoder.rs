@@ -44,6 +44,9 @@ pub struct Decoder {
     /// The output projection and the MLP's gate, up and down projections as 8-bit MatMulNBits
     /// (`mix8=1`), as Olive's mixed-precision recipes upcast the most sensitive weights.
     pub mix8: bool,
+    /// The Q / K / V biases (with `qkv_bias`) as an Add after each projection (`bias_add=1`), as
+    /// the genai builder writes them since 0.18, instead of the MatMulNBits bias input.
+    pub bias_add: bool,
 }
 
 impl Decoder {
@@ -62,6 +65,7 @@ impl Decoder {
             packed_qkv: false,
             qk_norm: false,
             mix8: false,
+            bias_add: false,
         };
         let (mut m, mut seed) = (1usize, 1u64);
         for (key, val) in spec_items(spec, rest)? {
@@ -90,7 +94,7 @@ impl Decoder {
     }
 
     /// Sets one of the layer keys decoder: and llm: specs share (hidden, heads, kv, head, inter,
-    /// block, acc, qkv_bias, mix8); false when `key` is not one of them.
+    /// block, acc, qkv_bias, mix8, bias_add); false when `key` is not one of them.
     pub(super) fn set_layer_key(&mut self, key: &str, v: usize) -> bool {
         match key {
             "hidden" => self.hidden = v,
@@ -102,6 +106,7 @@ impl Decoder {
             "acc" => self.acc = v as i64,
             "qkv_bias" => self.qkv_bias = v != 0,
             "mix8" => self.mix8 = v != 0,
+            "bias_add" => self.bias_add = v != 0,
             _ => return false,
         }
         true
@@ -129,7 +134,7 @@ impl Decoder {
 
     pub fn label(&self, m: usize) -> String {
         format!(
-            "decoder hidden={} heads={}/{} head={} inter={} b{} acc{} past={} m={}{}{}{}{}",
+            "decoder hidden={} heads={}/{} head={} inter={} b{} acc{} past={} m={}{}{}{}{}{}",
             self.hidden,
             self.heads,
             self.kv,
@@ -142,7 +147,8 @@ impl Decoder {
             if self.qkv_bias { " qkv-bias" } else { "" },
             if self.packed_qkv { " packed-qkv" } else { "" },
             if self.qk_norm { " qk-norm" } else { "" },
-            if self.mix8 { " mix8" } else { "" }
+            if self.mix8 { " mix8" } else { "" },
+            if self.bias_add { " bias-add" } else { "" }
         )
     }
 
@@ -240,6 +246,12 @@ impl Decoder {
                 Some(b) => vec_init(g, b, n, seed ^ (100 + i), 0.0, 0.1),
                 None => 0,
             };
+            // `bias_add`: the projection writes `{node}/MatMul`, then an Add of the bias `node`.
+            let (out, added) = match &b {
+                Some(b) if self.bias_add => (format!("{node}/MatMul"), Some(b.clone())),
+                _ => (node.clone(), None),
+            };
+            let b = if added.is_some() { None } else { b };
             let s = seed.wrapping_mul(1000).wrapping_add(i);
             // `mix8`: o_proj (3) and the MLP (4..=6) in 8 bits.
             let bits = if self.mix8 && i >= 3 { 8 } else { 4 };
@@ -248,7 +260,7 @@ impl Decoder {
                 &node,
                 &format!("_{node}"),
                 inp,
-                &node,
+                &out,
                 k,
                 n,
                 self.block,
@@ -259,6 +271,16 @@ impl Decoder {
                 false,
                 s,
             );
+            if let Some(bias) = added {
+                g.node(
+                    "Add",
+                    "",
+                    &format!("{node}/Add"),
+                    &[&out, &bias],
+                    &[&node],
+                    &[],
+                );
+            }
             bytes
         };
         let mut bytes = vec_init(g, &name("ln2.w"), d, seed ^ 12, 1.0, 0.1);

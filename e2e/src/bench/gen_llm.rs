@@ -1,6 +1,6 @@
 //! `llm:preset=qwen2-0.5b|llama-3.2-1b|qwen3-0.6b[,layers=N][,vocab=V][,tied=0|1][,acc=4|0|1][,block=32]
 //! [,seed=S][,ctx=C][,emb=q4|q8|f32|f16][,hidden=..,heads=..,kv=..,head=..,inter=..,qkv_bias=0|1]
-//! [,window=W][,window_cache=0|1][,softcap=X][,rot=R][,lm_bits=4|8][,mix8=0|1][,packed=0|1]`:
+//! [,window=W][,window_cache=0|1][,softcap=X][,rot=R][,lm_bits=4|8][,mix8=0|1][,packed=0|1][,bias_add=0|1]`:
 //! a whole decoder-only LLM laid out as onnxruntime-genai's model builder lays out
 //! `-p int4 -e cpu`, with seeded weights (no download):
 //!
@@ -41,7 +41,9 @@
 //! default): an 8-bit GatherBlockQuantized over the lm_head's codes reshaped to [vocab, hidden],
 //! as the builder ties them there. `mix8=1` makes every layer's o_proj, gate, up and down
 //! projections 8-bit (Olive's mixed-precision recipes upcast those and the lm_head). `packed=0`
-//! writes Q, K and V as three projections (older builders' form for Qwen3) instead of one.
+//! writes Q, K and V as three projections (older builders' form for Qwen3) instead of one;
+//! `bias_add=1` writes the QKV bias as an Add after the projection (the builder's form since
+//! 0.18) instead of the MatMulNBits bias input.
 //! The rotary base is 10000 for both presets (random weights; the angle table's values do not
 //! change what is computed). `ctx` (default 4096) is the rotary caches' length and the
 //! genai_config's context_length.
@@ -144,6 +146,7 @@ fn preset(name: &str) -> Option<Llm> {
             packed_qkv: true,
             qk_norm,
             mix8: false,
+            bias_add: false,
         },
         layers,
         vocab,
@@ -327,7 +330,7 @@ impl Llm {
             d.qkv_bias as u8,
             d.packed_qkv as u8,
             self.attn_label(",")
-        )
+        ) + if d.bias_add { ",bias_add=1" } else { "" }
     }
 
     /// `{sep}window=W{sep}softcap=X` for the attention options that are set (empty without).
@@ -781,6 +784,34 @@ mod tests {
         let packed = Llm::parse("s", "preset=qwen3-0.6b").unwrap();
         let apart = Llm::parse("s", "preset=qwen3-0.6b,packed=0").unwrap();
         assert_ne!(packed.canonical(), apart.canonical());
+    }
+
+    #[test]
+    fn bias_add_moves_the_qkv_bias_into_an_add() {
+        use prost::Message;
+        // (Add nodes, MatMulNBits nodes with a bias input) of a two-layer Qwen2 model.
+        let ops = |extra: &str| {
+            let l = Llm::parse("s", &format!("layers=2,vocab=1000{extra}")).unwrap();
+            let g = crate::onnx::ModelProto::decode(&l.generate().bytes[..])
+                .unwrap()
+                .graph
+                .unwrap();
+            let adds = g.node.iter().filter(|n| n.op_type == "Add").count();
+            let biased = g
+                .node
+                .iter()
+                .filter(|n| {
+                    n.op_type == "MatMulNBits" && n.input.get(5).is_some_and(|b| !b.is_empty())
+                })
+                .count();
+            (adds, biased)
+        };
+        let (adds, biased) = ops("");
+        assert_eq!(biased, 2);
+        assert_eq!(ops(",bias_add=1"), (adds + 2, 0));
+        let a = Llm::parse("s", "bias_add=1").unwrap();
+        assert!(a.canonical().ends_with(",bias_add=1"));
+        assert_ne!(a.canonical(), Llm::parse("s", "").unwrap().canonical());
     }
 
     #[test]
