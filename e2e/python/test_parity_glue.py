@@ -19,7 +19,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import models
-from conftest import assert_error_names_node, assert_on_cpu, assert_on_rcpu, assigned_to_rcpu, rel_l2
+from conftest import assert_error_names_node, assert_on_cpu, assert_on_rcpu, assigned_to_rcpu, rcpu_session, rel_l2
 
 TIGHT = (1e-5, 1e-6)
 GELU_TOL = (1e-5, 1e-5)
@@ -379,6 +379,23 @@ def test_split(make_sessions, shape, axis, outputs, split, num, opset):
     x = _x(rng, shape, specials=True)
     for g, w in zip(rc.run(None, {"X": x}), cpu.run(None, {"X": x})):
         np.testing.assert_array_equal(g, w)
+
+
+def test_split_with_an_omitted_output(rcpu_devices):
+    """A Split output left empty (an omitted output) inside a partition: rcpu computes the others and
+    skips it. ORT's own Split (1.31.1) crashes the process on such a node, so the answer is numpy's."""
+    nodes = [helper.make_node("Split", ["X"], ["a", "", "c"], name="glue0", axis=1),
+             helper.make_node("Relu", ["a"], ["Y0"], name="relu0"),
+             helper.make_node("Relu", ["c"], ["Y2"], name="relu2")]
+    graph = helper.make_graph(nodes, "split_omitted", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [3, 6])],
+                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("Y0", "Y2")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=models.IR_VERSION)
+    rc = rcpu_session(model.SerializeToString(), rcpu_devices, {"threads": 2})
+    assert_on_rcpu(rc, ["glue0", "relu0", "relu2"])
+    x = _x(np.random.default_rng(6), (3, 6))
+    y0, y2 = rc.run(None, {"X": x})
+    np.testing.assert_array_equal(y0, np.maximum(x[:, 0:2], 0))
+    np.testing.assert_array_equal(y2, np.maximum(x[:, 4:6], 0))
 
 
 def test_split_sizes_at_run_time_and_their_errors(make_sessions):

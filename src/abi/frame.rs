@@ -267,6 +267,11 @@ impl<'a> NodeFrame<'a> {
         }
     }
 
+    /// Whether output `i` is wired to a value (false: omitted in the model).
+    pub(crate) fn output_present(&self, i: usize) -> bool {
+        matches!(self.wiring.outputs.get(i), Some(Some(_)))
+    }
+
     pub(crate) fn output(&self, i: usize, shape: &[usize]) -> Result<TensorMut<'a>> {
         let Some(&Some(s)) = self.wiring.outputs.get(i) else {
             return Err(Error::fail(format!("no buffer for output {i}")));

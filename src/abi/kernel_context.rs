@@ -92,6 +92,13 @@ impl<'a> KernelContext<'a> {
             .ok_or_else(|| Error::invalid_argument(format!("required input {i} is missing")))
     }
 
+    /// Whether output `i` is wired to a value: false for an omitted output of a node inside a
+    /// fused partition; on ORT's own path always true (ORT answers an omitted one with no buffer,
+    /// which `output` reports as an error).
+    pub fn output_present(&self, i: usize) -> bool {
+        self.frame.is_none_or(|f| f.output_present(i))
+    }
+
     /// Allocates output `i` with `shape` and returns a writable view.
     pub fn output(&self, i: usize, shape: &[usize]) -> Result<TensorMut<'a>> {
         if let Some(f) = self.frame {

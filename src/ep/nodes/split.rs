@@ -59,6 +59,11 @@ impl OpKernel for Split {
         let mut start = 0usize;
         let mut out_dims = dims.to_vec();
         for (j, &size) in sizes.iter().enumerate() {
+            // An omitted output (an empty name: ORT's own Split crashes on it) is skipped.
+            if !ctx.output_present(j) {
+                start += size;
+                continue;
+            }
             out_dims[axis] = size;
             let out = ctx.output(j, &out_dims)?.into_data::<f32>()?;
             copy_piece(src, out, outer, len, inner, start, size).ok_or_else(|| {
