@@ -6,9 +6,11 @@
 # e2e/python/builder_check.py (one rcpu partition, level-0 logits equal to ORT's, level-4 logits as
 # close to the level-0 answer as ORT's). Exit status: 1 when any model fails its check.
 #
-#   scripts/builder_models.sh [NAME[:LAYERS] ...]      e.g. scripts/builder_models.sh qwen3-0.6b qwen2-0.5b:24
+#   scripts/builder_models.sh [NAME[:LAYERS][@OPTIONS] ...]   e.g. scripts/builder_models.sh qwen3-0.6b qwen2-0.5b:24
 #
-# Models land in target/builder-models/NAME-LLAYERS (a genai folder: og_bench.py times it). The
+# @OPTIONS are the builder's --extra_options (space-free, e.g. @algo_config=k_quant_mixed: k-quant
+# weights with zero points, 8-bit lm_head and mixed layers). Models land in
+# target/builder-models/NAME[-lLAYERS][-OPTIONS] (a genai folder: og_bench.py times it). The
 # builder needs torch and transformers: they go into their own environment, target/builder-venv
 # (~7 GB with the CUDA libraries PyPI's torch wheel pulls in; the first run downloads them), never
 # into the test environment. Not part of test.sh or demo.sh for that reason.
@@ -30,20 +32,24 @@ fi
 builder_dir="$("$venv/bin/python" -c 'import os, onnxruntime_genai.models as m; print(os.path.dirname(m.__file__))')"
 names=("$@")
 [ ${#names[@]} -gt 0 ] || names=(qwen2-0.5b qwen3-0.6b llama-3.2-1b phi3-mini:4 phi4-mini:2 gemma2-2b:4 \
-  mistral-7b:2 smollm3-3b:2 granite-2b:2 olmo-1b:2 phi2:2 nemotron-4b:2)
+  mistral-7b:2 smollm3-3b:2 granite-2b:2 olmo-1b:2 phi2:2 nemotron-4b:2 qwen2-0.5b:2@algo_config=k_quant_mixed)
 failed=()
 for item in "${names[@]}"; do
-  name="${item%%:*}"
+  spec="${item%%@*}"
+  options=""
+  [ "$item" != "$spec" ] && options="${item#*@}"
+  name="${spec%%:*}"
   layers=""
-  [ "$item" != "$name" ] && layers="${item#*:}"
-  out="$RCPU_ROOT/target/builder-models/$name${layers:+-l$layers}"
+  [ "$spec" != "$name" ] && layers="${spec#*:}"
+  out="$RCPU_ROOT/target/builder-models/$name${layers:+-l$layers}${options:+-${options//[=,:]/-}}"
   if [ ! -f "$out/genai_config.json" ]; then
     ckpt="$(mktemp -d)"
     echo "[builder] $item: random-weight checkpoint"
     "$venv/bin/python" e2e/python/hf_random_checkpoint.py "$name" "$ckpt" ${layers:+--layers "$layers"}
-    echo "[builder] $item: onnxruntime-genai's model builder (-p int4 -e cpu)"
+    echo "[builder] $item: onnxruntime-genai's model builder (-p int4 -e cpu${options:+ $options})"
     (cd "$builder_dir" && "$venv/bin/python" builder.py -i "$ckpt" -o "$out.part" -p int4 -e cpu \
-      -c "$ckpt/cache" > "$ckpt/builder.log" 2>&1) || { tail -20 "$ckpt/builder.log"; rm -rf "$ckpt"; exit 1; }
+      -c "$ckpt/cache" ${options:+--extra_options "$options"} > "$ckpt/builder.log" 2>&1) \
+      || { tail -20 "$ckpt/builder.log"; rm -rf "$ckpt" "$out.part"; exit 1; }
     rm -rf "$ckpt" "$out"
     mv "$out.part" "$out"
   fi
