@@ -34,6 +34,7 @@ import onnxruntime as ort
 from onnx import numpy_helper
 
 from conftest import EP_NAME, _session_options, rel_l2
+from models import with_accuracy_level
 
 SEQ = 16
 
@@ -81,18 +82,6 @@ def _spread(m: onnx.ModelProto, feeds: dict, base: np.ndarray, positions: int) -
     return spreads
 
 
-def _level0(m: onnx.ModelProto) -> onnx.ModelProto:
-    """A copy of `m` with every MatMulNBits at accuracy_level 0: same int4 weights, f32 activations."""
-    out = onnx.ModelProto()
-    out.CopyFrom(m)
-    for n in out.graph.node:
-        if n.op_type == "MatMulNBits":
-            kept = [a for a in n.attribute if a.name != "accuracy_level"]
-            del n.attribute[:]
-            n.attribute.extend(kept + [onnx.helper.make_attribute("accuracy_level", 0)])
-    return out
-
-
 def main() -> None:
     model, plugin = sys.argv[1], sys.argv[2]
     rest = sys.argv[3:]
@@ -121,7 +110,7 @@ def main() -> None:
         return
     ort.register_execution_provider_library("rcpu", str(pathlib.Path(plugin).resolve()))
     devs = [d for d in ort.get_ep_devices() if d.ep_name == EP_NAME]
-    m0 = _level0(m)
+    m0 = with_accuracy_level(m, 0)  # same int4 weights, f32 activations
     print("rel L2 per prompt; ORT4, rcpu4: the model as given; ref0: ORT with every MatMulNBits at level 0")
     print(f"rcpu provider options: {options or 'none (defaults)'}")
     spread = max(maxima) if maxima else None

@@ -37,7 +37,8 @@ import onnx
 import onnxruntime as ort
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from og_bench import EP_NAME, REPO, prompt_ids, rel_l2  # noqa: E402
+from models import with_accuracy_level  # noqa: E402
+from og_bench import EP_NAME, REPO, kv_window, prompt_ids, rel_l2  # noqa: E402
 
 # Nodes the builder's graphs leave to ORT by design: the mask subgraph's int64 nodes, a float
 # embedding's Gather, and LongRoPE's choice of rotary caches by the sequence's length (Greater, If:
@@ -79,12 +80,8 @@ def generate(model_dir: pathlib.Path, plugin: str | None, prompt: list[int], tok
         cfg.clear_providers()
         cfg.append_provider(EP_NAME)
     model = og.Model(cfg)
-    dec = json.loads((model_dir / "genai_config.json").read_text())["model"]["decoder"]
-    # Capped at the context (genai refuses a longer max_length; Phi-4-mini's window is twice it).
-    cfg = json.loads((model_dir / "genai_config.json").read_text())["model"]
-    window = min(int(dec.get("sliding_window", {}).get("window_size", 0)), int(cfg.get("context_length", 1 << 62)))
     params = og.GeneratorParams(model)
-    params.set_search_options(max_length=max(len(prompt) + tokens, window), do_sample=False)
+    params.set_search_options(max_length=max(len(prompt) + tokens, kv_window(model_dir)), do_sample=False)
     gen = og.Generator(model, params)
     gen.append_tokens(prompt)
     logits, ids = [], []
@@ -101,12 +98,7 @@ def level_copy(src: pathlib.Path, dst: pathlib.Path, level: int) -> None:
     """`src` with every MatMulNBits at accuracy_level `level`, into `dst` (data and config copied)."""
     cfg = json.loads((src / "genai_config.json").read_text())
     name = cfg["model"]["decoder"]["filename"]
-    m = onnx.load(str(src / name), load_external_data=False)
-    for n in m.graph.node:
-        if n.op_type == "MatMulNBits":
-            kept = [a for a in n.attribute if a.name != "accuracy_level"]
-            del n.attribute[:]
-            n.attribute.extend(kept + [onnx.helper.make_attribute("accuracy_level", level)])
+    m = with_accuracy_level(onnx.load(str(src / name), load_external_data=False), level)
     dst.mkdir(parents=True, exist_ok=True)
     onnx.save(m, str(dst / name))
     for f in src.iterdir():

@@ -22,6 +22,18 @@ def _model(nodes, inputs, outputs, initializers=(), opset=OPSET, ms_opset=None) 
     return m
 
 
+def with_accuracy_level(m: onnx.ModelProto, level: int) -> onnx.ModelProto:
+    """A copy of `m` with every MatMulNBits at `accuracy_level` (the weights unchanged)."""
+    out = onnx.ModelProto()
+    out.CopyFrom(m)
+    for n in out.graph.node:
+        if n.op_type == "MatMulNBits":
+            kept = [a for a in n.attribute if a.name != "accuracy_level"]
+            del n.attribute[:]
+            n.attribute.extend(kept + [helper.make_attribute("accuracy_level", level)])
+    return out
+
+
 def _vi(name, shape, elem=F32):
     return helper.make_tensor_value_info(name, elem, shape)
 

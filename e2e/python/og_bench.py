@@ -85,6 +85,17 @@ def stats(plugin: str) -> dict:
     return json.loads(buf.raw[:m])
 
 
+def kv_window(model_dir: str | pathlib.Path) -> int:
+    """The positions a windowed KV cache must hold: genai_config's `sliding_window` (the builder's
+    `sliding_window_cache` layers) size, capped at the context (genai refuses a longer max_length;
+    Phi-4-mini's window is twice it); 0 without a window. ORT's CPU EP and rcpu both refuse a
+    windowed cache smaller than the window, and genai sizes the caches by max_length, so a run's
+    max_length must be at least this."""
+    cfg = json.loads((pathlib.Path(model_dir) / "genai_config.json").read_text())["model"]
+    window = int(cfg["decoder"].get("sliding_window", {}).get("window_size", 0))
+    return min(window, int(cfg.get("context_length", window)))
+
+
 def worker(model_dir: str, provider: str, plugin: str, threads: int) -> None:
     import onnxruntime_genai as og
 
@@ -96,13 +107,8 @@ def worker(model_dir: str, provider: str, plugin: str, threads: int) -> None:
         if threads > 0:
             config.set_provider_option(EP_NAME, "threads", str(threads))
     model = og.Model(config)
-    # A windowed KV cache (the builder's `sliding_window_cache` layers, named in genai_config's
-    # `sliding_window`) must hold the whole window on ORT's CPU EP and on rcpu alike, and genai sizes
-    # the caches by max_length: it is at least the window, and the loop stops after the tokens asked.
-    # Capped at the context: genai refuses a longer max_length (Phi-4-mini's window is twice it).
-    cfg = json.loads((pathlib.Path(model_dir) / "genai_config.json").read_text())["model"]
-    window = min(int(cfg["decoder"].get("sliding_window", {}).get("window_size", 0)),
-                 int(cfg.get("context_length", 1 << 62)))
+    # max_length at least the window (`kv_window`); the loop stops after the tokens asked.
+    window = kv_window(model_dir)
     print("READY", flush=True)
     for line in sys.stdin:
         cmd = json.loads(line)

@@ -39,17 +39,25 @@ pub type SwiGluMatch = [usize; 5];
 /// without g_idx or bias inputs, where `g`, `Sigmoid(g)`, `g * Sigmoid(g)` and `u` are read by
 /// nothing else in the partition and are not among `outer_outputs` (the values the partition
 /// hands back to ORT). Matches never share a node.
-pub fn find_swiglus(nodes: &[NodeDesc], outer_outputs: &HashSet<String>) -> Vec<SwiGluMatch> {
-    let mut producer: HashMap<&str, usize> = HashMap::new();
+/// For every value some node reads: the nodes that read it.
+fn readers_of(nodes: &[NodeDesc]) -> HashMap<&str, HashSet<usize>> {
     let mut readers: HashMap<&str, HashSet<usize>> = HashMap::new();
     for (i, n) in nodes.iter().enumerate() {
-        for v in n.outputs.iter().flatten() {
-            producer.insert(v, i);
-        }
         for v in n.inputs.iter().flatten() {
             readers.entry(v).or_default().insert(i);
         }
     }
+    readers
+}
+
+pub fn find_swiglus(nodes: &[NodeDesc], outer_outputs: &HashSet<String>) -> Vec<SwiGluMatch> {
+    let mut producer: HashMap<&str, usize> = HashMap::new();
+    for (i, n) in nodes.iter().enumerate() {
+        for v in n.outputs.iter().flatten() {
+            producer.insert(v, i);
+        }
+    }
+    let readers = readers_of(nodes);
     // `v` is inner and read by exactly the nodes `want`.
     let private = |v: &str, want: &[usize]| {
         !outer_outputs.contains(v)
@@ -127,12 +135,7 @@ pub struct BiasAdd {
 /// bias (a constant of N floats) is for the caller to check. The `SwiGluMatch`es' projections are
 /// never matched: their outputs are read by a Sigmoid and Muls, not an Add.
 pub fn find_bias_adds(nodes: &[NodeDesc], outer_outputs: &HashSet<String>) -> Vec<BiasAdd> {
-    let mut readers: HashMap<&str, Vec<usize>> = HashMap::new();
-    for (i, n) in nodes.iter().enumerate() {
-        for v in n.inputs.iter().flatten() {
-            readers.entry(v).or_default().push(i);
-        }
-    }
+    let readers = readers_of(nodes);
     let mut out = Vec::new();
     for (i, n) in nodes.iter().enumerate() {
         if !n.is("com.microsoft", "MatMulNBits") || n.input(5).is_some() {
@@ -144,10 +147,14 @@ pub fn find_bias_adds(nodes: &[NodeDesc], outer_outputs: &HashSet<String>) -> Ve
         if outer_outputs.contains(y) || n.outputs.iter().flatten().count() != 1 {
             continue;
         }
-        let Some([add]) = readers.get(y).map(Vec::as_slice) else {
+        let Some(&add) = readers
+            .get(y)
+            .filter(|r| r.len() == 1)
+            .and_then(|r| r.iter().next())
+        else {
             continue;
         };
-        let a = &nodes[*add];
+        let a = &nodes[add];
         if !a.is("", "Add") || a.inputs.len() != 2 || a.output(0).is_none() {
             continue;
         }
@@ -158,7 +165,7 @@ pub fn find_bias_adds(nodes: &[NodeDesc], outer_outputs: &HashSet<String>) -> Ve
         };
         out.push(BiasAdd {
             nbits: i,
-            add: *add,
+            add,
             bias_input,
         });
     }

@@ -246,12 +246,12 @@ impl Decoder {
                 Some(b) => vec_init(g, b, n, seed ^ (100 + i), 0.0, 0.1),
                 None => 0,
             };
-            // `bias_add`: the projection writes `{node}/MatMul`, then an Add of the bias `node`.
-            let (out, added) = match &b {
-                Some(b) if self.bias_add => (format!("{node}/MatMul"), Some(b.clone())),
-                _ => (node.clone(), None),
+            // `bias_add`: the projection writes `{node}/MatMul`, then an Add of the bias `node`;
+            // otherwise the bias (if any) is the projection's input.
+            let (out, b, added) = match b {
+                Some(b) if self.bias_add => (format!("{node}/MatMul"), None, Some(b)),
+                b => (node.clone(), b, None),
             };
-            let b = if added.is_some() { None } else { b };
             let s = seed.wrapping_mul(1000).wrapping_add(i);
             // `mix8`: o_proj (3) and the MLP (4..=6) in 8 bits.
             let bits = if self.mix8 && i >= 3 { 8 } else { 4 };

@@ -37,6 +37,7 @@ impl OpKernel for Split {
         let dims = x.shape();
         let rank = dims.len();
         let axis = normalized_axis(self.axis, rank).map_err(Error::invalid_argument)?;
+        // Read in place: the tensor lives for the call, and a fed `split` may be of any length.
         let split = match ctx.input(1)? {
             Some(s) if s.shape().len() != 1 => {
                 return Err(Error::invalid_argument(format!(
@@ -44,13 +45,13 @@ impl OpKernel for Split {
                     s.shape()
                 )))
             }
-            Some(s) => Some(s.data::<i64>()?.to_vec()),
+            Some(s) => Some(s.data::<i64>()?),
             None => None,
         };
         let outputs = ctx.output_count()?;
         let len = dims[axis];
-        let sizes = split_sizes(len, outputs, split.as_deref(), self.num_outputs)
-            .map_err(Error::invalid_argument)?;
+        let sizes =
+            split_sizes(len, outputs, split, self.num_outputs).map_err(Error::invalid_argument)?;
         let outer = checked_numel("the dims before the axis", &dims[..axis])
             .map_err(Error::invalid_argument)?;
         let inner = checked_numel("the dims after the axis", &dims[axis + 1..])
