@@ -21,7 +21,16 @@ pub struct TensorProto {
     pub name: String,
     #[prost(bytes = "vec", tag = "9")]
     pub raw_data: Vec<u8>,
+    /// Where the bytes are when `data_location` is [`EXTERNAL`] (`location`, `offset`, `length`:
+    /// what onnxruntime-genai's builder writes for every large weight).
+    #[prost(message, repeated, tag = "13")]
+    pub external_data: Vec<StringStringEntryProto>,
+    #[prost(int32, tag = "14")]
+    pub data_location: i32,
 }
+
+/// `TensorProto.data_location` of a tensor whose bytes live in another file.
+pub const EXTERNAL: i32 = 1;
 
 #[derive(Clone, PartialEq, Message)]
 pub struct AttributeProto {
@@ -241,6 +250,7 @@ impl GraphBuilder {
             data_type: elem,
             name: name.into(),
             raw_data: raw,
+            ..Default::default()
         });
         self
     }

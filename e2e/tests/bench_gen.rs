@@ -583,6 +583,130 @@ fn bench_binary_runs_llm_with_the_shared_kv_cache() {
     );
 }
 
+/// `rcpu-bench llm DIR` on an onnxruntime-genai folder in the model builder's form: the weights
+/// in a side file (external data), the past inputs' KV heads and head size symbolic (the builder
+/// leaves the head size so; genai_config.json gives both). Decode and generate with the shared KV
+/// cache pass parity, and the bytes a token reads, counted from the graph, are the generator's
+/// own count for the same model. A model file, or a folder with --layers, is refused.
+#[test]
+fn bench_binary_runs_llm_on_a_genai_folder_in_the_builders_form() {
+    use rcpu_e2e::bench::gen_llm::Llm;
+    use rcpu_e2e::onnx::{DimValue, StringStringEntryProto, EXTERNAL};
+    let l = Llm::parse("s", "preset=qwen2-0.5b,layers=1,vocab=500,acc=0,ctx=64").unwrap();
+    let dir = std::env::temp_dir().join(format!("rcpu-llm-folder-{}", std::process::id()));
+    let written = rcpu_e2e::bench::llm_model::write(&l, &dir, "model.onnx").unwrap();
+    let mut model = ModelProto::decode(std::fs::read(&written.path).unwrap().as_slice()).unwrap();
+    let g = model.graph.as_mut().unwrap();
+    let mut side = vec![];
+    for t in g
+        .initializer
+        .iter_mut()
+        .filter(|t| t.raw_data.len() >= 1024)
+    {
+        let entry = |key: &str, value: String| StringStringEntryProto {
+            key: key.into(),
+            value,
+        };
+        t.external_data = vec![
+            entry("location", "model.onnx.data".into()),
+            entry("offset", side.len().to_string()),
+            entry("length", t.raw_data.len().to_string()),
+        ];
+        t.data_location = EXTERNAL;
+        side.append(&mut t.raw_data);
+    }
+    let mut symbolic = 0;
+    for i in g.input.iter_mut() {
+        if !i.name.starts_with("past_key_values.") {
+            continue;
+        }
+        let shape = i.r#type.as_mut().unwrap().tensor_type.as_mut().unwrap();
+        let dims = &mut shape.shape.as_mut().unwrap().dim;
+        for (d, name) in [(1, "num_kv_heads"), (3, "head_size")] {
+            dims[d].value = Some(DimValue::DimParam(name.into()));
+            symbolic += 1;
+        }
+    }
+    assert_eq!(symbolic, 4);
+    let small = model.encode_to_vec();
+    assert!(small.len() < side.len() / 10, "the weights moved out");
+    std::fs::write(dir.join("model.onnx"), small).unwrap();
+    std::fs::write(dir.join("model.onnx.data"), side).unwrap();
+    let json = dir.join("out.json");
+    let run = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_rcpu-bench"))
+            .arg("llm")
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let out = run(&[
+        dir.to_str().unwrap(),
+        "--mode",
+        "decode,generate",
+        "--kv",
+        "shared",
+        "--past",
+        "4",
+        "--tokens",
+        "3",
+        "--rounds",
+        "1",
+        "--iters",
+        "2",
+        "--warmup",
+        "1",
+        "--profile-iters",
+        "0",
+        "--threads",
+        "1",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let doc: Option<serde_json::Value> = std::fs::read(&json)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok());
+    let refused = [
+        run(&[&written.path, "--mode", "decode"]),
+        run(&[dir.to_str().unwrap(), "--layers", "2"]),
+    ];
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("genai folder"), "{text}");
+    for case in ["decode past=4", "generate prompt=4 tokens=3"] {
+        assert!(
+            text.lines().any(|l| l.starts_with(&format!("== {case}"))
+                && l.ends_with(" kv=shared (64 positions) ==")),
+            "{case}: {text}"
+        );
+        assert!(text.contains(&format!("HEADLINE {case}")), "{case}: {text}");
+    }
+    let parity: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("parity: logits rel L2"))
+        .collect();
+    assert!(
+        parity.len() == 2 && parity.iter().all(|l| l.ends_with(" OK")),
+        "{text}"
+    );
+    assert_eq!(
+        doc.unwrap()["weight_bytes_per_token"].as_u64(),
+        Some(written.weight_bytes)
+    );
+    for r in &refused {
+        assert_eq!(r.status.code(), Some(2), "{r:?}");
+        assert!(
+            String::from_utf8_lossy(&r.stderr).contains("folder"),
+            "{r:?}"
+        );
+    }
+}
+
 /// Tag names of an SVG document in order, checking that every element is closed in order (a
 /// minimal well-formedness parse); returns the names of the opened elements.
 fn svg_elements(doc: &str) -> Result<Vec<String>, String> {

@@ -91,7 +91,8 @@ enum Sub {
         #[command(flatten)]
         common: Common,
     },
-    /// Whole-model decode / generation / prefill of a generated LLM, per token.
+    /// Whole-model decode / generation / prefill of an LLM per token: generated (--gen llm:...)
+    /// or MODEL, an onnxruntime-genai model folder (what its model builder writes).
     #[command(after_help = AFTER_HELP)]
     Llm {
         #[command(flatten)]
@@ -493,8 +494,18 @@ pub fn parse(argv: &[String]) -> Result<Cmd, String> {
             profile_iters,
         } => {
             apply_common(&mut o, common, "llm", true)?;
-            if !o.gen.as_deref().is_some_and(|g| g.starts_with("llm:")) {
-                return Err("llm: needs --gen llm:preset=...".into());
+            let folder = o.model.as_deref().is_some_and(super::llm_folder::is_folder);
+            if !folder && !o.gen.as_deref().is_some_and(|g| g.starts_with("llm:")) {
+                return Err(
+                    "llm: needs --gen llm:preset=... or MODEL, a genai model folder \
+                     (genai_config.json beside the model)"
+                        .into(),
+                );
+            }
+            if folder && (shape.layers.is_some() || shape.vocab.is_some()) {
+                return Err(
+                    "llm: --layers and --vocab change a generated model, not a folder".into(),
+                );
             }
             apply_arms(&mut o, arms, (6, 10));
             (o.modes, o.past, o.tokens, o.prompts) = (modes, past, tokens, prompts);

@@ -63,15 +63,15 @@ pub fn run(o: &Opts) -> Result<i32, String> {
     let tokens = o.tokens;
     let case = format!("generate prompt={prompt} tokens={tokens}");
     let Setup {
-        llm: l,
+        shape: l,
         t,
         cpus,
         threads,
         mut arms,
         gen_s,
         session_s,
-    } = setup(&o, &spec, &[(case, prompt.checked_add(tokens))])?;
-    let (vocab, acc) = (l.vocab, l.layer.acc);
+    } = setup(&o, Some(&spec), &[(case, prompt.checked_add(tokens))])?;
+    let (vocab, acc) = (l.vocab, l.acc);
     println!(
         "rcpu-bench demo: greedy generation, ORT CPU EP vs rcpu (null arm: {} again), each arm in \
          its own process, interleaved rounds",

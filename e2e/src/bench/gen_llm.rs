@@ -558,7 +558,7 @@ impl Llm {
 
     /// GatherBlockQuantized over the lm_head's B (`B_lm_head`, reshaped to [vocab, hidden/2]) and
     /// scales (`scales_lm_head`, [vocab, k_blocks]); the lm_head itself is made later in
-    /// `generate`, under those names. Returns one row's bytes (codes and scales).
+    /// `generate`, under those names. Returns the bytes a token reads of it: one row (codes and scales) and the Reshape's shape.
     fn tied_quant_embedding(&self, g: &mut GraphBuilder) -> u64 {
         let (h, block) = (self.layer.hidden, self.layer.block);
         let row_bytes = h * self.lm_bits / 8;
@@ -588,7 +588,8 @@ impl Llm {
                 ("quantize_axis", Attr::Int(1)),
             ],
         );
-        (row_bytes + h / block * 4) as u64
+        // One row of codes and scales, and the Reshape's shape (two int64s).
+        (row_bytes + h / block * 4 + 16) as u64
     }
 
     /// The `genai_config.json` onnxruntime-genai reads beside the model (`file`).

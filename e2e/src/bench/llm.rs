@@ -1,5 +1,6 @@
-//! `rcpu-bench llm`: a whole generated LLM (gen_llm.rs), ORT vs rcpu vs a null arm, each in its
-//! own worker process, interleaved rounds (as compare). Cases:
+//! `rcpu-bench llm`: a whole LLM, generated (`--gen llm:...`, gen_llm.rs) or an onnxruntime-genai
+//! model folder such as the model builder writes (MODEL = the folder, llm_folder.rs), ORT vs rcpu
+//! vs a null arm, each in its own worker process, interleaved rounds (as compare). Cases:
 //!
 //! - `decode`: one token after `--past` cached positions, `--iters` runs per round;
 //! - `generate`: a greedy generation loop, a `--past`-token prompt then `--tokens` steps, each
@@ -24,8 +25,8 @@ use serde_json::{json, Value};
 use super::args::Opts;
 use super::arm::{null_worker, ArmKind, Worker, WorkerCfg};
 use super::conditions::{foreign_share, pct, CpuTicks};
-use super::gen_llm::Llm;
 use super::lane_probe::{Placement, FAR_NS};
+use super::llm_folder::LlmShape;
 use super::llm_report::{round_fractions, summarize, ReadFloor, Timed, ROUND_READ_PASSES};
 use super::quant::{median, quantile};
 use super::target::{placement, progress, Target};
@@ -93,41 +94,55 @@ pub(super) fn spec_of(o: &Opts) -> String {
     s
 }
 
-/// What `llm` and `demo` share before timing: the model (generated or cached), the placement and
-/// the three arms with their sessions.
+/// What `llm` and `demo` share before timing: the model (generated, cached or a genai folder),
+/// the placement and the three arms with their sessions.
 pub(super) struct Setup {
-    pub llm: Llm,
+    pub shape: LlmShape,
     pub t: Target,
     pub cpus: Vec<usize>,
     pub threads: usize,
     pub arms: Vec<Worker>,
-    /// Seconds spent generating the model (None: it came from the cache).
+    /// Seconds spent generating the model (None: it came from the cache or a folder).
     pub gen_s: Option<f64>,
     /// Each arm's session-creation seconds.
     pub session_s: [f64; 3],
 }
 
-/// Parses `spec` (an `llm:` spec), refuses cases needing more positions than the rotary caches
-/// hold (`needs`: case name and positions), generates or finds the model, spawns and loads the
-/// arms (ort, rcpu, null), each in its own process.
-pub(super) fn setup(
+/// The model: `spec` (an `llm:` spec, generated or found in the cache) or, without one, the
+/// genai model folder given as MODEL (llm_folder.rs). Cases needing more positions than the
+/// model holds (`needs`: case name and positions) are refused before anything is generated.
+/// Returns the target and the seconds spent generating it.
+fn llm_target(
     o: &Opts,
-    spec: &str,
+    spec: Option<&str>,
     needs: &[(String, Option<usize>)],
-) -> Result<Setup, String> {
+) -> Result<(Target, Option<f64>), String> {
+    let check = |ctx: usize| {
+        for (name, need) in needs {
+            if need.is_none_or(|n| n > ctx) {
+                return Err(format!(
+                    "llm: {name} needs more positions than the model holds (ctx={ctx}); add \
+                     ctx=N to a generated model's spec"
+                ));
+            }
+        }
+        Ok(())
+    };
+    let Some(spec) = spec else {
+        let t = Target::resolve(o)?;
+        let shape = t.llm.as_ref().ok_or(
+            "llm: MODEL must be a genai model folder (genai_config.json beside the model), or \
+             give --gen llm:...",
+        )?;
+        check(shape.ctx)?;
+        progress(&format!("model {}", shape.label));
+        return Ok((t, None));
+    };
     let parsed = super::gen::Spec::parse(spec)?;
     let super::gen::Kind::Llm(l) = parsed.kind else {
         return Err("llm: --gen must be an llm: spec".into());
     };
-    for (name, need) in needs {
-        if need.is_none_or(|n| n > l.ctx) {
-            return Err(format!(
-                "llm: {name} needs more positions than the model's rotary caches hold (ctx={}); \
-                 add ctx=N to the spec",
-                l.ctx
-            ));
-        }
-    }
+    check(l.ctx)?;
     progress(&format!(
         "model {} (cached under {})",
         l.label(),
@@ -140,7 +155,18 @@ pub(super) fn setup(
         model: None,
         ..o.clone()
     })?;
-    let gen_s = (!cached).then(|| t0.elapsed().as_secs_f64());
+    Ok((t, (!cached).then(|| t0.elapsed().as_secs_f64())))
+}
+
+/// The model (`llm_target`), then the arms (ort, rcpu, null), each in its own process, with
+/// their sessions.
+pub(super) fn setup(
+    o: &Opts,
+    spec: Option<&str>,
+    needs: &[(String, Option<usize>)],
+) -> Result<Setup, String> {
+    let (t, gen_s) = llm_target(o, spec, needs)?;
+    let shape = t.llm.clone().ok_or("llm: the model is not an LLM")?;
     let (cpus, threads) = placement(o)?;
     let null_kind = if o.null_arm == "ort" {
         ArmKind::Ort
@@ -168,7 +194,7 @@ pub(super) fn setup(
         progress(&format!("{}: session in {:.1} s", a.label, session_s[i]));
     }
     Ok(Setup {
-        llm: *l,
+        shape,
         t,
         cpus,
         threads,
@@ -179,7 +205,8 @@ pub(super) fn setup(
 }
 
 pub fn run(o: &Opts) -> Result<i32, String> {
-    let spec = spec_of(o);
+    // A genai folder as MODEL, or the spec with the overrides.
+    let spec = o.gen.is_some().then(|| spec_of(o));
     let needs: Vec<(String, Option<usize>)> = cases(o)
         .iter()
         .map(|c| {
@@ -191,17 +218,19 @@ pub fn run(o: &Opts) -> Result<i32, String> {
         })
         .collect();
     let Setup {
-        llm: l,
+        shape: l,
         t,
         cpus,
         threads,
         mut arms,
         ..
-    } = setup(o, &spec, &needs)?;
-    let (vocab, acc) = (l.vocab, l.layer.acc);
-    // The shared KV cache holds the model's context, as genai's default max_length does.
+    } = setup(o, spec.as_deref(), &needs)?;
+    let (vocab, acc) = (l.vocab, l.acc);
+    // The shared KV cache holds the model's context (genai's default max_length), at most 4096
+    // positions unless a case needs more (`LlmShape::kv_capacity`).
+    let need = needs.iter().filter_map(|(_, n)| *n).max().unwrap_or(0);
     let (kv_capacity, kv) = if o.kv_shared {
-        (l.ctx, "shared")
+        (l.kv_capacity(need), "shared")
     } else {
         (0, "copy")
     };
@@ -559,6 +588,7 @@ fn run_case(
 
 #[cfg(test)]
 mod tests {
+    use super::super::gen_llm::Llm;
     use super::*;
 
     #[test]

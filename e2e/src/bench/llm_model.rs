@@ -199,6 +199,7 @@ pub fn step_feeds(
                     shape: vec![1, total as i64],
                     data: Data::I64(vec![1; total]),
                 },
+                "position_ids" => positions_of(past, seq),
                 name if name.starts_with("past_key_values.") => {
                     let [_, Some(kv), _, Some(head)] = inp.dims[..] else {
                         return Err(format!("input '{name}' is not [batch, kv, past, head]"));
@@ -225,6 +226,15 @@ pub fn step_feeds(
             })
         })
         .collect()
+}
+
+/// `position_ids` of `seq` new tokens after `past` (a model that takes them: the builder writes
+/// it for attention other than GroupQueryAttention).
+fn positions_of(past: usize, seq: usize) -> Tensor {
+    Tensor {
+        shape: vec![1, seq as i64],
+        data: Data::I64((past..past + seq).map(|p| p as i64).collect()),
+    }
 }
 
 fn token_ids(n: usize, vocab: usize, seed: u64) -> Vec<i64> {
@@ -287,10 +297,22 @@ pub fn generate(
     let t = std::time::Instant::now();
     let mut outs = s.run_aliased(&mut feeds, &alias)?;
     let prefill_ns = t.elapsed().as_nanos() as f64;
-    if outs.len() + 1 != info.inputs.len() {
+    // The feeds after the ids, the mask and the positions are the past key / value inputs, in
+    // the order of the presents.
+    let kv_from = info
+        .inputs
+        .iter()
+        .position(|i| i.name.starts_with("past_key_values."))
+        .unwrap_or(info.inputs.len());
+    let past_inputs = info.inputs.len() - kv_from;
+    if outs.len() != past_inputs + 1
+        || !info.inputs[kv_from..]
+            .iter()
+            .all(|i| i.name.starts_with("past_key_values."))
+    {
         return Err(format!(
-            "model has {} inputs and {} outputs: not input_ids, attention_mask, past... -> \
-             logits, present...",
+            "model has {} inputs and {} outputs: not input_ids, attention_mask[, position_ids], \
+             past... -> logits, present...",
             info.inputs.len(),
             outs.len()
         ));
@@ -307,21 +329,25 @@ pub fn generate(
     let cpu0 = super::os::usage().cpu_s();
     for step in 0..tokens {
         let total = prompt + step + 1;
-        let mut next = vec![
-            Tensor {
-                shape: vec![1, 1],
-                data: Data::I64(vec![*ids.last().unwrap_or(&0)]),
-            },
-            Tensor {
-                shape: vec![1, total as i64],
-                data: Data::I64(vec![1; total]),
-            },
-        ];
+        let mut next: Vec<Tensor> = info.inputs[..kv_from]
+            .iter()
+            .map(|i| match i.name.as_str() {
+                "input_ids" => Tensor {
+                    shape: vec![1, 1],
+                    data: Data::I64(vec![*ids.last().unwrap_or(&0)]),
+                },
+                "position_ids" => positions_of(total - 1, 1),
+                _ => Tensor {
+                    shape: vec![1, total as i64],
+                    data: Data::I64(vec![1; total]),
+                },
+            })
+            .collect();
         match kv {
             // The presents come back as the next step's past.
             Kv::Copy => next.extend(outs.drain(1..).flatten()),
             // The same buffers again: the step wrote its rows into them.
-            Kv::Shared { .. } => next.extend(feeds.drain(2..)),
+            Kv::Shared { .. } => next.extend(feeds.drain(kv_from..)),
         }
         feeds = next;
         let t = std::time::Instant::now();

@@ -3,7 +3,9 @@
 //! placement), os (the few unsafe OS calls), conditions (/proc, /sys), quant (quantiles), steady
 //! (steady-state window), verdict (null band), membw (bandwidth floor), cpu_probe (the CPUs' speed
 //! beside each round's read), lane_probe (how far apart the arms' CPUs sit, beside it too),
-//! gen_llm / llm_model / llm (whole LLMs: generator, cache and feeds, the llm subcommand),
+//! gen_llm / llm_model / llm_folder / llm (whole LLMs: generator, cache and feeds, genai model
+//! folders such as the model builder writes, the llm subcommand), model_bytes (what initializers
+//! weigh and what a decode token reads of them),
 //! gen_mixed (rcpu's nodes alternating with heavy nodes left to ORT), gen_glue (chains of small
 //! glue nodes), ort_opts (ORT's own session options of an arm), demo (the generation demo),
 //! profile (ORT's profiler), report (the compare report and JSON), counters (ledger and pool
@@ -29,10 +31,12 @@ pub mod gen_mixed;
 pub mod gen_qlinear;
 pub mod lane_probe;
 pub mod llm;
+pub mod llm_folder;
 pub mod llm_model;
 pub mod llm_report;
 pub mod membw;
 pub mod model;
+pub mod model_bytes;
 pub mod ort_opts;
 pub mod os;
 pub mod probe;

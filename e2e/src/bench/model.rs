@@ -13,6 +13,7 @@ use crate::onnx::{dtype, DimValue, ModelProto};
 use crate::{Data, Tensor};
 
 use super::gen_decoder::FEED_PREFIX;
+use super::model_bytes::{has_external_data, init_bytes, token_bytes};
 
 /// A graph input the bench feeds.
 pub struct Input {
@@ -29,8 +30,14 @@ pub struct ModelInfo {
     pub inputs: Vec<Input>,
     /// Distinct op types in graph order.
     pub ops: Vec<String>,
-    /// Sum of initializer raw bytes (what an M=1 decode step streams).
+    /// Sum of initializer bytes (what an M=1 decode step streams), external ones included.
     pub weight_bytes: u64,
+    /// What one decode token of an LLM reads of them (`model_bytes::token_bytes`: gathered
+    /// tables and rotary caches count a row).
+    pub token_bytes: u64,
+    /// Whether some initializers live in another file (the session then needs the model's
+    /// folder: `external_folder`).
+    pub external_data: bool,
     /// The part of `weight_bytes` that MatMulNBits nodes hold as their weight, scales and zero
     /// points (inputs 1..=3), each initializer counted once: what an EP that repacks those
     /// weights reads in another form (see `read_bytes`).
@@ -107,11 +114,11 @@ impl ModelInfo {
                 nbits_acc = Some(nbits_acc.unwrap_or(0).max(acc));
             }
         }
-        let weight_bytes = g.initializer.iter().map(|t| t.raw_data.len() as u64).sum();
+        let weight_bytes = g.initializer.iter().map(init_bytes).sum();
         let size: std::collections::HashMap<&str, u64> = g
             .initializer
             .iter()
-            .map(|t| (t.name.as_str(), t.raw_data.len() as u64))
+            .map(|t| (t.name.as_str(), init_bytes(t)))
             .collect();
         let nbits_inits: std::collections::BTreeSet<&str> = g
             .node
@@ -126,6 +133,8 @@ impl ModelInfo {
             inputs,
             ops,
             weight_bytes,
+            token_bytes: token_bytes(&g),
+            external_data: has_external_data(&g),
             nbits_bytes,
             nbits_acc,
         })

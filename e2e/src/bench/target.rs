@@ -3,6 +3,7 @@
 
 use super::args::Opts;
 use super::gen::{Kind, Spec};
+use super::llm_folder::LlmShape;
 use super::model::ModelInfo;
 use super::os;
 
@@ -14,6 +15,8 @@ pub struct Target {
     pub m: usize,
     /// True when the model is a generated M=1 decode chain (the bandwidth floor applies).
     pub decode: bool,
+    /// An LLM's shape (a generated `llm:` spec or a genai model folder; `llm`, `demo`).
+    pub llm: Option<LlmShape>,
     temp: bool,
 }
 
@@ -33,6 +36,7 @@ impl Target {
                     weight_bytes: c.weight_bytes,
                     m: 1,
                     decode: true,
+                    llm: Some(LlmShape::of(l)),
                     temp: false,
                 });
             }
@@ -53,10 +57,25 @@ impl Target {
                 weight_bytes: g.weight_bytes,
                 m,
                 decode: m == 1,
+                llm: None,
                 temp: true,
             });
         }
         let path = o.model.clone().ok_or("no model")?;
+        if super::llm_folder::is_folder(&path) {
+            // A genai model folder (llm): its decoder, the bytes a token reads of it.
+            let f = super::llm_folder::read(&path)?;
+            return Ok(Target {
+                label: f.shape.label.clone(),
+                path: f.model.display().to_string(),
+                weight_bytes: f.info.token_bytes,
+                info: f.info,
+                m: 1,
+                decode: true,
+                llm: Some(f.shape),
+                temp: false,
+            });
+        }
         let bytes = std::fs::read(&path).map_err(|e| format!("reading {path}: {e}"))?;
         let info = ModelInfo::parse(&bytes)?;
         let m = o.m.unwrap_or(1);
@@ -67,6 +86,7 @@ impl Target {
             info,
             m,
             decode: m == 1,
+            llm: None,
             temp: false,
         })
     }

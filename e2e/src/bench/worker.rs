@@ -42,7 +42,8 @@ struct State {
 pub fn run(args: WorkerArgs) -> Result<(), String> {
     os::pin(&args.cpus)?;
     let model = std::fs::read(&args.model).map_err(|e| format!("reading {}: {e}", args.model))?;
-    let info = ModelInfo::parse(&model)?;
+    let mut info = ModelInfo::parse(&model)?;
+    super::llm_folder::fill_kv_dims(&mut info, std::path::Path::new(&args.model));
     let inputs = info.inputs_for(args.m, args.seed)?;
     let mut st = State {
         args,
@@ -108,6 +109,15 @@ pub(super) fn session_spec(a: &WorkerArgs) -> SessionSpec {
         SessionSpec::ort(Some(a.threads))
     };
     a.ort.apply(&mut spec);
+    // The session is made from the model's bytes: a model keeping its weights in side files (a
+    // genai folder written by the model builder) finds them beside the model file.
+    let dir = std::path::Path::new(&a.model).parent();
+    if let Some(dir) = dir.filter(|d| !d.as_os_str().is_empty()) {
+        spec.config.push((
+            "session.model_external_initializers_file_folder_path".into(),
+            dir.display().to_string(),
+        ));
+    }
     spec
 }
 
