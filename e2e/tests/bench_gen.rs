@@ -315,6 +315,19 @@ fn generated_llm_matches_ort_and_runs_its_heavy_nodes_on_rcpu() {
             .sum()
     };
     let pairs_before = pair_calls();
+    // The (Sigmoid, Mul) calls the ledger books inside pair steps.
+    let in_pair = || -> (u64, u64) {
+        let json = stats.json().unwrap();
+        let rows = json["ledger"].as_array().unwrap();
+        let of = |op: &str| -> u64 {
+            rows.iter()
+                .filter(|r| r["op"] == op && r["variant"] == "in-swiglu-pair")
+                .map(|r| r["calls"].as_u64().unwrap())
+                .sum()
+        };
+        (of("Sigmoid"), of("Mul"))
+    };
+    let in_pair_before = in_pair();
     let prefill = step_feeds(&info, 5, 0, 1000, 3, Kv::Copy).unwrap();
     let (a, r) = (ours.run(&prefill).unwrap(), theirs.run(&prefill).unwrap());
     assert_eq!(r[0].shape, vec![1, 5, 1000]);
@@ -340,6 +353,16 @@ fn generated_llm_matches_ort_and_runs_its_heavy_nodes_on_rcpu() {
     }
     // Both runs took each layer's SwiGLU MLP as one pair step: its gate and up MatMulNBits
     // count as pair calls (2 of the 5 per layer), and its Sigmoid and Muls ran inside it.
+    let in_pair_now = in_pair();
+    assert_eq!(
+        (
+            in_pair_now.0 - in_pair_before.0,
+            in_pair_now.1 - in_pair_before.1
+        ),
+        (2 * 2, 2 * 2 * 2),
+        "the Sigmoid and Muls run inside the pair steps: {}",
+        stats.json().unwrap()["ledger"]
+    );
     let pairs = pair_calls() - pairs_before;
     assert_eq!(
         pairs,
@@ -348,18 +371,9 @@ fn generated_llm_matches_ort_and_runs_its_heavy_nodes_on_rcpu() {
         stats.json().unwrap()["ledger"]
     );
     // Every other op of the graph ran on rcpu too, but the int64 shape arithmetic of the mask
-    // subgraph, the embedding's constant Reshape (ORT folds it into an initializer) and the ops
-    // the pair step runs inside itself.
-    let skip = [
-        "ReduceSum",
-        "Sub",
-        "Cast",
-        "Shape",
-        "Gather",
-        "Reshape",
-        "Sigmoid",
-        "Mul",
-    ];
+    // subgraph and the embedding's constant Reshape (ORT folds it into an initializer); the
+    // Sigmoid and Muls of each layer as the pair step's (route `in-swiglu-pair`).
+    let skip = ["ReduceSum", "Sub", "Cast", "Shape", "Gather", "Reshape"];
     for op in info.ops.iter().filter(|o| !skip.contains(&o.as_str())) {
         assert!(stats.calls(op).unwrap() > 0, "{op} never ran on rcpu");
     }

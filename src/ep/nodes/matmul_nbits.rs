@@ -139,6 +139,9 @@ struct MatMulNBits {
     bias: Option<Vec<f32>>,
     /// Whether the node has a bias input (constant or not; a fused plan folds no other bias in).
     has_bias_input: bool,
+    /// Whether `bias` is a following Add's, folded in by a fused plan (`fold_bias`): each call
+    /// then records that Add as run inside it.
+    bias_folded: bool,
     packed: Option<Arc<CachedWeight<PackedNBits>>>,
     /// This node in its session's order of M=1 calls (packed weights only): see `gemv_chain`.
     link: Option<Arc<Link<CachedWeight<PackedNBits>>>>,
@@ -214,6 +217,7 @@ fn create(info: &KernelInfo<'_>, env: &Arc<KernelEnv>) -> Result<Box<dyn OpKerne
         zero_points,
         bias,
         has_bias_input: present(IN_BIAS),
+        bias_folded: false,
         packed: None,
         link: None,
         env: env.clone(),
@@ -355,8 +359,12 @@ pub(crate) fn fold_bias(kernel: &mut dyn OpKernel, bias: &[f32]) -> Result<bool>
         ))
     })?;
     k.bias = Some(v);
+    k.bias_folded = true;
     Ok(true)
 }
+
+/// The ledger variant of an Add folded into its MatMulNBits (`fold_bias`).
+pub(crate) const FOLDED_ADD: &str = "folded-into-matmul-nbits";
 
 /// A packed MatMulNBits weight's codes, as a tied embedding table reads them
 /// (`gather_block_quantized::share_tied_codes`), 4- or 8-bit.
@@ -568,15 +576,26 @@ impl OpKernel for MatMulNBits {
                     // Infinite, NaN or overflowing scales: the op's definition taken literally
                     // (the fast paths would hide the infinities the dequantisation makes).
                     matmul_dequant_f32(a, m, &w, bias, out).map_err(Error::fail)?;
-                    ledger::record(OP, "dequant-f32-literal", take_lanes_used());
+                    self.record("dequant-f32-literal");
                     return Ok(());
                 } else {
                     matmul_unpacked(a, m, &w, bias, out, par).map_err(Error::fail)?
                 }
             }
         };
-        ledger::record(OP, variant.of_bits(p.bits), take_lanes_used());
+        self.record(variant.of_bits(p.bits));
         Ok(())
+    }
+}
+
+impl MatMulNBits {
+    /// One call through `variant` in the ledger, and the folded Add's with it.
+    fn record(&self, variant: impl ledger::Variant) {
+        let lanes = take_lanes_used();
+        ledger::record(OP, variant, lanes);
+        if self.bias_folded {
+            ledger::record("Add", FOLDED_ADD, lanes);
+        }
     }
 }
 

@@ -43,6 +43,9 @@ pub(crate) struct SwiGlu {
     env: Arc<KernelEnv>,
 }
 
+/// The ledger variant of the Sigmoid and Muls a pair step runs inside its MatMulNBits calls.
+pub(crate) const IN_PAIR: &str = "in-swiglu-pair";
+
 /// `h = (g * sigmoid(g)) * u` over one column group, as the Sigmoid and Mul nodes compute it.
 fn silu_mul(g: &[f32], u: &[f32], h: &mut [f32]) {
     // The Sigmoid node's kernel (on the calling lane, as that node runs it at decode size); it
@@ -120,10 +123,13 @@ impl SwiGlu {
             h.prefetch();
         }
         let lanes = take_lanes_used();
-        // Two MatMulNBits calls ran (as one dispatch); the Sigmoid and Muls ran inside them.
+        // Two MatMulNBits calls ran (as one dispatch); the Sigmoid and Muls ran inside them,
+        // recorded as such so a report tells them from nodes left to ORT.
         for _ in 0..2 {
             ledger::record("MatMulNBits", route.of_bits(p.bits), lanes);
+            ledger::record("Mul", IN_PAIR, lanes);
         }
+        ledger::record("Sigmoid", IN_PAIR, lanes);
         Ok(true)
     }
 }
