@@ -268,15 +268,13 @@ mod tests {
                 let w = v[..n].iter().copied().fold(0, u64::wrapping_add);
                 if std::arch::is_x86_feature_detected!("avx512f") {
                     // SAFETY: the CPU has AVX-512F.
-                    assert_eq!(
-                        unsafe { super::sum_avx512(&v[..n]) },
-                        w,
-                        "avx512, {n} words"
-                    );
+                    let got = unsafe { super::sum_avx512(&v[..n]) };
+                    assert_eq!(got, w, "avx512, {n} words");
                 }
                 if std::arch::is_x86_feature_detected!("avx2") {
                     // SAFETY: the CPU has AVX2.
-                    assert_eq!(unsafe { super::sum_avx2(&v[..n]) }, w, "avx2, {n} words");
+                    let got = unsafe { super::sum_avx2(&v[..n]) };
+                    assert_eq!(got, w, "avx2, {n} words");
                 }
             }
         }
