@@ -53,9 +53,12 @@
 //! others arrive, so none can take a second): a panic on one lane would leave the others
 //! waiting for ever, which is acceptable in a diagnostic and nowhere else.
 
+#[path = "common/plain_read.rs"]
+mod plain_read;
 #[path = "../tests/common/rng.rs"]
 mod rng_common;
 
+use plain_read::{read, sum};
 use rcpu::kernels::matmul_nbits::prefetch::{
     reset_prefetch, set_l2_prefetch_bytes, set_prefetch_bytes,
 };
@@ -303,24 +306,6 @@ fn spin_us(us: u64) {
     while s.elapsed().as_micros() < us as u128 {
         std::hint::spin_loop();
     }
-}
-
-/// Sum of u64 words with eight independent accumulators (load-bound).
-fn sum(c: &[u8]) -> u64 {
-    let mut acc = [0u64; 8];
-    for w in c.chunks_exact(64) {
-        for (i, a) in acc.iter_mut().enumerate() {
-            *a = a.wrapping_add(u64::from_le_bytes(w[8 * i..8 * i + 8].try_into().unwrap()));
-        }
-    }
-    acc.iter().fold(0, |x, y| x.wrapping_add(*y))
-}
-
-fn read(lanes: &Lanes, buf: &[u8], parts: usize) {
-    let size = buf.len().div_ceil(parts);
-    lanes.chunks(Dispatch::Decode, parts, &|i| {
-        std::hint::black_box(sum(&buf[i * size..((i + 1) * size).min(buf.len())]));
-    });
 }
 
 /// Arm `program`: the sequence as one dispatch, one chunk per lane (see the module docs).

@@ -72,6 +72,7 @@ mod timing;
 #[path = "common/layout_tile.rs"]
 mod layout_tile;
 
+use plain_read::{read, sum};
 use rcpu::kernels::matmul_nbits::prefetch::{
     default_l2_prefetch_bytes, reset_prefetch, set_l2_prefetch_bytes, set_prefetch_bytes,
 };
@@ -84,17 +85,8 @@ use std::time::Instant;
 
 use timing::best_secs as best;
 
-/// Sum of u64 words with eight independent accumulators (load-bound).
-fn sum(c: &[u8]) -> u64 {
-    let mut acc = [0u64; 8];
-    for w in c.chunks_exact(64) {
-        for (i, a) in acc.iter_mut().enumerate() {
-            *a = a.wrapping_add(u64::from_le_bytes(w[8 * i..8 * i + 8].try_into().unwrap()));
-        }
-    }
-    acc.iter().fold(0, |x, y| x.wrapping_add(*y))
-}
-
+#[path = "common/plain_read.rs"]
+mod plain_read;
 #[path = "../tests/common/rng.rs"]
 mod rng_common;
 
@@ -121,14 +113,6 @@ fn packed(
         .collect();
     let zp: Vec<u8> = (0..n * p.zp_row_bytes()).map(|_| rnd() as u8).collect();
     pack(&b, &scales, zero_points.then_some(&zp[..]), &p)
-}
-
-/// Reads `parts` contiguous slices of `buf` in one dispatch.
-fn read(lanes: &Lanes, buf: &[u8], parts: usize) {
-    let size = buf.len().div_ceil(parts);
-    lanes.chunks(Dispatch::Decode, parts, &|i| {
-        std::hint::black_box(sum(&buf[i * size..((i + 1) * size).min(buf.len())]));
-    });
 }
 
 /// Reads each column group's records (its codes and scales, as packed), the groups in two
