@@ -237,6 +237,26 @@ fn positions_of(past: usize, seq: usize) -> Tensor {
     }
 }
 
+/// The feeds before the past key / values (`inputs`: input_ids, attention_mask and, when the
+/// model takes them, position_ids; step_feeds refuses others) of a decode step feeding token `id`
+/// with `total` positions in all.
+fn next_token_feeds(inputs: &[super::model::Input], id: i64, total: usize) -> Vec<Tensor> {
+    inputs
+        .iter()
+        .map(|i| match i.name.as_str() {
+            "input_ids" => Tensor {
+                shape: vec![1, 1],
+                data: Data::I64(vec![id]),
+            },
+            "position_ids" => positions_of(total - 1, 1),
+            _ => Tensor {
+                shape: vec![1, total as i64],
+                data: Data::I64(vec![1; total]),
+            },
+        })
+        .collect()
+}
+
 fn token_ids(n: usize, vocab: usize, seed: u64) -> Vec<i64> {
     crate::rand_f32(n, seed ^ 0x70c)
         .iter()
@@ -329,20 +349,7 @@ pub fn generate(
     let cpu0 = super::os::usage().cpu_s();
     for step in 0..tokens {
         let total = prompt + step + 1;
-        let mut next: Vec<Tensor> = info.inputs[..kv_from]
-            .iter()
-            .map(|i| match i.name.as_str() {
-                "input_ids" => Tensor {
-                    shape: vec![1, 1],
-                    data: Data::I64(vec![*ids.last().unwrap_or(&0)]),
-                },
-                "position_ids" => positions_of(total - 1, 1),
-                _ => Tensor {
-                    shape: vec![1, total as i64],
-                    data: Data::I64(vec![1; total]),
-                },
-            })
-            .collect();
+        let mut next = next_token_feeds(&info.inputs[..kv_from], *ids.last().unwrap_or(&0), total);
         match kv {
             // The presents come back as the next step's past.
             Kv::Copy => next.extend(outs.drain(1..).flatten()),
@@ -399,6 +406,44 @@ mod tests {
         assert_eq!(copied[..2], shared[..2]);
         assert!(step_feeds(&info, 12, 5, 64, 9, Kv::Shared { capacity: cap }).is_err());
         assert!(step_feeds(&info, 5, 0, 64, 9, Kv::Shared { capacity: cap }).is_ok());
+    }
+
+    /// A model taking position_ids gets the positions after the past, at the prefill and at
+    /// each decode step, in the model's input order.
+    #[test]
+    fn position_ids_follow_the_past() {
+        let mut info = tiny();
+        info.inputs.insert(
+            2,
+            super::super::model::Input {
+                name: "position_ids".into(),
+                elem: crate::onnx::dtype::INT64,
+                dims: vec![None, None],
+                fixed: None,
+            },
+        );
+        let feeds = step_feeds(&info, 3, 5, 64, 9, Kv::Copy).unwrap();
+        assert_eq!(feeds[2].shape, vec![1, 3]);
+        assert_eq!(feeds[2].data, Data::I64(vec![5, 6, 7]));
+        assert_eq!(feeds[1].data, Data::I64(vec![1; 8]));
+        let next = next_token_feeds(&info.inputs[..3], 42, 9);
+        assert_eq!(
+            next,
+            vec![
+                Tensor {
+                    shape: vec![1, 1],
+                    data: Data::I64(vec![42])
+                },
+                Tensor {
+                    shape: vec![1, 9],
+                    data: Data::I64(vec![1; 9])
+                },
+                Tensor {
+                    shape: vec![1, 1],
+                    data: Data::I64(vec![8])
+                },
+            ]
+        );
     }
 
     #[test]
