@@ -114,7 +114,11 @@ impl ModelInfo {
                 nbits_acc = Some(nbits_acc.unwrap_or(0).max(acc));
             }
         }
-        let weight_bytes = g.initializer.iter().map(init_bytes).sum();
+        let weight_bytes = g
+            .initializer
+            .iter()
+            .map(init_bytes)
+            .fold(0u64, u64::saturating_add);
         let size: std::collections::HashMap<&str, u64> = g
             .initializer
             .iter()
@@ -128,7 +132,10 @@ impl ModelInfo {
             .map(|s| s.as_str())
             .filter(|s| size.contains_key(s))
             .collect();
-        let nbits_bytes = nbits_inits.iter().map(|s| size[s]).sum();
+        let nbits_bytes = nbits_inits
+            .iter()
+            .map(|s| size[s])
+            .fold(0u64, u64::saturating_add);
         Ok(ModelInfo {
             inputs,
             ops,

@@ -115,7 +115,11 @@ pub fn token_bytes(g: &GraphProto) -> u64 {
             }
         }
     }
-    whole.values().chain(rows.values()).sum()
+    // Saturating: external lengths come from the model file.
+    whole
+        .values()
+        .chain(rows.values())
+        .fold(0u64, |t, b| t.saturating_add(*b))
 }
 
 #[cfg(test)]

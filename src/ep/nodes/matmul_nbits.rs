@@ -364,7 +364,7 @@ pub(crate) fn fold_bias(kernel: &mut dyn OpKernel, bias: &[f32]) -> Result<bool>
 }
 
 /// The ledger variant of an Add folded into its MatMulNBits (`fold_bias`).
-pub(crate) const FOLDED_ADD: &str = "folded-into-matmul-nbits";
+const FOLDED_ADD: &str = "folded-into-matmul-nbits";
 
 /// A packed MatMulNBits weight's codes, as a tied embedding table reads them
 /// (`gather_block_quantized::share_tied_codes`), 4- or 8-bit.

@@ -44,7 +44,7 @@ pub(crate) struct SwiGlu {
 }
 
 /// The ledger variant of the Sigmoid and Muls a pair step runs inside its MatMulNBits calls.
-pub(crate) const IN_PAIR: &str = "in-swiglu-pair";
+const IN_PAIR: &str = "in-swiglu-pair";
 
 /// `h = (g * sigmoid(g)) * u` over one column group, as the Sigmoid and Mul nodes compute it.
 fn silu_mul(g: &[f32], u: &[f32], h: &mut [f32]) {
