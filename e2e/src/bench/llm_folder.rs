@@ -89,6 +89,7 @@ pub fn read(dir: &str) -> Result<Folder, String> {
     let names = [
         (&d["inputs"], "input_ids", "input_ids"),
         (&d["inputs"], "attention_mask", "attention_mask"),
+        (&d["inputs"], "position_ids", "position_ids"),
         (&d["inputs"], "past_key_names", "past_key_values.%d.key"),
         (&d["inputs"], "past_value_names", "past_key_values.%d.value"),
         (&d["outputs"], "logits", "logits"),
