@@ -34,11 +34,6 @@ impl NodeDesc {
 /// and `silu * u` Mul, in that order.
 pub type SwiGluMatch = [usize; 5];
 
-/// Every SwiGLU MLP in `nodes`: `h = Mul(Mul(g, Sigmoid(g)), u)` (either operand order of each
-/// Mul) with `g` and `u` two different `com.microsoft` MatMulNBits nodes over the same input and
-/// without g_idx or bias inputs, where `g`, `Sigmoid(g)`, `g * Sigmoid(g)` and `u` are read by
-/// nothing else in the partition and are not among `outer_outputs` (the values the partition
-/// hands back to ORT). Matches never share a node.
 /// For every value some node reads: the nodes that read it.
 fn readers_of(nodes: &[NodeDesc]) -> HashMap<&str, HashSet<usize>> {
     let mut readers: HashMap<&str, HashSet<usize>> = HashMap::new();
@@ -50,6 +45,11 @@ fn readers_of(nodes: &[NodeDesc]) -> HashMap<&str, HashSet<usize>> {
     readers
 }
 
+/// Every SwiGLU MLP in `nodes`: `h = Mul(Mul(g, Sigmoid(g)), u)` (either operand order of each
+/// Mul) with `g` and `u` two different `com.microsoft` MatMulNBits nodes over the same input and
+/// without g_idx or bias inputs, where `g`, `Sigmoid(g)`, `g * Sigmoid(g)` and `u` are read by
+/// nothing else in the partition and are not among `outer_outputs` (the values the partition
+/// hands back to ORT). Matches never share a node.
 pub fn find_swiglus(nodes: &[NodeDesc], outer_outputs: &HashSet<String>) -> Vec<SwiGluMatch> {
     let mut producer: HashMap<&str, usize> = HashMap::new();
     for (i, n) in nodes.iter().enumerate() {
