@@ -23,6 +23,7 @@ use crate::runtime::par::take_lanes_used;
 use crate::telemetry::ledger;
 
 use super::claim::{input_type, only_attrs, require_elem, require_output_elem, F32, I64};
+use super::glue_common::norm_axis;
 
 const OP: &str = "Split";
 
@@ -36,7 +37,7 @@ impl OpKernel for Split {
         let x = ctx.required_input(0)?;
         let dims = x.shape();
         let rank = dims.len();
-        let axis = normalized_axis(self.axis, rank).map_err(Error::invalid_argument)?;
+        let axis = norm_axis(self.axis, rank).map_err(Error::invalid_argument)?;
         // Read in place: the tensor lives for the call, and a fed `split` may be of any length.
         let split = match ctx.input(1)? {
             Some(s) if s.shape().len() != 1 => {
@@ -79,17 +80,6 @@ impl OpKernel for Split {
     }
 }
 
-/// `axis` in `[-rank, rank)` as an index.
-fn normalized_axis(axis: i64, rank: usize) -> std::result::Result<usize, String> {
-    let r = i64::try_from(rank).map_err(|_| format!("rank {rank} does not fit"))?;
-    let a = if axis < 0 { axis + r } else { axis };
-    if (0..r).contains(&a) {
-        Ok(a as usize)
-    } else {
-        Err(format!("axis {axis} is outside a rank-{rank} input"))
-    }
-}
-
 fn claim(node: &Node<'_>) -> std::result::Result<(), Decline> {
     only_attrs(node, &["axis", "num_outputs"])?;
     require_elem(node, 0, F32)?;
@@ -119,16 +109,16 @@ pub const SPLIT: OpDef = OpDef {
 
 #[cfg(test)]
 mod tests {
-    use super::normalized_axis;
+    use super::norm_axis;
 
     #[test]
     fn axes_count_from_either_end() {
-        assert_eq!(normalized_axis(-1, 3), Ok(2));
-        assert_eq!(normalized_axis(0, 3), Ok(0));
-        assert_eq!(normalized_axis(-3, 3), Ok(0));
-        assert!(normalized_axis(3, 3).is_err());
-        assert!(normalized_axis(-4, 3).is_err());
-        assert!(normalized_axis(0, 0).is_err());
-        assert!(normalized_axis(i64::MIN, 2).is_err());
+        assert_eq!(norm_axis(-1, 3), Ok(2));
+        assert_eq!(norm_axis(0, 3), Ok(0));
+        assert_eq!(norm_axis(-3, 3), Ok(0));
+        assert!(norm_axis(3, 3).is_err());
+        assert!(norm_axis(-4, 3).is_err());
+        assert!(norm_axis(0, 0).is_err());
+        assert!(norm_axis(i64::MIN, 2).is_err());
     }
 }
