@@ -138,10 +138,8 @@ struct MatMulNBits {
     zero_points: Option<Vec<u8>>,
     bias: Option<Vec<f32>>,
     /// Whether the node has a bias input (constant or not; a fused plan folds no other bias in).
+    /// A `bias` without one is a following Add's, folded in by a fused plan (`fold_bias`).
     has_bias_input: bool,
-    /// Whether `bias` is a following Add's, folded in by a fused plan (`fold_bias`): each call
-    /// then records that Add as run inside it.
-    bias_folded: bool,
     packed: Option<Arc<CachedWeight<PackedNBits>>>,
     /// This node in its session's order of M=1 calls (packed weights only): see `gemv_chain`.
     link: Option<Arc<Link<CachedWeight<PackedNBits>>>>,
@@ -217,7 +215,6 @@ fn create(info: &KernelInfo<'_>, env: &Arc<KernelEnv>) -> Result<Box<dyn OpKerne
         zero_points,
         bias,
         has_bias_input: present(IN_BIAS),
-        bias_folded: false,
         packed: None,
         link: None,
         env: env.clone(),
@@ -359,7 +356,6 @@ pub(crate) fn fold_bias(kernel: &mut dyn OpKernel, bias: &[f32]) -> Result<bool>
         ))
     })?;
     k.bias = Some(v);
-    k.bias_folded = true;
     Ok(true)
 }
 
@@ -589,11 +585,12 @@ impl OpKernel for MatMulNBits {
 }
 
 impl MatMulNBits {
-    /// One call through `variant` in the ledger, and the folded Add's with it.
+    /// One call through `variant` in the ledger, and the folded Add's with it (a bias the node
+    /// has no input for is one `fold_bias` gave it).
     fn record(&self, variant: impl ledger::Variant) {
         let lanes = take_lanes_used();
         ledger::record(OP, variant, lanes);
-        if self.bias_folded {
+        if self.bias.is_some() && !self.has_bias_input {
             ledger::record("Add", FOLDED_ADD, lanes);
         }
     }
