@@ -265,14 +265,9 @@ QWEN2_KV_HEADS = 2
 QWEN2_HEAD_DIM = 64
 
 
-def _nbits_node(rng, name, inp, out, k, n, block_size, acc, bias: bool, bits: int = 4, bias_add: bool = False):
+def _nbits_node(rng, name, inp, out, k, n, block_size, acc, bias: bool, bits: int = 4):
     """A MatMulNBits `name` (seeded weights) reading `inp` and writing `out`; its initializers. `bias`: a
-    seeded bias, as the node's input 5, or with `bias_add` as a separate `Add(MatMulNBits, bias)` node
-    `{name}_bias_add` writing `out` (the model builder's form since 0.18: the node then returns both)."""
-    if bias and bias_add:
-        node, inits = _nbits_node(rng, name, inp, f"{out}_unbiased", k, n, block_size, acc, False, bits)
-        inits.append(numpy_helper.from_array((rng.standard_normal(n) * 0.1).astype(np.float32), f"{name}.bias"))
-        return [node, helper.make_node("Add", [f"{out}_unbiased", f"{name}.bias"], [out], name=f"{name}_bias_add")], inits
+    seeded bias as the node's input 5."""
     w = (rng.standard_normal((k, n)) * (1.0 / np.sqrt(k))).astype(np.float32)
     if bits == 8:
         b_packed, scales, _, _ = _quantize_nbits8(w, block_size, False)
@@ -291,6 +286,18 @@ def _nbits_node(rng, name, inp, out, k, n, block_size, acc, bias: bool, bits: in
         K=k, N=n, bits=bits, block_size=block_size, accuracy_level=acc,
     )
     return node, inits
+
+
+def _biased_projection(rng, name, inp, out, k, n, block_size, acc, bias_add: bool):
+    """A biased MatMulNBits projection `name` as nodes, and its initializers: the seeded bias as the
+    node's input 5, or with `bias_add` as a separate `Add(MatMulNBits, bias)` node `{name}_bias_add`
+    writing `out` (the model builder's form since 0.18). The same seeded values either way."""
+    if not bias_add:
+        node, inits = _nbits_node(rng, name, inp, out, k, n, block_size, acc, bias=True)
+        return [node], inits
+    node, inits = _nbits_node(rng, name, inp, f"{out}_unbiased", k, n, block_size, acc, bias=False)
+    inits.append(numpy_helper.from_array((rng.standard_normal(n) * 0.1).astype(np.float32), f"{name}.bias"))
+    return [node, helper.make_node("Add", [f"{out}_unbiased", f"{name}.bias"], [out], name=f"{name}_bias_add")], inits
 
 
 def decoder_layer(rng: np.random.Generator, accuracy_level: int = 4, block_size: int = 32,
@@ -327,16 +334,15 @@ def decoder_layer(rng: np.random.Generator, accuracy_level: int = 4, block_size:
         nodes = [helper.make_node("SimplifiedLayerNormalization", ["X", "ln1.w"], ["h1"], name="ln1",
                                   axis=-1, epsilon=1e-6, stash_type=1)]
     if packed_split:
-        node, ini = _nbits_node(rng, "qkv_proj", "h1", "qkv", d, q_n + 2 * kv_n, block_size, accuracy_level,
-                                bias=True, bias_add=bias_add)
+        proj, ini = _biased_projection(rng, "qkv_proj", "h1", "qkv", d, q_n + 2 * kv_n, block_size,
+                                       accuracy_level, bias_add)
         inits += ini + [numpy_helper.from_array(np.array([q_n, kv_n, kv_n], np.int64), "qkv_sizes")]
-        nodes += node if bias_add else [node]
+        nodes += proj
         nodes.append(helper.make_node("Split", ["qkv", "qkv_sizes"], ["q", "k", "v"], name="qkv_split", axis=-1))
     else:
         for nm, n, out in (("q_proj", q_n, "q"), ("k_proj", kv_n, "k"), ("v_proj", kv_n, "v")):
-            node, ini = _nbits_node(rng, nm, "h1", out, d, n, block_size, accuracy_level, bias=True,
-                                    bias_add=bias_add)
-            nodes += node if bias_add else [node]
+            proj, ini = _biased_projection(rng, nm, "h1", out, d, n, block_size, accuracy_level, bias_add)
+            nodes += proj
             inits += ini
     if qk_norm:
         consts = [numpy_helper.from_array(np.array(v, np.int64), nm) for nm, v in
