@@ -48,8 +48,9 @@ LEVEL0_TOL = 1e-4
 _GENAI_REGISTERED = set()
 
 
-def placement(model_path: pathlib.Path, plugin: str) -> tuple[list[int], collections.Counter]:
-    """(node counts of the rcpu subgraphs, op types ORT's CPU EP kept) of a session on rcpu."""
+def placement(model_path: pathlib.Path, graph: onnx.GraphProto, plugin: str) -> tuple[list[int], collections.Counter]:
+    """(node counts of the rcpu subgraphs, op types ORT's CPU EP kept) of a session on rcpu (`graph`: the
+    model's, for the op types)."""
     ort.register_execution_provider_library("rcpu", plugin)
     devs = [d for d in ort.get_ep_devices() if d.ep_name == EP_NAME]
     so = ort.SessionOptions()
@@ -57,7 +58,7 @@ def placement(model_path: pathlib.Path, plugin: str) -> tuple[list[int], collect
     so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
     so.add_provider_for_devices(devs, {})
     s = ort.InferenceSession(str(model_path), so)
-    ops = {n.name: n.op_type for n in onnx.load(str(model_path), load_external_data=False).graph.node}
+    ops = {n.name: n.op_type for n in graph.node}
     groups, kept = [], collections.Counter()
     for sg in s.get_provider_graph_assignment_info():
         names = [n.name for n in sg.get_nodes()]
@@ -122,8 +123,9 @@ def main() -> int:
     cfg = json.loads((src / "genai_config.json").read_text())
     model_path = src / cfg["model"]["decoder"]["filename"]
     ok = True
+    m = onnx.load(str(model_path), load_external_data=False)
 
-    groups, kept = placement(model_path, plugin)
+    groups, kept = placement(model_path, m.graph, plugin)
     stray = {op: n for op, n in kept.items() if op not in EXPECTED_ON_ORT}
     print(f"{src.name}: rcpu subgraphs {groups} ({sum(groups)} nodes); left to ORT: {dict(kept)}")
     if len(groups) != 1 or stray:
@@ -131,7 +133,7 @@ def main() -> int:
         ok = False
 
     prompt = prompt_ids(a.prompt, int(cfg["model"]["vocab_size"]), seed=1)
-    own = levels(onnx.load(str(model_path), load_external_data=False))
+    own = levels(m)
     with tempfile.TemporaryDirectory(prefix="builder_check-") as tmp:
         l0 = pathlib.Path(tmp) / "level0"
         level_copy(src, l0, 0)
