@@ -34,4 +34,5 @@ pub static OPS: &[OpDef] = &[
     crate::ep::nodes::reshape::RESHAPE,
     crate::ep::nodes::split::SPLIT,
     crate::ep::nodes::gather_block_quantized::GATHER_BLOCK_QUANTIZED,
+    crate::ep::nodes::qmoe::QMOE,
 ];

@@ -13,6 +13,7 @@ pub mod gather_quant;
 pub mod gemm;
 pub mod isa;
 pub mod matmul_nbits;
+pub mod moe;
 pub mod norm;
 pub mod qgemm;
 pub mod shape;

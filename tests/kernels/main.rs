@@ -37,5 +37,6 @@ mod matmul_nbits_kernels;
 mod matmul_nbits_nonfinite;
 mod matmul_nbits_pair;
 mod matmul_nbits_params;
+mod moe;
 mod qgemm_kernels;
 mod simd_tokens;

@@ -17,6 +17,7 @@ pub mod matmul;
 pub mod matmul_nbits;
 pub mod norm_broadcast;
 pub mod qlinear_matmul;
+pub mod qmoe;
 pub mod reshape;
 pub mod rotary_embedding;
 pub mod skip_layer_norm;

@@ -756,3 +756,81 @@ pub(crate) fn run_pair(
         Some(name)
     })
 }
+
+/// Several one-row products in one dispatch: `out[j] = A[row_j] W_j` (no bias) for packed
+/// weights `W_j` of equal params, A's `a_rows` rows (K values each) prepared once on the
+/// calling thread. The split runs over the groups of all the weights in turn, as if they were
+/// one weight of `jobs x N` columns: each lane streams one long run (a segment may cross from
+/// one weight into the next), and the call pays one dispatch and one join instead of one per
+/// weight. Each group is the same tile call over the same prepared row as in a one-weight
+/// decode call, so each product's values are bit-identical to [`run`]'s for that row.
+/// `Ok(None)` when these rows must take separate calls (a value non-finite or large enough to
+/// overflow: [`run`] answers those as ORT does).
+pub(crate) fn run_rows(
+    kernels: &Kernels,
+    a: &[f32],
+    a_rows: usize,
+    jobs: &[(usize, &PackedNBits)],
+    out: &mut [f32],
+    par: &dyn Par,
+) -> Result<Option<NBitsRoute>, String> {
+    let Some(&(_, first)) = jobs.first() else {
+        return Ok(None);
+    };
+    let p = first.params;
+    if let Some((_, w)) = jobs.iter().find(|(_, w)| w.params != p) {
+        return Err(format!(
+            "MatMulNBits rows: the weights differ (K={} N={} against K={} N={})",
+            p.k, p.n, w.params.k, w.params.n
+        ));
+    }
+    assert!(
+        Some(a.len()) == a_rows.checked_mul(p.k)
+            && Some(out.len()) == jobs.len().checked_mul(p.n)
+            && jobs.iter().all(|&(r, _)| r < a_rows),
+        "MatMulNBits rows: A has {} elements (rows {a_rows} x K={}), output {} ({} jobs x N={})",
+        a.len(),
+        p.k,
+        out.len(),
+        jobs.len(),
+        p.n
+    );
+    let lv = Level::require(kernels.isa)?;
+    let smax = jobs.iter().map(|(_, w)| w.scale_max).fold(0f32, f32::max);
+    let fits = a
+        .chunks_exact(p.k.max(1))
+        .all(|row| nonfinite::cannot_overflow((kernels.abs_max)(lv, row), smax, p.k));
+    if !fits {
+        return Ok(None);
+    }
+    let name = kernels.route(p.accuracy_level, 1);
+    let (tile, gc, g_count) = (tile_for(kernels, &p), group_cols(&p), groups(&p));
+    with_prepared(kernels, a, a_rows, &p, |prep| {
+        let total = g_count * jobs.len();
+        let split = StreamSplit::decode(total, group_record_bytes(&p), par.lanes());
+        let claims = SegmentClaims::new();
+        let dst = DisjointOut::new(out);
+        let body = |cc: usize| {
+            let mut res = [[0f32; NR]; MR];
+            let mut v = [0f32; NR];
+            split.run(cc, &claims, &mut |run| {
+                for g in run {
+                    let (j, lg) = (g / g_count, g % g_count);
+                    let (row, w) = jobs[j];
+                    tile(lv, &w.group(lg), prep, row, 1, &mut res);
+                    let cols = lg * gc..((lg + 1) * gc).min(p.n);
+                    let n = cols.len();
+                    group_columns(&p, &res[0], &mut v[..n]);
+                    // SAFETY: group `g` belongs to this chunk alone (the split's runs partition
+                    // the groups of all jobs), and its columns of job `j` are written by no one
+                    // else.
+                    unsafe { dst.write(j * p.n + cols.start, &v[..n]) };
+                }
+            });
+        };
+        timed_decode(jobs.iter().map(|(_, w)| w.bytes()).sum(), || {
+            par.chunks(Dispatch::Decode, split.chunks(), &body)
+        });
+        Some(name)
+    })
+}

@@ -195,6 +195,22 @@ pub fn matmul_pair_with(
     driver::run_pair(kernels, a, m, first, second, epi, out, par)
 }
 
+/// `out[j] = A[rows_j] W_j` (no bias) for several packed weights of equal params, one row of
+/// `a` (`a_rows` rows of K) each, with the process's kernels, in one dispatch over the lanes:
+/// a mixture-of-experts decode step's k experts (the same row through every fc1, each expert's
+/// own row through its fc2). `jobs` holds (row of A, weight); `out` holds `jobs.len()` rows of N.
+/// Each product is bit-identical to a [`matmul_packed`] call of its row. `Ok(None)` when a row
+/// must take separate calls (non-finite values, or values large enough to overflow).
+pub fn matmul_rows_packed(
+    a: &[f32],
+    a_rows: usize,
+    jobs: &[(usize, &PackedNBits)],
+    out: &mut [f32],
+    par: &dyn Par,
+) -> Result<Option<NBitsRoute>, String> {
+    driver::run_rows(Kernels::active(), a, a_rows, jobs, out, par)
+}
+
 /// Rows per tile-kernel call (register blocking along M).
 pub const MR: usize = 4;
 
