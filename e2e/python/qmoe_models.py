@@ -80,6 +80,7 @@ class QMoESpec:
     normalize: int | None = None  # normalize_routing_weights attribute (absent: 0)
     sparse_mixer: int | None = None  # use_sparse_mixer attribute (absent: 0)
     router_weights: bool = False  # input 14
+    scales_f16: bool = False  # float16 scales (what the model builder writes), float32 otherwise
     accuracy_level: int | None = None
     rank: int = 2  # input rank: 2 [T, H] or 3 [B, S, H]
     fc3: bool = False  # add fc3 weights / scales (input 8, 9): ORT CPU refuses at run time
@@ -164,7 +165,7 @@ def _pack(codes: np.ndarray, bits: int) -> np.ndarray:
     return out
 
 
-def quantized_experts(rng, E, N, K, bits, block, zp, gain):
+def quantized_experts(rng, E, N, K, bits, block, zp, gain, f16=False):
     """Random codes over the full range, positive random scales sized so x . W^T has std ~ gain for
     unit-normal x. Returns (q packed uint8 [E, N, K*bits/8], scales f32 [E, N] (block None) or
     [E, N, blocks], zero points packed uint8 or None, Projection)."""
@@ -178,6 +179,9 @@ def quantized_experts(rng, E, N, K, bits, block, zp, gain):
     code_std = math.sqrt((levels * levels - 1) / 12.0 + 0.25)  # codes uniform, about the middle
     base = gain / (code_std * math.sqrt(K))
     scales = (base * rng.uniform(0.5, 1.5, size=(E, N, nb))).astype(np.float32)
+    if f16:
+        # float16 scales: the reference dequantizes with their exact f32 widening
+        scales = scales.astype(np.float16)
     proj = Projection(codes, zpv.astype(np.float64), scales, block)
     q = _pack(codes, bits)
     zp_out = None
@@ -197,9 +201,9 @@ def build(spec: QMoESpec) -> QMoECase:
     E, H, I, bits = spec.E, spec.H, spec.I, spec.bits
     n1 = spec.fc1_out
     zp1, zp2 = spec.zp in (True, "fc1"), spec.zp in (True, "fc2")
-    q1, s1, z1, p1 = quantized_experts(rng, E, n1, H, bits, spec.block, zp1, spec.gain)
+    q1, s1, z1, p1 = quantized_experts(rng, E, n1, H, bits, spec.block, zp1, spec.gain, spec.scales_f16)
     # fc2's input is the activation; aim the output std at ~1
-    q2, s2, z2, p2 = quantized_experts(rng, E, H, I, bits, spec.block, zp2, 1.0)
+    q2, s2, z2, p2 = quantized_experts(rng, E, H, I, bits, spec.block, zp2, 1.0, spec.scales_f16)
     b1 = rng.standard_normal((E, n1)).astype(np.float32) * 0.5 if spec.fc1_bias else None
     b2 = rng.standard_normal((E, H)).astype(np.float32) * 0.5 if spec.fc2_bias else None
 

@@ -213,6 +213,22 @@ def test_odd_sizes(make_sessions, bits):
         check_parity(case, cpu, rc, qm.feeds(case, t, rng), label=f"T={t}")
 
 
+@pytest.mark.parametrize("bits", [4, 8])
+def test_float16_scales(make_sessions, stats, bits):
+    """float16 scales, as the model builder writes them for CPU QMoE (float32 activations): claimed,
+    widened exactly, the same answers as ORT."""
+    spec = qm.QMoESpec(H=64, I=48, E=6, k=2, bits=bits, block=16, zp=bits == 8, fc1_bias=True, fc2_bias=True,
+                       scales_f16=True, seed=160 + bits, **GPT_OSS)
+    case = qm.build(spec)
+    cpu, rc = make_sessions(case.bytes, OPTS)
+    assert_on_rcpu(rc, NODE)
+    rng = np.random.default_rng(spec.seed)
+    stats.reset()
+    for t in (1, 5, 40):
+        check_parity(case, cpu, rc, qm.feeds(case, t, rng), label=f"T={t}")
+    assert_ran_on_rcpu(stats)
+
+
 def test_gpt_oss_size(make_sessions, stats):
     """gpt-oss-20b's expert shape (H = I = 2880, block 32, SwiGLU alpha 1.702 / beta 1 / limit 7, biases),
     4 experts of it, decode and a short prefill."""

@@ -1,11 +1,12 @@
 //! com.microsoft.QMoE (opset 1) as an ORT kernel: the mixture-of-experts block of the model
 //! builder's gpt-oss, Phi-3.5-MoE and Qwen-MoE models. Claimed for float32 activations, integer
-//! experts (`quant_type` "int") of 4 or 8 bits with block-wise float32 scales (`block_size` a
+//! experts (`quant_type` "int") of 4 or 8 bits with block-wise float32 or float16 scales (the
+//! model builder writes float16; widened exactly at creation) (`block_size` a
 //! power of two in 16..=256 dividing both the hidden and the expert width), optional uint8 zero
 //! points, optional fc1 / fc2 biases, optional `router_weights`, SwiGLU interleaved in fc1
 //! (`swiglu_fusion` 1) or SiLU / GELU / ReLU / identity (`swiglu_fusion` 0), accuracy levels 0,
 //! 1 (f32 products) and 4 (int8 activations). Every expert tensor must be a constant
-//! initializer. Declined, with the reason: f16 / bf16 activations or scales, row-wise scales (no
+//! initializer. Declined, with the reason: f16 / bf16 activations, bf16 scales, row-wise scales (no
 //! `block_size`), fc3 (ORT's CPU kernel does not implement it either), the FP4 / FP8 quant types,
 //! per-projection bit widths that differ, MLAS-prepacked weights, global and activation scales.
 //!
@@ -21,20 +22,22 @@ use crate::abi::graph::Node;
 use crate::abi::kernel_context::KernelContext;
 use crate::abi::kernel_info::KernelInfo;
 use crate::abi::status::{Error, Result};
-use crate::abi::tensor::{ElemType, Tensor};
+use crate::abi::tensor::{ElemType, F16Bits, Tensor};
 use crate::ep::op::{types, Decline, KernelEnv, OpDef, OpKernel};
+use crate::kernels::cast::f16_to_f32_buf;
 use crate::kernels::matmul_nbits::reference::hostile_scales;
 use crate::kernels::matmul_nbits::{try_pack, NBitsParams, NBitsWeight, PackedNBits};
 use crate::kernels::moe::{self, Expert, ExpertMatrix, MoeActivation, MoeShape};
 use crate::kernels::shape::checked_numel;
 use crate::memory::{params_hash, weight_cache, CachedWeight, KeyDigest, WeightKey};
-use crate::runtime::par::take_lanes_used;
+use crate::runtime::par::{take_lanes_used, Serial};
 use crate::telemetry::ledger;
 
 use super::claim::{input, input_type, only_attrs, require_elem, require_output_elem, F32};
 
 const OP: &str = "QMoE";
 const U8: ElemType = ElemType::ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8;
+const F16: ElemType = ElemType::ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16;
 
 const IN_X: usize = 0;
 const IN_ROUTER: usize = 1;
@@ -266,9 +269,9 @@ fn claim(node: &Node<'_>) -> std::result::Result<(), Decline> {
     ];
     let mut constants = vec![
         (IN_FC1, U8),
-        (IN_FC1_SCALES, F32),
+        (IN_FC1_SCALES, scales_elem(node, IN_FC1_SCALES)?),
         (IN_FC2, U8),
-        (IN_FC2_SCALES, F32),
+        (IN_FC2_SCALES, scales_elem(node, IN_FC2_SCALES)?),
     ];
     for (there, i, elem) in [
         (zp[0], IN_FC1_ZP, U8),
@@ -350,6 +353,37 @@ fn claim(node: &Node<'_>) -> std::result::Result<(), Decline> {
     Ok(())
 }
 
+/// The element type of scales input `i`: float32, or float16 (what the model builder writes;
+/// widened to f32 exactly at creation).
+fn scales_elem(node: &Node<'_>, i: usize) -> std::result::Result<ElemType, Decline> {
+    let t = input_type(node, i)?.ok_or_else(|| format!("input {i} (scales) is missing"))?;
+    if t.elem == F32 || t.elem == F16 {
+        Ok(t.elem)
+    } else {
+        Err(format!(
+            "input {i} (scales) is {}, rcpu implements float32 and float16",
+            crate::abi::tensor::elem_name(t.elem)
+        ))
+    }
+}
+
+/// Scales input `t` (float32 or float16) as f32 values: borrowed, or widened into a fallible copy.
+fn scales_f32<'a>(t: &Tensor<'a>, which: &str) -> Result<std::borrow::Cow<'a, [f32]>> {
+    if t.elem() == F16 {
+        let h = t.data::<F16Bits>()?;
+        let mut v = crate::memory::try_vec(h.len(), 0f32).map_err(|e| {
+            Error::fail(format!(
+                "cannot widen {which}'s f16 scales ({} values): {e}",
+                h.len()
+            ))
+        })?;
+        f16_to_f32_buf(h, &mut v, &Serial).map_err(Error::fail)?;
+        Ok(std::borrow::Cow::Owned(v))
+    } else {
+        Ok(std::borrow::Cow::Borrowed(t.data::<f32>()?))
+    }
+}
+
 /// One projection (fc1 or fc2) of every expert.
 struct Projection {
     /// One expert's params.
@@ -362,6 +396,9 @@ struct Projection {
     hostile: Vec<bool>,
     /// The biases of all experts, `[E, N]`, copied at creation.
     bias: Option<Vec<f32>>,
+    /// The scales of all experts as f32, kept only when some expert did not pack (its unpacked
+    /// path reads them; ORT's own may be float16).
+    scales: Option<Vec<f32>>,
 }
 
 impl Projection {
@@ -425,7 +462,8 @@ impl Projection {
             },
             false => None,
         };
-        let (codes, scales) = (codes_t.data::<u8>()?, scales_t.data::<f32>()?);
+        let codes = codes_t.data::<u8>()?;
+        let scales = scales_f32(&scales_t, which)?;
         let zps = match &zp_t {
             Some(t) => Some(t.data::<u8>()?),
             None => None,
@@ -450,12 +488,25 @@ impl Projection {
                 pack_expert(b, s, z, &p)
             });
         }
+        let scales = match packed.iter().all(Option::is_some) {
+            true => None,
+            false => Some(match scales {
+                std::borrow::Cow::Owned(v) => v,
+                std::borrow::Cow::Borrowed(b) => crate::memory::try_copy(b).map_err(|e| {
+                    Error::fail(format!(
+                        "cannot copy {which}'s scales ({} values): {e}",
+                        b.len()
+                    ))
+                })?,
+            }),
+        };
         Ok(Projection {
             p,
             inputs,
             packed,
             hostile,
             bias,
+            scales,
         })
     }
 
@@ -488,7 +539,7 @@ impl Projection {
     /// ORT's tensors of this projection for one call, when some expert did not pack (`None`
     /// when all did: ORT may have freed them).
     fn ort_tensors<'a>(
-        &self,
+        &'a self,
         ctx: &KernelContext<'a>,
         experts: usize,
     ) -> Result<Option<OrtExperts<'a>>> {
@@ -496,7 +547,7 @@ impl Projection {
             return Ok(None);
         }
         let codes = ctx.required_input(self.inputs[0])?.data::<u8>()?;
-        let scales = ctx.required_input(self.inputs[1])?.data::<f32>()?;
+        let scales = self.scales.as_deref().unwrap_or(&[]);
         let zero_points = match self.p.has_zero_points {
             true => ctx.required_input(self.inputs[2])?.data::<u8>()?,
             false => &[],
@@ -624,8 +675,10 @@ impl OpKernel for QMoe {
         // all `compute` reads, unless some expert did not pack (then ORT keeps that projection's
         // codes, scales and zero points).
         Ok(match input_index {
-            IN_FC1 | IN_FC1_SCALES | IN_FC1_ZP => self.fc1.all_packed(),
-            IN_FC2 | IN_FC2_SCALES | IN_FC2_ZP => self.fc2.all_packed(),
+            // The scales are packed, or copied as f32 for the experts that did not pack.
+            IN_FC1_SCALES | IN_FC2_SCALES => true,
+            IN_FC1 | IN_FC1_ZP => self.fc1.all_packed(),
+            IN_FC2 | IN_FC2_ZP => self.fc2.all_packed(),
             IN_FC1_BIAS => self.fc1.bias.is_some(),
             IN_FC2_BIAS => self.fc2.bias.is_some(),
             _ => false,
@@ -700,7 +753,7 @@ pub const QMOE: OpDef = OpDef {
     domain: "com.microsoft",
     since: 1,
     until: 1,
-    types: &[("T", types::F32), ("T1", types::U8), ("T2", types::F32)],
+    types: &[("T", types::F32), ("T1", types::U8), ("T2", types::F32_F16)],
     claim,
     create,
 };
