@@ -311,3 +311,65 @@ fn f32_scales_asked_for_compute_with_the_f32_scales() {
         );
     }
 }
+
+/// A model whose scales are f16 values (QMoE's float16 scales, `f16_source_scales`) packs them
+/// as f16 at every accuracy level: the kernels see the very f32 scales, so every kernel set's
+/// output is bit-identical to the f32-scale pack's, packed and unpacked, from fewer bytes; a
+/// group holding one scale f16 cannot represent exactly keeps f32 scales (and still agrees).
+#[test]
+fn f16_source_scales_pack_smaller_with_identical_results() {
+    use rcpu::kernels::isa::Isa;
+    let three: &dyn Par = &THREE;
+    // (K, N, M, bits, acc, zp)
+    let shapes = [
+        (96, 70, 1, 4, 0, false),
+        (96, 70, 5, 4, 1, true),
+        (2880, 64, 1, 4, 0, false),
+        (64, 40, 3, 8, 0, true),
+        (128, 33, 2, 4, 4, false),
+        (64, 40, 1, 8, 4, true),
+    ];
+    for (i, &(k, n, m, bits, acc, zp)) in shapes.iter().enumerate() {
+        let make = if bits == 8 {
+            Problem::new8
+        } else {
+            Problem::new
+        };
+        let mut pr = make(k, n, m, 32, acc, zp, true, 700 + i as u64);
+        // The model's scales are f16 values; one column of the last group gets one that is not.
+        for s in pr.scales.iter_mut() {
+            *s = matmul_nbits_common::round_to_f16(*s);
+        }
+        let odd = (n - 1) * pr.p.k_blocks();
+        pr.scales[odd] = pr.scales[odd] * (1.0 + 2f32.powi(-20));
+        let f32_pack = pack(&pr.b, &pr.scales, pr.zp.as_deref(), &pr.p);
+        let p16 = pr.p.with_f16_source_scales(true);
+        let f16_pack = pack(&pr.b, &pr.scales, pr.zp.as_deref(), &p16);
+        if acc != 4 {
+            assert!(
+                f16_pack.bytes() < f32_pack.bytes(),
+                "case {i}: f16 pack {} bytes, f32 pack {}",
+                f16_pack.bytes(),
+                f32_pack.bytes()
+            );
+        }
+        for isa in [Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Vnni] {
+            let Ok(kern) = Kernels::for_isa(isa) else {
+                continue;
+            };
+            for par in [&Serial as &dyn Par, three] {
+                let run = |w: &rcpu::kernels::matmul_nbits::PackedNBits| {
+                    let mut out = vec![f32::NAN; m * n];
+                    matmul_packed_with(kern, &pr.a, m, w, pr.bias.as_deref(), &mut out, par)
+                        .unwrap();
+                    out
+                };
+                let (a, b) = (run(&f32_pack), run(&f16_pack));
+                assert!(
+                    a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()),
+                    "case {i} {isa:?}: the f16-scale pack answers differently"
+                );
+            }
+        }
+    }
+}

@@ -596,10 +596,11 @@ fn pack_expert(
         p.has_zero_points as u64,
         p.f16_scales() as u64,
         p.bits as u64,
+        p.f16_source_scales as u64,
     ];
     let mut d = KeyDigest::new();
     d.words(&words).bytes(b).f32s(s).bytes(z.unwrap_or(&[]));
-    // The same key a MatMulNBits node of these bytes would use: the packed layout is the same.
+    // MatMulNBits's packed layout, keyed by every choice that shapes it.
     let key = WeightKey::from_digest("MatMulNBits", params_hash(&words), &d, b.len());
     let predicted = b.len() + s.len() * 8 + 4096;
     weight_cache().try_get_or_pack(
@@ -637,9 +638,14 @@ fn create(info: &KernelInfo<'_>, env: &Arc<KernelEnv>) -> Result<Box<dyn OpKerne
     let shape = shape_from(&dims(IN_FC1)?, &dims(IN_FC2)?, &a).map_err(|e| info.error(OP, e))?;
     let zp = [present(IN_FC1_ZP), present(IN_FC2_ZP)];
     let [p1, p2] = projection_params(&shape, &a, zp).map_err(|e| info.error(OP, e))?;
+    // float16 scales (the builder's) pack as f16 wherever f16 holds them exactly: fewer bytes
+    // for decode to stream, the same results.
+    let half = |i: usize| matches!(info.input_type(i), Ok(Some(t)) if t.elem == F16);
     let (p1, p2) = (
-        p1.with_acc4_f16_scales(env.acc4_f16_scales),
-        p2.with_acc4_f16_scales(env.acc4_f16_scales),
+        p1.with_acc4_f16_scales(env.acc4_f16_scales)
+            .with_f16_source_scales(half(IN_FC1_SCALES)),
+        p2.with_acc4_f16_scales(env.acc4_f16_scales)
+            .with_f16_source_scales(half(IN_FC2_SCALES)),
     );
     let fc1 = Projection::create(
         info,

@@ -494,16 +494,23 @@ impl<'a, T> Shares<'a, T> {
 
 /// Whether group `g` stores f16 scales: at accuracy level 4 unless the session asked for f32
 /// scales ([`NBitsParams::f16_scales`]), when f16 holds every scale of its real columns within
-/// 2^-11 ([`f16_exact_enough`]; padding columns are 0).
+/// 2^-11 ([`f16_exact_enough`]; padding columns are 0); at any level when the model's scales are
+/// f16 values ([`NBitsParams::f16_source_scales`]) and f16 holds every one of the group's
+/// exactly (a normal f16 or 0: the kernels then see the very f32 scales, so no result changes).
 /// An 8-bit group stores `s` and `16 s` (`bits8`): both must be.
 pub(crate) fn group_f16(scales: &[f32], p: &NBitsParams, g: usize) -> bool {
     let (kbs, gc) = (p.k_blocks(), group_cols(p));
     let cols = (g * gc).min(p.n)..((g + 1) * gc).min(p.n);
     let wide = p.bits == 8;
-    p.f16_scales()
+    let lossy = p.f16_scales();
+    let fits = |s: f32| {
+        f16_exact_enough(s)
+            && (lossy || f16_to_f32(f32_to_f16(s, NanRule::Hardware), NanRule::Hardware) == s)
+    };
+    (lossy || p.f16_source_scales)
         && scales[cols.start * kbs..cols.end * kbs]
             .iter()
-            .all(|&s| f16_exact_enough(s) && (!wide || f16_exact_enough(16.0 * s)))
+            .all(|&s| fits(s) && (!wide || fits(16.0 * s)))
 }
 
 /// Chunks [`pack_group`] fills per tile (a multiple of 4).

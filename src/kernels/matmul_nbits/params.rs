@@ -20,6 +20,11 @@ pub struct NBitsParams {
     /// default true). The session's provider option `acc4_scales=f32` sets it to false: every
     /// group then keeps the model's f32 scales. Levels 0..3 keep f32 whatever it says.
     pub acc4_f16_scales: bool,
+    /// Whether the model stores the scales as f16 (QMoE's float16 scales, widened to f32 for the
+    /// kernels): a group whose every scale f16 holds exactly then packs f16 scales at any
+    /// accuracy level, the same values in fewer bytes, so the results do not change (default
+    /// false: f32 models keep f32 scales below level 4).
+    pub f16_source_scales: bool,
 }
 
 impl NBitsParams {
@@ -39,6 +44,7 @@ impl NBitsParams {
             accuracy_level,
             has_zero_points,
             acc4_f16_scales: true,
+            f16_source_scales: false,
         }
     }
 
@@ -63,6 +69,14 @@ impl NBitsParams {
             255
         } else {
             15
+        }
+    }
+
+    /// These params with [`NBitsParams::f16_source_scales`] set to `f16`.
+    pub fn with_f16_source_scales(self, f16: bool) -> Self {
+        NBitsParams {
+            f16_source_scales: f16,
+            ..self
         }
     }
 
