@@ -772,29 +772,25 @@ fn corpus() -> Vec<Case> {
             }
         ),
         // NaN, infinite, zero, huge and tiny scales: MLAS's clamp sends NaN to the lower bound.
-        case!("qlinear_special_scales", "QLinearMatMul", SameOk, || {
-            Built {
+        // Checked against the spec's values (the exact integer sum, then MLAS's float
+        // requantization): on a CPU without VNNI ORT's u8 x s8 kernel sums byte pairs in int16
+        // with saturation (`vpmaddubsw`), so its sums are wrong wherever a pair exceeds 32767
+        // (an AMD EPYC host returned 0 for a row whose exact sum requantizes to 470 + 128).
+        Case {
+            name: "qlinear_special_scales",
+            node: "node0",
+            op: "QLinearMatMul",
+            expect: Expect::Spec(qlinear_special_scales_spec),
+            build: || Built {
                 model: ql(true, true),
                 feeds: vec![
                     u8s(&[5, 16], 3),
                     f32s(&[1], vec![0.02]),
-                    f32s(
-                        &[8],
-                        vec![
-                            f32::NAN,
-                            f32::INFINITY,
-                            f32::NEG_INFINITY,
-                            0.0,
-                            1e30,
-                            -1.0,
-                            1e-30,
-                            0.5,
-                        ],
-                    ),
+                    f32s(&[8], QLINEAR_SPECIAL_SCALES.to_vec()),
                     f32s(&[1], vec![0.1]),
                 ],
-            }
-        }),
+            },
+        },
         case!("qlinear_nan_y_scale", "QLinearMatMul", SameOk, || Built {
             model: ql(false, true),
             feeds: vec![
@@ -835,6 +831,45 @@ fn i8s(shape: &[i64], seed: u64) -> Tensor {
 /// QLinearMatMul uint8 A `[m, k]` x int8 B `[16, 8]` -> uint8: B constant (an initializer) or
 /// a graph input `[bk, 8]`; scales initializers, or graph inputs of symbolic length (`a_scale`,
 /// `b_scale`, `y_scale`, after a and b) when `scale_inputs`. Zero points 128 / 0 / 128.
+/// The b scales of `qlinear_special_scales`, one a column.
+const QLINEAR_SPECIAL_SCALES: [f32; 8] = [
+    f32::NAN,
+    f32::INFINITY,
+    f32::NEG_INFINITY,
+    0.0,
+    1e30,
+    -1.0,
+    1e-30,
+    0.5,
+];
+
+/// The spec's answer to `qlinear_special_scales`: `y = sat(round(sum (a - 128) b * s) + 128)`
+/// with the exact integer sum and `s = a_scale * b_scale / y_scale` in f32, requantized as MLAS
+/// does (the product in f32, clamped to the output range before rounding, a NaN to its lower
+/// end, ties to even).
+fn qlinear_special_scales_spec() -> Vec<serde_json::Value> {
+    let a = match u8s(&[5, 16], 3).data {
+        Data::U8(v) => v,
+        _ => unreachable!(),
+    };
+    let b: Vec<i8> = (0..128u32).map(|i| (i * 37 % 256) as u8 as i8).collect();
+    let mut y = Vec::with_capacity(40);
+    for r in 0..5 {
+        for (c, &bs) in QLINEAR_SPECIAL_SCALES.iter().enumerate() {
+            let acc: i64 = (0..16)
+                .map(|k| (a[r * 16 + k] as i64 - 128) * b[k * 8 + c] as i64)
+                .sum();
+            let v = acc as f32 * (0.02f32 * bs / 0.1f32);
+            let v = if v.is_nan() { -128.0 } else { v.clamp(-128.0, 127.0) };
+            y.push((v.round_ties_even() + 128.0) as u8);
+        }
+    }
+    vec![tensor_json(&Tensor {
+        shape: vec![5, 8],
+        data: Data::U8(y),
+    })]
+}
+
 fn ql(b_const: bool, scale_inputs: bool) -> Vec<u8> {
     let mut g = GraphBuilder::new("ql", 13);
     g.input("a", UINT8, &sym(&["m", "k"]));
