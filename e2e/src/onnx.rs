@@ -174,7 +174,28 @@ pub struct GraphBuilder {
     g: GraphProto,
     opsets: Vec<(String, i64)>,
     metadata: Vec<StringStringEntryProto>,
+    /// Where large initializers go instead of the model (`external_data`); shared by clones.
+    external: Option<std::sync::Arc<std::sync::Mutex<ExternalSink>>>,
 }
+
+/// A side file taking the bytes of every initializer of at least `min_bytes`, as
+/// onnxruntime-genai's builder writes its weights (`model.onnx.data`): each one at an offset
+/// aligned to [`EXTERNAL_ALIGN`] (so ORT can map it instead of copying it), the model keeping
+/// `location`, `offset` and `length`.
+struct ExternalSink {
+    file: std::io::BufWriter<std::fs::File>,
+    /// The file's name as the model names it (relative to the model's folder).
+    location: String,
+    offset: u64,
+    min_bytes: usize,
+    /// The first write error (reported by [`GraphBuilder::finish_external`]).
+    error: Option<String>,
+}
+
+/// Offset alignment of external initializers: 64 KiB, the mapping granularity ORT checks
+/// before it maps external data (and what onnx's own external-data writer aligns large tensors
+/// to).
+pub const EXTERNAL_ALIGN: u64 = 64 << 10;
 
 fn value_info(name: &str, elem: i32, dims: Option<&[Dim]>) -> ValueInfoProto {
     let shape = dims.map(|d| TensorShapeProto {
@@ -209,7 +230,77 @@ impl GraphBuilder {
             },
             opsets: vec![("".into(), opset), ("com.microsoft".into(), 1)],
             metadata: vec![],
+            external: None,
         }
+    }
+
+    /// From here on, initializers of at least `min_bytes` go to the file `path` (created or
+    /// truncated) instead of the model, which names it by its file name (so it must sit beside
+    /// the model). [`GraphBuilder::finish_external`] flushes it and reports any write error.
+    pub fn external_data(
+        &mut self,
+        path: &std::path::Path,
+        min_bytes: usize,
+    ) -> Result<(), String> {
+        let location = path
+            .file_name()
+            .and_then(|f| f.to_str())
+            .ok_or_else(|| format!("{}: not a file name", path.display()))?
+            .to_string();
+        let file = std::fs::File::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        self.external = Some(std::sync::Arc::new(std::sync::Mutex::new(ExternalSink {
+            file: std::io::BufWriter::with_capacity(8 << 20, file),
+            location,
+            offset: 0,
+            min_bytes,
+            error: None,
+        })));
+        Ok(())
+    }
+
+    /// Flushes the external data file (if any); returns its length, or the first write error.
+    pub fn finish_external(&mut self) -> Result<u64, String> {
+        use std::io::Write;
+        let Some(sink) = self.external.take() else {
+            return Ok(0);
+        };
+        let mut s = sink
+            .lock()
+            .map_err(|_| "external data writer poisoned".to_string())?;
+        if let Some(e) = s.error.take() {
+            return Err(e);
+        }
+        let loc = s.location.clone();
+        s.file.flush().map_err(|e| format!("{loc}: {e}"))?;
+        Ok(s.offset)
+    }
+
+    /// Writes `raw` to the external file when it goes there; returns the tensor's
+    /// `external_data` entries (None: it stays in the model).
+    fn put_external(&mut self, raw: &[u8]) -> Option<Vec<StringStringEntryProto>> {
+        use std::io::Write;
+        let sink = self.external.as_ref()?;
+        let mut s = sink.lock().ok()?;
+        if raw.len() < s.min_bytes {
+            return None;
+        }
+        let start = s.offset.next_multiple_of(EXTERNAL_ALIGN);
+        let pad = vec![0u8; (start - s.offset) as usize];
+        let written = s.file.write_all(&pad).and_then(|_| s.file.write_all(raw));
+        if let Err(e) = written {
+            let msg = format!("{}: {e}", s.location);
+            s.error.get_or_insert(msg);
+        }
+        s.offset = start + raw.len() as u64;
+        let entry = |key: &str, value: String| StringStringEntryProto {
+            key: key.into(),
+            value,
+        };
+        Some(vec![
+            entry("location", s.location.clone()),
+            entry("offset", start.to_string()),
+            entry("length", raw.len().to_string()),
+        ])
     }
 
     /// A model metadata entry (`metadata_props`).
@@ -245,13 +336,24 @@ impl GraphBuilder {
         dims: &[i64],
         raw: Vec<u8>,
     ) -> &mut Self {
-        self.g.initializer.push(TensorProto {
-            dims: dims.to_vec(),
-            data_type: elem,
-            name: name.into(),
-            raw_data: raw,
-            ..Default::default()
-        });
+        let t = match self.put_external(&raw) {
+            Some(external_data) => TensorProto {
+                dims: dims.to_vec(),
+                data_type: elem,
+                name: name.into(),
+                external_data,
+                data_location: EXTERNAL,
+                ..Default::default()
+            },
+            None => TensorProto {
+                dims: dims.to_vec(),
+                data_type: elem,
+                name: name.into(),
+                raw_data: raw,
+                ..Default::default()
+            },
+        };
+        self.g.initializer.push(t);
         self
     }
 

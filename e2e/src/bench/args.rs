@@ -20,6 +20,9 @@ SPEC: nbits:k=4096,n=4096,layers=1,block=32,acc=4,m=1[,zp=0|1][,sym][,bits=8 (wi
          [,window=W[,window_cache=0]][,softcap=X][,rot=R][,lm_bits=8][,mix8=1] (sliding-window
          layers, an attention softcap, R rotated dims of each head, an 8-bit lm_head, 8-bit o_proj
          and MLP)
+      or llm:preset=gpt-oss-20b|phi3.5-moe[,layers=N][,experts=E][,topk=K][,qmoe_block=32]
+         [,sinks=0][,fc3=0] (a QMoE mixture of experts per layer; gpt-oss needs `llm --kv shared`;
+         past 2 GiB the weights go to F.onnx.data beside the model)
       (llm specs are benchmarked with `llm` and `demo`; `gen` also writes genai_config.json)
 
 --null-plugin SO: the null arm is rcpu loading the plugin SO (e.g. an older build copied aside), so

@@ -98,7 +98,9 @@ pub fn run(o: &Opts) -> Result<i32, String> {
     for a in arms.iter_mut() {
         a.call(json!({"cmd": "llm_feed", "seq": prompt, "past": 0, "vocab": vocab}))?;
     }
-    let tol = o.tol.unwrap_or(if acc == 4 { 2e-2 } else { 1e-4 });
+    let tol = o
+        .tol
+        .unwrap_or_else(|| super::llm::parity_tol(acc, &t.info));
     let logits_ok = logits_parity(&mut arms, tol, Some(vocab))?;
     let req = json!({"cmd": "generate", "prompt": prompt, "tokens": tokens, "vocab": vocab});
     progress("parity generation (also the warm-up)");

@@ -297,7 +297,7 @@ impl Spec {
                         nout,
                         *block,
                         *acc,
-                        *bits,
+                        (*bits, Codes::Uniform),
                         *zero_points,
                         None,
                         false,
@@ -321,7 +321,7 @@ impl Spec {
                         self.n,
                         *block,
                         *acc,
-                        4,
+                        (4, Codes::Uniform),
                         *zero_points,
                         None,
                         false,
@@ -381,6 +381,19 @@ pub(super) fn rand_bytes(n: usize, seed: u64) -> Vec<u8> {
     crate::rng::Rng::mixed(seed, 0xD1B5_4A32_D192_ED03).bytes(n)
 }
 
+/// How the seeded codes of a generated weight are drawn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Codes {
+    /// Uniform over the whole range (0..=15, or every byte): `q - zero point` averages -0.5, so
+    /// an offset common to an input's elements comes out about `0.5 sqrt(K / 21)` times larger
+    /// in every output (the dense presets' weights, kept as they were).
+    Uniform,
+    /// Uniform over the range but its lowest code, which is read as the zero point instead
+    /// (4 bits: 1..=15 and 0 read as 8): `q - zero point` averages 0, so no offset grows from
+    /// layer to layer (the mixture-of-experts presets' weights, whose routing stays spread).
+    Centered,
+}
+
 /// The seeded codes and scales of a `bits`-bit (4 or 8) [N, K] weight: B is (N, k_blocks,
 /// block * bits / 8), at 4 bits two values per byte, low nibble first; one f32 scale per (row,
 /// block).
@@ -389,13 +402,29 @@ pub(super) fn nbits_weights(
     n: usize,
     block: usize,
     bits: usize,
+    codes: Codes,
     seed: u64,
 ) -> (Vec<u8>, Vec<f32>) {
     let kb = k.div_ceil(block);
-    let b = rand_bytes(n * kb * block * bits / 8, seed);
-    // (q - zp) has variance ~21 for uniform 4-bit q, ~5461 for uniform bytes; keep each output
-    // near the input's magnitude.
-    let var = if bits == 8 { 5461.0 } else { 21.0 };
+    let mut b = rand_bytes(n * kb * block * bits / 8, seed);
+    // The variance of (q - zp): ~21 for uniform 4-bit q, ~5461 for uniform bytes; 17.5 and
+    // 5397.5 centered. Scales keep each output near the input's magnitude.
+    let var = match (bits, codes) {
+        (8, Codes::Uniform) => 5461.0,
+        (8, Codes::Centered) => 5397.5,
+        (_, Codes::Uniform) => 21.0,
+        (_, Codes::Centered) => 17.5,
+    };
+    if codes == Codes::Centered {
+        let nib = |n: u8| if n == 0 { 8 } else { n };
+        for x in &mut b {
+            *x = match bits {
+                8 if *x == 0 => 128,
+                8 => *x,
+                _ => nib(*x & 15) | (nib(*x >> 4) << 4),
+            };
+        }
+    }
     let base = 1.0 / (var * k as f32).sqrt();
     let scales: Vec<f32> = crate::rand_f32(n * kb, seed ^ 0x5ca1e)
         .iter()
@@ -405,7 +434,8 @@ pub(super) fn nbits_weights(
 }
 
 /// One MatMulNBits node named `name` (initializers `B{tag}`, `scales{tag}`, `zp{tag}`) of
-/// `bits`-bit codes (4, or 8 as the model builder writes an 8-bit lm_head or layer), with an
+/// `bits`-bit codes (4, or 8 as the model builder writes an 8-bit lm_head or layer) drawn as
+/// `codes` says, with an
 /// optional bias input (an f32 initializer the caller made); returns the bytes of its
 /// initializers. Scales are [N * k_blocks], or [N, k_blocks] with `scales_2d` (both accepted by
 /// MatMulNBits; the 2-D form is what GatherBlockQuantized needs to share them).
@@ -420,14 +450,14 @@ pub(super) fn nbits_layer(
     n: usize,
     block: usize,
     acc: i64,
-    bits: usize,
+    (bits, codes): (usize, Codes),
     zero_points: bool,
     bias: Option<&str>,
     scales_2d: bool,
     seed: u64,
 ) -> u64 {
     let kb = k.div_ceil(block);
-    let (b, scales) = nbits_weights(k, n, block, bits, seed);
+    let (b, scales) = nbits_weights(k, n, block, bits, codes, seed);
     let (bn, sn, zn) = (
         format!("B{tag}"),
         format!("scales{tag}"),

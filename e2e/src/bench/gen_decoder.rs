@@ -18,7 +18,7 @@
 
 use crate::onnx::{dtype, Attr, Dim, GraphBuilder};
 
-use super::gen::{nbits_layer, Generated};
+use super::gen::{nbits_layer, Codes, Generated};
 
 /// Metadata key prefix of a fixed feed value (read by model.rs).
 pub const FEED_PREFIX: &str = "rcpu_bench.feed.";
@@ -47,6 +47,16 @@ pub struct Decoder {
     /// The Q / K / V biases (with `qkv_bias`) as an Add after each projection (`bias_add=1`), as
     /// the genai builder writes them since 0.18, instead of the MatMulNBits bias input.
     pub bias_add: bool,
+    /// The output projection has a bias (gpt-oss, Phi-3.5-MoE; an Add after it with `bias_add`).
+    pub o_bias: bool,
+    /// GroupQueryAttention gets a `head_sink` input (11): one sink logit per query head, an
+    /// initializer `{prefix}attn.sinks` (gpt-oss's attention sinks).
+    pub sinks: bool,
+    /// The post-attention norm is a SkipLayerNormalization with a bias (`{prefix}ln2.b`), as the
+    /// builder writes a LayerNorm model (Phi-3.5-MoE), instead of SkipSimplifiedLayerNormalization.
+    pub layer_norm: bool,
+    /// How the projections' codes are drawn (`gen::Codes`; Centered for the MoE presets).
+    pub codes: Codes,
 }
 
 impl Decoder {
@@ -66,6 +76,10 @@ impl Decoder {
             qk_norm: false,
             mix8: false,
             bias_add: false,
+            o_bias: false,
+            sinks: false,
+            layer_norm: false,
+            codes: Codes::Uniform,
         };
         let (mut m, mut seed) = (1usize, 1u64);
         for (key, val) in spec_items(spec, rest)? {
@@ -235,55 +249,23 @@ impl Decoder {
     /// norm). Q, K and V are one packed MatMulNBits when `packed_qkv` (genai's layout; Split into
     /// three when `qk_norm`), three otherwise. Returns the bytes of the layer's initializers.
     pub fn layer(&self, g: &mut GraphBuilder, io: &LayerIo, seed: u64) -> u64 {
+        self.attention(g, io, seed) + self.mlp(g, io.prefix, seed)
+    }
+
+    /// The attention half of [`Decoder::layer`]: `io.input` through the projections,
+    /// GroupQueryAttention, o_proj and the post-attention skip norm, which writes `{prefix}h2`
+    /// (the MLP's input) and `{prefix}residual`. Returns the bytes of its initializers.
+    pub fn attention(&self, g: &mut GraphBuilder, io: &LayerIo, seed: u64) -> u64 {
         let p = io.prefix;
         let (q_n, kv_n, d) = (self.heads * self.head, self.kv * self.head, self.hidden);
         let name = |s: &str| format!("{p}{s}");
-        // Weights without zero points (genai's default: symmetric); bias where asked.
-        let proj = |g: &mut GraphBuilder, i: u64, node: &str, inp: &str, k, n, bias: bool| {
-            let node = name(node);
-            let b = bias.then(|| format!("{node}.bias"));
-            let mut bytes = match &b {
-                Some(b) => vec_init(g, b, n, seed ^ (100 + i), 0.0, 0.1),
-                None => 0,
-            };
-            // `bias_add`: the projection writes `{node}/MatMul`, then an Add of the bias `node`;
-            // otherwise the bias (if any) is the projection's input.
-            let (out, b, added) = match b {
-                Some(b) if self.bias_add => (format!("{node}/MatMul"), None, Some(b)),
-                b => (node.clone(), b, None),
-            };
-            let s = seed.wrapping_mul(1000).wrapping_add(i);
-            // `mix8`: o_proj (3) and the MLP (4..=6) in 8 bits.
-            let bits = if self.mix8 && i >= 3 { 8 } else { 4 };
-            bytes += nbits_layer(
-                g,
-                &node,
-                &format!("_{node}"),
-                inp,
-                &out,
-                k,
-                n,
-                self.block,
-                self.acc,
-                bits,
-                false,
-                b.as_deref(),
-                false,
-                s,
-            );
-            if let Some(bias) = added {
-                g.node(
-                    "Add",
-                    "",
-                    &format!("{node}/Add"),
-                    &[&out, &bias],
-                    &[&node],
-                    &[],
-                );
-            }
-            bytes
+        let proj = |g: &mut GraphBuilder, i, node: &str, inp: &str, k, n, bias| {
+            self.proj(g, p, seed, i, node, inp, [k, n], bias)
         };
         let mut bytes = vec_init(g, &name("ln2.w"), d, seed ^ 12, 1.0, 0.1);
+        if self.layer_norm {
+            bytes += vec_init(g, &name("ln2.b"), d, seed ^ 15, 0.0, 0.1);
+        }
         let (q, k, v) = if self.packed_qkv {
             bytes += proj(g, 0, "qkv_proj", io.input, d, q_n + 2 * kv_n, self.qkv_bias);
             if self.qk_norm {
@@ -321,8 +303,7 @@ impl Decoder {
         } else {
             (q, k)
         };
-        let (attn, up, act) = (name("attn_out"), name("up_proj"), name("gate_act"));
-        let (gate, sig, gu) = (name("gate_proj"), name("gate_sig"), name("gate_up"));
+        let attn = name("attn_out");
         let (h2, res) = (name("h2"), name("residual"));
         let mut attrs = vec![
             ("num_heads", Attr::Int(self.heads as i64)),
@@ -338,39 +319,130 @@ impl Decoder {
         if io.softcap > 0.0 {
             attrs.push(("softcap", Attr::Float(io.softcap)));
         }
+        let mut inputs = vec![
+            q.as_str(),
+            &k,
+            &v,
+            io.past[0],
+            io.past[1],
+            io.seqlens_k,
+            io.total_len,
+            io.rotary[0],
+            io.rotary[1],
+        ];
+        let sinks = name("attn.sinks");
+        if self.sinks {
+            // One sink logit per query head (gpt-oss learns them; here seeded in [-1, 1)), at
+            // input 11 after the absent position_ids and attention_bias, as the builder wires it.
+            bytes += vec_init(g, &sinks, self.heads, seed ^ 16, 0.0, 1.0);
+            inputs.extend(["", "", &sinks]);
+        }
         g.node(
             "GroupQueryAttention",
             "com.microsoft",
             &name("attn"),
-            &[
-                &q,
-                &k,
-                &v,
-                io.past[0],
-                io.past[1],
-                io.seqlens_k,
-                io.total_len,
-                io.rotary[0],
-                io.rotary[1],
-            ],
+            &inputs,
             &[&attn, io.present[0], io.present[1]],
             &attrs,
         );
-        bytes += proj(g, 3, "o_proj", &attn, q_n, d, false);
-        g.node(
-            "SkipSimplifiedLayerNormalization",
-            "com.microsoft",
-            &name("ln2"),
-            &[&name("o_proj"), io.skip, &name("ln2.w")],
-            &[&h2, "", "", &res],
-            &[("epsilon", Attr::Float(1e-6))],
-        );
-        bytes += proj(g, 4, "gate_proj", &h2, d, self.inter, false);
-        bytes += proj(g, 5, "up_proj", &h2, d, self.inter, false);
+        bytes += proj(g, 3, "o_proj", &attn, q_n, d, self.o_bias);
+        if self.layer_norm {
+            g.node(
+                "SkipLayerNormalization",
+                "com.microsoft",
+                &name("ln2"),
+                &[&name("o_proj"), io.skip, &name("ln2.w"), &name("ln2.b")],
+                &[&h2, "", "", &res],
+                &[("epsilon", Attr::Float(1e-5))],
+            );
+        } else {
+            g.node(
+                "SkipSimplifiedLayerNormalization",
+                "com.microsoft",
+                &name("ln2"),
+                &[&name("o_proj"), io.skip, &name("ln2.w")],
+                &[&h2, "", "", &res],
+                &[("epsilon", Attr::Float(1e-6))],
+            );
+        }
+        bytes
+    }
+
+    /// The SiLU MLP of [`Decoder::layer`]: `{prefix}h2` through gate and up, SiLU as Sigmoid
+    /// and Mul, the product, and down into `{prefix}down_proj`. Returns its initializers' bytes.
+    pub fn mlp(&self, g: &mut GraphBuilder, p: &str, seed: u64) -> u64 {
+        let d = self.hidden;
+        let name = |s: &str| format!("{p}{s}");
+        let proj = |g: &mut GraphBuilder, i, node: &str, inp: &str, k, n| {
+            self.proj(g, p, seed, i, node, inp, [k, n], false)
+        };
+        let (h2, up, act) = (name("h2"), name("up_proj"), name("gate_act"));
+        let (gate, sig, gu) = (name("gate_proj"), name("gate_sig"), name("gate_up"));
+        let mut bytes = proj(g, 4, "gate_proj", &h2, d, self.inter);
+        bytes += proj(g, 5, "up_proj", &h2, d, self.inter);
         g.node("Sigmoid", "", &name("silu_sigmoid"), &[&gate], &[&sig], &[])
             .node("Mul", "", &name("silu_mul"), &[&gate, &sig], &[&act], &[])
             .node("Mul", "", &name("gate_up_mul"), &[&act, &up], &[&gu], &[]);
-        bytes + proj(g, 6, "down_proj", &gu, self.inter, d, false)
+        bytes + proj(g, 6, "down_proj", &gu, self.inter, d)
+    }
+
+    /// Projection `i` of a layer (0..=2 Q, K, V or the packed QKV; 3 o_proj; 4..=6 gate, up,
+    /// down): a MatMulNBits `{p}{node}` from `inp`, `[k, n]`, without zero points (genai's
+    /// default: symmetric), with a bias `{p}{node}.bias` where asked: the MatMulNBits bias input,
+    /// or with `bias_add` an Add after the projection (which then writes `{p}{node}/MatMul`).
+    /// Returns the bytes of its initializers.
+    #[allow(clippy::too_many_arguments)]
+    fn proj(
+        &self,
+        g: &mut GraphBuilder,
+        p: &str,
+        seed: u64,
+        i: u64,
+        node: &str,
+        inp: &str,
+        [k, n]: [usize; 2],
+        bias: bool,
+    ) -> u64 {
+        let node = format!("{p}{node}");
+        let b = bias.then(|| format!("{node}.bias"));
+        let mut bytes = match &b {
+            Some(b) => vec_init(g, b, n, seed ^ (100 + i), 0.0, 0.1),
+            None => 0,
+        };
+        let (out, b, added) = match b {
+            Some(b) if self.bias_add => (format!("{node}/MatMul"), None, Some(b)),
+            b => (node.clone(), b, None),
+        };
+        let s = seed.wrapping_mul(1000).wrapping_add(i);
+        // `mix8`: o_proj (3) and the MLP (4..=6) in 8 bits.
+        let bits = if self.mix8 && i >= 3 { 8 } else { 4 };
+        bytes += nbits_layer(
+            g,
+            &node,
+            &format!("_{node}"),
+            inp,
+            &out,
+            k,
+            n,
+            self.block,
+            self.acc,
+            (bits, self.codes),
+            false,
+            b.as_deref(),
+            false,
+            s,
+        );
+        if let Some(bias) = added {
+            g.node(
+                "Add",
+                "",
+                &format!("{node}/Add"),
+                &[&out, &bias],
+                &[&node],
+                &[],
+            );
+        }
+        bytes
     }
 }
 

@@ -1,6 +1,7 @@
-//! `llm:preset=qwen2-0.5b|llama-3.2-1b|qwen3-0.6b[,layers=N][,vocab=V][,tied=0|1][,acc=4|0|1][,block=32]
+//! `llm:preset=qwen2-0.5b|llama-3.2-1b|qwen3-0.6b|gpt-oss-20b|phi3.5-moe[,layers=N][,vocab=V][,tied=0|1][,acc=4|0|1][,block=32]
 //! [,seed=S][,ctx=C][,emb=q4|q8|f32|f16][,hidden=..,heads=..,kv=..,head=..,inter=..,qkv_bias=0|1]
-//! [,window=W][,window_cache=0|1][,softcap=X][,rot=R][,lm_bits=4|8][,mix8=0|1][,packed=0|1][,bias_add=0|1]`:
+//! [,window=W][,window_cache=0|1][,softcap=X][,rot=R][,lm_bits=4|8][,mix8=0|1][,packed=0|1][,bias_add=0|1]
+//! [,sinks=0|1][,experts=E,topk=K,qmoe_block=B,fc3=0|1]`:
 //! a whole decoder-only LLM laid out as onnxruntime-genai's model builder lays out
 //! `-p int4 -e cpu`, with seeded weights (no download):
 //!
@@ -48,13 +49,40 @@
 //! change what is computed). `ctx` (default 4096) is the rotary caches' length and the
 //! genai_config's context_length.
 //!
+//! Mixture-of-experts presets (gen_moe.rs has the MoE layer and what of it mirrors the builder):
+//!
+//! - `gpt-oss-20b`: hidden 2880, 64 query heads / 8 KV heads of 64, 24 layers, vocab 201088,
+//!   untied (an f32 table Gather, a separate int4 lm_head), Q / K / V and o_proj biases as Adds
+//!   (`bias_add`), GroupQueryAttention with attention sinks (`head_sink`, input 11; `sinks=0`
+//!   drops them) and a 128-token sliding window with a windowed cache on the even layers
+//!   (builders/gptoss.py: `is_local` = layer_id % 2 == 0), and in place of the MLP a QMoE of 32
+//!   experts, top 4, expert intermediate 2880 (SwiGLU, alpha 1.702, beta 1, limit 7, fc1 / fc2
+//!   biases) fed by a biased int4 router.
+//! - `phi3.5-moe`: hidden 4096, 32 / 8 heads of 128, 32 layers, vocab 32064, untied, LayerNorm
+//!   with biases (LayerNormalization / SkipLayerNormalization, the builder's `simple = False`),
+//!   Q / K / V, o_proj and lm_head biases as Adds, and a QMoE of 16 experts, top 2 (sparse
+//!   mixer), intermediate 6400, SiLU-gated with the up projection as fc3 (`fc3=0`: fused into fc1,
+//!   the form ORT's CPU QMoE runs; gen_moe.rs). The builder's LongRoPE `If` between a short and a
+//!   long rotary cache is not written: one cache pair of `ctx` positions, as for the other presets.
+//!
+//! `experts=E`, `topk=K`, `qmoe_block=B` and `fc3` change the MoE layer (MoE presets only);
+//! `inter=` is then each expert's intermediate size. A MoE layer's router and QMoE stand where
+//! the dense presets' MLP stands, between the post-attention skip norm and the next layer's.
+//!
+//! A model whose initializers pass protobuf's 2 GiB (any gpt-oss, Phi-3.5-MoE past one layer, a
+//! dense preset with a large f32 table) keeps every initializer of 1 MiB or more in a side file
+//! `<model file>.data` beside it, as the builder writes `model.onnx.data` (`llm_model::write`
+//! writes it; [`Llm::needs_external_data`]).
+//!
 //! Weight bytes a token reads (the figure the bench divides by time): every initializer except
-//! the embedding table and the rotary caches, plus one table row and one cos/sin row per token.
+//! the embedding table and the rotary caches, plus one table row and one cos/sin row per token;
+//! of each QMoE node's expert tensors `k / E` (a token runs `k` experts).
 
 use crate::onnx::{dtype, Attr, Dim, GraphBuilder};
 
-use super::gen::{nbits_layer, nbits_weights, Generated};
+use super::gen::{nbits_layer, nbits_weights, Codes, Generated};
 use super::gen_decoder::{rotary_caches, spec_int, spec_items, vec_init, Decoder, LayerIo};
+use super::gen_moe::{Moe, MoeStyle};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Llm {
@@ -78,6 +106,10 @@ pub struct Llm {
     pub rot: usize,
     /// The lm_head's bits: 4, or 8 (see the module doc).
     pub lm_bits: usize,
+    /// The lm_head has a bias (an Add writing the logits; Phi-3.5-MoE).
+    pub lm_bias: bool,
+    /// A mixture-of-experts layer in place of every MLP (the MoE presets; gen_moe.rs).
+    pub moe: Option<Moe>,
 }
 
 /// The embedding's layout.
@@ -120,8 +152,16 @@ impl Emb {
 /// builder's form since it packs them there too); `packed` in the key.
 const GENERATOR_VERSION: u32 = 4;
 
-/// A preset's model: Qwen2-0.5B or Llama-3.2-1B shapes, accuracy_level 4, block 32.
+/// The presets' names, for messages.
+const PRESETS: &str = "qwen2-0.5b|llama-3.2-1b|qwen3-0.6b|gpt-oss-20b|phi3.5-moe";
+
+/// A preset's model (accuracy_level 4, block 32): Qwen2-0.5B, Llama-3.2-1B or Qwen3-0.6B shapes
+/// (tied), or a mixture-of-experts model (module doc).
 fn preset(name: &str) -> Option<Llm> {
+    match name {
+        "gpt-oss-20b" | "phi3.5-moe" => return Some(moe_preset(name)),
+        _ => {}
+    }
     // (hidden, layers, heads, kv, head, inter, vocab, qkv_bias, qk_norm); all tied embeddings.
     let (hidden, layers, heads, kv, head, inter, vocab, qkv_bias, qk_norm) = match name {
         "qwen2-0.5b" => (896, 24, 14, 2, 64, 4864, 151936, true, false),
@@ -147,6 +187,10 @@ fn preset(name: &str) -> Option<Llm> {
             qk_norm,
             mix8: false,
             bias_add: false,
+            o_bias: false,
+            sinks: false,
+            layer_norm: false,
+            codes: Codes::Uniform,
         },
         layers,
         vocab,
@@ -159,7 +203,57 @@ fn preset(name: &str) -> Option<Llm> {
         softcap: 0,
         rot: 0,
         lm_bits: 4,
+        lm_bias: false,
+        moe: None,
     })
+}
+
+/// gpt-oss-20b or Phi-3.5-MoE (module doc): both untied, with attention biases written as Adds
+/// (the builder's form since 0.18).
+fn moe_preset(name: &str) -> Llm {
+    let gpt = name == "gpt-oss-20b";
+    let (hidden, layers, heads, kv, head, inter, vocab) = if gpt {
+        (2880, 24, 64, 8, 64, 2880, 201088)
+    } else {
+        (4096, 32, 32, 8, 128, 6400, 32064)
+    };
+    Llm {
+        preset: name.into(),
+        layer: Decoder {
+            hidden,
+            heads,
+            kv,
+            head,
+            inter,
+            block: 32,
+            acc: 4,
+            past: 0,
+            qkv_bias: true,
+            packed_qkv: true,
+            qk_norm: false,
+            mix8: false,
+            bias_add: true,
+            o_bias: true,
+            sinks: gpt,
+            layer_norm: !gpt,
+            // Codes averaging zero keep the routing spread through the layers (gen::Codes).
+            codes: Codes::Centered,
+        },
+        layers,
+        vocab,
+        tied: false,
+        ctx: 4096,
+        emb: Emb::F32,
+        seed: 1,
+        // gpt-oss: sliding_window 128 on the even layers, windowed caches.
+        window: if gpt { 128 } else { 0 },
+        window_cache: true,
+        softcap: 0,
+        rot: 0,
+        lm_bits: 4,
+        lm_bias: !gpt,
+        moe: Some(if gpt { Moe::gpt_oss() } else { Moe::phi() }),
+    }
 }
 
 impl Llm {
@@ -172,11 +266,8 @@ impl Llm {
             .find(|(k, _)| *k == "preset")
             .map(|(_, v)| *v)
             .unwrap_or("qwen2-0.5b");
-        let mut l = preset(pname).ok_or_else(|| {
-            bad(format!(
-                "unknown preset '{pname}' (qwen2-0.5b|llama-3.2-1b|qwen3-0.6b)"
-            ))
-        })?;
+        let mut l =
+            preset(pname).ok_or_else(|| bad(format!("unknown preset '{pname}' ({PRESETS})")))?;
         // Unless given, the embedding follows `tied`: q4 when tied, an f32 table when not.
         let mut emb = None;
         for (key, val) in items {
@@ -197,6 +288,15 @@ impl Llm {
             if l.layer.set_layer_key(key, v) {
                 continue;
             }
+            if Moe::is_key(key) {
+                let m = l.moe.as_mut().ok_or_else(|| {
+                    bad(format!(
+                        "{key}= is a mixture-of-experts key: preset=gpt-oss-20b|phi3.5-moe"
+                    ))
+                })?;
+                m.set_key(key, v);
+                continue;
+            }
             match key {
                 "layers" => l.layers = v,
                 "vocab" => l.vocab = v,
@@ -209,6 +309,7 @@ impl Llm {
                 "rot" => l.rot = v,
                 "lm_bits" => l.lm_bits = v,
                 "packed" => l.layer.packed_qkv = v != 0,
+                "sinks" => l.layer.sinks = v != 0,
                 _ => return Err(bad(format!("unknown key '{key}' for llm"))),
             }
         }
@@ -221,6 +322,9 @@ impl Llm {
         d.validate_layer().map_err(bad)?;
         if [l.layers, l.vocab, l.ctx].contains(&0) {
             return Err(bad("layers, vocab and ctx must be positive".into()));
+        }
+        if let Some(m) = &l.moe {
+            m.validate(d.hidden, d.inter).map_err(bad)?;
         }
         if l.rot > d.head || !l.rot.is_multiple_of(16) {
             return Err(bad(format!(
@@ -260,22 +364,33 @@ impl Llm {
                 d.hidden, d.block
             )));
         }
-        // Every initializer must fit one protobuf (2 GiB); the table dominates.
-        let table = l
-            .vocab
-            .checked_mul(d.hidden)
-            .and_then(|n| n.checked_mul(l.emb.table_elem_bytes()))
-            .ok_or_else(|| bad("vocab * hidden overflows".into()))?;
-        if table + l.nbits_bytes()? > (2usize << 30) - (64 << 20) {
-            return Err(bad(format!(
-                "the model would exceed protobuf's 2 GiB (table {table} bytes); use emb=f16 or \
-                 a smaller vocab"
-            )));
-        }
+        // Past protobuf's 2 GiB the weights go to a side file; the sizes must not overflow.
+        l.init_bytes().map_err(bad)?;
         Ok(l)
     }
 
-    /// Bytes of every int4 weight and scale (upper bound with biases), for the size check.
+    /// Whether the model's initializers pass protobuf's 2 GiB (less a margin for the graph), so
+    /// that the large ones go to a side file (module doc).
+    pub fn needs_external_data(&self) -> bool {
+        self.init_bytes()
+            .map_or(true, |b| b > (2usize << 30) - (64 << 20))
+    }
+
+    /// Bytes of the embedding table and every weight and scale (upper bound with biases).
+    fn init_bytes(&self) -> Result<usize, String> {
+        let d = &self.layer;
+        let table = self
+            .vocab
+            .checked_mul(d.hidden)
+            .and_then(|n| n.checked_mul(self.emb.table_elem_bytes()))
+            .ok_or_else(|| "vocab * hidden overflows".to_string())?;
+        table
+            .checked_add(self.nbits_bytes()?)
+            .ok_or_else(|| "model size overflows".to_string())
+    }
+
+    /// Bytes of every int4 weight and scale (upper bound with biases); a MoE layer's experts and
+    /// router in place of the MLP.
     fn nbits_bytes(&self) -> Result<usize, String> {
         let d = &self.layer;
         let kb = |k: usize| k.div_ceil(d.block);
@@ -285,15 +400,18 @@ impl Llm {
         let (q, kv) = (d.heads * d.head, d.kv * d.head);
         // `mix8`: o_proj and the MLP hold twice the code bytes.
         let w8 = |k: usize, n: usize| w(k, n).and_then(|x| x.checked_mul(1 + d.mix8 as usize));
-        let per_layer = [
-            w(d.hidden, q + 2 * kv),
-            w8(q, d.hidden),
-            w8(d.hidden, d.inter),
-            w8(d.hidden, d.inter),
-            w8(d.inter, d.hidden),
-        ]
-        .into_iter()
-        .try_fold(0usize, |a, x| a.checked_add(x?));
+        let mlp = match &self.moe {
+            Some(m) => [m.layer_bytes(d.hidden, d.inter, d.block), Some(0), Some(0)],
+            None => [
+                w8(d.hidden, d.inter),
+                w8(d.hidden, d.inter),
+                w8(d.inter, d.hidden),
+            ],
+        };
+        let per_layer = [w(d.hidden, q + 2 * kv), w8(q, d.hidden)]
+            .into_iter()
+            .chain(mlp)
+            .try_fold(0usize, |a, x| a.checked_add(x?));
         // An 8-bit lm_head holds twice the code bytes.
         let lm = if self.lm_bits == 8 {
             w(d.hidden, self.vocab).and_then(|x| x.checked_mul(2))
@@ -331,6 +449,28 @@ impl Llm {
             d.packed_qkv as u8,
             self.attn_label(",")
         ) + if d.bias_add { ",bias_add=1" } else { "" }
+            + &self.arch_label(",")
+    }
+
+    /// `{sep}o_bias=1{sep}sinks=1...` for the layout options of the MoE presets that are set, and
+    /// the MoE layer's shape (empty for the dense presets, whose cache keys stay as they were).
+    fn arch_label(&self, sep: &str) -> String {
+        let d = &self.layer;
+        let flags = [
+            ("o_bias", d.o_bias),
+            ("sinks", d.sinks),
+            ("layer_norm", d.layer_norm),
+            ("lm_bias", self.lm_bias),
+        ];
+        let mut s: String = flags
+            .iter()
+            .filter(|(_, on)| *on)
+            .map(|(k, _)| format!("{sep}{k}=1"))
+            .collect();
+        if let Some(m) = &self.moe {
+            s += &m.label(sep);
+        }
+        s
     }
 
     /// `{sep}window=W{sep}softcap=X` for the attention options that are set (empty without).
@@ -378,13 +518,37 @@ impl Llm {
             d.block,
             d.acc,
             self.attn_label(" ")
-        )
+        ) + &self.arch_label(" ")
     }
 
+    /// The model, all of it in one protobuf (for models within its 2 GiB: see
+    /// [`Llm::generate_external`]).
     pub fn generate(&self) -> Generated {
+        let mut g = GraphBuilder::new("rcpu_bench_llm", 17);
+        let weight_bytes = self.build(&mut g);
+        Generated {
+            bytes: g.into_bytes(),
+            weight_bytes,
+        }
+    }
+
+    /// The model with every initializer of 1 MiB or more written to `data` (created or
+    /// truncated; the model names it by its file name, so it must sit beside the model file).
+    pub fn generate_external(&self, data: &std::path::Path) -> Result<Generated, String> {
+        let mut g = GraphBuilder::new("rcpu_bench_llm", 17);
+        g.external_data(data, 1 << 20)?;
+        let weight_bytes = self.build(&mut g);
+        g.finish_external()?;
+        Ok(Generated {
+            bytes: g.into_bytes(),
+            weight_bytes,
+        })
+    }
+
+    /// Writes the whole graph into `g` (module doc); returns the bytes a decode token reads.
+    fn build(&self, g: &mut GraphBuilder) -> u64 {
         let d = &self.layer;
         let (h, seed) = (d.hidden, self.seed);
-        let mut g = GraphBuilder::new("rcpu_bench_llm", 17);
         let batch_seq = [Dim::Sym("batch_size"), Dim::Sym("sequence_length")];
         let kv_dims = |len: &'static str| {
             [
@@ -405,37 +569,27 @@ impl Llm {
                 g.input(&name, dtype::FLOAT, &kv_dims("past_sequence_length"));
             }
         }
-        let mut bytes = mask_subgraph(&mut g);
-        bytes += self.embedding(&mut g);
+        let mut bytes = mask_subgraph(g);
+        bytes += self.embedding(g);
         let rotated = if self.rot > 0 { self.rot } else { d.head };
-        let rot = rotary_caches(&mut g, "", rotated, self.ctx);
+        let rot = rotary_caches(g, "", rotated, self.ctx);
         // A token reads one cos and one sin row, not the whole caches.
         bytes += rot / self.ctx as u64;
+        if let Some(m) = &self.moe {
+            bytes += m.shared_constants(g);
+        }
         let (mut prev_down, mut prev_res) = (String::new(), String::new());
         for i in 0..self.layers {
             let p = format!("layers.{i}.");
-            let (h1, ln1w) = (format!("{p}h1"), format!("{p}ln1.w"));
-            bytes += vec_init(&mut g, &ln1w, h, seed ^ (i as u64 * 31 + 11), 1.0, 0.1);
+            let (h1, ln1) = (format!("{p}h1"), format!("{p}ln1"));
+            let norm_seed = seed ^ (i as u64 * 31 + 11);
             let skip = if i == 0 {
-                g.node(
-                    "SimplifiedLayerNormalization",
-                    "",
-                    &format!("{p}ln1"),
-                    &["embeds", &ln1w],
-                    &[&h1],
-                    &[("axis", Attr::Int(-1)), ("epsilon", Attr::Float(1e-6))],
-                );
+                bytes += self.norm(g, &ln1, "embeds", None, &[&h1], norm_seed);
                 "embeds".to_string()
             } else {
                 let s = format!("{p}skip_in");
-                g.node(
-                    "SkipSimplifiedLayerNormalization",
-                    "com.microsoft",
-                    &format!("{p}ln1"),
-                    &[&prev_down, &prev_res, &ln1w],
-                    &[&h1, "", "", &s],
-                    &[("epsilon", Attr::Float(1e-6))],
-                );
+                let outs = [h1.as_str(), "", "", &s];
+                bytes += self.norm(g, &ln1, &prev_down, Some(&prev_res), &outs, norm_seed);
                 s
             };
             let (pk, pv) = (
@@ -457,35 +611,62 @@ impl Llm {
                 softcap: self.softcap as f32,
             };
             let layer_seed = seed.wrapping_mul(7919).wrapping_add(i as u64 * 104_729);
-            bytes += d.layer(&mut g, &io, layer_seed);
-            prev_down = format!("{p}down_proj");
+            prev_down = match &self.moe {
+                Some(m) => {
+                    // Attention, then the router and QMoE where the MLP would be.
+                    bytes += d.attention(g, &io, layer_seed);
+                    let out = format!("{p}moe/output");
+                    bytes += m.layer(g, &p, &out, d, layer_seed);
+                    out
+                }
+                None => {
+                    bytes += d.layer(g, &io, layer_seed);
+                    format!("{p}down_proj")
+                }
+            };
             prev_res = format!("{p}residual");
         }
-        bytes += vec_init(&mut g, "final_norm.w", h, seed ^ 0xf1, 1.0, 0.1);
-        g.node(
-            "SkipSimplifiedLayerNormalization",
-            "com.microsoft",
+        bytes += self.norm(
+            g,
             "final_norm",
-            &[&prev_down, &prev_res, "final_norm.w"],
+            &prev_down,
+            Some(&prev_res),
             &["final_h"],
-            &[("epsilon", Attr::Float(1e-6))],
+            seed ^ 0xf1,
         );
+        // With a bias (Phi-3.5-MoE), the builder's Add after the lm_head writes the logits.
+        let lm_out = if self.lm_bias {
+            "lm_head/MatMul"
+        } else {
+            "logits"
+        };
         bytes += nbits_layer(
-            &mut g,
+            g,
             "lm_head",
             "_lm_head",
             "final_h",
-            "logits",
+            lm_out,
             h,
             self.vocab,
             d.block,
             d.acc,
-            self.lm_bits,
+            (self.lm_bits, d.codes),
             false,
             None,
             true,
             self.lm_head_seed(),
         );
+        if self.lm_bias {
+            bytes += vec_init(g, "lm_head.bias", self.vocab, seed ^ 0x1b, 0.0, 0.1);
+            g.node(
+                "Add",
+                "",
+                "lm_head/Add",
+                &[lm_out, "lm_head.bias"],
+                &["logits"],
+                &[],
+            );
+        }
         g.output_shaped(
             "logits",
             dtype::FLOAT,
@@ -501,10 +682,62 @@ impl Llm {
                 g.output_shaped(&name, dtype::FLOAT, &kv_dims("total_sequence_length"));
             }
         }
-        Generated {
-            bytes: g.into_bytes(),
-            weight_bytes: bytes,
+        bytes
+    }
+
+    /// A norm `name` over `x` (with `skip`: the skip form, adding `skip` first; `outs` as the
+    /// node's outputs): RMSNorm (SimplifiedLayerNormalization, SkipSimplifiedLayerNormalization)
+    /// with a weight `{name}.w`, or with `layer_norm` LayerNorm (LayerNormalization,
+    /// SkipLayerNormalization) with a weight and a bias `{name}.b`, as the builder writes them.
+    /// Returns the bytes of its initializers.
+    fn norm(
+        &self,
+        g: &mut GraphBuilder,
+        name: &str,
+        x: &str,
+        skip: Option<&str>,
+        outs: &[&str],
+        seed: u64,
+    ) -> u64 {
+        let h = self.layer.hidden;
+        let (w, b) = (format!("{name}.w"), format!("{name}.b"));
+        let mut bytes = vec_init(g, &w, h, seed, 1.0, 0.1);
+        let ln = self.layer.layer_norm;
+        let mut inputs = vec![x];
+        inputs.extend(skip);
+        inputs.push(&w);
+        if ln {
+            bytes += vec_init(g, &b, h, seed ^ 0xb, 0.0, 0.1);
+            inputs.push(&b);
         }
+        let (op, domain, attrs) = match (ln, skip.is_some()) {
+            (false, false) => (
+                "SimplifiedLayerNormalization",
+                "",
+                vec![("axis", Attr::Int(-1)), ("epsilon", Attr::Float(1e-6))],
+            ),
+            (false, true) => (
+                "SkipSimplifiedLayerNormalization",
+                "com.microsoft",
+                vec![("epsilon", Attr::Float(1e-6))],
+            ),
+            (true, false) => (
+                "LayerNormalization",
+                "",
+                vec![
+                    ("epsilon", Attr::Float(1e-5)),
+                    ("axis", Attr::Int(-1)),
+                    ("stash_type", Attr::Int(1)),
+                ],
+            ),
+            (true, true) => (
+                "SkipLayerNormalization",
+                "com.microsoft",
+                vec![("epsilon", Attr::Float(1e-5))],
+            ),
+        };
+        g.node(op, domain, name, &inputs, outs, &attrs);
+        bytes
     }
 
     fn lm_head_seed(&self) -> u64 {
@@ -518,7 +751,13 @@ impl Llm {
         }
         let (h, v) = (self.layer.hidden, self.vocab);
         let table: Vec<f32> = if self.tied {
-            dequantize(h, v, self.layer.block, self.lm_head_seed())
+            dequantize(
+                h,
+                v,
+                self.layer.block,
+                self.layer.codes,
+                self.lm_head_seed(),
+            )
         } else {
             crate::rand_f32(v * h, self.seed ^ 0xe4b)
         };
@@ -595,9 +834,13 @@ impl Llm {
     /// The `genai_config.json` onnxruntime-genai reads beside the model (`file`).
     pub fn genai_config(&self, file: &str) -> serde_json::Value {
         let d = &self.layer;
-        let (bos, eos, pad, kind) = match self.preset.as_str() {
-            "llama-3.2-1b" => (128000, 128001, 128001, "llama"),
-            "qwen3-0.6b" => (151643, 151645, 151643, "qwen3"),
+        // The type is the builder's (the architecture's name before "For", lower case).
+        let (bos, eos, pad, kind) = match (self.preset.as_str(), self.moe.as_ref().map(|m| m.style))
+        {
+            (_, Some(MoeStyle::GptOss)) => (199998, 200002, 199999, "gptoss"),
+            (_, Some(MoeStyle::PhiMoe)) => (1, 32000, 32000, "phimoe"),
+            ("llama-3.2-1b", _) => (128000, 128001, 128001, "llama"),
+            ("qwen3-0.6b", _) => (151643, 151645, 151643, "qwen3"),
             _ => (151643, 151645, 151643, "qwen2"),
         };
         let clamp = |t: usize| t.min(self.vocab - 1);
@@ -725,8 +968,8 @@ fn mask_subgraph(g: &mut GraphBuilder) -> u64 {
 }
 
 /// The [n, k] f32 matrix an int4 weight (from `nbits_weights`, implicit zero point 8) stands for.
-fn dequantize(k: usize, n: usize, block: usize, seed: u64) -> Vec<f32> {
-    let (b, scales) = nbits_weights(k, n, block, 4, seed);
+fn dequantize(k: usize, n: usize, block: usize, codes: Codes, seed: u64) -> Vec<f32> {
+    let (b, scales) = nbits_weights(k, n, block, 4, codes, seed);
     let kb = k.div_ceil(block);
     let mut out = Vec::with_capacity(n * k);
     for row in 0..n {
@@ -825,7 +1068,11 @@ mod tests {
         let full = Llm::parse("s", "preset=llama-3.2-1b").unwrap();
         assert_eq!((full.layers, full.vocab, full.emb), (16, 128256, Emb::Q4));
         // The f32 table still fits protobuf's 2 GiB (1.05 GB); untied defaults to a table.
-        assert!(Llm::parse("s", "preset=llama-3.2-1b,emb=f32").is_ok());
+        let f32_table = Llm::parse("s", "preset=llama-3.2-1b,emb=f32").unwrap();
+        assert!(!f32_table.needs_external_data() && !full.needs_external_data());
+        // A larger one no longer does: its weights go to a side file.
+        let big = Llm::parse("s", "preset=llama-3.2-1b,vocab=400000,emb=f32").unwrap();
+        assert!(big.needs_external_data());
         let untied = Llm::parse("s", "tied=0").unwrap();
         assert_eq!(untied.emb, Emb::F32);
         assert!(q_canon_differs());
@@ -858,7 +1105,6 @@ mod tests {
             "heads=3",
             "block=24",
             "foo=1",
-            "preset=llama-3.2-1b,vocab=400000,emb=f32",
             "tied=0,emb=q4",
             "acc=7",
             "kv=0",

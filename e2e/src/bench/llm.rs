@@ -250,7 +250,7 @@ pub fn run(o: &Opts) -> Result<i32, String> {
     let bw_ref = reader.reference(5);
     println!("{}", bw_ref.describe());
     let bw = bw_ref.best();
-    let tol = o.tol.unwrap_or(if acc == 4 { 2e-2 } else { 1e-4 });
+    let tol = o.tol.unwrap_or_else(|| parity_tol(acc, &t.info));
     let floor = ReadFloor {
         bytes,
         gbps: bw,
@@ -290,36 +290,57 @@ pub fn run(o: &Opts) -> Result<i32, String> {
 }
 
 /// The weight bytes a token reads on each arm (`[ort, rcpu, null]`): the model's initializers
-/// (every one but the embedding table and the rotary caches, plus one row of each; gen_llm.rs)
-/// for an arm that reads them as they are (ORT), and for an arm that repacks MatMulNBits weights
-/// (rcpu: f16 scales at accuracy level 4) the same with the MatMulNBits initializers replaced by
-/// what its weight cache holds (`memory.weight_cache.live_bytes` of its stats). The bandwidth
-/// fraction of an arm divides its own bytes, so fewer bytes never count as more bandwidth.
+/// (every one but the embedding table and the rotary caches, plus one row of each; of a QMoE
+/// node's experts the k / E a token runs; gen_llm.rs) for an arm that reads them as they are
+/// (ORT), and for an arm that repacks MatMulNBits weights (rcpu: f16 scales at accuracy level
+/// 4) the same with the MatMulNBits initializers replaced by what its weight cache holds
+/// (`memory.weight_cache.live_bytes` of its stats; see [`token_bytes`] for QMoE experts, which
+/// rcpu packs into the same cache). The bandwidth fraction of an arm divides its own bytes, so
+/// fewer bytes never count as more bandwidth.
 fn read_bytes(t: &Target, arms: &mut [Worker]) -> Result<[u64; 3], String> {
     let mut out = [t.weight_bytes; 3];
     for (i, a) in arms.iter_mut().enumerate() {
         let stats = a.cmd("stats")?;
         let packed = stats["memory"]["weight_cache"]["live_bytes"].as_u64();
-        out[i] = token_bytes(t.weight_bytes, t.info.nbits_bytes, packed);
+        out[i] = token_bytes(
+            t.weight_bytes,
+            t.info.nbits_bytes,
+            t.info.qmoe_bytes,
+            packed,
+        );
     }
     Ok(out)
 }
 
-/// `model` bytes a token reads, with the `nbits` MatMulNBits part of them replaced by the
-/// `packed` bytes an EP's weight cache holds instead (none or 0: read as they are).
-pub(super) fn token_bytes(model: u64, nbits: u64, packed: Option<u64>) -> u64 {
-    match packed {
-        Some(p) if p > 0 => model.saturating_sub(nbits).saturating_add(p),
-        _ => model,
+/// `model` bytes a token reads, with the part an EP packs replaced by the `packed` bytes its
+/// weight cache holds (none or 0: read as they are). That part is the `nbits` MatMulNBits
+/// initializers, read whole, and, where the cache holds more than MatMulNBits weights can
+/// account for (over 1.25 times `nbits`: the EP packed the experts too), the QMoE experts'
+/// codes, scales and zero points (`qmoe`: all experts' bytes, the k / E share a token reads).
+/// The cache reports one figure for both, so the experts' share of it is taken in the
+/// proportion of the model's bytes: the token's share of `packed` is
+/// `packed * (nbits + qmoe[1]) / (nbits + qmoe[0])` (exact when both pack at the same ratio).
+pub(super) fn token_bytes(model: u64, nbits: u64, qmoe: [u64; 2], packed: Option<u64>) -> u64 {
+    let p = match packed {
+        Some(p) if p > 0 => p,
+        _ => return model,
+    };
+    let experts_packed = qmoe[0] > 0 && p as u128 * 4 > nbits as u128 * 5;
+    if !experts_packed {
+        return model.saturating_sub(nbits).saturating_add(p);
     }
+    let (all, read) = (nbits + qmoe[0], nbits + qmoe[1]);
+    let share = (p as u128 * read as u128 / all.max(1) as u128) as u64;
+    model.saturating_sub(read).saturating_add(share)
 }
 
 fn describe_read_bytes(t: &Target, b: &[u64; 3]) -> String {
     let mb = |x: u64| x as f64 / 1e6;
     format!(
         "weight bytes a token reads: ORT {:.1} MB (the model's initializers but the embedding table \
-         and the rotary caches, plus one row of each; MatMulNBits {:.1} MB of them), rcpu {:.1} MB \
-         (its packed MatMulNBits weights in place of the model's), null {:.1} MB; GB/s and \
+         and the rotary caches, plus one row of each, and k / E of each QMoE's experts; MatMulNBits \
+         {:.1} MB of them), rcpu {:.1} MB (its packed MatMulNBits weights in place of the model's, \
+         and its packed experts' share where it packed QMoE experts), null {:.1} MB; GB/s and \
          \"of read bw\" below divide each arm's own bytes",
         mb(b[0]),
         mb(t.info.nbits_bytes),
@@ -332,6 +353,22 @@ fn describe_read_bytes(t: &Target, b: &[u64; 3]) -> String {
 /// (64 tokens: iters/4, 512: one), so a 2-core run of the full Qwen preset stays in minutes.
 fn step_iters(iters: usize, seq: usize) -> usize {
     (iters * 16 / seq.max(1)).clamp(1, iters)
+}
+
+/// The logits' parity tolerance (relative L2) of an LLM at accuracy level `acc`: 1e-4 at 0 or
+/// 1; 2e-2 at 4, where both runtimes quantize activations to int8; with a QMoE node at 4, 0.9,
+/// which only tells garbage (NaN, zeros, unrelated logits: 1 or more) from noise: a token whose
+/// k-th and (k+1)-th router logits nearly tie runs different experts on the two runtimes'
+/// int8 rounding, and attention carries the difference on to later tokens, so the distance grows
+/// with depth (gpt-oss, 64-token prefill, rcpu vs ORT: 7e-2 to 1e-1 at 4 layers, 0.35 to 0.42 at
+/// 16; ORT's own accuracy_level 4 against 0 there: 0.34 to 0.53; a decode step up to 0.65). The
+/// strict check of such a model is its `acc=0` spec (rcpu matched ORT to 3e-6 at 2 layers).
+pub(super) fn parity_tol(acc: i64, info: &super::model::ModelInfo) -> f64 {
+    match acc {
+        4 if info.ops.iter().any(|o| o == "QMoE") => 0.9,
+        4 => 2e-2,
+        _ => 1e-4,
+    }
 }
 
 /// Relative L2 of the rcpu and null arms' logits (the first output, current feeds) against ORT's;
@@ -383,7 +420,10 @@ pub(super) fn logits_parity(
         } else {
             ""
         },
-        if tol > 1e-4 {
+        if tol >= 0.5 {
+            ", accuracy_level 4 with QMoE: int8 rounding flips near-tied expert choices, so only \
+             garbage fails; the spec's acc=0 is the strict check"
+        } else if tol > 1e-4 {
             ", accuracy_level 4: activations quantized to int8"
         } else {
             ""
@@ -631,8 +671,49 @@ mod tests {
             + one(d.hidden, l.vocab);
         assert_eq!(info.nbits_bytes, expected);
         assert!(info.nbits_bytes < info.weight_bytes);
-        assert_eq!(token_bytes(1000, 900, Some(800)), 900);
-        assert_eq!(token_bytes(1000, 900, None), 1000);
-        assert_eq!(token_bytes(1000, 900, Some(0)), 1000);
+        assert_eq!(token_bytes(1000, 900, [0, 0], Some(800)), 900);
+        assert_eq!(token_bytes(1000, 900, [0, 0], None), 1000);
+        assert_eq!(token_bytes(1000, 900, [0, 0], Some(0)), 1000);
+        // QMoE experts (8000 bytes, a token reads 1000 of them; the model's count holds
+        // nbits 900 + 1000 + 100 other bytes): packed too (the cache holds more than the
+        // MatMulNBits weights could), the token's share of the cache in the model's proportion;
+        // not packed (the cache holds no more than them), read as they are.
+        assert_eq!(
+            token_bytes(2000, 900, [8000, 1000], Some(8900 / 2)),
+            100 + 1900 / 2
+        );
+        assert_eq!(
+            token_bytes(2000, 900, [8000, 1000], Some(800)),
+            2000 - 900 + 800
+        );
+        assert_eq!(token_bytes(2000, 900, [8000, 1000], None), 2000);
+    }
+
+    /// A QMoE model's MatMulNBits and expert bytes (what an EP packs): the router is a
+    /// MatMulNBits; the experts' codes and scales, not their biases, are the QMoE part.
+    #[test]
+    fn read_bytes_of_a_qmoe_model_split_the_packable_parts() {
+        let l = Llm::parse(
+            "s",
+            "preset=gpt-oss-20b,layers=1,vocab=256,hidden=256,heads=4,kv=2,inter=128,experts=8,\
+             topk=2",
+        )
+        .unwrap();
+        let g = l.generate();
+        let info = super::super::model::ModelInfo::parse(&g.bytes).unwrap();
+        // fc1: 8 x 256 rows of 128 code bytes and 8 f32 scales; fc2: 8 x 256 rows of 64 and 4.
+        let experts = 8 * 256 * (128 + 32) + 8 * 256 * (64 + 16);
+        assert_eq!(info.qmoe_bytes, [experts, experts * 2 / 8]);
+        // qkv (256 -> 256 + 2 * 128), o_proj, the router (256 -> 8), the lm_head (256 -> 256).
+        let one = |k: u64, n: u64| n * k / 32 * (16 + 4);
+        let nbits = one(256, 512) + one(256, 256) + one(256, 8) + one(256, 256);
+        assert_eq!(info.nbits_bytes, nbits);
+        assert_eq!(info.token_bytes, g.weight_bytes);
+        // Its parity tolerance at accuracy level 4 only tells garbage from routing noise.
+        assert_eq!(parity_tol(4, &info), 0.9);
+        assert_eq!(parity_tol(0, &info), 1e-4);
+        let dense = Llm::parse("s", "layers=1,vocab=256").unwrap();
+        let dense = super::super::model::ModelInfo::parse(&dense.generate().bytes).unwrap();
+        assert_eq!((parity_tol(4, &dense), parity_tol(1, &dense)), (2e-2, 1e-4));
     }
 }

@@ -44,15 +44,22 @@ fn cache_dir(l: &Llm) -> PathBuf {
     models_dir().join(format!("{}-{:016x}", l.preset, fnv(&l.canonical())))
 }
 
-/// The cached model for `l`, if a complete one is there.
+/// The cached model for `l`, if a complete one is there (its side file of weights too, when it
+/// has one).
 fn lookup(l: &Llm) -> Option<LlmModel> {
     let dir = cache_dir(l);
     let text = std::fs::read_to_string(dir.join("rcpu_bench.json")).ok()?;
     let v: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
     let path = dir.join("model.onnx");
-    let file_bytes = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+    let len = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+    let file_bytes = len(&path);
     if v["spec"] != l.canonical().as_str() || file_bytes == 0 || file_bytes != v["file_bytes"] {
         return None;
+    }
+    if let Some(data) = v["data_file"].as_str() {
+        if len(&dir.join(data)) != v["data_bytes"].as_u64()? {
+            return None;
+        }
     }
     Some(LlmModel {
         path: path.display().to_string(),
@@ -78,11 +85,22 @@ pub fn cached(l: &Llm) -> Result<LlmModel, String> {
     }
 }
 
-/// Generates `l` into `dir` (the model as `file`, genai_config.json, then rcpu_bench.json last,
-/// so a half-written directory is never taken for a cached one).
+/// Generates `l` into `dir` (the model as `file`, with its large weights in `{file}.data` when
+/// they pass protobuf's 2 GiB, genai_config.json, then rcpu_bench.json last, so a half-written
+/// directory is never taken for a cached one).
 pub fn write(l: &Llm, dir: &Path, file: &str) -> Result<LlmModel, String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let g = l.generate();
+    // rcpu_bench.json goes first, so a model replaced in place is not taken for the old one.
+    let meta_path = dir.join("rcpu_bench.json");
+    if meta_path.exists() {
+        std::fs::remove_file(&meta_path).map_err(|e| format!("{}: {e}", meta_path.display()))?;
+    }
+    let data_file = format!("{file}.data");
+    let g = if l.needs_external_data() {
+        l.generate_external(&dir.join(&data_file))?
+    } else {
+        l.generate()
+    };
     let path = dir.join(file);
     let put = |p: &Path, bytes: &[u8]| {
         std::fs::write(p, bytes).map_err(|e| format!("writing {}: {e}", p.display()))
@@ -90,13 +108,19 @@ pub fn write(l: &Llm, dir: &Path, file: &str) -> Result<LlmModel, String> {
     put(&path, &g.bytes)?;
     let cfg = serde_json::to_string_pretty(&l.genai_config(file)).map_err(|e| e.to_string())?;
     put(&dir.join("genai_config.json"), cfg.as_bytes())?;
-    let meta = json!({
+    let mut meta = json!({
         "spec": l.canonical(),
         "label": l.label(),
         "weight_bytes_per_token": g.weight_bytes,
         "file_bytes": g.bytes.len(),
     });
-    put(&dir.join("rcpu_bench.json"), meta.to_string().as_bytes())?;
+    if l.needs_external_data() {
+        let data = dir.join(&data_file);
+        let len = std::fs::metadata(&data).map_err(|e| format!("{}: {e}", data.display()))?;
+        meta["data_file"] = data_file.clone().into();
+        meta["data_bytes"] = len.len().into();
+    }
+    put(&meta_path, meta.to_string().as_bytes())?;
     Ok(LlmModel {
         path: path.display().to_string(),
         dir: dir.to_path_buf(),

@@ -3,8 +3,9 @@
 //! placement), os (the few unsafe OS calls), conditions (/proc, /sys), quant (quantiles), steady
 //! (steady-state window), verdict (null band), membw (bandwidth floor), cpu_probe (the CPUs' speed
 //! beside each round's read), lane_probe (how far apart the arms' CPUs sit, beside it too),
-//! gen_llm / llm_model / llm_folder / llm (whole LLMs: generator, cache and feeds, genai model
-//! folders such as the model builder writes, the llm subcommand), model_bytes (what initializers
+//! gen_llm / gen_moe / llm_model / llm_folder / llm (whole LLMs: generator, its mixture-of-experts
+//! layer, cache and feeds, genai model folders such as the model builder writes, the llm
+//! subcommand), model_bytes (what initializers
 //! weigh and what a decode token reads of them),
 //! gen_mixed (rcpu's nodes alternating with heavy nodes left to ORT), gen_glue (chains of small
 //! glue nodes), ort_opts (ORT's own session options of an arm), demo (the generation demo),
@@ -28,6 +29,7 @@ pub mod gen_decoder;
 pub mod gen_glue;
 pub mod gen_llm;
 pub mod gen_mixed;
+pub mod gen_moe;
 pub mod gen_qlinear;
 pub mod lane_probe;
 pub mod llm;
@@ -103,8 +105,13 @@ fn gen_file(o: &Opts) -> Result<i32, String> {
             .and_then(|f| f.to_str())
             .unwrap_or("model.onnx");
         let m = llm_model::write(l, dir, file)?;
+        let side = if l.needs_external_data() {
+            format!(", its weights in {out}.data")
+        } else {
+            String::new()
+        };
         println!(
-            "wrote {out} and {}: {} ({} bytes, {} weight bytes per token)",
+            "wrote {out}{side} and {}: {} ({} bytes, {} weight bytes per token)",
             dir.join("genai_config.json").display(),
             m.label,
             m.file_bytes,

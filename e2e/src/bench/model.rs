@@ -13,7 +13,7 @@ use crate::onnx::{dtype, DimValue, ModelProto};
 use crate::{Data, Tensor};
 
 use super::gen_decoder::FEED_PREFIX;
-use super::model_bytes::{has_external_data, init_bytes, token_bytes};
+use super::model_bytes::{has_external_data, init_bytes, qmoe_packable_bytes, token_bytes};
 
 /// A graph input the bench feeds.
 pub struct Input {
@@ -42,6 +42,10 @@ pub struct ModelInfo {
     /// points (inputs 1..=3), each initializer counted once: what an EP that repacks those
     /// weights reads in another form (see `read_bytes`).
     pub nbits_bytes: u64,
+    /// The QMoE experts' codes, scales and zero points (what an EP packs, as it packs
+    /// MatMulNBits weights): `[all experts' bytes, the k / E share a decode token reads]`
+    /// (`model_bytes::qmoe_packable_bytes`).
+    pub qmoe_bytes: [u64; 2],
     /// Highest MatMulNBits accuracy_level (None: no MatMulNBits).
     pub nbits_acc: Option<i64>,
 }
@@ -143,6 +147,7 @@ impl ModelInfo {
             token_bytes: token_bytes(&g),
             external_data: has_external_data(&g),
             nbits_bytes,
+            qmoe_bytes: qmoe_packable_bytes(&g),
             nbits_acc,
         })
     }

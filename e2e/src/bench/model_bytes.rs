@@ -9,9 +9,11 @@
 //! (gather axis 0; the builder's tied int4 embedding gathers from the lm_head's own weights, seen
 //! through a Reshape) and the cos / sin caches of a GroupQueryAttention. Those count one row each
 //! (their bytes over the rows of the gathered table), on top of their whole bytes when another
-//! node also reads them whole (the tied lm_head). This is the count `gen_llm.rs` makes for the
-//! models it writes (a test holds the two equal), so a model from any writer is measured against
-//! the same bytes.
+//! node also reads them whole (the tied lm_head). A token runs `k` of the `E` experts of a
+//! com.microsoft QMoE (or MoE) node, so of each expert tensor of one (the weights, scales, biases
+//! and zero points of fc1, fc2 and fc3: QMoE inputs 2..=13, MoE inputs 2..=7, each `[E, ...]`)
+//! it reads `k / E`. This is the count `gen_llm.rs` makes for the models it writes (a test holds
+//! the two equal), so a model from any writer is measured against the same bytes.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -74,6 +76,52 @@ fn row_inputs(n: &NodeProto) -> &'static [(usize, usize)] {
     }
 }
 
+/// For a QMoE or MoE node (com.microsoft), the inputs holding its experts' tensors and the
+/// experts a token runs (its `k`, schema default 1).
+fn expert_inputs(n: &NodeProto) -> Option<(std::ops::RangeInclusive<usize>, u64)> {
+    let inputs = match (n.op_type.as_str(), n.domain.as_str()) {
+        ("QMoE", "com.microsoft") => 2..=13,
+        ("MoE", "com.microsoft") => 2..=7,
+        _ => return None,
+    };
+    let k = n
+        .attribute
+        .iter()
+        .find(|a| a.name == "k")
+        .map_or(1, |a| a.i);
+    Some((inputs, u64::try_from(k).unwrap_or(1).max(1)))
+}
+
+/// The QMoE expert tensors an EP packs (the codes, scales and zero points of fc1, fc2 and fc3:
+/// inputs 2, 3, 5, 6, 8, 9, 11, 12, 13; not the biases), each initializer once: `[all experts'
+/// bytes, the share a decode token reads (k / E)]`.
+pub fn qmoe_packable_bytes(g: &GraphProto) -> [u64; 2] {
+    let inits: HashMap<&str, &TensorProto> =
+        g.initializer.iter().map(|t| (t.name.as_str(), t)).collect();
+    let mut seen = BTreeMap::new();
+    for n in g.node.iter().filter(|n| n.op_type == "QMoE") {
+        let Some((_, k)) = expert_inputs(n) else {
+            continue;
+        };
+        for i in [2, 3, 5, 6, 8, 9, 11, 12, 13] {
+            let Some(t) = n.input.get(i).and_then(|x| inits.get(x.as_str())) else {
+                continue;
+            };
+            let e = t
+                .dims
+                .first()
+                .and_then(|&d| u64::try_from(d).ok())
+                .filter(|&d| d > 0)
+                .unwrap_or(1);
+            let b = init_bytes(t);
+            seen.insert(t.name.as_str(), [b, b / e * k.min(e)]);
+        }
+    }
+    seen.values().fold([0u64; 2], |[w, t], [b, r]| {
+        [w.saturating_add(*b), t.saturating_add(*r)]
+    })
+}
+
 /// Bytes one decode token reads of `g`'s initializers (module doc).
 pub fn token_bytes(g: &GraphProto) -> u64 {
     let inits: HashMap<&str, &TensorProto> =
@@ -92,10 +140,22 @@ pub fn token_bytes(g: &GraphProto) -> u64 {
     let (mut whole, mut rows) = (BTreeMap::new(), BTreeMap::new());
     for n in &g.node {
         let row = row_inputs(n);
+        let experts = expert_inputs(n);
         for (i, input) in n.input.iter().enumerate() {
             let Some(t) = of(input) else { continue };
             if n.op_type == "Reshape" && i == 0 {
                 continue; // passed on, read by the Reshape's readers
+            }
+            if let Some((_, k)) = experts.as_ref().filter(|(at, _)| at.contains(&i)) {
+                // k of the E experts (the first dimension); E equal slices.
+                let e = t
+                    .dims
+                    .first()
+                    .and_then(|&d| u64::try_from(d).ok())
+                    .filter(|&d| d > 0)
+                    .unwrap_or(1);
+                rows.insert(t.name.as_str(), init_bytes(t) / e * (*k).min(e));
+                continue;
             }
             match row.iter().find(|(at, _)| *at == i) {
                 Some(&(_, table)) => {
@@ -146,11 +206,68 @@ mod tests {
             "preset=qwen2-0.5b,layers=1,vocab=512,emb=q8,lm_bits=8",
             "preset=qwen3-0.6b,layers=2,vocab=256",
             "preset=llama-3.2-1b,layers=1,vocab=256,bias_add=1",
+            // Mixture of experts (gen_moe.rs): k of the E experts' tensors.
+            "preset=gpt-oss-20b,layers=2,vocab=300,hidden=256,heads=4,kv=2,inter=128,experts=8,\
+             topk=2",
+            "preset=gpt-oss-20b,layers=1,vocab=300,hidden=256,heads=4,kv=2,inter=256,experts=4,\
+             topk=3,sinks=0",
+            "preset=phi3.5-moe,layers=2,vocab=300,hidden=256,heads=4,kv=2,head=64,inter=128,\
+             experts=4",
+            "preset=phi3.5-moe,layers=1,vocab=300,hidden=256,heads=4,kv=2,head=64,inter=128,\
+             experts=6,fc3=0",
         ] {
             let l = Llm::parse("s", rest).unwrap();
             let (g, expected) = graph(&l);
             assert_eq!(token_bytes(&g), expected, "{rest}");
         }
+    }
+
+    /// A token reads `k / E` of each QMoE expert tensor and the router whole: with `k` raised
+    /// to `E` the count grows by exactly the experts' other `E - k` shares.
+    #[test]
+    fn qmoe_counts_k_of_e_experts() {
+        let l = Llm::parse(
+            "s",
+            "preset=gpt-oss-20b,layers=2,vocab=300,hidden=256,heads=4,kv=2,inter=128,experts=8,\
+             topk=2",
+        )
+        .unwrap();
+        let (mut g, expected) = graph(&l);
+        assert_eq!(token_bytes(&g), expected);
+        let sizes: HashMap<String, u64> = g
+            .initializer
+            .iter()
+            .map(|t| (t.name.clone(), init_bytes(t)))
+            .collect();
+        let mut experts = 0;
+        for n in g.node.iter_mut().filter(|n| n.op_type == "QMoE") {
+            experts += n.input[2..]
+                .iter()
+                .filter_map(|i| sizes.get(i))
+                .sum::<u64>();
+            n.attribute.iter_mut().find(|a| a.name == "k").unwrap().i = 8;
+        }
+        // fc1 codes, scales and bias, fc2 the same, per layer.
+        let per_layer = 8 * (256 * 128 + 256 * 8 * 4 + 256 * 4 + 256 * 64 + 256 * 4 * 4 + 256 * 4);
+        assert_eq!(experts, 2 * per_layer);
+        assert_eq!(token_bytes(&g), expected + experts - experts * 2 / 8);
+        // A MoE node (float experts) counts the same way.
+        for n in g.node.iter_mut().filter(|n| n.op_type == "QMoE") {
+            n.op_type = "MoE".into();
+            n.input.truncate(8);
+        }
+        let fc = |i: usize| -> u64 {
+            g.node
+                .iter()
+                .filter(|n| n.op_type == "MoE")
+                .filter_map(|n| sizes.get(&n.input[i]))
+                .sum()
+        };
+        // MoE's inputs 2..=7 are fc1 weight, bias, fc2 weight, bias, fc3: the scales (3, 6)
+        // read as a bias and a weight there, so the same initializers count k / E.
+        let moe_experts: u64 = (2..8).map(fc).sum();
+        assert_eq!(moe_experts, experts);
+        assert_eq!(token_bytes(&g), expected + experts - experts * 2 / 8);
     }
 
     /// Sizes come from external data and typed fields when there are no raw bytes; a table read
