@@ -860,7 +860,11 @@ fn qlinear_special_scales_spec() -> Vec<serde_json::Value> {
                 .map(|k| (a[r * 16 + k] as i64 - 128) * b[k * 8 + c] as i64)
                 .sum();
             let v = acc as f32 * (0.02f32 * bs / 0.1f32);
-            let v = if v.is_nan() { -128.0 } else { v.clamp(-128.0, 127.0) };
+            let v = if v.is_nan() {
+                -128.0
+            } else {
+                v.clamp(-128.0, 127.0)
+            };
             y.push((v.round_ties_even() + 128.0) as u8);
         }
     }

@@ -341,7 +341,7 @@ fn f16_source_scales_pack_smaller_with_identical_results() {
             *s = matmul_nbits_common::round_to_f16(*s);
         }
         let odd = (n - 1) * pr.p.k_blocks();
-        pr.scales[odd] = pr.scales[odd] * (1.0 + 2f32.powi(-20));
+        pr.scales[odd] *= 1.0 + 2f32.powi(-20);
         let f32_pack = pack(&pr.b, &pr.scales, pr.zp.as_deref(), &pr.p);
         let p16 = pr.p.with_f16_source_scales(true);
         let f16_pack = pack(&pr.b, &pr.scales, pr.zp.as_deref(), &p16);
