@@ -53,7 +53,9 @@ TOLS = {
     "Relu": ("close", 0.0, 0.0), "Tanh": ("close", 1e-6, 1e-7), "Pow": ("close", 0.0, 0.0),
     "Cast": ("close", 0, 0),
     # The Reshape cases end in a Sigmoid (`gen_reshape`): its tolerance.
-    "Reshape": ("close", 1e-5, 1e-6), "GatherBlockQuantized": ("close", 0, 0), "options": ("l2", 1e-4),
+    "Reshape": ("close", 1e-5, 1e-6),
+    # The Split cases wrap it in a Sigmoid and Relus (`split_model`): the Sigmoid's tolerance.
+    "Split": ("close", 1e-5, 1e-6), "GatherBlockQuantized": ("close", 0, 0), "options": ("l2", 1e-4),
 }
 
 
@@ -73,6 +75,17 @@ class Case:
     # at a rounding edge that either side of is right).
     defined: dict = field(default_factory=dict)
     why: str = ""
+    # Feed name -> byte offset: the feed is passed as a view that many bytes past a 64-byte aligned
+    # start (ORT hands numpy's buffer over in place), in both arms.
+    misalign: dict = field(default_factory=dict)
+    # Outputs bound through IO binding (both arms): per output (shape, dtype, input name or None): a
+    # fresh buffer `bind_offset` bytes past an aligned start, or the named input's own buffer (a
+    # present that shares its past).
+    bind: list | None = None
+    bind_offset: int = 0
+    # The reference arm runs rcpu with these provider options instead of ORT's CPU EP (two rcpu
+    # configurations that must agree, e.g. fuse=on against fuse=off).
+    ref_options: dict | None = None
 
 
 def vi(name, shape, elem=F32):
@@ -109,6 +122,17 @@ def node_model(op, inputs, attrs=None, domain="", opset=17, n_out=1, decl="sym",
     ms = 1 if domain == "com.microsoft" else None
     m = models._model([node], vis, [vi(o, None, oe) for o in outs if o], inits, opset=opset, ms_opset=ms)
     return m.SerializeToString(), feeds
+
+
+def off_by(a, k):
+    """A copy of `a` as a view `k` bytes past a 64-byte aligned start (numpy allows such views; ORT
+    reads and writes them in place)."""
+    a = np.ascontiguousarray(a)
+    raw = np.zeros(a.nbytes + 64 + k, np.uint8)
+    at = (-raw.ctypes.data) % 64 + k
+    v = raw[at: at + a.nbytes].view(a.dtype).reshape(a.shape)
+    v[...] = a
+    return v
 
 
 def rn(rng, *shape, scale=1.0):
@@ -980,10 +1004,204 @@ def gen_parallel(rng):
     return out
 
 
+def split_model(x, n_out, opset=18, attrs=None, split=None, kind="init", split_name="split"):
+    """X -> Sigmoid -> Split (n0) -> Relu per output: rcpu takes a Split only beside another of its
+    nodes (`ep::capability::worth_taking`), so the three make one partition. `split`: the sizes as an
+    int64 initializer or feed (`kind`), or with `split_name=""` an omitted second input."""
+    ins, inits, feeds = [vi("X", sym("X", x))], [], {"X": x}
+    sin = ["S"]
+    if split_name == "":
+        sin.append("")
+    elif split is not None:
+        sp = np.asarray(split, np.int64)
+        if kind == "init":
+            inits.append(numpy_helper.from_array(sp, split_name))
+        else:
+            ins.append(vi(split_name, sym(split_name, sp), I64))
+            feeds[split_name] = sp
+        sin.append(split_name)
+    pieces = [f"P{i}" for i in range(n_out)]
+    nodes = [helper.make_node("Sigmoid", ["X"], ["S"], name="n1"),
+             helper.make_node("Split", sin, pieces, name=NODE, **(attrs or {}))]
+    nodes += [helper.make_node("Relu", [p], [f"Y{i}"], name=f"relu{i}") for i, p in enumerate(pieces)]
+    m = models._model(nodes, ins, [vi(f"Y{i}", None) for i in range(n_out)], inits, opset=opset)
+    return m.SerializeToString(), feeds
+
+
+def gen_split(rng):
+    """Split of float32 data (issue 57): where the sizes come from and how ORT reads the odd cases.
+    An empty `split` (initializer or feed) is no `split`; `num_outputs` larger than the axis is
+    refused; `num_outputs` beside a `split` input is a model ORT refuses; a `num_outputs` that
+    disagrees with the outputs is ignored by ORT but for the ceil-sized pieces it selects."""
+    out = []
+    x62, x72, x32, x42, x02 = (rn(rng, *s) for s in ((6, 2), (7, 2), (3, 2), (4, 2), (0, 2)))
+    # The plain forms.
+    for kind in ("init", "feed"):
+        m, f = split_model(x62, 3, 13, split=[1, 2, 3], kind=kind)
+        out.append(Case(f"split/sizes[1,2,3]/{kind}", "Split", m, f))
+        m, f = split_model(x62, 3, 13, split=[0, 6, 0], kind=kind)
+        out.append(Case(f"split/sizes[0,6,0]/{kind}", "Split", m, f))
+        m, f = split_model(x62, 3, 13, split=[4, -1, 3], kind=kind)
+        out.append(Case(f"split/sizes[4,-1,3]/{kind}", "Split", m, f))
+        m, f = split_model(x62, 3, 13, split=[2, 2, 3], kind=kind)
+        out.append(Case(f"split/sizes[2,2,3]/{kind}", "Split", m, f))
+    m, f = split_model(x62, 3, 13)
+    out.append(Case("split/equal", "Split", m, f))
+    m, f = split_model(x72, 3, 13)
+    out.append(Case("split/equal-uneven", "Split", m, f))
+    m, f = split_model(x72, 3, 18, dict(num_outputs=3))
+    out.append(Case("split/num_outputs3-of-7", "Split", m, f))
+    m, f = split_model(rn(rng, 2, 7), 2, 18, dict(num_outputs=2, axis=-1))
+    out.append(Case("split/num_outputs2-axis-1", "Split", m, f))
+    # Class 1: an empty `split` is no `split` (equal pieces), whatever the opset; one of two dims, even
+    # empty, is no vector (both refuse).
+    for opset in (13, 18):
+        for kind in ("init", "feed"):
+            for x, n in ((x62, 3), (x72, 3), (x02, 2), (x62, 1)):
+                m, f = split_model(x, n, opset, split=np.zeros(0, np.int64), kind=kind)
+                out.append(Case(f"split/empty-split/op{opset}/{kind}/{list(x.shape)}/{n}", "Split", m, f))
+    for shape in ((0, 1), (1, 0)):
+        m, f = split_model(x62, 3, 13, split=np.zeros(shape, np.int64), kind="feed")
+        out.append(Case(f"split/split-shape{shape}", "Split", m, f))
+    # Class 2: num_outputs larger than the axis (ORT refuses), or pieces that leave the last empty.
+    for x, n in ((x32, 4), (x02, 2), (x02, 1), (x42, 3), (x62, 4)):
+        m, f = split_model(x, n, 18, dict(num_outputs=n))
+        out.append(Case(f"split/num_outputs{n}-of-{x.shape[0]}", "Split", m, f))
+    m, f = split_model(x32, 1, 18, dict(num_outputs=4))
+    out.append(Case("split/num_outputs4-of-3/1-output", "Split", m, f))
+    # Class 3: num_outputs beside a `split` input, even an empty or omitted one (ORT refuses the model);
+    # -1 is ORT's "not given".
+    for kind in ("init", "feed"):
+        m, f = split_model(x62, 3, 18, dict(num_outputs=3), split=[2, 2, 2], kind=kind)
+        out.append(Case(f"split/num_outputs+split/{kind}", "Split", m, f))
+        m, f = split_model(x62, 3, 18, dict(num_outputs=3), split=np.zeros(0, np.int64), kind=kind)
+        out.append(Case(f"split/num_outputs+empty-split/{kind}", "Split", m, f))
+    m, f = split_model(x62, 3, 18, dict(num_outputs=3), split_name="")
+    out.append(Case("split/num_outputs+omitted-split", "Split", m, f))
+    m, f = split_model(x62, 3, 18, dict(num_outputs=-1), split=[1, 2, 3])
+    out.append(Case("split/num_outputs-1+split", "Split", m, f))
+    # Class 4: num_outputs that disagrees with the outputs: ORT splits over the outputs in ceil-sized
+    # pieces, refusing only a value larger than the axis.
+    for num in (2, 0, -3, 5, -1, 7):
+        m, f = split_model(x62, 3, 18, dict(num_outputs=num))
+        out.append(Case(f"split/num_outputs{num}-vs-3-outputs", "Split", m, f))
+    for num in (0, -3, 2):
+        m, f = split_model(x72, 4, 18, dict(num_outputs=num))
+        out.append(Case(f"split/num_outputs{num}-vs-4-outputs-of-7", "Split", m, f))
+    # ORT divides by zero (SIGFPE) on an empty axis with num_outputs <= 0 (other than -1): the
+    # specification has no such split (num_outputs must be positive), so a clean refusal is the answer.
+    for num in (0, -3):
+        m, f = split_model(x02, 2, 18, dict(num_outputs=num))
+        out.append(Case(f"split/num_outputs{num}-of-0", "Split", m, f, skip_ort=True,
+                        refuse="Split node 'n0': num_outputs", why="ORT 1.31.1 dies of SIGFPE"))
+    return out
+
+
+def swiglu_model(rng, k=64, n=48, bs=32, out_name="Y0"):
+    """A SwiGLU MLP's gate (n0) and up MatMulNBits over one input X [M, k], then Sigmoid(g) * g * u: one
+    fused partition whose combined step streams both weights (`ep::nodes::swiglu`)."""
+    g, gi = models._nbits_node(rng, NODE, "X", "g", k, n, bs, 0, bias=False)
+    u, ui = models._nbits_node(rng, "up", "X", "u", k, n, bs, 0, bias=False)
+    nodes = [g, u, helper.make_node("Sigmoid", ["g"], ["gs"], name="sig"),
+             helper.make_node("Mul", ["g", "gs"], ["ga"], name="silu"),
+             helper.make_node("Mul", ["ga", "u"], [out_name], name="gate_mul")]
+    m = models._model(nodes, [vi("X", ["M", k])], [vi(out_name, None)], gi + ui, ms_opset=1)
+    return m.SerializeToString()
+
+
+def gen_misaligned(rng):
+    """Buffers not aligned for their element type (issue 57): numpy views a few bytes into an array
+    (ORT reads them in place) and IO-binding output buffers likewise, on the per-node and the fused
+    paths; ORT computes them all, through unaligned accesses."""
+    out = []
+    x = rn(rng, 4, 64)
+    for op in ("SimplifiedLayerNormalization", "LayerNormalization"):
+        mdl, f = node_model(op, [("X", x, "feed"), ("scale", rn(rng, 64), "feed")])
+        out.append(Case(f"misaligned/{op}/X+2", op, mdl, f, misalign={"X": 2}))
+        out.append(Case(f"misaligned/{op}/X+2/scale+1", op, mdl, f, misalign={"X": 2, "scale": 1}))
+        out.append(Case(f"misaligned/{op}/out+2", op, mdl, f, bind=[((4, 64), np.float32, None)], bind_offset=2))
+    mdl, f = node_model("MatMul", [("A", rn(rng, 3, 40), "feed"), ("B", rn(rng, 40, 5), "feed")])
+    out.append(Case("misaligned/matmul/A+2/B+3/out+1", "MatMul", mdl, f, misalign={"A": 2, "B": 3},
+                    bind=[((3, 5), np.float32, None)], bind_offset=1))
+    mdl, f = node_model("Add", [("A", rn(rng, 3, 33), "feed"), ("B", rn(rng, 33), "feed")])
+    out.append(Case("misaligned/add/A+1/B+2/out+3", "Add", mdl, f, misalign={"A": 1, "B": 2},
+                    bind=[((3, 33), np.float32, None)], bind_offset=3))
+    with np.errstate(over="ignore"):
+        h = rn(rng, 5, 7).astype(np.float16)
+    mdl, f = node_model("Cast", [("X", h, "feed")], dict(to=F32), out_elem=F32)
+    out.append(Case("misaligned/cast-f16/X+1/out+2", "Cast", mdl, f, misalign={"X": 1},
+                    bind=[((5, 7), np.float32, None)], bind_offset=2))
+    # The SwiGLU step of a fused partition: its input (the partition's) and its output (bound).
+    for m in (1, 5):
+        mdl = swiglu_model(rng)
+        f = {"X": rn(rng, m, 64)}
+        out.append(Case(f"misaligned/swiglu/m{m}/X+2", "MatMulNBits", mdl, f, misalign={"X": 2}))
+        out.append(Case(f"misaligned/swiglu/m{m}/out+2", "MatMulNBits", mdl, f, bind=[((m, 48), np.float32, None)],
+                        bind_offset=2))
+    c = nbits_case(rng, "misaligned/A+2", 64, 16, 32, m=3, bias=True)
+    c.misalign = {"A": 2}
+    out.append(c)
+    # GatherBlockQuantized indices: int64 4 bytes off, int32 2 bytes off.
+    for dt, k in ((np.int64, 4), (np.int64, 2), (np.int32, 2)):
+        c = gbq_case(rng, f"misaligned/{np.dtype(dt).name}+{k}", idx_dt=dt)
+        c.misalign = {"indices": k}
+        out.append(c)
+    # GroupQueryAttention: seqlens_k (int32) and the float inputs off; outputs bound off; and a past
+    # buffer shared with present (genai's layout) that is itself off.
+    for what in ({"seqlens_k": 2}, {"q": 2, "past_k": 1, "total_seq_len": 2}):
+        c = gqa_case(rng, f"misaligned/decode/{'+'.join(what)}", b=2, s=1, p=4)
+        c.misalign = what
+        out.append(c)
+    c = gqa_case(rng, "misaligned/prefill/out+2", b=1, s=3, p=0, past=False)
+    c.bind, c.bind_offset = [((1, 3, 32), np.float32, None), ((1, 2, 3, 8), np.float32, None),
+                             ((1, 2, 3, 8), np.float32, None)], 2
+    out.append(c)
+    for s_, total in ((1, 9), (1, 10), (3, 12)):
+        c = gqa_case(rng, f"misaligned/shared-past/s{s_}/total{total}", b=1, s=s_, p=16, total=total,
+                     seqlens=[total - 1])
+        c.misalign = {"past_k": 2, "past_v": 2, "q": 2}
+        c.bind, c.bind_offset = [((1, s_, 32), np.float32, None), (None, None, "past_k"),
+                                 (None, None, "past_v")], 2
+        out.append(c)
+    return out
+
+
+def gen_fuse_same(rng):
+    """fuse=on against fuse=off (issue 57): the README's promise that a fused partition's results are
+    the per-node path's, bit for bit; here where a MatMulNBits takes a following Add's bias into
+    itself (`matmul_nbits::fold_bias`) on its literal path (hostile scales: an infinite or huge one)."""
+    out = []
+    for bad in (np.inf, -np.inf, np.nan, 3e37):
+        for m in (1, 5):
+            c = nbits_case(rng, f"fuse-same/fold-bias/scale{bad}/m{m}", 64, 40, 32, m=m)
+            mdl = onnx.load_from_string(c.model)
+            sc = next(t for t in mdl.graph.initializer if t.name == "scales")
+            arr = numpy_helper.to_array(sc).copy()
+            arr.flat[3] = bad
+            sc.CopyFrom(numpy_helper.from_array(arr, "scales"))
+            mdl.graph.node[0].output[0] = "Yu"
+            mdl.graph.initializer.append(numpy_helper.from_array(rn(rng, 40), "bias"))
+            mdl.graph.node.append(helper.make_node("Add", ["Yu", "bias"], ["Y0"], name="bias_add"))
+            c.model = mdl.SerializeToString()
+            c.options, c.ref_options, c.tol = {"fuse": "on"}, {"fuse": "off"}, ("close", 0.0, 0.0)
+            out.append(c)
+    # The same with well-behaved scales: the packed paths (decode, prefill) fold the bias too.
+    for m in (1, 5, 40):
+        c = nbits_case(rng, f"fuse-same/fold-bias/m{m}", 256, 72, 32, m=m)
+        mdl = onnx.load_from_string(c.model)
+        mdl.graph.node[0].output[0] = "Yu"
+        mdl.graph.initializer.append(numpy_helper.from_array(rn(rng, 72), "bias"))
+        mdl.graph.node.append(helper.make_node("Add", ["Yu", "bias"], ["Y0"], name="bias_add"))
+        c.model = mdl.SerializeToString()
+        c.options, c.ref_options, c.tol = {"fuse": "on"}, {"fuse": "off"}, ("close", 0.0, 0.0)
+        out.append(c)
+    return out
+
+
 GENERATORS = [gen_matmul, gen_gemm, gen_nbits, gen_qlinear, gen_gqa, gen_rope, gen_norms, gen_softmax, gen_reshape,
               gen_elementwise, gen_activation, gen_cast, gen_gbq, gen_options, gen_parallel,
               # Last: the shared generator's draws for the cases above stay as they were.
-              gen_8bit]
+              gen_8bit, gen_split, gen_misaligned, gen_fuse_same]
 
 
 def all_cases(seed: int = 13) -> list[Case]:
@@ -1052,6 +1270,31 @@ def run_case(c: Case, devices) -> dict:
         s.intra_op_num_threads = 1
         return s
 
+    def rcpu_session(options):
+        s = so()
+        opts = {"threads": "1"}
+        opts.update(options)  # cases past the parallel thresholds set 2 or 3 lanes
+        s.add_provider_for_devices(devices, opts)
+        return ort.InferenceSession(c.model, s, enable_fallback=0)
+
+    def run(sess):
+        if not c.misalign and c.bind is None:
+            return sess.run(None, c.feeds)
+        # Each arm its own copies: a bound output may write into an input's buffer.
+        feeds = {k: off_by(v, c.misalign.get(k, 0)) for k, v in c.feeds.items()}
+        if c.bind is None:
+            return sess.run(None, feeds)
+        io = sess.io_binding()
+        for k, v in feeds.items():
+            io.bind_cpu_input(k, v)
+        bufs = []
+        for o, (shape, dt, share) in zip(sess.get_outputs(), c.bind):
+            b = feeds[share] if share else off_by(np.zeros(shape, dt), c.bind_offset)
+            io.bind_output(o.name, "cpu", 0, b.dtype.type, list(b.shape), b.ctypes.data)
+            bufs.append(b)
+        sess.run_with_iobinding(io)
+        return [np.array(b) for b in bufs]
+
     res = {"name": c.name}
     outs = {}
     on_rcpu = False
@@ -1061,19 +1304,17 @@ def run_case(c: Case, devices) -> dict:
             continue
         stage = "session"
         try:
-            if which == "cpu":
+            if which == "cpu" and c.ref_options is not None:
+                sess = rcpu_session(c.ref_options)
+            elif which == "cpu":
                 sess = ort.InferenceSession(c.model, so(), providers=["CPUExecutionProvider"])
             else:
-                s = so()
-                opts = {"threads": "1"}
-                opts.update(c.options)  # cases past the parallel thresholds set 2 or 3 lanes
-                s.add_provider_for_devices(devices, opts)
-                sess = ort.InferenceSession(c.model, s, enable_fallback=0)
+                sess = rcpu_session(c.options)
                 for sg in sess.get_provider_graph_assignment_info():
                     if sg.ep_name == "RcpuExecutionProvider":
                         on_rcpu = on_rcpu or any(n.name == NODE for n in sg.get_nodes())
             stage = "run"
-            outs[which] = ("ok", sess.run(None, c.feeds))
+            outs[which] = ("ok", run(sess))
         except Exception as e:  # noqa: BLE001 (every error is a classified outcome)
             outs[which] = ("err", f"[{stage}] {e}")
     res["on_rcpu"] = on_rcpu

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
+import pathlib
+import sys
+import types
 import warnings
 
 import numpy as np
@@ -112,6 +117,58 @@ def test_bad_option_raises_with_disable_cpu_ep_fallback(rcpu_devices, capsys):
     while chain[-1].__cause__ is not None:
         chain.append(chain[-1].__cause__)
     assert any("'bogus'" in str(e) for e in chain), [str(e) for e in chain]
+
+
+def _readme_snippet() -> str:
+    """The README's first Python snippet (the wheel's `rcpu` package)."""
+    text = (pathlib.Path(__file__).resolve().parents[2] / "README.md").read_text()
+    block = next(b for b in text.split("```python\n")[1:] if "rcpu.register()" in b)
+    return block.split("```", 1)[0]
+
+
+def _run_readme_snippet(rcpu_devices, stats, tmp_path, monkeypatch, options: str | None = None):
+    """Runs the README's snippet as written, on a one-node Mul model (the `rcpu` package's three
+    helpers backed by the plugin under test); `options` replaces its provider options."""
+    code = _readme_snippet()
+    if options is not None:
+        assert '{"threads": "4"}' in code
+        code = code.replace('{"threads": "4"}', options)
+    path = tmp_path / "model.onnx"
+    path.write_bytes(models.binary("Mul", [2, 3], [3]).SerializeToString())
+    code = code.replace('"model.onnx"', repr(str(path)))
+    shim = types.ModuleType("rcpu")
+    shim.register, shim.stats, shim.reset_stats = (lambda: rcpu_devices), stats.json, stats.reset
+    monkeypatch.setitem(sys.modules, "rcpu", shim)
+    feeds = {"A": np.ones((2, 3), np.float32), "B": np.full(3, 2.0, np.float32)}
+    stats.reset()
+    with contextlib.redirect_stdout(io.StringIO()) as out, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        exec(compile(code, "README.md", "exec"), {"feeds": feeds, "__name__": "readme"})
+    return out.getvalue()
+
+
+def test_readme_snippet_runs_on_rcpu(rcpu_devices, stats, tmp_path, monkeypatch):
+    """The README's Python snippet as written: a session with rcpu in it, and a ledger that shows
+    rcpu ran the model's node."""
+    printed = _run_readme_snippet(rcpu_devices, stats, tmp_path, monkeypatch)
+    assert "'op': 'Mul'" in printed, printed
+
+
+def test_readme_snippet_refuses_rather_than_falls_back(rcpu_devices, stats, tmp_path, monkeypatch):
+    """ORT's Python API falls back to its CPU EP alone when rcpu refuses a session (a bad provider
+    option) and only prints a banner: the README's snippet must raise instead (enable_fallback=0),
+    and what the README says of the default must still be ORT's behaviour."""
+    with pytest.raises(Exception) as ei:
+        _run_readme_snippet(rcpu_devices, stats, tmp_path, monkeypatch, '{"threads": "banana"}')
+    assert "'threads'" in str(ei.value), str(ei.value)
+    # The default the README warns of: a banner and a session of the CPU EP alone.
+    so = ort.SessionOptions()
+    so.add_provider_for_devices(rcpu_devices, {"threads": "banana"})
+    with contextlib.redirect_stdout(io.StringIO()) as out, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sess = ort.InferenceSession(models.binary("Mul", [2, 3], [3]).SerializeToString(), so)
+    assert "Falling back to ['CPUExecutionProvider']" in out.getvalue(), out.getvalue()
+    assert sess.get_providers() == ["CPUExecutionProvider"]
 
 
 def test_fully_claimed_model_runs_with_cpu_fallback_disabled(rcpu_devices):

@@ -6,8 +6,12 @@ or pin ONNX Runtime (any onnxruntime >= 1.24 that the app already uses can load 
     import onnxruntime as ort, rcpu
     so = ort.SessionOptions()
     so.add_provider_for_devices(rcpu.register(), {"threads": "4"})
-    sess = ort.InferenceSession("model.onnx", sess_options=so)
+    sess = ort.InferenceSession("model.onnx", sess_options=so, enable_fallback=0)
     print(rcpu.stats()["ledger"])
+
+``enable_fallback=0`` makes a session rcpu refuses (a bad provider option) raise: by default ORT
+prints an "EP Error" banner and runs the model on its CPU EP alone. ``sess.get_providers()`` and
+the ledger of :func:`stats` show whether rcpu ran.
 
 onnxruntime-genai loads it by path: ``og.register_execution_provider_library("rcpu",
 rcpu.library_path())``, then the provider name ``rcpu.EP_NAME`` in ``genai_config.json`` or

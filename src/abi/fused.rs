@@ -20,7 +20,7 @@ use std::time::Instant;
 use super::ep_types::*;
 use super::frame::{Frame, NodeFrame, OwnedConst, SlotSrc, Slots, Wiring};
 use super::graph::{Graph, Node, ValueInfo};
-use super::kernel_context::KernelContext;
+use super::kernel_context::{KernelContext, Staging};
 use super::kernel_info::KernelInfo;
 use super::status::{guard, guard_value, Error, Result};
 use super::tensor::{ElemType, Tensor};
@@ -677,9 +677,12 @@ unsafe extern "C" fn compute(
         let shell = unsafe { &*(this as *const FusedShell) };
         // SAFETY: ctx is the live context of this call; the scope ends before we return.
         let _scope = unsafe { super::ort_pool::ComputeScope::enter(ctx) };
+        let staging = Staging::new();
         // SAFETY: as above.
-        let outer = unsafe { KernelContext::new(ctx) };
-        shell.plan.run(&outer)
+        let outer = unsafe { KernelContext::new(ctx, &staging) };
+        shell.plan.run(&outer)?;
+        staging.write_back();
+        Ok(())
     })
 }
 

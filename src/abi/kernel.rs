@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use super::api::api;
 use super::ep_types::*;
-use super::kernel_context::KernelContext;
+use super::kernel_context::{KernelContext, Staging};
 use super::kernel_info::KernelInfo;
 use super::status::{check_raw, guard, guard_node, Error, Result};
 use super::tensor::Tensor;
@@ -37,11 +37,14 @@ unsafe extern "C" fn kernel_compute(
         // SAFETY: ctx is the live context ORT passes for this call; the scope (which lets
         // `OrtPoolPar` reach ORT's pool through it) ends before this call returns.
         let _scope = unsafe { super::ort_pool::ComputeScope::enter(ctx) };
+        let staging = Staging::new();
         // SAFETY: as above.
-        let ctx = unsafe { KernelContext::new(ctx) };
+        let ctx = unsafe { KernelContext::new(ctx, &staging) };
         // The ledger records the lanes this call's dispatches used: count from here.
         crate::runtime::par::take_lanes_used();
-        shell.kernel.compute(&ctx)
+        shell.kernel.compute(&ctx)?;
+        staging.write_back();
+        Ok(())
     })
 }
 

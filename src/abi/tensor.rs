@@ -275,6 +275,22 @@ impl<'a> Tensor<'a> {
         self.data as usize
     }
 
+    /// The tensor's byte count when its data is not aligned for its element type (then
+    /// [`Tensor::data`] cannot form a slice over it: `KernelContext` stages a copy); `None` for
+    /// aligned, empty or single-byte data.
+    pub(crate) fn misaligned_bytes(&self) -> Option<usize> {
+        misaligned_bytes(self.data as usize, self.elem, self.shape)
+    }
+
+    /// The same tensor over another buffer (an aligned copy of its data).
+    ///
+    /// # Safety
+    /// As for [`Tensor::from_parts`]: `data` holds the tensor's bytes, aligned for its element
+    /// type, live for `'a`.
+    pub(crate) unsafe fn with_data(self, data: *const c_void) -> Tensor<'a> {
+        Tensor { data, ..self }
+    }
+
     /// The data as a typed slice; error if the element type differs.
     pub fn data<T: Element>(&self) -> Result<&'a [T]> {
         if self.elem != T::ELEM {
@@ -343,6 +359,20 @@ impl<'a> Tensor<'a> {
         // lives for 'a (constructor contract); u8 has no alignment requirement.
         Ok(unsafe { std::slice::from_raw_parts(self.data as *const u8, n) })
     }
+}
+
+/// The byte count of a tensor at `addr` of `elem` elements in `shape` when `addr` is not a
+/// multiple of the element width (the alignment of every element type rcpu reads); `None` when
+/// it is, for NULL or empty data, and for element types of one byte or of no known width.
+fn misaligned_bytes(addr: usize, elem: ElemType, shape: &[usize]) -> Option<usize> {
+    let width = elem_width(elem).filter(|&w| w > 1)?;
+    if addr == 0 || addr.is_multiple_of(width) {
+        return None;
+    }
+    shape
+        .iter()
+        .try_fold(width, |n, &d| n.checked_mul(d))
+        .filter(|&n| n > 0)
 }
 
 /// uint8 or int8: the element types [`Tensor::bytes`] and [`TensorMut::into_bytes`] accept.
@@ -421,6 +451,21 @@ impl<'a> TensorMut<'a> {
         self.data as usize
     }
 
+    /// The output's byte count when its buffer is not aligned for its element type (see
+    /// [`Tensor::misaligned_bytes`]).
+    pub(crate) fn misaligned_bytes(&self) -> Option<usize> {
+        misaligned_bytes(self.data as usize, self.elem, self.shape)
+    }
+
+    /// The same output over another buffer (an aligned copy, written back by the caller).
+    ///
+    /// # Safety
+    /// As for [`TensorMut::from_parts`]: `data` holds the output's bytes, aligned for its
+    /// element type, exclusively this output's for `'a`.
+    pub(crate) unsafe fn with_data(self, data: *mut c_void) -> TensorMut<'a> {
+        TensorMut { data, ..self }
+    }
+
     /// Consumes the view: the slice is the only handle to the output buffer.
     pub fn into_data<T: Element>(self) -> Result<&'a mut [T]> {
         if self.elem != T::ELEM {
@@ -485,5 +530,34 @@ mod tests {
             "must not wrap negative"
         );
         assert_eq!(dims_as_i64(&[i64::MAX as usize]).unwrap(), [i64::MAX]);
+    }
+
+    #[test]
+    fn misaligned_data_is_told_by_the_element_width() {
+        use ElemType::*;
+        let f32_ = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
+        let i64_ = ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64;
+        let f16 = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16;
+        assert_eq!(misaligned_bytes(0x1002, f32_, &[4, 64]), Some(1024));
+        assert_eq!(misaligned_bytes(0x1004, f32_, &[4, 64]), None);
+        assert_eq!(misaligned_bytes(0x1004, i64_, &[2, 2]), Some(32));
+        assert_eq!(misaligned_bytes(0x1008, i64_, &[2, 2]), None);
+        assert_eq!(misaligned_bytes(0x1001, f16, &[3]), Some(6));
+        assert_eq!(
+            misaligned_bytes(0x1001, ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8, &[3]),
+            None
+        );
+        assert_eq!(
+            misaligned_bytes(0x1002, f32_, &[0, 4]),
+            None,
+            "empty: nothing to read"
+        );
+        assert_eq!(misaligned_bytes(0, f32_, &[4]), None);
+        assert_eq!(misaligned_bytes(0x1002, f32_, &[]), Some(4), "a scalar");
+        assert_eq!(misaligned_bytes(0x1002, f32_, &[usize::MAX, 2]), None);
+        assert_eq!(
+            misaligned_bytes(0x1002, ONNX_TENSOR_ELEMENT_DATA_TYPE_STRING, &[3]),
+            None
+        );
     }
 }

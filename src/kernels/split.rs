@@ -6,11 +6,21 @@
 //! of `sizes[j]` along the axis takes the `sizes[j] * inner` elements at offset
 //! `(sizes[0] + .. + sizes[j - 1]) * inner` of every block.
 
-/// The sizes along the axis of `outputs` pieces of an axis of length `len`: the `split` input
-/// when given (one non-negative size per piece, summing to `len`); otherwise `num_outputs`
-/// pieces (ONNX Split 18's attribute, which must equal `outputs`) of `ceil(len / n)`, the last
-/// one smaller when `len` does not divide (it must not come out negative); otherwise `outputs`
-/// equal pieces (`len` divisible by `outputs`). Every error names the mismatch.
+/// The sizes along the axis of `outputs` pieces of an axis of length `len`, by ORT's rules
+/// (which the adversarial pass pins against ORT 1.31.1):
+///
+/// - a `split` input with sizes (one non-negative size per piece, summing to `len`); an empty
+///   one counts as absent, as in ORT;
+/// - else a `num_outputs` attribute (ONNX Split 18; -1, ORT's "not given", counts as absent):
+///   `outputs` pieces of `ceil(len / outputs)`, the last one smaller when `len` does not
+///   divide. ORT takes the count from the node's outputs, not from the attribute, and only
+///   refuses an attribute larger than the axis; the pieces must leave the last one at least
+///   one element (ORT refuses a last piece it cannot fill). An axis of length 0 has no such
+///   split: a positive `num_outputs` is larger than it, and ORT divides by zero (SIGFPE) on
+///   the others, where this refuses;
+/// - else `outputs` equal pieces (`len` divisible by `outputs`).
+///
+/// Every error names the mismatch.
 pub fn split_sizes(
     len: usize,
     outputs: usize,
@@ -20,7 +30,7 @@ pub fn split_sizes(
     if outputs == 0 {
         return Err("Split has no outputs".into());
     }
-    if let Some(split) = split {
+    if let Some(split) = split.filter(|s| !s.is_empty()) {
         if split.len() != outputs {
             return Err(format!(
                 "split {split:?} has {} sizes for {outputs} outputs",
@@ -40,16 +50,22 @@ pub fn split_sizes(
         }
         return Ok(sizes);
     }
-    if let Some(n) = num_outputs {
-        if usize::try_from(n).ok() != Some(outputs) {
+    if let Some(n) = num_outputs.filter(|&n| n != -1) {
+        if usize::try_from(n).is_ok_and(|n| n > len) {
             return Err(format!(
-                "num_outputs {n} but the node has {outputs} outputs"
+                "num_outputs {n} is larger than the axis it splits ({len})"
+            ));
+        }
+        if len == 0 {
+            return Err(format!(
+                "num_outputs {n} cannot split an axis of length 0 (it must be positive)"
             ));
         }
         let chunk = len.div_ceil(outputs);
         let last = chunk
             .checked_mul(outputs - 1)
             .and_then(|head| len.checked_sub(head))
+            .filter(|&last| last > 0)
             .ok_or_else(|| {
                 format!("an axis of {len} cannot be split into {outputs} pieces of {chunk}")
             })?;
@@ -182,13 +198,48 @@ mod tests {
             (6, 2, Some(&[7, -1][..]), None),
             (6, 2, Some(&[i64::MAX, i64::MAX][..]), None),
             (7, 3, None, None),
-            (6, 3, None, Some(2)),
-            (5, 4, None, Some(4)),
             (6, 0, None, None),
         ] {
             assert!(
                 split_sizes(len, outputs, split, num).is_err(),
                 "{len} {outputs} {split:?} {num:?}"
+            );
+        }
+    }
+
+    /// ORT 1.31.1's answers where the inputs leave ONNX's happy path (each one seen from ORT's
+    /// CPU EP): an empty `split` is no `split`; `num_outputs` picks ceil-sized pieces over the
+    /// node's outputs whatever its value, and -1 is no `num_outputs`.
+    #[test]
+    fn sizes_follow_ort_off_the_happy_path() {
+        assert_eq!(split_sizes(6, 3, Some(&[]), None), Ok(vec![2, 2, 2]));
+        assert_eq!(split_sizes(0, 2, Some(&[]), None), Ok(vec![0, 0]));
+        assert!(split_sizes(7, 3, Some(&[]), None).is_err());
+        for n in [2, 0, -3, 3, 5, 6] {
+            assert_eq!(split_sizes(6, 3, None, Some(n)), Ok(vec![2, 2, 2]), "{n}");
+        }
+        assert_eq!(split_sizes(7, 4, None, Some(0)), Ok(vec![2, 2, 2, 1]));
+        assert_eq!(split_sizes(5, 3, None, Some(5)), Ok(vec![2, 2, 1]));
+        assert_eq!(split_sizes(3, 2, None, Some(-3)), Ok(vec![2, 1]));
+        assert_eq!(split_sizes(6, 3, None, Some(-1)), Ok(vec![2, 2, 2]));
+        assert!(
+            split_sizes(7, 3, None, Some(-1)).is_err(),
+            "-1 is no num_outputs"
+        );
+        for (len, outputs, num) in [
+            (3, 4, 4),  // num_outputs past the axis
+            (3, 1, 4),  // ... whatever the outputs
+            (0, 2, 2),  // an empty axis: any positive num_outputs is past it
+            (0, 2, 0),  // ORT divides by zero here
+            (0, 1, -3), // and here
+            (4, 3, 3),  // pieces of 2 leave nothing for the last one
+            (6, 4, 4),
+            (5, 4, 4),
+            (5, 4, 2),
+        ] {
+            assert!(
+                split_sizes(len, outputs, None, Some(num)).is_err(),
+                "{len} {outputs} {num}"
             );
         }
     }

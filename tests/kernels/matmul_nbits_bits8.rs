@@ -9,12 +9,13 @@
 //!   the 8-bit weight (<= 1e-5 relative L2), accuracy 4 against the int8 reference of the 8-bit
 //!   weight with the level's scales (<= 1e-5); packed and unpacked bit for bit; each row of a
 //!   call bit for bit its own one-row call.
-//! * Hostile scales are not packed.
+//! * Hostile scales are not packed; their literal path adds a bias as an Add after it would.
 
 use crate::nbits_common::{acc4_scales, rel_l2, run_nbits, Problem, THREE};
 
 use rcpu::kernels::matmul_nbits::reference::{
-    matmul_reference, matmul_reference_int8, weight_code, zero_point,
+    hostile_scales, matmul_dequant_f32, matmul_reference, matmul_reference_int8, weight_code,
+    zero_point,
 };
 use rcpu::kernels::matmul_nbits::{pack, try_pack, Kernels, NBitsWeight};
 use rcpu::runtime::par::{Par, ScopedThreads, Serial};
@@ -142,4 +143,37 @@ fn hostile_scales_are_not_packed() {
     let p2 = pr.p.with_bits(2);
     pr.scales[5] = 1.0;
     assert!(try_pack(&pr.b, &pr.scales, pr.zp.as_deref(), &p2).is_none());
+}
+
+/// The literal path of hostile scales adds a bias after rounding the product to f32, as an Add
+/// after the node would (and as the fast paths do): so a fused plan that folds a following
+/// Add's bias into the node (`fold_bias`) answers as the two nodes, bit for bit (summed in f64
+/// before the rounding, the bias had made `fuse=on` differ from `fuse=off` where it nearly
+/// cancelled the product). 4- and 8-bit weights share the path.
+#[test]
+fn literal_path_adds_the_bias_as_an_add_would() {
+    for bits in [4usize, 8] {
+        for bad in [f32::INFINITY, f32::NEG_INFINITY, f32::NAN, f32::MAX / 4.0] {
+            let mut pr = if bits == 8 {
+                Problem::new8(96, 24, 5, 32, 0, true, true, 11)
+            } else {
+                Problem::new(96, 24, 5, 32, 0, true, true, 11)
+            };
+            pr.scales[3] = bad;
+            assert!(hostile_scales(&pr.scales, &pr.p), "{bits} {bad}");
+            let bias = pr.bias.clone().unwrap();
+            let (m, n) = (pr.m, pr.p.n);
+            let mut folded = vec![0f32; m * n];
+            matmul_dequant_f32(&pr.a, m, &pr.weight(), Some(&bias), &mut folded).unwrap();
+            let mut plain = vec![0f32; m * n];
+            matmul_dequant_f32(&pr.a, m, &pr.weight(), None, &mut plain).unwrap();
+            for (i, (f, y)) in folded.iter().zip(&plain).enumerate() {
+                let add = y + bias[i % n];
+                assert!(
+                    f.to_bits() == add.to_bits() || (f.is_nan() && add.is_nan()),
+                    "bits {bits} scale {bad}: output {i}: {f} folded, {add} as an Add"
+                );
+            }
+        }
+    }
 }

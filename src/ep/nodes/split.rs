@@ -1,6 +1,9 @@
 //! Split (ONNX 13-25) of float32 data along one axis into the node's outputs, each a copy of
 //! its piece (`kernels::split`). The sizes come from the int64 `split` input when given, else
-//! from `num_outputs` (opset 18 on: equal pieces, the last one smaller), else equal pieces.
+//! from `num_outputs` (opset 18 on: equal pieces, the last one smaller), else equal pieces, by
+//! ORT's rules where they leave ONNX's (`kernels::split::split_sizes`: an empty `split` is none,
+//! `num_outputs` counts the node's outputs). A `num_outputs` beside a `split` input is left to
+//! ORT, which refuses the model.
 //!
 //! Why rcpu takes it: the model builder writes a Split after the packed QKV projection of
 //! decoders with per-head query / key norms (Qwen3-style: `[q | k | v]` into three, the norms
@@ -38,7 +41,8 @@ impl OpKernel for Split {
         let dims = x.shape();
         let rank = dims.len();
         let axis = norm_axis(self.axis, rank).map_err(Error::invalid_argument)?;
-        // Read in place: the tensor lives for the call, and a fed `split` may be of any length.
+        // Read in place: the tensor lives for the call, and a fed `split` may be of any length
+        // (an empty one is no `split`: `split_sizes`).
         let split = match ctx.input(1)? {
             Some(s) if s.shape().len() != 1 => {
                 return Err(Error::invalid_argument(format!(
@@ -82,6 +86,16 @@ impl OpKernel for Split {
 
 fn claim(node: &Node<'_>) -> std::result::Result<(), Decline> {
     only_attrs(node, &["axis", "num_outputs"])?;
+    // ORT refuses the model when a `num_outputs` (other than its "not given", -1) comes with a
+    // second input, even an empty or omitted one: left to ORT, the session gives its answer.
+    let inputs = node.inputs().map_err(|e| e.msg)?.len();
+    if let Some(n) = node.attr_i64("num_outputs").filter(|&n| n != -1) {
+        if inputs > 1 {
+            return Err(format!(
+                "num_outputs {n} together with a split input (ORT refuses the node)"
+            ));
+        }
+    }
     require_elem(node, 0, F32)?;
     if input_type(node, 1)?.is_some() {
         require_elem(node, 1, I64)?;

@@ -133,9 +133,12 @@ pub fn hostile_scales(scales: &[f32], p: &NBitsParams) -> bool {
 }
 
 /// The contrib op's definition taken literally, for hostile scales: W[k][n] = (q - zp) * scale
-/// dequantised in f32 (an overflow is an infinity, `0 * inf` a NaN), then Y = A W (+ bias) with
-/// f64 sums (so infinities and NaN land where they must whatever the order). Scalar and slow;
-/// only for weights no real model has. `Err` when the per-column buffer cannot be allocated.
+/// dequantised in f32 (an overflow is an infinity, `0 * inf` a NaN), then Y = A W with f64 sums
+/// (so infinities and NaN land where they must whatever the order), rounded to f32, then the
+/// bias added in f32. The bias comes after the rounding as in every other path (`driver`'s
+/// `write_row`): so a bias a fused plan folded in from a following Add (`fold_bias`) gives that
+/// Add's answer bit for bit, and `fuse=on` equals `fuse=off`. Scalar and slow; only for weights
+/// no real model has. `Err` when the per-column buffer cannot be allocated.
 pub fn matmul_dequant_f32(
     a: &[f32],
     m: usize,
@@ -163,15 +166,16 @@ pub fn matmul_dequant_f32(
         }));
         for r in 0..m {
             let row = &a[r * k_len..(r + 1) * k_len];
-            let mut s: f64 = row
+            let s: f64 = row
                 .iter()
                 .zip(&wn)
                 .map(|(&x, &y)| x as f64 * y as f64)
                 .sum();
-            if let Some(bias) = bias {
-                s += bias[n] as f64;
-            }
-            out[r * n_len + n] = s as f32;
+            let y = s as f32;
+            out[r * n_len + n] = match bias {
+                Some(bias) => y + bias[n],
+                None => y,
+            };
         }
     }
     Ok(())
