@@ -146,7 +146,8 @@ struct MatMulNBits {
     env: Arc<KernelEnv>,
 }
 
-fn copy_const<T: crate::abi::tensor::Element>(
+/// A constant input's values, copied fallibly (`None`: not a constant initializer).
+pub(crate) fn copy_const<T: crate::abi::tensor::Element>(
     info: &KernelInfo<'_>,
     i: usize,
 ) -> Result<Option<Vec<T>>> {

@@ -34,6 +34,7 @@ use crate::runtime::par::{take_lanes_used, Serial};
 use crate::telemetry::ledger;
 
 use super::claim::{input, input_type, only_attrs, require_elem, require_output_elem, F32};
+use super::matmul_nbits::copy_const;
 
 const OP: &str = "QMoE";
 const U8: ElemType = ElemType::ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8;
@@ -448,15 +449,8 @@ impl Projection {
         let bias = match info.input_count()? > bias_input {
             true => match info.input_type(bias_input) {
                 Ok(Some(_)) => {
-                    let t = constant(bias_input)?;
-                    sized(&t, lens[3], "bias")?;
-                    let src = t.data::<f32>()?;
-                    Some(crate::memory::try_copy(src).map_err(|e| {
-                        Error::fail(format!(
-                            "cannot copy {which}'s bias ({} values): {e}",
-                            src.len()
-                        ))
-                    })?)
+                    sized(&constant(bias_input)?, lens[3], "bias")?;
+                    copy_const::<f32>(info, bias_input)?
                 }
                 _ => None,
             },
