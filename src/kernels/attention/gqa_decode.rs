@@ -207,8 +207,13 @@ impl Decode<'_, '_> {
                 let v_old = &v_old[st * head..lim * head];
                 (self.k.rows_group)(group, &scores[..group * old], v_old, head, 1.0, o);
                 if len > lim {
+                    // The new row's term as the per-head path's `rows` adds it (the last term of
+                    // its chain): fused where that kernel fuses, so both paths give the same bits.
+                    let fused = self.k.fused_terms;
                     for (orow, &x) in o.chunks_exact_mut(head).zip(&*new_probs) {
-                        orow.iter_mut().zip(v_new).for_each(|(o, &y)| *o += x * y);
+                        orow.iter_mut().zip(v_new).for_each(|(o, &y)| {
+                            *o = if fused { x.mul_add(y, *o) } else { *o + x * y }
+                        });
                     }
                 }
             }

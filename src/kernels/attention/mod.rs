@@ -81,6 +81,10 @@ pub(crate) struct Kernels {
     scores_pair: ScoresPairFn,
     rows: RowsFn,
     rows_group: RowsGroupFn,
+    /// Whether [`Kernels::rows`] accumulates with fused multiply-adds (one rounding a term): a
+    /// term added outside it (the fused decode's new row) must then be fused too, or the
+    /// two decode paths round it differently.
+    fused_terms: bool,
     rope: RopeFn,
     /// Past rows into present at decode, from [`STREAM_COPY_MIN_BYTES`] on (below, a plain copy).
     stream_copy: CopyFn,
@@ -94,6 +98,7 @@ const SCALAR: Kernels = Kernels {
     scores_pair: scalar::scores_pair,
     rows: scalar::rows,
     rows_group: scalar::rows_group,
+    fused_terms: false,
     rope: scalar::rope_row,
     stream_copy: plain_copy,
     isa: Isa::Scalar,
@@ -106,6 +111,7 @@ const AVX2: Kernels = Kernels {
     scores_pair: x86::scores_pair_avx2,
     rows: x86::rows_avx2,
     rows_group: x86::rows_group_avx2,
+    fused_terms: true,
     rope: x86::rope_avx2,
     stream_copy: plain_copy,
     isa: Isa::Avx2,
@@ -118,6 +124,7 @@ const AVX512: Kernels = Kernels {
     scores_pair: x86::scores_pair_avx512,
     rows: x86::rows_avx512,
     rows_group: rows_avx512::rows_group_avx512,
+    fused_terms: true,
     rope: x86::rope_avx512,
     stream_copy: x86::stream_copy_avx512,
     isa: Isa::Avx512,
