@@ -1,7 +1,7 @@
 """builder_check.py, the check of a model-builder folder on rcpu, run on generated models in the builder's
 forms (the real builder needs torch: scripts/builder_models.sh): a Qwen3-style decoder (packed QKV Split
-before the per-head norms) and a sliding-window one pass; with the Split left to ORT the placement check
-fails and names it."""
+before the per-head norms), a sliding-window one and a gpt-oss mixture of experts pass; with the Split left
+to ORT the placement check fails and names it."""
 
 from __future__ import annotations
 
@@ -35,6 +35,9 @@ def test_builder_forms_pass(tmp_path, plugin_path):
         ("qwen3", "llm:preset=qwen3-0.6b,layers=2,vocab=1000,ctx=128,seed=3"),
         # A window longer than the prompt and tokens: genai's windowed caches must hold it on both EPs.
         ("window", "llm:preset=qwen2-0.5b,layers=2,vocab=1000,ctx=128,window=64,softcap=30"),
+        # gpt-oss's QMoE form (experts with biases, fused SwiGLU with a limit, attention sinks, windowed
+        # and full layers): the router's MatMulNBits and the QMoE stay in the one partition.
+        ("gpt-oss", "llm:preset=gpt-oss-20b,layers=2,experts=8,topk=4,vocab=1000,ctx=256,seed=3"),
     ]:
         out = _check(_model(tmp_path / name, spec), plugin_path)
         assert out.returncode == 0, out.stdout + out.stderr
