@@ -229,6 +229,25 @@ def test_float16_scales(make_sessions, stats, bits):
     assert_ran_on_rcpu(stats)
 
 
+@pytest.mark.parametrize("budget_mb", [0, 1])
+@pytest.mark.parametrize("f16", [False, True])
+def test_weight_budget_declines(make_sessions, stats, budget_mb, f16):
+    """A weight-cache budget that holds no expert (0 MiB) or some of them (1 MiB: every fc1, 80 KiB
+    packed each, and a few fc2 of 40 KiB, of 12 experts): the declined experts compute from ORT's
+    tensors (their scales kept as f32 copies, float16 ones widened) with the same answers, and the
+    ledger shows that path ran."""
+    spec = qm.QMoESpec(H=256, I=256, E=12, k=2, bits=4, block=32, zp=True, fc1_bias=True, fc2_bias=True,
+                       scales_f16=f16, seed=170 + budget_mb + 2 * f16, **GPT_OSS)
+    case = qm.build(spec)
+    cpu, rc = make_sessions(case.bytes, {**OPTS, "weight_cache_mb": budget_mb})
+    assert_on_rcpu(rc, NODE)
+    rng = np.random.default_rng(spec.seed)
+    stats.reset()
+    for t in (1, 3, 40):
+        check_parity(case, cpu, rc, qm.feeds(case, t, rng), label=f"T={t}")
+    assert "experts-unpacked" in stats.variants("QMoE"), stats.variants("QMoE")
+
+
 def test_gpt_oss_size(make_sessions, stats):
     """gpt-oss-20b's expert shape (H = I = 2880, block 32, SwiGLU alpha 1.702 / beta 1 / limit 7, biases),
     4 experts of it, decode and a short prefill."""
