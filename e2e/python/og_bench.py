@@ -96,6 +96,35 @@ def kv_window(model_dir: str | pathlib.Path) -> int:
     return min(window, int(cfg.get("context_length", window)))
 
 
+def token_fraction(model: str | pathlib.Path) -> float:
+    """The share of a model's quantized weight bytes (MatMulNBits and QMoE initializers) a decode token
+    reads: all of them but, of each QMoE node's experts, k of E (a token runs k experts). 1.0 for a
+    model without QMoE. Read from the graph alone (external data by its recorded length)."""
+    import onnx
+    from onnx import helper
+
+    m = onnx.load(str(model), load_external_data=False)
+    size, dims = {}, {t.name: list(t.dims) for t in m.graph.initializer}
+    for t in m.graph.initializer:
+        ext = {e.key: e.value for e in t.external_data}
+        if "length" in ext:
+            size[t.name] = int(ext["length"])
+        else:
+            size[t.name] = int(np.prod(t.dims, dtype=np.int64)) * np.dtype(helper.tensor_dtype_to_np_dtype(t.data_type)).itemsize
+    total = token = 0.0
+    for n in m.graph.node:
+        if n.op_type == "MatMulNBits":
+            b = sum(size.get(x, 0) for x in n.input[1:4])
+            total, token = total + b, token + b
+        elif n.op_type == "QMoE":
+            k = next((a.i for a in n.attribute if a.name == "k"), 1)
+            experts = [x for i, x in enumerate(n.input) if i in (2, 3, 4, 5, 6, 7, 11, 12, 13)]
+            e = (dims.get(n.input[2]) or [1])[0]
+            b = sum(size.get(x, 0) for x in experts)
+            total, token = total + b, token + b * min(k, e) / max(e, 1)
+    return token / total if total > 0 else 1.0
+
+
 def worker(model_dir: str, provider: str, plugin: str, threads: int) -> None:
     import onnxruntime_genai as og
 
@@ -406,8 +435,10 @@ def main() -> int:
                 if not err <= a.tol:
                     print("og_bench: parity mismatch, nothing timed", file=sys.stderr)
                     return 2
-            # The bytes a token streams on rcpu (its packed weights), and the host probes (rule 8).
+            # The bytes a token streams on rcpu (its packed weights; of a mixture of experts' only the
+            # k experts a token runs, `token_fraction`), and the host probes (rule 8).
             weight_bytes = int(arms[1].run("stats")["memory"]["weight_cache"]["live_bytes"])
+            weight_bytes = int(weight_bytes * token_fraction(src / dec["filename"]))
             if pathlib.Path(a.bench).is_file() and weight_bytes > 0:
                 try:
                     probe = Probe(pathlib.Path(a.bench), weight_bytes, a.threads if a.threads > 0 else len(cpus), cpus)

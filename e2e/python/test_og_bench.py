@@ -135,3 +135,17 @@ def test_og_bench_llamacpp_arm_reads_the_generation_at_the_prompts_depth(tmp_pat
 def test_og_bench_wants_llamacpp_and_gguf_together(tmp_path):
     proc, _ = _run(tmp_path, tmp_path, "--llamacpp", "x")
     assert proc.returncode == 1 and "--llamacpp and --gguf go together" in proc.stderr
+
+
+def test_token_fraction_counts_k_of_e_experts(tmp_path):
+    """A token reads k of a QMoE node's E experts: a model of one QMoE with 4 experts, top 2, reads
+    half its expert bytes; a model without QMoE reads all of its weights."""
+    import qmoe_models as qm
+
+    case = qm.build(qm.QMoESpec(H=64, I=32, E=4, k=2, bits=4, block=32, fc1_bias=True, fc2_bias=True))
+    path = tmp_path / "qmoe.onnx"
+    path.write_bytes(case.bytes)
+    assert og_bench.token_fraction(path) == pytest.approx(0.5)
+    case = qm.build(qm.QMoESpec(H=64, I=32, E=4, k=4, bits=4, block=32))
+    path.write_bytes(case.bytes)
+    assert og_bench.token_fraction(path) == pytest.approx(1.0)
