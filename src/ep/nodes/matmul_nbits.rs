@@ -223,37 +223,63 @@ fn create(info: &KernelInfo<'_>, env: &Arc<KernelEnv>) -> Result<Box<dyn OpKerne
 }
 
 impl MatMulNBits {
-    /// The key of the packed weight.
-    fn cache_key(&self, b: &[u8], scales: &[f32], zp: Option<&[u8]>) -> WeightKey {
-        let p = &self.p;
-        // One more word for an 8-bit B (its bits: the same bytes packed as 4-bit codes are
-        // another weight).
-        let all = [
-            p.k as u64,
-            p.n as u64,
-            p.block_size as u64,
-            p.accuracy_level as u64,
-            p.has_zero_points as u64,
-            // The scale format (provider option `acc4_scales`): a session asking for f32 scales
-            // must never get an f16 pack made for another session, nor the reverse. Only where
-            // it changes the pack (level 4), so levels 0..3 still share across sessions.
-            p.f16_scales() as u64,
-            p.bits as u64,
-        ];
-        let words = &all[..if p.bits == 8 { 7 } else { 6 }];
-        // Every source the packed copy is made of goes into the keyed digest: a hit is then
-        // always the packing of these very bytes.
-        let mut d = KeyDigest::new();
-        d.words(words)
-            .bytes(b)
-            .f32s(scales)
-            .bytes(zp.unwrap_or(&[]));
-        WeightKey::from_digest(OP, params_hash(words), &d, b.len())
-    }
-
     fn is_packed(&self) -> bool {
         self.packed.is_some()
     }
+}
+
+/// B / scales / zero points (ORT's layout, sizes checked) packed through the process's weight
+/// cache (`None`: the cache declined or the pack could not be allocated). The key holds every
+/// choice that shapes the pack and every source byte, so a hit is always the packing of these
+/// very bytes for these params; MatMulNBits nodes and QMoE experts over equal bytes and params
+/// share one entry.
+pub(crate) fn pack_cached(
+    b: &[u8],
+    scales: &[f32],
+    zp: Option<&[u8]>,
+    p: &NBitsParams,
+) -> Option<Arc<CachedWeight<PackedNBits>>> {
+    // The bits word only for 8-bit codes or f16 source scales, the f16-source word only when
+    // set: a 4-bit f32-scale weight keeps the 6-word key it always had.
+    let all = [
+        p.k as u64,
+        p.n as u64,
+        p.block_size as u64,
+        p.accuracy_level as u64,
+        p.has_zero_points as u64,
+        // The scale format (provider option `acc4_scales`): a session asking for f32 scales
+        // must never get an f16 pack made for another session, nor the reverse. Only where
+        // it changes the pack (level 4), so levels 0..3 still share across sessions.
+        p.f16_scales() as u64,
+        // One more word for an 8-bit B (its bits: the same bytes packed as 4-bit codes are
+        // another weight).
+        p.bits as u64,
+        // f16 source scales pack as f16 below level 4 (`NBitsParams::f16_source_scales`).
+        p.f16_source_scales as u64,
+    ];
+    let len = if p.f16_source_scales {
+        8
+    } else if p.bits == 8 {
+        7
+    } else {
+        6
+    };
+    let words = &all[..len];
+    let mut d = KeyDigest::new();
+    d.words(words)
+        .bytes(b)
+        .f32s(scales)
+        .bytes(zp.unwrap_or(&[]));
+    let key = WeightKey::from_digest(OP, params_hash(words), &d, b.len());
+    // Packed layout: the codes plus per-(column, block) scale and zero-point terms (two scales
+    // a block for 8-bit codes, `bits8`), padded to whole column groups.
+    let predicted = b.len() + scales.len() * 8 + 4096;
+    weight_cache().try_get_or_pack(
+        &key,
+        predicted,
+        || try_pack(b, scales, zp, p),
+        |w: &PackedNBits| w.bytes(),
+    )
 }
 
 /// As a pair call over `first` then `second` runs at M=1: records both in the session's order
@@ -443,17 +469,7 @@ impl OpKernel for MatMulNBits {
         self.p
             .check_sizes(b.len(), scales.len(), zp.map(|z| z.len()), None)
             .map_err(Error::invalid_argument)?;
-        let key = self.cache_key(b, scales, zp);
-        // Packed layout: the codes plus per-(column, block) scale and zero-point terms (two
-        // scales a block for 8-bit codes, `bits8`), padded to whole column groups.
-        let predicted = b.len() + scales.len() * 8 + 4096;
-        let p = self.p;
-        let packed = weight_cache().try_get_or_pack(
-            &key,
-            predicted,
-            || try_pack(b, scales, zp, &p),
-            |w: &PackedNBits| w.bytes(),
-        );
+        let packed = pack_cached(b, scales, zp, &self.p);
         let got = packed.is_some();
         if got {
             // The packed weight holds the scales and zero points in its own format; the f32 and

@@ -1,8 +1,8 @@
 //! com.microsoft.QMoE (opset 1) as an ORT kernel: the mixture-of-experts block of the model
 //! builder's gpt-oss, Phi-3.5-MoE and Qwen-MoE models. Claimed for float32 activations, integer
-//! experts (`quant_type` "int") of 4 or 8 bits with block-wise float32 or float16 scales (the
-//! model builder writes float16; widened exactly at creation) (`block_size` a
-//! power of two in 16..=256 dividing both the hidden and the expert width), optional uint8 zero
+//! experts (`quant_type` "int") of 4 or 8 bits with block-wise float32 or float16 scales
+//! (float16 ones widened exactly at creation; the model builder writes float32 for an f32 model,
+//! float16 for an f16 one) (`block_size` a power of two in 16..=256 dividing both the hidden and the expert width), optional uint8 zero
 //! points, optional fc1 / fc2 biases, optional `router_weights`, SwiGLU interleaved in fc1
 //! (`swiglu_fusion` 1) or SiLU / GELU / ReLU / identity (`swiglu_fusion` 0), accuracy levels 0,
 //! 1 (f32 products) and 4 (int8 activations). Every expert tensor must be a constant
@@ -26,15 +26,15 @@ use crate::abi::tensor::{ElemType, F16Bits, Tensor};
 use crate::ep::op::{types, Decline, KernelEnv, OpDef, OpKernel};
 use crate::kernels::cast::f16_to_f32_buf;
 use crate::kernels::matmul_nbits::reference::hostile_scales;
-use crate::kernels::matmul_nbits::{try_pack, NBitsParams, NBitsWeight, PackedNBits};
+use crate::kernels::matmul_nbits::{NBitsParams, NBitsWeight, PackedNBits};
 use crate::kernels::moe::{self, Expert, ExpertMatrix, MoeActivation, MoeShape};
 use crate::kernels::shape::checked_numel;
-use crate::memory::{params_hash, weight_cache, CachedWeight, KeyDigest, WeightKey};
+use crate::memory::CachedWeight;
 use crate::runtime::par::{take_lanes_used, Serial};
 use crate::telemetry::ledger;
 
 use super::claim::{input, input_type, only_attrs, require_elem, require_output_elem, F32};
-use super::matmul_nbits::copy_const;
+use super::matmul_nbits::{copy_const, pack_cached};
 
 const OP: &str = "QMoE";
 const U8: ElemType = ElemType::ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8;
@@ -354,7 +354,7 @@ fn claim(node: &Node<'_>) -> std::result::Result<(), Decline> {
     Ok(())
 }
 
-/// The element type of scales input `i`: float32, or float16 (what the model builder writes;
+/// The element type of scales input `i`: float32, or float16 (what the model builder writes for f16 models;
 /// widened to f32 exactly at creation).
 fn scales_elem(node: &Node<'_>, i: usize) -> std::result::Result<ElemType, Decline> {
     let t = input_type(node, i)?.ok_or_else(|| format!("input {i} (scales) is missing"))?;
@@ -479,7 +479,7 @@ impl Projection {
             packed.push(if hostile[e] {
                 None
             } else {
-                pack_expert(b, s, z, &p)
+                pack_cached(b, s, z, &p)
             });
         }
         let scales = match packed.iter().all(Option::is_some) {
@@ -575,36 +575,6 @@ struct OrtExperts<'a> {
     zero_points: &'a [u8],
 }
 
-/// One expert projection through the weight cache (`None`: declined or out of memory).
-fn pack_expert(
-    b: &[u8],
-    s: &[f32],
-    z: Option<&[u8]>,
-    p: &NBitsParams,
-) -> Option<Arc<CachedWeight<PackedNBits>>> {
-    let words = [
-        p.k as u64,
-        p.n as u64,
-        p.block_size as u64,
-        p.accuracy_level as u64,
-        p.has_zero_points as u64,
-        p.f16_scales() as u64,
-        p.bits as u64,
-        p.f16_source_scales as u64,
-    ];
-    let mut d = KeyDigest::new();
-    d.words(&words).bytes(b).f32s(s).bytes(z.unwrap_or(&[]));
-    // MatMulNBits's packed layout, keyed by every choice that shapes it.
-    let key = WeightKey::from_digest("MatMulNBits", params_hash(&words), &d, b.len());
-    let predicted = b.len() + s.len() * 8 + 4096;
-    weight_cache().try_get_or_pack(
-        &key,
-        predicted,
-        || try_pack(b, s, z, p),
-        |w: &PackedNBits| w.bytes(),
-    )
-}
-
 struct QMoe {
     shape: MoeShape,
     act: MoeActivation,
@@ -632,7 +602,7 @@ fn create(info: &KernelInfo<'_>, env: &Arc<KernelEnv>) -> Result<Box<dyn OpKerne
     let shape = shape_from(&dims(IN_FC1)?, &dims(IN_FC2)?, &a).map_err(|e| info.error(OP, e))?;
     let zp = [present(IN_FC1_ZP), present(IN_FC2_ZP)];
     let [p1, p2] = projection_params(&shape, &a, zp).map_err(|e| info.error(OP, e))?;
-    // float16 scales (the builder's) pack as f16 wherever f16 holds them exactly: fewer bytes
+    // float16 scales pack as f16 wherever f16 holds them exactly: fewer bytes
     // for decode to stream, the same results.
     let half = |i: usize| matches!(info.input_type(i), Ok(Some(t)) if t.elem == F16);
     let (p1, p2) = (
