@@ -319,27 +319,31 @@ impl Moe {
         let (hidden, block, acc, codes) = (d.hidden, d.block, d.acc, d.codes);
         let (mm, logits) = (name("moe/router/MatMul"), name("moe/router/Reshape"));
         let s = seed.wrapping_mul(1000).wrapping_add(7);
+        // The router's MatMulNBits, the same for both styles but for its name.
+        let tag = match self.style {
+            MoeStyle::GptOss => format!("_{p}moe_router"),
+            MoeStyle::PhiMoe => format!("_{p}moe_gate"),
+        };
+        let nb = nbits_layer(
+            g,
+            &mm,
+            &tag,
+            h2,
+            &mm,
+            hidden,
+            e,
+            block,
+            acc,
+            (4, codes),
+            false,
+            None,
+            false,
+            s,
+        );
         let bytes = match self.style {
             MoeStyle::GptOss => {
                 let b = name("moe.router.bias");
                 let bytes = vec_init(g, &b, e, seed ^ 0x7b, 0.0, 0.1);
-                let tag = format!("_{p}moe_router");
-                let nb = nbits_layer(
-                    g,
-                    &mm,
-                    &tag,
-                    h2,
-                    &mm,
-                    hidden,
-                    e,
-                    block,
-                    acc,
-                    (4, codes),
-                    false,
-                    None,
-                    false,
-                    s,
-                );
                 let add = name("moe/router/Add");
                 g.node("Add", "", &add, &[&mm, &b], &[&add], &[]).node(
                     "Reshape",
@@ -352,23 +356,6 @@ impl Moe {
                 bytes + nb
             }
             MoeStyle::PhiMoe => {
-                let tag = format!("_{p}moe_gate");
-                let nb = nbits_layer(
-                    g,
-                    &mm,
-                    &tag,
-                    h2,
-                    &mm,
-                    hidden,
-                    e,
-                    block,
-                    acc,
-                    (4, codes),
-                    false,
-                    None,
-                    false,
-                    s,
-                );
                 let (shape, gather) = (name("moe/gate/Shape"), name("moe/gate/Gather"));
                 let (unsq, concat) = (name("moe/gate/Unsqueeze"), name("moe/gate/Concat"));
                 g.node("Shape", "", &shape, &[&mm], &[&shape], &[])

@@ -107,19 +107,24 @@ pub fn qmoe_packable_bytes(g: &GraphProto) -> [u64; 2] {
             let Some(t) = n.input.get(i).and_then(|x| inits.get(x.as_str())) else {
                 continue;
             };
-            let e = t
-                .dims
-                .first()
-                .and_then(|&d| u64::try_from(d).ok())
-                .filter(|&d| d > 0)
-                .unwrap_or(1);
-            let b = init_bytes(t);
-            seen.insert(t.name.as_str(), [b, b / e * k.min(e)]);
+            seen.insert(t.name.as_str(), [init_bytes(t), expert_share(t, k)]);
         }
     }
     seen.values().fold([0u64; 2], |[w, t], [b, r]| {
         [w.saturating_add(*b), t.saturating_add(*r)]
     })
+}
+
+/// The bytes of expert tensor `t` that `k` of its experts span: its first dimension counts the
+/// experts (E equal slices), of which a token reads `min(k, E)`.
+fn expert_share(t: &TensorProto, k: u64) -> u64 {
+    let e = t
+        .dims
+        .first()
+        .and_then(|&d| u64::try_from(d).ok())
+        .filter(|&d| d > 0)
+        .unwrap_or(1);
+    init_bytes(t) / e * k.min(e)
 }
 
 /// Bytes one decode token reads of `g`'s initializers (module doc).
@@ -147,14 +152,7 @@ pub fn token_bytes(g: &GraphProto) -> u64 {
                 continue; // passed on, read by the Reshape's readers
             }
             if let Some((_, k)) = experts.as_ref().filter(|(at, _)| at.contains(&i)) {
-                // k of the E experts (the first dimension); E equal slices.
-                let e = t
-                    .dims
-                    .first()
-                    .and_then(|&d| u64::try_from(d).ok())
-                    .filter(|&d| d > 0)
-                    .unwrap_or(1);
-                rows.insert(t.name.as_str(), init_bytes(t) / e * (*k).min(e));
+                rows.insert(t.name.as_str(), expert_share(t, *k));
                 continue;
             }
             match row.iter().find(|(at, _)| *at == i) {
