@@ -261,9 +261,9 @@ fn run_singles(
         .iter()
         .filter_map(|(_, r, x)| Some((r / k, x.fc1.as_packed()?)))
         .collect();
-    let Some(r1) = matmul_rows_packed(input, tokens, &jobs1, &mut c1, par)? else {
+    if matmul_rows_packed(input, tokens, &jobs1, &mut c1, par)?.is_none() {
         return Ok(None);
-    };
+    }
     let mut a2 = try_vec(n * inter, 0f32).map_err(|_| alloc("activations"))?;
     for ((x, y), (_, _, ex)) in c1
         .chunks_exact_mut(f1)
@@ -282,7 +282,6 @@ fn run_singles(
     let Some(r2) = matmul_rows_packed(&a2, n, &jobs2, &mut c2, par)? else {
         return Ok(None);
     };
-    let _ = r1;
     for (y, (_, _, ex)) in c2.chunks_exact_mut(h).zip(singles) {
         add_bias(y, ex.fc2_bias);
     }
