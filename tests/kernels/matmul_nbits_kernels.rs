@@ -143,6 +143,54 @@ fn prefill_rows_over_several_tasks() {
     }
 }
 
+/// The f32 levels' many-row route (the weight dequantized into the f32 GEMM's panels, from
+/// `DEQUANT_MIN_M` = 16 rows): just below and at its row count, rows over several of the
+/// GEMM's row blocks (144), K over several of its 256-deep slices with a partial last block and
+/// a K not a multiple of 4, N past its 1024-column blocks and not a multiple of any panel width,
+/// one column, zero points and a bias. Each against the reference, packed against unpacked bit
+/// for bit (`check`), and the answer the same bits on one lane and on three. Seen failing with
+/// the dequantized value's zero point dropped in the AVX2 kernel, and with the panels of a
+/// fill written one `nr` too far.
+#[test]
+fn dequant_route_rows_and_edges() {
+    let cases = [
+        (100, 33, 15, 32, true, false),
+        (100, 33, 16, 32, false, true),
+        (33, 17, 17, 16, true, true),
+        (521, 1, 40, 64, false, false),
+        (600, 1030, 20, 128, true, true),
+        (64, 40, 300, 16, false, true),
+    ];
+    for (i, &(k, n, m, bs, zp, bias)) in cases.iter().enumerate() {
+        for acc in [0, 1] {
+            let pr = Problem::new(k, n, m, bs, acc, zp, bias, 900 + i as u64);
+            check(
+                &pr,
+                &format!("dequant K={k} N={n} M={m} bs={bs} zp={zp} acc={acc}"),
+            );
+            let packed = pack(&pr.b, &pr.scales, pr.zp.as_deref(), &pr.p);
+            for kern in Kernels::supported() {
+                let mut one = vec![f32::NAN; m * n];
+                let mut three = vec![f32::NAN; m * n];
+                let b = pr.bias.as_deref();
+                let r = matmul_packed_with(kern, &pr.a, m, &packed, b, &mut one, &Serial).unwrap();
+                matmul_packed_with(kern, &pr.a, m, &packed, b, &mut three, &THREE).unwrap();
+                let want = if m >= 16 {
+                    NBitsPath::F32Dequant
+                } else {
+                    NBitsPath::F32Gemm
+                };
+                assert_eq!(r.path, want, "K={k} N={n} M={m} {}", kern.isa.name());
+                let same = one
+                    .iter()
+                    .zip(&three)
+                    .all(|(x, y)| x.to_bits() == y.to_bits());
+                assert!(same, "K={k} N={n} M={m} {}: 1 lane vs 3", kern.isa.name());
+            }
+        }
+    }
+}
+
 /// Many column groups at M = 1: several decode chunks. K from 4096 on: every lane prepares
 /// its own A (`PER_LANE_A_MIN_K`), here also with a partial last block, a partial last group,
 /// zero points and a bias; K = 1000 the calling thread prepares it.
@@ -421,7 +469,7 @@ fn route_texts_are_the_ledger_names() {
     use NBitsPath::*;
     let mut got = Vec::new();
     for isa in [Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Vnni] {
-        for path in [F32Gemv, F32Gemm, Int8Gemv, Int8Gemm] {
+        for path in [F32Gemv, F32Gemm, Int8Gemv, Int8Gemm, F32Dequant] {
             got.push(NBitsRoute { isa, path }.text());
         }
     }
@@ -437,18 +485,22 @@ fn route_texts_are_the_ledger_names() {
         "scalar-acc0-gemm",
         "scalar-acc4-gemv",
         "scalar-acc4-gemm",
+        "scalar-acc0-gemm-dequant",
         "avx2-acc0-gemv",
         "avx2-acc0-gemm",
         "avx2-acc4-gemv",
         "avx2-acc4-gemm",
+        "avx2-acc0-gemm-dequant",
         "avx512-acc0-gemv",
         "avx512-acc0-gemm",
         "avx512-acc4-gemv",
         "avx512-acc4-gemm",
+        "avx512-acc0-gemm-dequant",
         "avx512vnni-acc0-gemv",
         "avx512vnni-acc0-gemm",
         "avx512vnni-acc4-gemv",
         "avx512vnni-acc4-gemm",
+        "avx512vnni-acc0-gemm-dequant",
         "amx-acc4-gemm",
     ];
     assert_eq!(got, want);

@@ -8,6 +8,9 @@
 //! A prepacked B ([`BSrc::Packed`]) already holds those panels in the same layout: that case
 //! runs in `driver_packed.rs`, which skips B packing and packs A once per call instead of once
 //! per task, with the same per-element operations (bit-identical results).
+//! A B kept in another form ([`BSrc::Panels`]: MatMulNBits' quantized weights) writes its panels
+//! itself where the strided path would pack them, so each task turns its `KC x NC` slice of the
+//! weight into f32 panels once and reuses them across all its rows.
 
 use crate::memory::scratch::{try_with_scratch_f32, Shortfall};
 
@@ -30,6 +33,15 @@ fn round_up(x: usize, to: usize) -> usize {
     x.div_ceil(to) * to
 }
 
+/// A B whose `KC x NR` panels its owner writes (a weight held in a form of its own, such as
+/// MatMulNBits' quantized groups, dequantized slice by slice as the driver reaches them).
+pub trait PanelSource: Sync {
+    /// Writes op(B)[pc..pc + kc, j0..j0 + nc] into `nr`-wide panels laid out as the strided path
+    /// packs them: panel q, at `out[q * kc * nr..]`, holds for each kk the `nr` values of
+    /// columns `j0 + q * nr ..`, zero padded past `nc`. `j0` is a multiple of `nr` (8, 16 or 32).
+    fn fill(&self, pc: usize, kc: usize, j0: usize, nc: usize, nr: usize, out: &mut [f32]);
+}
+
 /// Where the driver takes B's `KC x NR` panels from.
 #[derive(Clone, Copy)]
 pub(super) enum BSrc<'a> {
@@ -37,6 +49,8 @@ pub(super) enum BSrc<'a> {
     Strided(Op<'a>),
     /// Read from a prepacked weight (packed with this kernel table's `NR`).
     Packed(&'a PackedB),
+    /// Written per task by their source.
+    Panels(&'a dyn PanelSource),
 }
 
 /// Full blocked `C = alpha * op(A) op(B) + beta * C` for m, n > 0 (k may be 0). `Err` when a
@@ -50,7 +64,8 @@ pub(super) fn gemm(
     c: &mut [f32],
 ) -> Result<(), String> {
     match b {
-        BSrc::Strided(b) => gemm_strided(kern, lv, call, b, c),
+        BSrc::Strided(b) => gemm_strided(kern, lv, call, &b, c),
+        BSrc::Panels(b) => gemm_strided(kern, lv, call, b, c),
         BSrc::Packed(b) => super::driver_packed::gemm(kern, lv, call, b, c),
     }
 }
@@ -76,12 +91,19 @@ pub(super) fn tile_sizes(g: Geometry, mr: usize, nr: usize, lanes: usize) -> (us
     (rb, cb)
 }
 
-/// [`gemm`] with B packed per task from its strided storage.
+/// A strided B packs its own panels.
+impl PanelSource for Op<'_> {
+    fn fill(&self, pc: usize, kc: usize, j0: usize, nc: usize, nr: usize, out: &mut [f32]) {
+        pack_b(*self, pc, kc, j0, nc, nr, out)
+    }
+}
+
+/// [`gemm`] with B's panels written per task (packed from a strided B, or by their source).
 fn gemm_strided(
     kern: &GemmKernels,
     lv: Level,
     call: &Sgemm<'_>,
-    b: Op<'_>,
+    b: &dyn PanelSource,
     c: &mut [f32],
 ) -> Result<(), String> {
     let g = Geometry::of(call);
@@ -113,7 +135,7 @@ fn gemm_strided(
                 let nc = NC.min(cols - jc);
                 for pc in (0..k).step_by(KC) {
                     let kc = KC.min(k - pc);
-                    pack_b(b, pc, kc, c0 + jc, nc, nr, bpack);
+                    b.fill(pc, kc, c0 + jc, nc, nr, bpack);
                     for ic in (0..rows).step_by(MC) {
                         let mc = MC.min(rows - ic);
                         pack_a(a, r0 + ic, mc, pc, kc, mr, apack);

@@ -28,6 +28,7 @@ mod weights;
 mod x86;
 
 pub use call::Sgemm;
+pub use driver::PanelSource;
 pub use packed::PackedB;
 pub use route::{BForm, GemmPath, GemmRoute};
 pub use weights::{pack_weight, pack_weight_with, try_pack_weight, weight_panel_width, Weight};
@@ -228,6 +229,27 @@ fn run(
     }
     driver::gemm(kern, lv, call, BSrc::Strided(b), c)?;
     Ok(kern.route(GemmPath::Gemm))
+}
+
+/// `C = alpha * A * B + beta * C` for a B whose panels `src` writes ([`PanelSource`]), on the
+/// blocked driver of `isa`'s table (the highest f32 level at or below it: the VNNI level runs
+/// the AVX-512 kernels). `call.a` must not be transposed. `Err` when the CPU lacks the level or
+/// a scratch buffer cannot be allocated. Every output element sees the same `KC` slicing and
+/// micro-kernel whatever the lanes and the tile grid, so the split never changes an answer.
+pub fn gemm_panels(
+    isa: Isa,
+    call: &Sgemm<'_>,
+    src: &dyn PanelSource,
+    c: &mut [f32],
+) -> Result<(), String> {
+    let kern = TABLES.for_isa(isa)?;
+    assert!(!call.a.trans, "gemm_panels: A must be stored row-major");
+    call.check_a();
+    call.check_c(c);
+    if call.m == 0 || call.n == 0 {
+        return Ok(());
+    }
+    driver::gemm(kern, kern.level()?, call, BSrc::Panels(src), c)
 }
 
 /// `c[j * stride] = alpha * y[j] + beta * c[j * stride]` (beta == 0: old value ignored).

@@ -3,6 +3,7 @@
 use std::ops::Range;
 use std::sync::LazyLock;
 
+use super::dequant::{dequant_scalar, BlockConsts, DequantFn};
 use super::pack::{GroupView, NR};
 use super::prepare_a::{quantize_row_scalar, PreparedA, QuantRowFn};
 use super::route::{NBitsPath, NBitsRoute};
@@ -67,6 +68,9 @@ pub struct Kernels {
     /// Largest |x| of a row of A (`nonfinite::abs_max`, bit-identical at every level): the
     /// per-call non-finite and overflow scans.
     pub(crate) abs_max: AbsMaxFn,
+    /// The f32 levels' many-row route: a block of a group's codes dequantized into the f32
+    /// GEMM's panels (`dequant`; the same values at every level).
+    pub(crate) dequant: DequantFn,
     /// Accuracy level 4 from [`AMX_MIN_M`] rows: the AMX GEMM (only in the tables
     /// [`Kernels::amx`] and [`Kernels::amx_every_m`] hand out, minted from the `Amx` token).
     i8_gemm: Option<GemmFn>,
@@ -84,9 +88,10 @@ pub struct Kernels {
 /// contract.
 #[cfg(target_arch = "x86_64")]
 mod entries {
+    use super::super::dequant::BlockConsts;
     use super::super::pack::{GroupView, NR};
     use super::super::prepare_a::PreparedA;
-    use super::super::{quant_avx512, tile_amx, tile_avx2, tile_avx512, MR};
+    use super::super::{dequant_avx2, quant_avx512, tile_amx, tile_avx2, tile_avx512, MR};
     use crate::kernels::simd::{simd_entry, Amx, Avx2, Avx512, Avx512Vnni};
     use std::ops::Range;
 
@@ -124,6 +129,10 @@ mod entries {
         unsafe { tile_amx::group_i8(g, a, rows, panel, emit) }
     }
     simd_entry!(pub(super) fn abs_max_avx512(v: &[f32]) -> f32 = Avx512 => quant_avx512::abs_max);
+    simd_entry!(pub(super) fn dequant_avx2(
+        codes: &[u8], rows: usize, c: &BlockConsts, dst: &[Option<usize>; 4], ld: usize,
+        bits8: bool, out: &mut [f32],
+    ) = Avx2 => dequant_avx2::dequant);
     simd_entry!(pub(super) fn quant_avx512(
         row: &[f32], bs: usize, q: &mut [i8], qscale: &mut [f32], qsum: &mut [i32],
     ) = Avx512 => quant_avx512::quantize_row);
@@ -136,6 +145,10 @@ plain_entry!(fn i8_scalar(
     g: &GroupView, a: &PreparedA, r0: usize, nr: usize, res: &mut [[f32; NR]; MR],
 ) => tile_scalar::tile_i8);
 plain_entry!(fn abs_max_scalar(v: &[f32]) -> f32 => nonfinite::abs_max);
+plain_entry!(fn dequant_scalar_entry(
+    codes: &[u8], rows: usize, c: &BlockConsts, dst: &[Option<usize>; 4], ld: usize,
+    bits8: bool, out: &mut [f32],
+) => dequant_scalar);
 plain_entry!(fn quant_scalar(
     row: &[f32], bs: usize, q: &mut [i8], qscale: &mut [f32], qsum: &mut [i32],
 ) => quantize_row_scalar);
@@ -147,6 +160,7 @@ const SCALAR: Kernels = Kernels {
     i8_tile8: i8_scalar,
     quant_row: quant_scalar,
     abs_max: abs_max_scalar,
+    dequant: dequant_scalar_entry,
     i8_gemm: None,
     amx_min_m: usize::MAX,
     amx_tail_min: 0,
@@ -160,6 +174,7 @@ const AVX2: Kernels = Kernels {
     i8_tile8: entries::i8_avx2,
     quant_row: quant_scalar,
     abs_max: abs_max_scalar,
+    dequant: entries::dequant_avx2,
     i8_gemm: None,
     amx_min_m: usize::MAX,
     amx_tail_min: 0,
@@ -173,6 +188,7 @@ const AVX512: Kernels = Kernels {
     i8_tile8: entries::i8_avx512,
     quant_row: entries::quant_avx512,
     abs_max: entries::abs_max_avx512,
+    dequant: entries::dequant_avx2,
     i8_gemm: None,
     amx_min_m: usize::MAX,
     amx_tail_min: 0,
@@ -186,6 +202,7 @@ const AVX512VNNI: Kernels = Kernels {
     i8_tile8: entries::i8_avx512vnni8,
     quant_row: entries::quant_avx512,
     abs_max: entries::abs_max_avx512,
+    dequant: entries::dequant_avx2,
     i8_gemm: None,
     amx_min_m: usize::MAX,
     amx_tail_min: 0,
@@ -320,6 +337,8 @@ impl Kernels {
     pub fn route(&self, accuracy_level: usize, m: usize) -> NBitsRoute {
         let path = if self.gemm(accuracy_level, m).is_some() {
             NBitsPath::AmxGemm
+        } else if accuracy_level != 4 && m >= super::dequant::DEQUANT_MIN_M {
+            NBitsPath::F32Dequant
         } else {
             match (accuracy_level == 4, m > 1) {
                 (false, false) => NBitsPath::F32Gemv,

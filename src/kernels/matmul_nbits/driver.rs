@@ -19,6 +19,7 @@
 //! `amx_tail_min` rows goes to the tile kernel); the AMX GEMM is bit-identical to the VNNI tile,
 //! so the split never changes an answer.
 
+use super::dequant;
 use super::dispatch::{amx_scratch_len, GemmFn, Kernels, TileFn, AMX_ROWS};
 use super::nonfinite::{self, RowFix};
 use super::pack::{
@@ -147,6 +148,12 @@ pub(crate) fn run(
     Ok(name)
 }
 
+/// Whether `m` rows over weights of `p` take a route with no pair path (the AMX GEMM, the f32
+/// levels' dequantizing GEMM): a pair call then runs as two calls.
+pub(crate) fn no_pair_path(kernels: &Kernels, p: &NBitsParams, m: usize) -> bool {
+    kernels.gemm(p.accuracy_level, m).is_some() || dequant::takes(p, m)
+}
+
 /// The fast path over every row (non-finite rows included, fixed up by [`run`]).
 fn run_fast(
     kernels: &Kernels,
@@ -186,6 +193,20 @@ fn run_fast(
     }
     // The kernels' level, minted once for the call and handed to every tile call.
     let lv = Level::require(kernels.isa)?;
+    if dequant::takes(&p, m) {
+        let kernel = kernels.dequant;
+        return match src {
+            Source::Packed(pk) => {
+                let panels = dequant::PackedPanels { kernel, lv, pk };
+                dequant::run(kernels, a, m, &p, &panels, bias, out, par)
+            }
+            Source::Unpacked(w) => {
+                let panels = dequant::UnpackedPanels { w };
+                dequant::run(kernels, a, m, &p, &panels, bias, out, par)
+            }
+        }
+        .map(|()| name);
+    }
     if let (1, Source::Packed(pk)) = (m, src) {
         let call = |from: DecodeA<'_>| decode_packed(kernels, lv, a, pk, bias, out, par, from);
         return decode_a(kernels, a, &p, call).map(|()| name);
@@ -680,9 +701,7 @@ pub(crate) fn run_pair(
         p.n
     );
     let lv = Level::require(kernels.isa)?;
-    if kernels.gemm(p.accuracy_level, m).is_some()
-        || !pair_rows_fit(kernels, lv, a, m, first, second)
-    {
+    if no_pair_path(kernels, &p, m) || !pair_rows_fit(kernels, lv, a, m, first, second) {
         return Ok(None);
     }
     let name = kernels.route(p.accuracy_level, m).paired();

@@ -11,6 +11,8 @@
 //! * `tile_amx`: the AMX int8 GEMM (accuracy level 4 from [`dispatch::AMX_MIN_M`] rows, where
 //!   the CPU and the OS allow AMX): a whole column group for all rows of a call, the group's
 //!   weights unpacked once into a B-tile panel; bit-identical to the VNNI tile.
+//! * `dequant`: the f32 levels from `dequant::DEQUANT_MIN_M` rows: the weight dequantized slice
+//!   by slice into the f32 GEMM's panels, then the f32 GEMM (`dequant_avx2`: its SIMD kernel).
 //! * [`prefetch`]: the software prefetch distance of the AVX-512 kernels' weight stream.
 //! * [`row1_tuner`]: the one-row (decode) distance, chosen by timing the process's decode calls.
 //! * [`dispatch`]: the per-process kernel table and the route of a call.
@@ -47,6 +49,9 @@ macro_rules! by_rows {
 }
 
 pub mod bits8;
+mod dequant;
+#[cfg(target_arch = "x86_64")]
+mod dequant_avx2;
 pub mod dispatch;
 mod driver;
 mod nonfinite;
@@ -147,8 +152,8 @@ pub fn pair_compatible(first: &PackedNBits, second: &PackedNBits) -> bool {
 /// so neither product is written (an MLP's gate and up projections with SiLU(gate) * up, say).
 /// `epi` sees exactly the values two [`matmul_packed`] calls would have written. `Ok(None)` when
 /// these rows must take two separate calls (a non-finite value in A, values large enough to
-/// overflow: the separate calls answer those as ORT does; or the AMX GEMM's row counts, which
-/// have no pair path); `Err` when the weights are not compatible or a scratch buffer cannot be
+/// overflow: the separate calls answer those as ORT does; or the row counts of the AMX GEMM or
+/// the f32 levels' dequantizing GEMM, which have no pair path); `Err` when the weights are not compatible or a scratch buffer cannot be
 /// allocated. Panics unless `a` has M x K and `out` M x N values.
 pub fn matmul_pair(
     a: &[f32],
@@ -172,12 +177,9 @@ pub fn pair_rows_fit(a: &[f32], m: usize, first: &PackedNBits, second: &PackedNB
 }
 
 /// Whether [`matmul_pair`] declines `m` rows whatever their values: none, or as many as the
-/// active kernels' AMX GEMM takes (no pair path there).
+/// active kernels' AMX GEMM or the f32 levels' dequantizing GEMM take (no pair path there).
 pub fn pair_declines_rows(first: &PackedNBits, m: usize) -> bool {
-    m == 0
-        || Kernels::active()
-            .gemm(first.params.accuracy_level, m)
-            .is_some()
+    m == 0 || driver::no_pair_path(Kernels::active(), &first.params, m)
 }
 
 /// [`matmul_pair`] with an explicit kernel set (e.g. from [`Kernels::for_isa`]).

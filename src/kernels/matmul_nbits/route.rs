@@ -18,6 +18,9 @@ pub enum NBitsPath {
     Int8Gemm,
     /// Accuracy level 4 from the AMX threshold: the AMX whole-group GEMM.
     AmxGemm,
+    /// Accuracy level 0 (f32 A) from `dequant::DEQUANT_MIN_M` rows: the weight dequantized
+    /// into the f32 GEMM's panels.
+    F32Dequant,
     /// Accuracy level 0 (f32 A), M = 1, two weights over one A with an epilogue
     /// (`matmul_pair`).
     F32GemvPair,
@@ -50,7 +53,8 @@ impl NBitsRoute {
 
     /// The same table's route for a pair of weights over one A (`matmul_pair`): the pair path
     /// of this route's accuracy and row count (one row: the M=1 pair, more: the tile GEMM
-    /// pair; the AMX GEMM has no pair path, callers take the separate calls there).
+    /// pair; the AMX GEMM and the dequantizing GEMM have no pair path, callers take the
+    /// separate calls there).
     pub(crate) fn paired(self) -> NBitsRoute {
         let path = match self.path {
             NBitsPath::F32Gemv | NBitsPath::F32GemvPair => NBitsPath::F32GemvPair,
@@ -59,6 +63,7 @@ impl NBitsRoute {
             NBitsPath::Int8Gemm | NBitsPath::Int8GemmPair | NBitsPath::AmxGemm => {
                 NBitsPath::Int8GemmPair
             }
+            NBitsPath::F32Dequant => NBitsPath::F32GemmPair,
         };
         NBitsRoute {
             isa: self.isa,
@@ -80,15 +85,16 @@ macro_rules! texts {
             concat!($isa, "-acc4-gemv-pair", $sfx),
             concat!($isa, "-acc0-gemm-pair", $sfx),
             concat!($isa, "-acc4-gemm-pair", $sfx),
+            concat!($isa, "-acc0-gemm-dequant", $sfx),
         ]
     };
 }
 
 /// Per level: the 4-bit texts, then the 8-bit ones.
-static SCALAR: [[&str; 8]; 2] = [texts!("scalar", ""), texts!("scalar", "-bits8")];
-static AVX2: [[&str; 8]; 2] = [texts!("avx2", ""), texts!("avx2", "-bits8")];
-static AVX512: [[&str; 8]; 2] = [texts!("avx512", ""), texts!("avx512", "-bits8")];
-static AVX512VNNI: [[&str; 8]; 2] = [texts!("avx512vnni", ""), texts!("avx512vnni", "-bits8")];
+static SCALAR: [[&str; 9]; 2] = [texts!("scalar", ""), texts!("scalar", "-bits8")];
+static AVX2: [[&str; 9]; 2] = [texts!("avx2", ""), texts!("avx2", "-bits8")];
+static AVX512: [[&str; 9]; 2] = [texts!("avx512", ""), texts!("avx512", "-bits8")];
+static AVX512VNNI: [[&str; 9]; 2] = [texts!("avx512vnni", ""), texts!("avx512vnni", "-bits8")];
 
 /// The ledger text of `route`, for an 8-bit call's when `bits8`.
 fn route_text(route: NBitsRoute, bits8: bool) -> &'static str {
@@ -109,6 +115,7 @@ fn route_text(route: NBitsRoute, bits8: bool) -> &'static str {
         NBitsPath::Int8GemvPair => 5,
         NBitsPath::F32GemmPair => 6,
         NBitsPath::Int8GemmPair => 7,
+        NBitsPath::F32Dequant => 8,
     };
     let t = match route.isa {
         Isa::Scalar => &SCALAR,
@@ -167,6 +174,7 @@ mod tests {
             Int8Gemv,
             Int8Gemm,
             AmxGemm,
+            F32Dequant,
             F32GemvPair,
             Int8GemvPair,
             F32GemmPair,

@@ -100,6 +100,7 @@ impl MoeRoute {
             (Some(NBitsPath::Int8Gemv), true) => "experts-acc4-gemv-packed",
             (Some(NBitsPath::AmxGemm), true) => "experts-amx-acc4-gemm-packed",
             (Some(NBitsPath::F32Gemm), true) => "experts-f32-gemm-packed",
+            (Some(NBitsPath::F32Dequant), true) => "experts-f32-gemm-dequant-packed",
             (Some(_), true) => "experts-acc4-gemm-packed",
             (Some(_), false) => "experts-unpacked",
         }
