@@ -143,8 +143,9 @@ fn prefill_rows_over_several_tasks() {
     }
 }
 
-/// The f32 levels' many-row route (the weight dequantized into the f32 GEMM's panels, from
-/// `DEQUANT_MIN_M` = 16 rows): just below and at its row count, rows over several of the
+/// The f32 levels' many-row route (the weight dequantized into the f32 GEMM's panels, from 12
+/// rows on AVX2 and scalar tables, 16 on AVX-512 ones): below, between and at those row counts,
+/// a table moved to take it from 2 rows (`with_dequant_min_m`), rows over several of the
 /// GEMM's row blocks (144), K over several of its 256-deep slices with a partial last block and
 /// a K not a multiple of 4, N past its 1024-column blocks and not a multiple of any panel width,
 /// one column, zero points and a bias. Each against the reference, packed against unpacked bit
@@ -154,7 +155,8 @@ fn prefill_rows_over_several_tasks() {
 #[test]
 fn dequant_route_rows_and_edges() {
     let cases = [
-        (100, 33, 15, 32, true, false),
+        (100, 33, 11, 32, true, false),
+        (100, 33, 12, 32, true, false),
         (100, 33, 16, 32, false, true),
         (33, 17, 17, 16, true, true),
         (521, 1, 40, 64, false, false),
@@ -175,17 +177,27 @@ fn dequant_route_rows_and_edges() {
                 let b = pr.bias.as_deref();
                 let r = matmul_packed_with(kern, &pr.a, m, &packed, b, &mut one, &Serial).unwrap();
                 matmul_packed_with(kern, &pr.a, m, &packed, b, &mut three, &THREE).unwrap();
-                let want = if m >= 16 {
-                    NBitsPath::F32Dequant
-                } else {
-                    NBitsPath::F32Gemm
-                };
-                assert_eq!(r.path, want, "K={k} N={n} M={m} {}", kern.isa.name());
+                let ctx = format!("K={k} N={n} M={m} {}", kern.isa.name());
+                assert_eq!(r.path, kern.route(acc, m).path, "{ctx}");
+                if m >= 16 {
+                    assert_eq!(r.path, NBitsPath::F32Dequant, "{ctx}");
+                } else if m < 12 {
+                    assert_eq!(r.path, NBitsPath::F32Gemm, "{ctx}");
+                }
                 let same = one
                     .iter()
                     .zip(&three)
                     .all(|(x, y)| x.to_bits() == y.to_bits());
-                assert!(same, "K={k} N={n} M={m} {}: 1 lane vs 3", kern.isa.name());
+                assert!(same, "{ctx}: 1 lane vs 3");
+                // The route at a row count the tables give the tile kernel.
+                let early = kern.with_dequant_min_m(2);
+                let mut got = vec![f32::NAN; m * n];
+                let r = matmul_packed_with(&early, &pr.a, m, &packed, b, &mut got, &THREE).unwrap();
+                assert_eq!(r.path, NBitsPath::F32Dequant, "{ctx}");
+                let mut want = vec![0f32; m * n];
+                matmul_reference(&pr.a, m, &pr.weight(), b, &mut want);
+                let e = rel_l2(&got, &want);
+                assert!(e <= 1e-5, "{ctx}: from 2 rows: rel L2 {e:e}");
             }
         }
     }

@@ -1,4 +1,5 @@
-//! The f32 route for many rows (accuracy levels 0..3 from [`DEQUANT_MIN_M`] rows): each task of
+//! The f32 route for many rows (accuracy levels 0..3 from [`DEQUANT_MIN_M`] rows, 16 on the
+//! AVX-512 tables): each task of
 //! the f32 GEMM's blocked driver dequantizes its `KC x NC` slice of the weight into the GEMM's
 //! B panels, `W[k][n] = (q - zp) * scale` in f32, and runs the f32 micro-kernels over all its
 //! rows (`gemm::gemm_panels`).
@@ -25,13 +26,16 @@ use crate::kernels::gemm::{gemm_panels, PanelSource, Sgemm};
 use crate::kernels::simd::Level;
 use crate::runtime::par::Par;
 
-/// Rows from which an f32-level call dequantizes into the GEMM's panels.
-pub(crate) const DEQUANT_MIN_M: usize = 16;
-
-/// Whether a call of `m` rows over weights of `p` takes this route.
-pub(crate) fn takes(p: &NBitsParams, m: usize) -> bool {
-    !p.int8_compute() && m >= DEQUANT_MIN_M
-}
+/// Rows from which an f32-level call dequantizes into the GEMM's panels on the scalar and AVX2
+/// tables (their `dequant_min_m`; [`Kernels::with_dequant_min_m`] moves it for measurements).
+/// `examples/matmul_nbits_dequant.rs` (one thread, thread CPU time, 2.4 GHz AVX2 EPYC; tile /
+/// dequantizing time, median of 5 interleaved rounds) at gpt-oss's expert shapes and Qwen2-0.5B's
+/// MLP: 0.63-0.77 at 4 rows, 0.81-0.95 at 8, 1.31-1.45 at 12, 1.58-1.65 at 24, 1.77-1.87 at 64.
+pub(crate) const DEQUANT_MIN_M: usize = 12;
+/// The AVX-512 tables' row count: their f32 tile has 32 registers and does not spill, so the
+/// crossover lies higher; not measured on an AVX-512 host yet, kept at a row count where the
+/// AVX2 measurement already favours the GEMM by a third.
+pub(crate) const DEQUANT_MIN_M_AVX512: usize = 16;
 
 /// Zero point and scale of each column of one block of a group, as f32 (column `c` of a 4-bit
 /// group: lane `c % 16`, nibble `c / 16`; of an 8-bit group, `c < 16`: lane `c`, whole byte).

@@ -3,7 +3,7 @@
 use std::ops::Range;
 use std::sync::LazyLock;
 
-use super::dequant::{dequant_scalar, BlockConsts, DequantFn};
+use super::dequant::{dequant_scalar, BlockConsts, DequantFn, DEQUANT_MIN_M, DEQUANT_MIN_M_AVX512};
 use super::pack::{GroupView, NR};
 use super::prepare_a::{quantize_row_scalar, PreparedA, QuantRowFn};
 use super::route::{NBitsPath, NBitsRoute};
@@ -55,6 +55,7 @@ pub(crate) fn amx_scratch_len(kp: usize) -> usize {
 }
 
 /// The kernels of one ISA level.
+#[derive(Clone, Copy)]
 pub struct Kernels {
     /// The level these kernels need.
     pub isa: Isa,
@@ -71,6 +72,8 @@ pub struct Kernels {
     /// The f32 levels' many-row route: a block of a group's codes dequantized into the f32
     /// GEMM's panels (`dequant`; the same values at every level).
     pub(crate) dequant: DequantFn,
+    /// Rows from which the f32 levels take that route.
+    dequant_min_m: usize,
     /// Accuracy level 4 from [`AMX_MIN_M`] rows: the AMX GEMM (only in the tables
     /// [`Kernels::amx`] and [`Kernels::amx_every_m`] hand out, minted from the `Amx` token).
     i8_gemm: Option<GemmFn>,
@@ -161,6 +164,7 @@ const SCALAR: Kernels = Kernels {
     quant_row: quant_scalar,
     abs_max: abs_max_scalar,
     dequant: dequant_scalar_entry,
+    dequant_min_m: DEQUANT_MIN_M,
     i8_gemm: None,
     amx_min_m: usize::MAX,
     amx_tail_min: 0,
@@ -175,6 +179,7 @@ const AVX2: Kernels = Kernels {
     quant_row: quant_scalar,
     abs_max: abs_max_scalar,
     dequant: entries::dequant_avx2,
+    dequant_min_m: DEQUANT_MIN_M,
     i8_gemm: None,
     amx_min_m: usize::MAX,
     amx_tail_min: 0,
@@ -189,6 +194,7 @@ const AVX512: Kernels = Kernels {
     quant_row: entries::quant_avx512,
     abs_max: entries::abs_max_avx512,
     dequant: entries::dequant_avx2,
+    dequant_min_m: DEQUANT_MIN_M_AVX512,
     i8_gemm: None,
     amx_min_m: usize::MAX,
     amx_tail_min: 0,
@@ -203,6 +209,7 @@ const AVX512VNNI: Kernels = Kernels {
     quant_row: entries::quant_avx512,
     abs_max: entries::abs_max_avx512,
     dequant: entries::dequant_avx2,
+    dequant_min_m: DEQUANT_MIN_M_AVX512,
     i8_gemm: None,
     amx_min_m: usize::MAX,
     amx_tail_min: 0,
@@ -320,6 +327,21 @@ impl Kernels {
         }
     }
 
+    /// Whether a call of `m` rows at `accuracy_level` dequantizes into the f32 GEMM's panels
+    /// (`dequant`: the f32 levels from `dequant_min_m` rows).
+    pub(crate) fn dequant(&self, accuracy_level: usize, m: usize) -> bool {
+        accuracy_level != 4 && m >= self.dequant_min_m
+    }
+
+    /// This table with the f32 levels' dequantizing route from `m` rows (`usize::MAX`: never),
+    /// for measurements and tests that compare it with the tile kernel at the same row count.
+    pub fn with_dequant_min_m(&self, m: usize) -> Kernels {
+        Kernels {
+            dequant_min_m: m.max(2),
+            ..*self
+        }
+    }
+
     /// The whole-group GEMM a call of `m` rows at `accuracy_level` takes, if any.
     pub(crate) fn gemm(&self, accuracy_level: usize, m: usize) -> Option<GemmFn> {
         self.i8_gemm
@@ -337,7 +359,7 @@ impl Kernels {
     pub fn route(&self, accuracy_level: usize, m: usize) -> NBitsRoute {
         let path = if self.gemm(accuracy_level, m).is_some() {
             NBitsPath::AmxGemm
-        } else if accuracy_level != 4 && m >= super::dequant::DEQUANT_MIN_M {
+        } else if self.dequant(accuracy_level, m) {
             NBitsPath::F32Dequant
         } else {
             match (accuracy_level == 4, m > 1) {

@@ -151,7 +151,7 @@ pub(crate) fn run(
 /// Whether `m` rows over weights of `p` take a route with no pair path (the AMX GEMM, the f32
 /// levels' dequantizing GEMM): a pair call then runs as two calls.
 pub(crate) fn no_pair_path(kernels: &Kernels, p: &NBitsParams, m: usize) -> bool {
-    kernels.gemm(p.accuracy_level, m).is_some() || dequant::takes(p, m)
+    kernels.gemm(p.accuracy_level, m).is_some() || kernels.dequant(p.accuracy_level, m)
 }
 
 /// The fast path over every row (non-finite rows included, fixed up by [`run`]).
@@ -193,7 +193,7 @@ fn run_fast(
     }
     // The kernels' level, minted once for the call and handed to every tile call.
     let lv = Level::require(kernels.isa)?;
-    if dequant::takes(&p, m) {
+    if kernels.dequant(p.accuracy_level, m) {
         let kernel = kernels.dequant;
         return match src {
             Source::Packed(pk) => {
