@@ -15,7 +15,9 @@ and the batch goes on in a fresh child). Classes:
 - unnamed: rcpu's own error message does not name the node.
 
 Cases where ORT 1.31.1 itself misbehaves carry an `expect` (numpy reference outputs) that replaces
-ORT's answer. `python adversarial.py` prints a summary; test_adversarial.py asserts no findings.
+ORT's answer. QMoE's cases (`gen_qmoe`, issue 53) build their models with qmoe_models.py; where ORT's
+8-bit experts use int8 activations below level 4, its float64 reference is the `expect`.
+`python adversarial.py` prints a summary; test_adversarial.py asserts no findings.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 import models
+import qmoe_models as qm
 
 F32, F16, I32, I64, U8, I8 = (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.INT32, TensorProto.INT64,
                               TensorProto.UINT8, TensorProto.INT8)
@@ -56,6 +59,9 @@ TOLS = {
     "Reshape": ("close", 1e-5, 1e-6),
     # The Split cases wrap it in a Sigmoid and Relus (`split_model`): the Sigmoid's tolerance.
     "Split": ("close", 1e-5, 1e-6), "GatherBlockQuantized": ("close", 0, 0), "options": ("l2", 1e-4),
+    # QMoE with f32 products on both sides; "QMoE4": int8 activations on one side or both (level 4, and
+    # ORT's 8-bit experts at every level), as MatMulNBits4.
+    "QMoE": ("l2", 1e-4), "QMoE4": ("l2", 2e-2),
 }
 
 
@@ -1198,10 +1204,366 @@ def gen_fuse_same(rng):
     return out
 
 
+# ------------------------------------------------------------------------------------------------ QMoE
+
+NAN, INF = np.nan, np.inf
+# Router logits rows over 8 experts (`gen_qmoe`): whole-row ties, +-0, +-inf, huge, around the 1e-8 cut.
+QMOE_TIES = np.array([
+    [1, 1, 1, 1, 1, 1, 1, 1],  # all tied: the larger expert indices win
+    [0, 3, 3, 0, 3, 0, 0, 0],
+    [2, 2, 2, 1, 1, 1, 3, 3],
+    [0, 0, 0, 0, 0, 0, 0, -0.0],  # 0.0 == -0.0: a tie
+    [-0.0, 0, 0, 0, 0, 0, 0, 0],
+    [1e30, -1e30, 3e38, -3e38, 0, 1, 2, 3],
+    [3.0, 3.0 - 18.42, 3.0 - 18.43, -50, -60, -70, -80, -90],  # softmax weights around the 1e-8 cut
+], np.float32)
+QMOE_POSINF = np.array([
+    [INF, 1, 2, 3, 4, 5, 6, 7],  # +inf first: exp(inf - inf) = NaN weights, the token gets zeros
+    [1, 2, INF, 3, INF, 4, 5, 6],  # two +inf: tied
+    [INF] * 8,
+    [1, 2, 3, 4, 5, 6, 7, INF],
+], np.float32)
+QMOE_NEGINF = np.array([
+    [-INF, 1, 2, 3, 4, 5, 6, 7],
+    [-INF] * 8,  # all -inf: exp(-inf - -inf) = NaN, zeros
+    [1, -INF, -INF, -INF, -INF, -INF, -INF, -INF],  # the -inf routes dropped (weight 0)
+    [-INF, -INF, 0, -INF, -INF, -INF, -INF, -1],
+], np.float32)
+QMOE_NAN = np.array([
+    [NAN, 1, 2, 3, 4, 5, 6, 7],
+    [1, NAN, 2, 3, 4, 5, 6, 7],
+    [7, 6, 5, 4, 3, 2, 1, NAN],
+    [1, 2, 3, NAN, 5, 6, 7, 0],
+    [NAN] * 8,
+    [NAN, INF, -INF, NAN, 1, 1, 1, NAN],
+], np.float32)
+HUGE_E = 2 ** 40
+
+
+def _qmoe_symbolic(m: onnx.ModelProto) -> onnx.ModelProto:
+    """Every graph input's dims symbolic (so a mismatched feed reaches the kernel)."""
+    for v in m.graph.input:
+        for j, d in enumerate(v.type.tensor_type.shape.dim):
+            d.Clear()
+            d.dim_param = f"{v.name}_d{j}"
+    return m
+
+
+def _qmoe_set_attrs(m: onnx.ModelProto, **attrs) -> onnx.ModelProto:
+    node = m.graph.node[0]
+    kept = [a for a in node.attribute if a.name not in attrs]
+    del node.attribute[:]
+    node.attribute.extend(kept + [helper.make_attribute(k, v) for k, v in attrs.items()])
+    return m
+
+
+def qmoe_case(rng, name, tokens=5, router=None, x=None, rw=None, logit_scale=2.0, symbolic=False, attrs=None,
+              edit=None, feeds=None, **spec_kw):
+    """A single-node QMoE (`qmoe_models.build`, the node named n0) with `qmoe_models.feeds` for `tokens`
+    (an int, or a (B, S) pair with rank=3). `attrs` overrides attributes after building, `edit(model)`
+    changes the model in place, `feeds(f)` the feeds; `symbolic` makes every graph input's dims symbolic."""
+    spec = qm.QMoESpec(name=NODE, seed=int(rng.integers(1 << 30)), **spec_kw)
+    case = qm.build(spec)
+    if router is not None and tokens is None:
+        tokens = router.shape[0]
+    f = qm.feeds(case, tokens, rng, router=router, router_weights=rw, x=x, logit_scale=logit_scale)
+    m = onnx.ModelProto()
+    m.CopyFrom(case.model)
+    if attrs:
+        _qmoe_set_attrs(m, **attrs)
+    if edit is not None:
+        edit(m)
+    if symbolic:
+        _qmoe_symbolic(m)
+    if feeds is not None:
+        f = feeds(f)
+    lvl4 = spec.accuracy_level == 4 or (attrs or {}).get("accuracy_level") == 4
+    # Both sides quantise the activations to int8 at level 4: the looser tolerance there.
+    c = Case(f"qmoe/{name}", "QMoE4" if lvl4 else "QMoE", m.SerializeToString(), f)
+    c.qmoe = case  # the f64 reference's weights (dropped before the case is returned: see `gen_qmoe`)
+    claimable = spec.block is not None and spec.H % spec.block == 0 and spec.I % spec.block == 0
+    if spec.bits == 8 and not lvl4 and claimable and edit is None and attrs is None and feeds is None:
+        # ORT 1.31.1 runs block-wise 8-bit experts with int8 activations at every level (rel L2 ~1e-2
+        # from the definition); rcpu keeps f32 products below level 4: the f64 reference is the answer.
+        c.expect = _qmoe_ref(c)
+    return c
+
+
+def _qmoe_ref(c: Case) -> list:
+    """qmoe_models' float64 reference of the case (ORT 1.31.1's semantics), as float32."""
+    f = c.feeds
+    return [qm.qmoe_reference(c.qmoe, f["input"], f["router_probs"], f.get("router_weights")).astype(np.float32)]
+
+
+def _qmoe_init(m: onnx.ModelProto, name: str):
+    return next(t for t in m.graph.initializer if t.name == name)
+
+
+def gen_qmoe(rng):
+    """com.microsoft.QMoE (issue 53): router logits with NaN / +inf / -inf / whole-row ties, k = 1 and
+    k = E, experts no token picks, biases absent and present, block sizes 16..256, hidden or expert
+    width not a multiple of the block (rcpu declines: ORT's answer), huge expert counts declared in
+    the model file, router_probs / input / router_weights shapes that do not match the weights,
+    no tokens, 3-D input, the sparse mixer, SwiGLU's limit / alpha / beta, accuracy level 4, hostile
+    scales, non-finite activations, the declined forms (row-wise scales, 2-bit, fc3, experts fed at
+    run time) and ORT's session-time refusals."""
+    out = []
+    small = dict(H=32, I=32, E=8, bits=4, block=16, fc2_bias=True)
+    # routing: NaN / +inf / -inf / ties, for k = 1, 2 and E (8)
+    for k in (1, 2, 8):
+        for what, rows in (("ties", QMOE_TIES), ("posinf", QMOE_POSINF), ("neginf", QMOE_NEGINF), ("nan", QMOE_NAN)):
+            logits = np.concatenate([rows, rn(rng, 3, 8, scale=2.0)])
+            out.append(qmoe_case(rng, f"route/{what}/k{k}", tokens=None, router=logits, k=k, **small))
+    for e, k in ((17, 11), (32, 31), (5, 3)):
+        logits = rn(rng, 24, e, scale=2.0)
+        logits[rng.random(logits.shape) < 0.25] = NAN
+        logits[rng.random(logits.shape) < 0.1] = INF
+        logits[rng.random(logits.shape) < 0.1] = -INF
+        logits[rng.random(logits.shape) < 0.2] = 1.0
+        out.append(qmoe_case(rng, f"route/mixed-nonfinite/E{e}k{k}", tokens=None, router=logits,
+                             **dict(small, E=e, k=k)))
+    out.append(qmoe_case(rng, "route/all-nan", tokens=None, router=np.full((4, 8), NAN, np.float32), k=2, **small))
+    out.append(qmoe_case(rng, "route/all-tied", tokens=None, router=np.full((4, 8), 0.5, np.float32), k=3, **small))
+    # k = 1 and k = E, one expert and many
+    for e, k in ((1, 1), (4, 1), (4, 4), (32, 1), (32, 32), (64, 8)):
+        # k = E with flat logits: every expert's weight counts (k = E - 1 would be another answer)
+        out.append(qmoe_case(rng, f"k/E{e}k{k}", tokens=9, E=e, k=k, H=64, I=32, block=32, zp=True, fc2_bias=True,
+                             logit_scale=0.3 if k == e else 3.0))
+    # experts no token picks (and one every token picks)
+    for bits in (4, 8):
+        logits = rn(rng, 12, 8)
+        logits[:, [3, 5]] = -30.0
+        logits[:, 0] = 10.0
+        out.append(qmoe_case(rng, f"unpicked/b{bits}", tokens=None, router=logits, E=8, k=2, bits=bits, H=64, I=64,
+                             block=64 if bits == 8 else 32, zp=True, fc1_bias=True, fc2_bias=True))
+    logits = rn(rng, 6, 8)
+    logits[:, 7] = 50.0
+    out.append(qmoe_case(rng, "unpicked/only-expert7-k1", tokens=None, router=logits, E=8, k=1, fc1_bias=True,
+                         H=32, I=32, block=16))
+    # biases absent and present, both widths
+    for bits in (4, 8):
+        for b1, b2 in ((False, False), (True, False), (False, True), (True, True)):
+            out.append(qmoe_case(rng, f"bias/b{bits}/fc1{int(b1)}-fc2{int(b2)}", tokens=7, bits=bits, fc1_bias=b1,
+                                 fc2_bias=b2, zp=bits == 8))
+    # block sizes (hidden and expert width multiples of it), zero points on and off
+    for bits in (4, 8):
+        for block, h, i in ((16, 48, 80), (32, 96, 64), (64, 128, 64), (128, 128, 256), (256, 256, 256)):
+            for zp in (False, True):
+                out.append(qmoe_case(rng, f"block/b{bits}/bs{block}/H{h}I{i}/zp{int(zp)}", tokens=6, bits=bits,
+                                     block=block, H=h, I=i, E=4 if block < 128 else 2, zp=zp, fc1_bias=zp,
+                                     fc2_bias=True, act="swiglu", alpha=1.702, beta=1.0, limit=7.0, gain=4.0))
+    # hidden / expert width not a multiple of the block: partial last blocks (rcpu declines: ORT's answer)
+    for bits in (4, 8):
+        for block, h, i in ((32, 48, 64), (64, 128, 80), (16, 40, 16), (128, 200, 128)):
+            out.append(qmoe_case(rng, f"partial-block/b{bits}/bs{block}/H{h}I{i}", tokens=5, bits=bits, block=block,
+                                 H=h, I=i, zp=True, fc1_bias=True))
+    out.append(qmoe_case(rng, "partial-block/acc4", tokens=5, block=64, H=48, I=80, accuracy_level=4))
+    # no tokens, 3-D input
+    for t in (0, (0, 3), (2, 0), (1, 1), (2, 5), (3, 1)):
+        rank = 2 if isinstance(t, int) else 3
+        out.append(qmoe_case(rng, f"tokens/{t}", tokens=t, rank=rank, E=6, k=2, fc1_bias=True, fc2_bias=True))
+        out.append(qmoe_case(rng, f"tokens/{t}/symbolic", tokens=t, rank=rank, E=6, k=2, symbolic=True))
+    # the sparse mixer (ORT: k = 2 only; routes as without it), normalisation without router_weights
+    out.append(qmoe_case(rng, "sparse-mixer/k2", tokens=9, sparse_mixer=1, k=2, fc2_bias=True))
+    out.append(qmoe_case(rng, "sparse-mixer/k2/nan-logits", tokens=None, router=QMOE_NAN, sparse_mixer=1, k=2,
+                         **small))
+    out.append(qmoe_case(rng, "sparse-mixer/k3", tokens=3, sparse_mixer=1, k=3))  # ORT refuses at creation
+    out.append(qmoe_case(rng, "sparse-mixer/k1", tokens=3, sparse_mixer=1, k=1))
+    out.append(qmoe_case(rng, "normalize-without-router-weights", tokens=5, normalize=1, k=3))
+    # router_weights: hostile values, normalised or not
+    for norm in (0, 1):
+        rw = rng.uniform(0, 1, (8, 6)).astype(np.float32)
+        rw[0] = 0
+        rw[1] = -rw[1]
+        rw[2, :3] = -rw[2, :3]
+        rw[3, 2] = NAN
+        rw[4, 4] = INF
+        rw[5] = -INF
+        rw[6] = [1e-8, 1e-8, 1e-8, 0.5, 0.5, 0.5]
+        rw[7] = [1e-9, 2e-9, 4e-9, 0.5, 0.5, 0.5]
+        logits = rn(rng, 8, 6)
+        logits[6:] = [3, 2, 1, 0, 0, 0]
+        out.append(qmoe_case(rng, f"router-weights/normalize{norm}", tokens=None, router=logits, rw=rw, E=6, k=3,
+                             router_weights=True, normalize=norm, fc1_bias=True, fc2_bias=True))
+    # SwiGLU's limit / alpha / beta, and the other activations (the swiglu parameters ignored there)
+    for nm, kw in (("gptoss", dict(alpha=1.702, beta=1.0, limit=7.0, gain=4.0)), ("limit0", dict(limit=0.0)),
+                   ("limit-nan", dict(limit=float("nan"))), ("limit1e-3", dict(limit=1e-3, gain=4.0)),
+                   ("limit-inf", dict(limit=float("inf"))), ("alpha0", dict(alpha=0.0)),
+                   ("alpha-neg-beta-neg", dict(alpha=-1.702, beta=-3.0, limit=5.0)),
+                   ("alpha-huge", dict(alpha=1e30, beta=1e30)), ("beta-inf", dict(beta=float("inf")))):
+        out.append(qmoe_case(rng, f"swiglu/{nm}", tokens=9, fc1_bias=True, fc2_bias=True, **kw))
+    for nm, lim in (("limit-1", -1.0), ("limit-neg-inf", float("-inf"))):
+        # ORT 1.31.1 (built with _GLIBCXX_ASSERTIONS) aborts in std::clamp(lin, -limit, limit) when
+        # -limit > limit: the f64 reference evaluates the clamp expression libstdc++ compiles.
+        c = qmoe_case(rng, f"swiglu/{nm}", tokens=5, fc1_bias=True, limit=lim)
+        c.skip_ort, c.expect = True, _qmoe_ref(c)
+        out.append(c)
+    for act in ("silu", "gelu", "relu", "identity"):
+        out.append(qmoe_case(rng, f"act/{act}", tokens=9, act=act, alpha=3.0, beta=2.0, limit=0.5, fc1_bias=True,
+                             fc2_bias=True))
+    # accuracy level 4 (int8 activations) and the levels ORT treats as 0
+    for bits in (4, 8):
+        for zp in (False, True):
+            out.append(qmoe_case(rng, f"acc4/b{bits}/zp{int(zp)}", tokens=17, bits=bits, zp=zp, accuracy_level=4,
+                                 H=128, I=64, E=8, k=2, fc1_bias=True, fc2_bias=True, alpha=1.702, beta=1.0,
+                                 limit=7.0, gain=4.0))
+    out.append(qmoe_case(rng, "acc4/nan-logits", tokens=None, router=QMOE_NAN, accuracy_level=4, **small))
+    for acc in (-1, 1, 2, 3, 5, 100):
+        out.append(qmoe_case(rng, f"acc{acc}", tokens=5, accuracy_level=acc, fc1_bias=True))
+    # non-finite and extreme activations
+    for acc in (0, 4):
+        def nonfinite(f, acc=acc):
+            x = f["input"]
+            # No NaN among finite values at level 4 (int8 activations): ORT 1.31.1 quantises it to a
+            # code its SIMD conversion makes up, rcpu to 0; both answer finite values, neither the f32
+            # answer (a NaN row), and they differ (MatMulNBits at level 4 alike): not compared.
+            x[0, 3] = NAN if acc == 0 else 0.5
+            x[1, 5], x[2, 7] = INF, -INF
+            x[3, :], x[4, :] = 1e30, -1e30
+            x[5, :] = 1e-42
+            return f
+        for act in ("swiglu", "relu"):
+            out.append(qmoe_case(rng, f"input-nonfinite/{act}/acc{acc}", tokens=7, act=act, accuracy_level=acc,
+                                 fc2_bias=True, feeds=nonfinite))
+    # hostile scales (rcpu computes such an expert literally): an infinite / NaN / huge / zero scale in
+    # the expert every token takes. The activations are small (1e-2) so that no f32 sum of the huge
+    # weights (|w| up to 2.4e38) overflows: where one does, its infinities depend on the order of the
+    # sum (seen: NaN in 20 places for rcpu, 30 for ORT), as `gen_nbits`' a-huge cases.
+    for bad in (INF, NAN, 3e37, -3e37, 0.0):
+        def set_scale(m, bad=bad):
+            t = _qmoe_init(m, "fc1_s")
+            a = numpy_helper.to_array(t).copy()
+            a[1, 3, 0] = bad
+            t.CopyFrom(numpy_helper.from_array(a, "fc1_s"))
+        logits = rn(rng, 6, 4)
+        logits[:, 1] = 10.0  # every token routes through expert 1
+        out.append(qmoe_case(rng, f"scales/fc1-{bad}", tokens=None, router=logits, x=rn(rng, 6, 64, scale=1e-2),
+                             E=4, k=2, edit=set_scale, fc1_bias=True))
+    out.append(qmoe_case(rng, "scales/f16", tokens=7, scales_f16=True, bits=4, zp=True, fc1_bias=True))
+    # shapes that do not match the weights (graph inputs symbolic so the feeds reach the kernel)
+    def feed(**kw):
+        def f(d):
+            d.update(kw)
+            return d
+        return f
+    E4 = dict(E=4, k=2, fc1_bias=True, symbolic=True)
+    out.append(qmoe_case(rng, "shape/router-experts-5-of-4", tokens=3, feeds=feed(router_probs=rn(rng, 3, 5)), **E4))
+    out.append(qmoe_case(rng, "shape/router-experts-3-of-4", tokens=3, feeds=feed(router_probs=rn(rng, 3, 3)), **E4))
+    out.append(qmoe_case(rng, "shape/router-rows", tokens=3, feeds=feed(router_probs=rn(rng, 2, 4)), **E4))
+    out.append(qmoe_case(rng, "shape/router-1d", tokens=1, feeds=feed(router_probs=rn(rng, 4)), **E4))
+    out.append(qmoe_case(rng, "shape/router-3d", tokens=3, feeds=feed(router_probs=rn(rng, 1, 3, 4)), **E4))
+    out.append(qmoe_case(rng, "shape/router-empty-experts", tokens=3, feeds=feed(router_probs=rn(rng, 3, 0)), **E4))
+    out.append(qmoe_case(rng, "shape/router-huge-experts-no-tokens", tokens=0,
+                         feeds=feed(router_probs=np.zeros((0, HUGE_E), np.float32)), **E4))
+    out.append(qmoe_case(rng, "shape/hidden-32-of-64", tokens=3, feeds=feed(input=rn(rng, 3, 32)), **E4))
+    out.append(qmoe_case(rng, "shape/input-1d", tokens=1, feeds=feed(input=rn(rng, 64)), **E4))
+    out.append(qmoe_case(rng, "shape/input-4d", tokens=1, feeds=feed(input=rn(rng, 1, 1, 1, 64)), **E4))
+    out.append(qmoe_case(rng, "shape/router-weights-rows", tokens=3, router_weights=True,
+                         feeds=feed(router_weights=rng.uniform(size=(2, 4)).astype(np.float32)), **E4))
+    out.append(qmoe_case(rng, "shape/k5-of-4", tokens=3, **dict(E4, k=5)))
+    # huge expert counts declared in the model file
+    def huge_dims(names, e=HUGE_E):
+        def ed(m):
+            for n in names:
+                _qmoe_init(m, n).dims[0] = e
+        return ed
+    out.append(qmoe_case(rng, "huge-E/fc1-weights-dims", tokens=3, edit=huge_dims(["fc1_w"])))
+    out.append(qmoe_case(rng, "huge-E/all-expert-tensors-dims", tokens=3,
+                         edit=huge_dims(["fc1_w", "fc1_s", "fc2_w", "fc2_s", "fc1_b"]), fc1_bias=True))
+    out.append(qmoe_case(rng, "huge-E/2^62-dims", tokens=3, edit=huge_dims(["fc1_w", "fc1_s", "fc2_w", "fc2_s"],
+                                                                         2 ** 62)))
+
+    def router_decl(e):
+        def ed(m):
+            m.graph.input[1].type.tensor_type.shape.dim[1].dim_value = e
+        return ed
+    out.append(qmoe_case(rng, "huge-E/router-declared", tokens=3, edit=router_decl(HUGE_E)))
+    out.append(qmoe_case(rng, "huge-E/router-declared/no-tokens", tokens=0, edit=router_decl(HUGE_E),
+                         feeds=feed(router_probs=np.zeros((0, HUGE_E), np.float32))))
+
+    def zero_size(e, h=64):
+        def ed(m):
+            raw = lambda name, dims, dt: helper.make_tensor(name, dt, dims, vals=b"", raw=True)  # noqa: E731
+            keep = [t for t in m.graph.initializer if t.name not in ("fc1_w", "fc1_s", "fc2_w", "fc2_s")]
+            del m.graph.initializer[:]
+            m.graph.initializer.extend(keep + [raw("fc1_w", [e, 0, h // 2], U8), raw("fc1_s", [e, 0, h // 32], F32),
+                                               raw("fc2_w", [e, h, 0], U8), raw("fc2_s", [e, h, 0], F32)])
+            m.graph.input[1].type.tensor_type.shape.dim[1].dim_value = e
+        return ed
+    for e in (HUGE_E, 2 ** 60):  # 2 ** 60 float32s: numpy's largest shape with a zero beside it
+        out.append(qmoe_case(rng, f"huge-E/zero-size-experts/E{e}", tokens=0, edit=zero_size(e),
+                             feeds=feed(router_probs=np.zeros((0, e), np.float32))))
+    # many real experts (E = 512, every one a cache entry per projection), k = 1 and k = E
+    for k in (1, 512):
+        out.append(qmoe_case(rng, f"many-experts/E512k{k}", tokens=4, E=512, k=k, H=16, I=16, block=16,
+                             logit_scale=1.0))
+    # declined forms (rcpu leaves the node to ORT: ORT's answer, or ORT's error, on both sides)
+    out.append(qmoe_case(rng, "declined/row-wise-scales", tokens=5, block=None, zp=True))
+    out.append(qmoe_case(rng, "declined/row-wise-8bit", tokens=5, block=None, bits=8))
+    out.append(qmoe_case(rng, "declined/bits2", tokens=5, bits=2, block=32, zp=True))
+    out.append(qmoe_case(rng, "declined/fc3", tokens=3, fc3=True))  # ORT: NOT_IMPLEMENTED at run time
+
+    def weights_fed(m):
+        inits = {t.name: t for t in m.graph.initializer}
+        for n in ("fc1_w", "fc1_s"):
+            t = inits[n]
+            m.graph.input.append(helper.make_tensor_value_info(n, t.data_type, ["E"] + list(t.dims[1:])))
+        keep = [t for t in m.graph.initializer if t.name not in ("fc1_w", "fc1_s")]
+        del m.graph.initializer[:]
+        m.graph.initializer.extend(keep)
+    c = qmoe_case(rng, "declined/experts-fed", tokens=5, edit=weights_fed)
+    init = {t.name: numpy_helper.to_array(t) for t in c.qmoe.model.graph.initializer}
+    c.feeds.update(fc1_w=init["fc1_w"], fc1_s=init["fc1_s"])
+    out.append(c)
+
+    def fc1_8bit(m):
+        # fc1 8-bit, fc2 4-bit: ORT 1.31.1 fails at run time ("Mixed-width QMoE execution is not yet
+        # implemented on CPU"); rcpu declines mixed widths
+        c8 = qm.build(qm.QMoESpec(name=NODE, act="silu", bits=8))
+        for t in m.graph.initializer:
+            if t.name in ("fc1_w", "fc1_s"):
+                t.CopyFrom(_qmoe_init(c8.model, t.name))
+    out.append(qmoe_case(rng, "declined/mixed-widths", tokens=3, act="silu", edit=fc1_8bit,
+                         attrs=dict(fc1_expert_weight_bits=8, fc2_expert_weight_bits=4)))
+    out.append(qmoe_case(rng, "attrs/mixed-widths-shapes-4bit", tokens=3, act="silu",
+                         attrs=dict(fc1_expert_weight_bits=8, fc2_expert_weight_bits=4)))
+
+    def to_f16(m):
+        # float16 activations (and biases): rcpu declines them
+        for v in list(m.graph.input) + list(m.graph.output):
+            v.type.tensor_type.elem_type = F16
+        t = _qmoe_init(m, "fc1_b")
+        t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float16), "fc1_b"))
+
+    def f16_feeds(f):
+        return {k: v.astype(np.float16) for k, v in f.items()}
+    c = qmoe_case(rng, "declined/f16-activations", tokens=5, fc1_bias=True, edit=to_f16, feeds=f16_feeds)
+    c.tol = ("l2", 1e-3)
+    out.append(c)
+    # attributes ORT refuses when the session is created (block512: at run time, the scales' shape)
+    for nm, at in (("k0", dict(k=0)), ("k-neg", dict(k=-1)), ("block24", dict(block_size=24)),
+                   ("block8", dict(block_size=8)), ("block512", dict(block_size=512)),
+                   ("bits3", dict(expert_weight_bits=3)),
+                   ("activation-bogus", dict(activation_type="bogus")), ("swiglu-fusion2", dict(swiglu_fusion=2)),
+                   ("swiglu-fusion0", dict(swiglu_fusion=0))):
+        out.append(qmoe_case(rng, f"attrs/{nm}", tokens=3, attrs=at))
+    # the unpacked path (a weight budget of 0) and 2 / 3 lanes
+    for o in ({"weight_cache_mb": "0"}, {"threads": "2"}, {"threads": "3"}):
+        for bits in (4, 8):
+            c = qmoe_case(rng, f"options/{json.dumps(o)}/b{bits}", tokens=None, router=np.concatenate(
+                [QMOE_NAN, QMOE_TIES, rn(rng, 40, 8)]), E=8, k=2, bits=bits, H=128, I=64, block=32, zp=True,
+                fc1_bias=True, fc2_bias=True)
+            c.options = o
+            out.append(c)
+    for c in out:
+        del c.qmoe  # the reference's weights stay here (Case is pickled for the child processes)
+    return out
+
+
 GENERATORS = [gen_matmul, gen_gemm, gen_nbits, gen_qlinear, gen_gqa, gen_rope, gen_norms, gen_softmax, gen_reshape,
               gen_elementwise, gen_activation, gen_cast, gen_gbq, gen_options, gen_parallel,
               # Last: the shared generator's draws for the cases above stay as they were.
-              gen_8bit, gen_split, gen_misaligned, gen_fuse_same]
+              gen_8bit, gen_split, gen_misaligned, gen_fuse_same, gen_qmoe]
 
 
 def all_cases(seed: int = 13) -> list[Case]:

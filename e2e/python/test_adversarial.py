@@ -1,4 +1,4 @@
-"""The adversarial pass (adversarial.py): ~1000 cases over every op rcpu claims, each run with ORT's CPU EP
+"""The adversarial pass (adversarial.py): ~1500 cases over every op rcpu claims, each run with ORT's CPU EP
 and with rcpu in child processes. No case may crash, hang, answer wrongly, refuse what ORT computes,
 accept what ORT refuses at run time, or fail with an rcpu error that does not name the node."""
 
