@@ -17,6 +17,7 @@ mod qgemm_common;
 mod rng;
 
 mod attention_gqa;
+mod attention_gqa_quant;
 mod attention_rotary;
 mod cast_f16;
 mod f32_broadcast;

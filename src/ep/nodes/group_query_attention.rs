@@ -12,9 +12,19 @@
 //! `head_sink` (gpt-oss's attention sinks) and `smooth_softmax` = 1: a sink logit per query head
 //! (0 without `head_sink`) joins each softmax, its own probability dropped.
 //!
+//! A quantized KV cache (`kernels::attention::gqa_quant`): `k_quant_type` = `v_quant_type` =
+//! `PER_TENSOR` or `PER_CHANNEL` with `kv_cache_bit_width` 8 (int8 past/present) or 4 (uint8
+//! past/present `[B, Nkv, L, H / 2]`, two codes a byte), `k_scale` / `v_scale` (float32, one
+//! element or `kv_num_heads * head_size`): new rows quantized bit-identically to ORT, the attention
+//! read from the codes. Everything above (rotary, packed QKV, shared buffers, windows, softcap,
+//! sinks) works with it, except `sliding_window_cache`. A non-finite scale is an error naming
+//! the node.
+//!
 //! Stays on ORT: `local_window_size` 0 or below -1, a negative `softcap`, `qk_output`, `causal` = 0,
-//! `sliding_window_cache` without a window, KV quantization, the inputs `position_ids`,
-//! `attention_bias`, `k_scale`/`v_scale`, `q_norm_weight`/`k_norm_weight`.
+//! `sliding_window_cache` without a window or with a quantized cache, the quantized forms ORT's CPU
+//! EP fails (different K and V quant types, a bit width other than 4 / 8, or one without
+//! quantization, an int8 cache at 4 bits or uint8 at 8), float16 and bfloat16 GQA (float16
+//! caches included), the inputs `position_ids`, `attention_bias`, `q_norm_weight`/`k_norm_weight`.
 
 use std::sync::Arc;
 
@@ -26,15 +36,24 @@ use crate::abi::tensor::{ElemType, Tensor};
 use crate::ep::op::{types, Decline, KernelEnv, OpDef, OpKernel};
 use crate::kernels::attention::gqa::{gqa_f32, GqaInputs, GqaOutputs, GqaRotary, GqaShape};
 use crate::kernels::attention::gqa_plan::{plan, plan_windowed, GqaDims};
+use crate::kernels::attention::gqa_quant::{gqa_quant, KvQuant, QuantOutputs};
 use crate::kernels::attention::gqa_window::gqa_f32_windowed;
 use crate::runtime::par::take_lanes_used;
 use crate::telemetry::ledger;
 
-use super::claim::{input, only_attrs, require_elem, require_output_elem, F32};
+use super::claim::{input, only_attrs, require_elem, F32};
 use super::glue_common::output_wired;
 
 const OP: &str = "GroupQueryAttention";
 const I32: ElemType = ElemType::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32;
+const I8: ElemType = ElemType::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8;
+const U8: ElemType = ElemType::ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8;
+/// Past / present: f32, or the codes of a quantized cache (int8 at 8 bits, uint8 at 4).
+const CACHE_TYPES: &[ElemType] = &[
+    ElemType::ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT,
+    ElemType::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8,
+    ElemType::ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8,
+];
 
 struct Gqa {
     heads: usize,
@@ -49,7 +68,26 @@ struct Gqa {
     /// `smooth_softmax` = 1: a sink logit of 0 joins every softmax (`head_sink` gives its own).
     smooth: bool,
     rotary: Option<bool>,
+    /// A quantized KV cache (`k_quant_type` = `v_quant_type` other than NONE).
+    quant: Option<Quant>,
     env: Arc<KernelEnv>,
+}
+
+/// A quantized KV cache: `kv_cache_bit_width` (8: int8 codes; 4: uint8 bytes of two codes) and
+/// whether the scales are per channel (`PER_CHANNEL`) or one for the tensor (`PER_TENSOR`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Quant {
+    bits: u32,
+    per_channel: bool,
+}
+
+/// A 4-bit cache's shape with its rows counted in codes (two a byte), for the shape checks.
+fn codes_shape(s: &[usize]) -> Vec<usize> {
+    let mut v = s.to_vec();
+    if let Some(last) = v.last_mut() {
+        *last = last.saturating_mul(2);
+    }
+    v
 }
 
 fn bad(msg: impl Into<String>) -> Error {
@@ -68,6 +106,9 @@ impl OpKernel for Gqa {
             Some(_) => Some((ctx.required_input(7)?, ctx.required_input(8)?)),
             None => None,
         };
+        // A 4-bit cache's rows hold two codes a byte: planned as rows of head-size codes.
+        let four_bit = self.quant.is_some_and(|q| q.bits == 4);
+        let (past_codes_k, past_codes_v);
         let dims = GqaDims {
             query: q.shape(),
             kv: match (&key, &value) {
@@ -76,6 +117,10 @@ impl OpKernel for Gqa {
                 _ => return Err(bad("key and value must be both present or both absent")),
             },
             past: match (&past_k, &past_v) {
+                (Some(k), Some(v)) if four_bit => {
+                    (past_codes_k, past_codes_v) = (codes_shape(k.shape()), codes_shape(v.shape()));
+                    Some((&past_codes_k[..], &past_codes_v[..]))
+                }
                 (Some(k), Some(v)) => Some((k.shape(), v.shape())),
                 (None, None) => None,
                 _ => {
@@ -92,7 +137,15 @@ impl OpKernel for Gqa {
         } else {
             plan(nh, nkv, &dims)
         }
-        .map_err(bad)?;
+        .map_err(|e| {
+            if four_bit {
+                bad(format!(
+                    "{e} (a 4-bit cache's last dimension is head_size / 2, two codes a byte)"
+                ))
+            } else {
+                bad(e)
+            }
+        })?;
         let (batch, seq, head, past_len, present_len) =
             (pl.batch, pl.seq, pl.head, pl.past_len, pl.present_len);
         let first_prompt = pl.first_prompt;
@@ -108,7 +161,8 @@ impl OpKernel for Gqa {
         let out = ctx
             .output(0, &[batch, seq, nh * head])?
             .into_data::<f32>()?;
-        let pshape = [batch, nkv, present_len, head];
+        let row = if four_bit { head / 2 } else { head };
+        let pshape = [batch, nkv, present_len, row];
         let (pk_out, pv_out) = (ctx.output(1, &pshape)?, ctx.output(2, &pshape)?);
         let same = |p: &Option<Tensor<'_>>, a: usize| {
             p.as_ref().is_some_and(|t| t.data_addr() == a && a != 0)
@@ -124,7 +178,15 @@ impl OpKernel for Gqa {
         }
         // A shared past buffer is never read through an input slice: present holds its rows.
         let past = match (&past_k, &past_v) {
-            (Some(pk), Some(pv)) if !k_shared => Some((pk.data()?, pv.data()?)),
+            (Some(pk), Some(pv)) if !k_shared && self.quant.is_none() => {
+                Some((pk.data()?, pv.data()?))
+            }
+            _ => None,
+        };
+        let past_codes = match (&past_k, &past_v) {
+            (Some(pk), Some(pv)) if !k_shared && self.quant.is_some() => {
+                Some((pk.bytes()?, pv.bytes()?))
+            }
             _ => None,
         };
         // head_sink (input 11): one sink logit per query head.
@@ -170,13 +232,32 @@ impl OpKernel for Gqa {
             rope_at: None,
             sinks,
         };
+        let par = &*self.env.par;
+        if let Some(qz) = self.quant {
+            let (ks, vs) = (ctx.required_input(12)?, ctx.required_input(13)?);
+            let kvq = KvQuant {
+                bits: qz.bits,
+                per_channel: qz.per_channel,
+                k_scale: ks.data()?,
+                v_scale: vs.data()?,
+            };
+            let outs = QuantOutputs {
+                out,
+                present_k: pk_out.into_bytes()?,
+                present_v: pv_out.into_bytes()?,
+                shared: k_shared,
+            };
+            let variant =
+                gqa_quant(None, &sh, &kvq, &inputs, past_codes, outs, par).map_err(bad)?;
+            ledger::record(OP, variant, take_lanes_used());
+            return Ok(());
+        }
         let outs = GqaOutputs {
             out,
             present_k: pk_out.into_data()?,
             present_v: pv_out.into_data()?,
             shared: k_shared,
         };
-        let par = &*self.env.par;
         let variant = if self.windowed {
             gqa_f32_windowed(None, &sh, &inputs, outs, par)
         } else {
@@ -217,19 +298,11 @@ fn claim(node: &Node<'_>) -> std::result::Result<(), Decline> {
             "qk_norm_epsilon",
         ],
     )?;
-    // ORT fills in the schema defaults: unquantized KV cache only.
-    for a in ["k_quant_type", "v_quant_type"] {
-        if node.has_attr(a)
-            && !node
-                .attr_string(a)
-                .is_some_and(|v| v.eq_ignore_ascii_case("NONE"))
-        {
-            return Err(format!("{a} other than NONE is not implemented"));
-        }
-    }
-    if node.attr_i64("kv_cache_bit_width").unwrap_or(0) != 0 {
-        return Err("kv_cache_bit_width other than 0 is not implemented".into());
-    }
+    let quant = kv_quant(
+        node.attr_string("k_quant_type"),
+        node.attr_string("v_quant_type"),
+        node.attr_i64("kv_cache_bit_width"),
+    )?;
     let nh = node.attr_i64("num_heads").unwrap_or(0);
     let nkv = node.attr_i64("kv_num_heads").unwrap_or(0);
     if nh <= 0 || nkv <= 0 || nh % nkv != 0 {
@@ -246,6 +319,11 @@ fn claim(node: &Node<'_>) -> std::result::Result<(), Decline> {
     }
     match node.attr_i64("sliding_window_cache").unwrap_or(0) {
         0 => {}
+        1 if quant.is_some() => {
+            return Err(
+                "sliding_window_cache = 1 with a quantized KV cache is not implemented".into(),
+            )
+        }
         1 if window > 0 => {}
         1 => return Err("sliding_window_cache = 1 without local_window_size > 0".into()),
         v => return Err(format!("sliding_window_cache {v} is not implemented")),
@@ -277,10 +355,27 @@ fn claim(node: &Node<'_>) -> std::result::Result<(), Decline> {
     if w[1] != w[2] || w[3] != w[4] || w[7] != w[8] {
         return Err("key/value, past_key/past_value and cos/sin must be wired in pairs".into());
     }
-    for i in [1, 2, 3, 4] {
+    for i in [1, 2] {
         if w[i] {
             require_elem(node, i, F32)?;
         }
+    }
+    let cache = match quant {
+        None => F32,
+        Some(q) if q.bits == 8 => I8,
+        Some(_) => U8,
+    };
+    for i in [3, 4] {
+        if w[i] {
+            require_elem(node, i, cache)?;
+        }
+    }
+    if quant.is_some() {
+        if !(w[12] && w[13]) {
+            return Err("a quantized KV cache without k_scale and v_scale".into());
+        }
+        require_elem(node, 12, F32)?;
+        require_elem(node, 13, F32)?;
     }
     require_elem(node, 5, I32)?;
     require_elem(node, 6, I32)?;
@@ -294,9 +389,11 @@ fn claim(node: &Node<'_>) -> std::result::Result<(), Decline> {
     if w[11] {
         require_elem(node, 11, F32)?;
     }
-    if let Some(i) = (9..16).find(|&i| w[i] && i != 11) {
+    let scales = |i: usize| quant.is_some() && (i == 12 || i == 13);
+    if let Some(i) = (9..16).find(|&i| w[i] && i != 11 && !scales(i)) {
         return Err(format!(
-            "input {i} (position_ids / attention_bias / KV scales / q-k norms) is not implemented"
+            "input {i} (position_ids / attention_bias / KV scales without quantization / q-k \
+             norms) is not implemented"
         ));
     }
     for o in 0..3 {
@@ -307,7 +404,66 @@ fn claim(node: &Node<'_>) -> std::result::Result<(), Decline> {
     if output_wired(node, 3)? {
         return Err("output_qk is not implemented".into());
     }
-    require_output_elem(node, F32)
+    let outs = node.outputs().map_err(|e| e.msg)?;
+    for (o, want) in [(0, F32), (1, cache), (2, cache)] {
+        let t = outs.get(o).copied().flatten();
+        if let Some(t) = t
+            .map(|v| v.tensor_type())
+            .transpose()
+            .map_err(|e| e.msg)?
+            .flatten()
+        {
+            if t.elem != want {
+                return Err(format!("output {o}'s element type is not the cache's"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The KV cache quantization of `k_quant_type` / `v_quant_type` / `kv_cache_bit_width` (`None`:
+/// an f32 cache), or why rcpu declines it. ORT 1.31's CPU EP computes both types equal, either
+/// `PER_TENSOR` or `PER_CHANNEL`, with bit width 8 (an int8 cache) or 4 (uint8, two codes a
+/// byte); it fails every other quantized pairing (different types, another bit width, a bit
+/// width without quantization), so those stay on ORT, which reports them.
+fn kv_quant(
+    k: Option<String>,
+    v: Option<String>,
+    bits: Option<i64>,
+) -> std::result::Result<Option<Quant>, Decline> {
+    let none = |t: &Option<String>| t.as_deref().is_none_or(|t| t.eq_ignore_ascii_case("NONE"));
+    if none(&k) && none(&v) {
+        return match bits.unwrap_or(0) {
+            0 => Ok(None),
+            b => Err(format!(
+                "kv_cache_bit_width {b} without KV quantization (ORT fails it)"
+            )),
+        };
+    }
+    let per_channel = match (k.as_deref(), v.as_deref()) {
+        (Some("PER_TENSOR"), Some("PER_TENSOR")) => false,
+        (Some("PER_CHANNEL"), Some("PER_CHANNEL")) => true,
+        (k, v) => {
+            return Err(format!(
+                "k_quant_type {k:?} with v_quant_type {v:?} is not implemented (ORT's CPU EP \
+                 takes both PER_TENSOR or both PER_CHANNEL)"
+            ))
+        }
+    };
+    match bits {
+        Some(8) => Ok(Some(Quant {
+            bits: 8,
+            per_channel,
+        })),
+        Some(4) => Ok(Some(Quant {
+            bits: 4,
+            per_channel,
+        })),
+        b => Err(format!(
+            "kv_cache_bit_width {} with a quantized KV cache is not implemented (4 or 8)",
+            b.unwrap_or(0)
+        )),
+    }
 }
 
 fn create(info: &KernelInfo<'_>, env: &Arc<KernelEnv>) -> Result<Box<dyn OpKernel>> {
@@ -329,6 +485,12 @@ fn create(info: &KernelInfo<'_>, env: &Arc<KernelEnv>) -> Result<Box<dyn OpKerne
         smooth: info.attr_i64("smooth_softmax").unwrap_or(0) == 1,
         rotary: (info.attr_i64("do_rotary").unwrap_or(0) == 1)
             .then(|| info.attr_i64("rotary_interleaved").unwrap_or(0) == 1),
+        quant: kv_quant(
+            info.attr_string("k_quant_type"),
+            info.attr_string("v_quant_type"),
+            info.attr_i64("kv_cache_bit_width"),
+        )
+        .map_err(bad)?,
         env: env.clone(),
     }))
 }
@@ -340,7 +502,8 @@ pub const GROUP_QUERY_ATTENTION: OpDef = OpDef {
     until: 1,
     types: &[
         ("T", types::F32),
-        ("T_CACHE", types::F32),
+        ("T_CACHE", CACHE_TYPES),
+        ("T_KV_SCALE", types::F32),
         ("M", types::I32),
     ],
     claim,

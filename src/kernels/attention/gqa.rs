@@ -224,9 +224,76 @@ pub enum Prefill {
     PerRow,
 }
 
+/// The sink logits of a call ([`GqaShape::smooth`]).
+pub(super) enum Sinks<'a> {
+    /// No sink joins the softmax.
+    None,
+    /// The `head_sink` input's, one per query head.
+    Input(&'a [f32]),
+    /// `smooth_softmax = 1` without `head_sink`: 0 for every query head.
+    Zeros(Vec<f32>),
+}
+
+/// The sink logits with `smooth`: the input's (one per query head, checked), or zeros.
+pub(super) fn sink_logits<'a>(
+    sh: &GqaShape,
+    sinks: Option<&'a [f32]>,
+) -> Result<Sinks<'a>, String> {
+    let heads = sh.heads;
+    Ok(match (sh.smooth, sinks) {
+        (false, _) => Sinks::None,
+        (true, Some(s)) if s.len() == heads => Sinks::Input(s),
+        (true, Some(s)) => {
+            return Err(format!(
+                "head_sink has {} elements, expected num_heads {heads}",
+                s.len()
+            ))
+        }
+        (true, None) => Sinks::Zeros(try_vec(heads, 0.0f32)?),
+    })
+}
+
+/// The rotary step of a call (caches and half the rotary dimension), after checking the caches
+/// against the head size and every new token's position against the caches' rows.
+pub(super) fn rotary_plan<'a>(
+    sh: &GqaShape,
+    inp: &GqaInputs<'a>,
+    past: &[(usize, usize)],
+) -> Result<Option<(GqaRotary<'a>, usize)>, String> {
+    let (batch, seq, head) = (sh.batch, sh.seq, sh.head);
+    Ok(match inp.rotary {
+        Some(r) => {
+            if r.rot == 0
+                || r.rot % 2 != 0
+                || r.rot > head
+                || r.cos.len() != r.sin.len()
+                || r.cos.len() % (r.rot / 2) != 0
+            {
+                return Err(format!(
+                    "cos/sin caches do not fit rotary dimension {} and head size {head}",
+                    r.rot
+                ));
+            }
+            let rows = r.cos.len() / (r.rot / 2);
+            if inp.rope_at.is_some_and(|r| r.len() != batch) {
+                return Err(format!("rotary positions for {batch} batches expected"));
+            }
+            for (b, &(p, _)) in past.iter().enumerate() {
+                let base = inp.rope_at.map_or(p, |r| r[b]);
+                let base = i64::try_from(base).map_err(|_| format!("rotary position {base}"))?;
+                for s in 0..seq {
+                    position(Positions::Offset(base), b, s, seq, rows)?;
+                }
+            }
+            Some((r, r.rot / 2))
+        }
+        None => None,
+    })
+}
+
 /// Past rows and total valid length per batch, after checking `seqlens_k` against the shape and
 /// buffers.
-fn past_rows(
+pub(super) fn past_rows(
     sh: &GqaShape,
     seqlens_k: &[i32],
     shared: bool,
@@ -334,63 +401,20 @@ pub fn gqa_f32_prefill(
         need("past_value", pv.len(), past_elems)?;
     }
     let past = past_rows(sh, inp.seqlens_k, o.shared)?;
-    // The sink logits with `smooth`: the input's (one per query head), or zeros.
     let zeros;
-    let sinks = match (sh.smooth, inp.sinks) {
-        (false, _) => None,
-        (true, Some(s)) if s.len() == heads => Some(s),
-        (true, Some(s)) => {
-            return Err(format!(
-                "head_sink has {} elements, expected num_heads {heads}",
-                s.len()
-            ))
-        }
-        (true, None) => {
-            zeros = try_vec(heads, 0.0f32)?;
+    let sinks = match sink_logits(sh, inp.sinks)? {
+        Sinks::None => None,
+        Sinks::Input(s) => Some(s),
+        Sinks::Zeros(z) => {
+            zeros = z;
             Some(&zeros[..])
         }
     };
-    let rot = match inp.rotary {
-        Some(r) => {
-            if r.rot == 0
-                || r.rot % 2 != 0
-                || r.rot > head
-                || r.cos.len() != r.sin.len()
-                || r.cos.len() % (r.rot / 2) != 0
-            {
-                return Err(format!(
-                    "cos/sin caches do not fit rotary dimension {} and head size {head}",
-                    r.rot
-                ));
-            }
-            let rows = r.cos.len() / (r.rot / 2);
-            if inp.rope_at.is_some_and(|r| r.len() != batch) {
-                return Err(format!("rotary positions for {batch} batches expected"));
-            }
-            for (b, &(p, _)) in past.iter().enumerate() {
-                let base = inp.rope_at.map_or(p, |r| r[b]);
-                let base = i64::try_from(base).map_err(|_| format!("rotary position {base}"))?;
-                for s in 0..seq {
-                    position(Positions::Offset(base), b, s, seq, rows)?;
-                }
-            }
-            Some((r, r.rot / 2))
-        }
-        None => None,
-    };
+    let rot = rotary_plan(sh, inp, &past)?;
     if tokens == 0 || heads == 0 {
         return Ok(k.name);
     }
-    let rows = Rows {
-        inp,
-        k,
-        rot,
-        seq,
-        heads,
-        kv_heads,
-        head,
-        q_stride,
-    };
+    let rows = Rows::new(inp, k, rot, sh);
     let (new_row, rope_at) = (
         |which, b, s, n| rows.new_row(which, b, s, n),
         |x: &[f32], p, out: &mut [f32]| rows.rope(x, p, out),
@@ -605,6 +629,30 @@ pub(super) struct Rows<'a> {
 }
 
 impl<'a> Rows<'a> {
+    /// The rows of a call with inputs `inp`, `heads` query and `kv_heads` KV heads of `head`
+    /// elements, `seq` new tokens, rotated with `rot` ([`rotary_plan`]).
+    pub(super) fn new(
+        inp: &'a GqaInputs<'a>,
+        k: &'static Kernels,
+        rot: Option<(GqaRotary<'a>, usize)>,
+        sh: &GqaShape,
+    ) -> Self {
+        Rows {
+            inp,
+            k,
+            rot,
+            seq: sh.seq,
+            heads: sh.heads,
+            kv_heads: sh.kv_heads,
+            head: sh.head,
+            q_stride: if inp.kv.is_some() {
+                sh.heads
+            } else {
+                sh.heads + 2 * sh.kv_heads
+            },
+        }
+    }
+
     /// The new key (`which` 0) or value (1) row of token `(b, s)`, kv head `n`.
     pub(super) fn new_row(&self, which: usize, b: usize, s: usize, n: usize) -> &'a [f32] {
         let (src, stride, off) = match self.inp.kv {
