@@ -130,3 +130,30 @@ def test_og_sliding_window_layers(tmp_path, plugin_path, prompt_len):
     rc = _og(model, "rcpu", plugin_path, "api", prompt=prompt, max_length=60)
     _assert_same_generation(cpu, rc, prompt, 60)
     _assert_rcpu_ran(rc)
+
+
+@pytest.mark.parametrize("spec", [
+    "preset=gpt-oss-20b,layers=2,hidden=256,inter=128,heads=4,kv=2,vocab=1000,experts=8,topk=2,acc=0,ctx=128,"
+    "window=4,seed=3",
+    "preset=phi3.5-moe,layers=2,hidden=256,inter=128,heads=4,kv=2,vocab=1000,experts=8,acc=0,ctx=128,fc3=0,seed=4",
+], ids=["gpt-oss", "phi3.5-moe"])
+def test_og_mixture_of_experts(tmp_path, plugin_path, spec):
+    """Mixture-of-experts models as the genai builder writes them (one QMoE a layer with its router
+    MatMulNBits; gpt-oss: SwiGLU experts with alpha / limit, attention sinks and sliding-window layers;
+    Phi-3.5-MoE: the sparse mixer's top-2 and SiLU experts, ORT's CPU form without fc3) through
+    onnxruntime-genai: greedy tokens and every step's logits as ORT's at level 0, every QMoE on rcpu, a
+    60-token prompt whose experts' products take the many-row route and decode steps the one-row one."""
+    model = tmp_path / "moe"
+    model.mkdir()
+    out = subprocess.run([str(BENCH), "gen", f"llm:{spec}", "--out", str(model / "model.onnx")], capture_output=True,
+                         text=True)
+    assert out.returncode == 0, out.stderr
+    prompt = ",".join(str(17 + 13 * i % 900) for i in range(60))
+    cpu = _og(model, "cpu", plugin_path, prompt=prompt, max_length=80)
+    rc = _og(model, "rcpu", plugin_path, "api", prompt=prompt, max_length=80)
+    _assert_same_generation(cpu, rc, prompt, 80)
+    steps = len(rc["logits"])
+    assert rc["rcpu_calls"].get("QMoE", 0) == 2 * steps, rc["rcpu_calls"]
+    routes = rc["rcpu_routes"]
+    assert "QMoE:experts-f32-gemv-packed" in routes, routes
+    assert any(r.startswith("QMoE:experts-f32-gemm") for r in routes), routes
