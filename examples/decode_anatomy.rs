@@ -35,7 +35,7 @@
 //! with `+pfN`, the one-row L1 distance is N bytes (0: none) in place of the tuner's choice.
 //! Every other arm prefetches as the library does: over one row, the distance its tuner chose
 //! (`matmul_nbits::row1_tuner`, which counts this example's calls too; with a few passes most of
-//! them come before its first trial, after 1024 calls, so at its first choice, 3072 bytes). Stop 47, the
+//! them come before its first trial, after 1024 calls, so at its first choice, 3072 bytes). With the
 //! vCPUs apart (one read of everything ~61 GB/s), `--arms=segmented+hint+pf0,segmented+hint+pf3072`:
 //! the sequence at 81.1% of the one-read ceiling without the prefetch, 72.5% with it.
 //!

@@ -29,26 +29,26 @@
 //! `default_l2_prefetch_bytes()`; 0 = off), `guided:L1[/L2]` (the same on the guided split
 //! instead of the segmented one), `read` (a plain two-lane read of the packed bytes in two
 //! contiguous halves, the rate to compare with), `reads` (each group's packed bytes, the groups
-//! in two contiguous halves: the kernel's bytes per lane, without its arithmetic; until stop 32,
-//! when the scales were a second array, each group's codes and then its scales), or `two:PF` /
-//! `rec:PF` (`common/layout_tile.rs`, a copy of the VNNI tile's M=1 body, over copies of the
-//! same codes and f16 scales in two layouts: codes and scales as two streams, as packed until
-//! stop 32, or one stream of records, each block's codes followed by its scales, as packed
-//! since; PF = its L1 prefetch distance, 0 = none; the groups in two contiguous halves; both
-//! checked bit for bit against a scalar result before timing).
+//! in two contiguous halves: the kernel's bytes per lane, without its arithmetic; before the
+//! records layout, when the scales were a second array, each group's codes and then its
+//! scales), or `two:PF` / `rec:PF` (`common/layout_tile.rs`, a copy of the VNNI tile's M=1 body,
+//! over copies of the same codes and f16 scales in two layouts: codes and scales as two streams, as
+//! packed before, or one stream of records, each block's codes followed by its scales, as packed
+//! now; PF = its L1 prefetch distance, 0 = none; the groups in two contiguous halves; both checked
+//! bit for bit against a scalar result before timing).
 //!
-//! What `reads` showed (stop 31, K=896 N=4864, 200 copies, p10): the second stream costs about
-//! its bytes (the two vCPUs apart, each with its own path to memory: 38.0 us against 32.8 us
-//! for the codes alone, 12% fewer bytes), while the kernel, 46.0 us in the same run, streams its
-//! bytes at 0.83 of that plain read. With one lane the same shows in any placement (kernel
-//! 78.6-85.6 us against 66.9-75.7, 0.84-0.90; also at K=4864 N=896): the kernel's own stream
-//! is the gap. No prefetch variant closed it (one lane, arms interleaved; the default 3072
+//! What `reads` showed (on the two-stream layout, K=896 N=4864, 200 copies, p10): the second
+//! stream costs about its bytes (the two vCPUs apart, each with its own path to memory: 38.0 us
+//! against 32.8 us for the codes alone, 12% fewer bytes), while the kernel, 46.0 us in the same
+//! run, streams its bytes at 0.83 of that plain read. With one lane the same shows in any placement
+//! (kernel 78.6-85.6 us against 66.9-75.7, 0.84-0.90; also at K=4864 N=896): the kernel's own
+//! stream is the gap. No prefetch variant closed it (one lane, arms interleaved; the default 3072
 //! bytes ahead on every line against: the scales 12-48 blocks ahead instead of 6, within 2%; a
 //! second weight prefetch 6144 bytes ahead as `prefetcht0`, `prefetcht1` or `prefetchnta`, 6-9%
 //! slower, 12288 ahead 25-28%; the 3072-byte prefetch on every other line only, 17-20% slower,
 //! every fourth, 8-12%; none, 4-6%).
 //!
-//! What the layout arms showed (stop 32, one lane, the vCPUs near each other, 200 copies, p10,
+//! What the layout arms showed (one lane, the vCPUs near each other, 200 copies, p10,
 //! three runs, `--sweep K N 1 24 200 4 1 --pf=3072/0,two:3072,two:0,rec:0,reads`): the gap is
 //! the two streams together with the software prefetch, not the arithmetic. K=896 N=4864: the
 //! kernel 76.2 / 79.3 / 77.2 us, `two:3072` 74.3 / 76.4 / 73.7, `two:0` 70.0 / 73.9 / 70.4,
@@ -61,8 +61,8 @@
 //! a few percent of the plain read (`rec:0` 1-5% ahead of `two:3072`). A C loop of the same shape
 //! (per block 512 bytes of codes, two `vpdpbusd` per 64 bytes, its 64 bytes of scales next to
 //! them or in a second array) showed the same on one lane: 29.4-32.6 GB/s for one stream without
-//! prefetch, 26.6-28.4 for two streams with it. So the packed layout's next step is the records
-//! (stop 29 built them and measured no gain per token, but with two lanes near each other, where
+//! prefetch, 26.6-28.4 for two streams with it. So the packed layout became the records
+//! (an earlier build of them measured no gain per token, but with two lanes near each other, where
 //! the shared path and not a lane's stream is the limit; the far placement and hosts where a lane
 //! has a path of its own are where a lane's stream counts).
 

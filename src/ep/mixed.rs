@@ -4,8 +4,9 @@
 //! `session.intra_op.allow_spinning` at its default, on) keep spinning for a while after each
 //! node, on the same cores rcpu's lanes need for the next rcpu node. Measured on a decode-shaped
 //! chain alternating int4 `MatMulNBits` (rcpu) and int8 `DynamicQuantizeMatMul` (ORT)
-//! (`rcpu-bench compare --gen mixed:...`, README "Mixed partitions"), turning the spinning off
-//! made the whole step about 1.9x faster, while on a model rcpu runs entirely it changed nothing.
+//! (`rcpu-bench compare --gen mixed:...`, docs/performance.md, "Mixed partitions"), turning the
+//! spinning off made the whole step about 1.9x faster, while on a model rcpu runs entirely it
+//! changed nothing.
 //! rcpu cannot change ORT's pool, so it tells the user: once per session, at INFO, when a graph
 //! leaves heavy nodes to ORT and the session did not turn the spinning off.
 

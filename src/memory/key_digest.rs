@@ -47,7 +47,7 @@ const PIECE_THREADS_MAX: usize = 8;
 /// key stays unforgeable. What it buys is load time: BLAKE3 on one core digests ~4.5 GB/s here,
 /// so a model's weights (620 MB of codes and 150 MB of scales at Llama-3.2-1B shapes; ~5 GB at
 /// 8B) cost their session creation ~0.2 s (~1.5 s) on one thread; Llama-3.2-1B's took 212 ms
-/// on one and 114 ms on two (the development VM, the digest alone, stop 49). The result does not
+/// on one and 114 ms on two (the development VM, the digest alone). The result does not
 /// depend on how many threads ran ([`KeyDigest::bytes_on`]).
 pub struct KeyDigest(blake3::Hasher);
 

@@ -77,7 +77,8 @@ counters! {
     /// Dispatches that found the pool busy with another thread's dispatch and waited for it.
     contended_dispatches,
     /// Bytes idle workers read ahead into their caches (`Lanes::idle_read`) while spinning
-    /// (until stop 36: bytes they issued prefetches for; the name stays for the stats' readers).
+    /// (before they read with loads: bytes they issued prefetches for; the name stays for the
+    /// stats' readers).
     idle_prefetch_bytes,
     /// Times a spinning worker left part of its idle-prefetch range for a new job.
     idle_prefetch_cut,

@@ -7,13 +7,14 @@
 //! gone is skipped, never read. The worker reads one byte of every cache line of a step with
 //! ordinary loads: the lines are really fetched, at the rate the memory delivers them.
 //!
-//! Why loads and not prefetch instructions (what rcpu issued until stop 36): on the Zen 4 host
+//! Why loads and not prefetch instructions (what the worker issued before): on the Zen 4 host
 //! of issue 17 a spinning worker issued `prefetcht1` for ~33 MB a Qwen2-0.5B decode token, far
 //! faster than one core fetches (a temporary 14 MB hint between two runs went through within the
 //! 200 us the worker spins), so most of those lines were never fetched; with loads it reads
 //! 12-15 MB a token and is cut by the next job in 119 of 121 calls. Qwen decode past 64, this
-//! build against the one that prefetched (old / new per round, seven runs of 24 rounds, README
-//! "Stop 36"): 1.006 with the vCPUs near (56 rounds, 29 faster), 1.011 apart (80, 48 faster).
+//! build against the one that prefetched (old / new per round, seven runs of 24 rounds; the
+//! journal's idle-read measurements, docs/journal/measurements-2026-12.md): 1.006 with the vCPUs
+//! near (56 rounds, 29 faster), 1.011 apart (80, 48 faster).
 
 use parking_lot::Mutex;
 use std::ops::Range;

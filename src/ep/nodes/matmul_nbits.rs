@@ -303,8 +303,9 @@ pub(crate) fn pair_ran(
 /// of this call is done (a worker resumes its hint after a job, `runtime::park`, "Idle reads"):
 /// it reads ahead while the caller finishes its share, then on through the nodes up to the next
 /// M=1 call. Posted after the join instead, the reads began only once the caller had returned
-/// and the hint had crossed to the worker (0.5-0.8 us a call with the vCPUs apart: README, stop
-/// 38).
+/// and the hint had crossed to the worker (0.5-0.8 us a call with the vCPUs apart); posted
+/// first, Qwen2-0.5B decode measured 1.010 per round near and 1.015 apart against the build
+/// that posted after (docs/journal/measurements-2026-12.md, the hint posted before the call).
 ///
 /// Returns the calling lane's own head of that next call, to prefetch as this call ends
 /// ([`CallerHead`]). The successor is looked up once, here: the lookup locks the link and

@@ -50,8 +50,9 @@ pub const DECODE_FUSED_MAX_PAST: usize = 256;
 /// Whether a decode step (one new row per batch) with `past` rows at most takes the fused path:
 /// over a short cache always, except a single unit worth splitting (the general path splits its
 /// query heads over the lanes); over a longer one when its (batch, kv head) units cover the
-/// lanes, so no lane idles. On the Zen 4 host (stop 27; 2 lanes, 2 units; per-round medians of
-/// the old/new time per token, arms interleaved) the fused path at past 1024 was 3.1% faster than
+/// lanes, so no lane idles. On the Zen 4 host (2 lanes, 2 units; per-round medians of the
+/// old/new time per token, arms interleaved; docs/journal/measurements-2026-12.md, decode over
+/// a long cache) the fused path at past 1024 was 3.1% faster than
 /// the general one, 24% in a run at plentiful bandwidth, and with its present copy streamed
 /// ([`super::STREAM_COPY_MIN_BYTES`]) 9% (Qwen2-0.5B shapes) and 9.1% (Llama-3.2-1B, 8 units):
 /// each lane reads its unit's keys and values once, into its own cache, where the general path
@@ -339,6 +340,89 @@ pub(super) fn past_rows(
     Ok(past)
 }
 
+/// The lengths of a call's buffers (elements of each slice), checked by [`check_lens`].
+pub(super) struct BufferLens {
+    pub q: usize,
+    pub kv: Option<(usize, usize)>,
+    pub out: usize,
+    pub present: (usize, usize),
+    pub past: Option<(usize, usize)>,
+}
+
+/// What [`check_lens`] derived: the call's tokens, output elements and cache elements (a
+/// present buffer's length).
+pub(super) struct Sizes {
+    pub tokens: usize,
+    pub out_elems: usize,
+    pub cache: usize,
+}
+
+/// The error of a size that overflows `usize`.
+pub(super) fn size_overflow(sh: &GqaShape) -> String {
+    format!(
+        "GQA sizes overflow (batch {}, seq {}, present {})",
+        sh.batch, sh.seq, sh.present_len
+    )
+}
+
+/// The product of `xs`, `None` on overflow.
+pub(super) fn checked_product(xs: &[usize]) -> Option<usize> {
+    xs.iter().try_fold(1usize, |a, &x| a.checked_mul(x))
+}
+
+/// Checks every buffer's length against the shape with checked arithmetic; `row` is one cache
+/// row's length in the cache's elements (`head` for float32 and int8 caches, `head / 2` bytes for
+/// 4-bit ones). The error names the buffer and both lengths.
+pub(super) fn check_lens(sh: &GqaShape, row: usize, l: &BufferLens) -> Result<Sizes, String> {
+    let GqaShape {
+        batch,
+        seq,
+        heads,
+        kv_heads,
+        head,
+        past_len,
+        present_len,
+        ..
+    } = *sh;
+    let q_stride = if l.kv.is_some() {
+        heads
+    } else {
+        heads + 2 * kv_heads
+    };
+    let overflow = || size_overflow(sh);
+    let mul = checked_product;
+    let tokens = mul(&[batch, seq]).ok_or_else(overflow)?;
+    let q_elems = mul(&[tokens, q_stride, head]).ok_or_else(overflow)?;
+    let kv_elems = mul(&[tokens, kv_heads, head]).ok_or_else(overflow)?;
+    let out_elems = mul(&[tokens, heads, head]).ok_or_else(overflow)?;
+    let cache = mul(&[batch, kv_heads, present_len, row]).ok_or_else(overflow)?;
+    let past_elems = mul(&[batch, kv_heads, past_len, row]).ok_or_else(overflow)?;
+    let need = |what: &str, got: usize, want: usize| {
+        if got == want {
+            Ok(())
+        } else {
+            Err(format!("{what} has {got} elements, expected {want}"))
+        }
+    };
+    need("query", l.q, q_elems)?;
+    if let Some((kk, vv)) = l.kv {
+        need("key", kk, kv_elems)?;
+        need("value", vv, kv_elems)?;
+    }
+    need("output", l.out, out_elems)?;
+    need("present_key", l.present.0, cache)?;
+    need("present_value", l.present.1, cache)?;
+    if let Some((pk, pv)) = l.past {
+        need("past_key", pk, past_elems)?;
+        need("past_value", pv, past_elems)?;
+    }
+    Ok(Sizes {
+        tokens,
+        out_elems,
+        cache,
+    })
+}
+
 /// [`gqa_f32`] with the prefill path chosen, on one ISA variant (`None`: the process's level).
 /// Both paths give bit-identical results; decode calls (`seq == 1`) ignore `prefill`.
 pub fn gqa_f32_prefill(
@@ -367,39 +451,20 @@ pub fn gqa_f32_prefill(
         ));
     }
     let group = heads / kv_heads;
-    let q_stride = if inp.kv.is_some() {
-        heads
-    } else {
-        heads + 2 * kv_heads
+    let lens = BufferLens {
+        q: inp.q.len(),
+        kv: inp.kv.map(|(k, v)| (k.len(), v.len())),
+        out: o.out.len(),
+        present: (o.present_k.len(), o.present_v.len()),
+        past: inp.past.map(|(k, v)| (k.len(), v.len())),
     };
-    let overflow =
-        || format!("GQA sizes overflow (batch {batch}, seq {seq}, present {present_len})");
-    let mul = |xs: &[usize]| xs.iter().try_fold(1usize, |a, &x| a.checked_mul(x));
-    let tokens = mul(&[batch, seq]).ok_or_else(overflow)?;
-    let q_elems = mul(&[tokens, q_stride, head]).ok_or_else(overflow)?;
-    let kv_elems = mul(&[tokens, kv_heads, head]).ok_or_else(overflow)?;
-    let out_elems = mul(&[tokens, heads, head]).ok_or_else(overflow)?;
-    let cache = mul(&[batch, kv_heads, present_len, head]).ok_or_else(overflow)?;
-    let past_elems = mul(&[batch, kv_heads, past_len, head]).ok_or_else(overflow)?;
-    let need = |what: &str, got: usize, want: usize| {
-        if got == want {
-            Ok(())
-        } else {
-            Err(format!("{what} has {got} elements, expected {want}"))
-        }
-    };
-    need("query", inp.q.len(), q_elems)?;
-    if let Some((kk, vv)) = inp.kv {
-        need("key", kk.len(), kv_elems)?;
-        need("value", vv.len(), kv_elems)?;
-    }
-    need("output", o.out.len(), out_elems)?;
-    need("present_key", o.present_k.len(), cache)?;
-    need("present_value", o.present_v.len(), cache)?;
-    if let Some((pk, pv)) = inp.past {
-        need("past_key", pk.len(), past_elems)?;
-        need("past_value", pv.len(), past_elems)?;
-    }
+    let Sizes {
+        tokens,
+        out_elems,
+        cache,
+    } = check_lens(sh, head, &lens)?;
+    let overflow = || size_overflow(sh);
+    let mul = checked_product;
     let past = past_rows(sh, inp.seqlens_k, o.shared)?;
     let zeros;
     let sinks = match sink_logits(sh, inp.sinks)? {

@@ -28,7 +28,9 @@
 //! the pages and not the lines: inside the Qwen2-0.5B decode (past 64, 2 lanes; a temporary
 //! timer around the node, the rows hinted while the step before it ran) the node took 8.7 us a
 //! call without a hint, 6.6 with one line per page hinted and about the same with every line.
-//! Per token, this per-unit hint against the same build without it: README "Stop 39".
+//! Per token, this per-unit hint against the same build without it (Qwen2-0.5B decode past 64,
+//! old / new per round): 1.009 with the vCPUs near (139 rounds) and apart (21 rounds), 1.014 near
+//! at past 1024 (docs/journal/measurements-2026-12.md, an attention unit's pages).
 
 use std::ops::Range;
 
@@ -55,7 +57,8 @@ pub(super) const SCORE_BLOCK_ROWS: usize = 64;
 /// loads jump between 16 rows. `examples/gqa_timing 64 300 7 1 300 16 8 128` (Qwen3-0.6B's
 /// shape, the rows evicted before every call): by row 0.87-1.01x the time per call on two lanes
 /// (median ~0.92) and ~0.8x on one; at head 64 (Qwen2-0.5B's) no clear difference, and by
-/// column had measured better there inside the model (README "Stop 42").
+/// column had measured better there inside the model (by row 1-1.5 us a call slower at past 64:
+/// docs/journal/measurements-2026-12.md, the attention's own instructions at a long past).
 pub(super) const FIRST_BLOCK_BY_ROW_MIN_HEAD: usize = 128;
 
 /// One dispatch chunk's output rows and present key / value rows.
@@ -228,18 +231,20 @@ impl Decode<'_, '_> {
     /// L2). A block's scores are the kernel's scores of those rows (its multiple-of-16 start
     /// keeps the kernel's row blocks where a whole-row call puts them): bit for bit the same.
     ///
-    /// Between the heads of a block the lane hints a share of the next block's key rows into L2,
-    /// a few lines at a time between computations, so they are on their way while the lane
-    /// computes from L1 rather than fetched when it stalls on them: the hardware prefetchers alone
-    /// ran little ahead of a lane that mostly computes. (Hinting this block's value rows as well,
-    /// for the weighted sums after the softmax, measured no better at the model level and worse
-    /// in the step's own time: README "Stop 41".) The hinted blocks are scored row by row, two
-    /// heads at a time (`Kernels::scores_pair`, each head's bits those of `scores_cached`; a
-    /// group's last odd head alone), the first one, which comes from memory, by column
-    /// (`Kernels::scores`): the same bits either way (the measurements: README "Stop 42" and
-    /// "Stop 43"; two heads at a time load each key vector once for both, where the row order
-    /// alone loaded it once per head: in one process with the rows in cache the scores of a
-    /// unit at past 2048 took ~31 us against ~35).
+    /// Between the heads of a block the lane hints a share of the next block's key rows into L2, a
+    /// few lines at a time between computations, so they are on their way while the lane computes
+    /// from L1 rather than fetched when it stalls on them: the hardware prefetchers alone ran
+    /// little ahead of a lane that mostly computes. (Hinting this block's value rows as well, for
+    /// the weighted sums after the softmax, measured no better at the model level and worse in the
+    /// step's own time: 0.996 per token at past 1024, the step 5-10% slower with them;
+    /// docs/journal/measurements-2026-12.md, attention at a long past.) The hinted blocks are
+    /// scored row by row, two heads at a time (`Kernels::scores_pair`, each head's bits those of
+    /// `scores_cached`; a group's last odd head alone), the first one, which comes from memory, by
+    /// column (`Kernels::scores`): the same bits either way (the measurements:
+    /// docs/journal/measurements-2026-12.md, the attention's own instructions at a long past and
+    /// the scores two heads at a time; two heads at a time load each key vector once for both,
+    /// where the row order alone loaded it once per head: in one process with the rows in cache the
+    /// scores of a unit at past 2048 took ~31 us against ~35).
     fn score_past(&self, qr: &[f32], k_old: &[f32], scores: &mut [f32], max_len: usize) {
         let head = self.sh.head;
         let group = qr.len() / head.max(1);

@@ -34,7 +34,8 @@ use crate::memory::try_vec;
 use crate::runtime::par::Par;
 
 use super::gqa::{
-    past_rows, rotary_plan, sink_logits, softmax_rows, GqaInputs, GqaShape, Rows, Sinks,
+    check_lens, checked_product, past_rows, rotary_plan, sink_logits, size_overflow, softmax_rows,
+    BufferLens, GqaInputs, GqaShape, Rows, Sinks, Sizes,
 };
 
 /// Key / value rows unpacked (4 bits) and scored at a time.
@@ -185,7 +186,6 @@ pub fn gqa_quant(
     let k = super::kernels(isa)?;
     let softmax_row = softmax::row_kernel(k.isa)?;
     let GqaShape {
-        batch,
         seq,
         heads,
         kv_heads,
@@ -210,39 +210,20 @@ pub fn gqa_quant(
         b => return Err(format!("kv_cache_bit_width {b} is not 4 or 8")),
     };
     let group = heads / kv_heads;
-    let q_stride = if inp.kv.is_some() {
-        heads
-    } else {
-        heads + 2 * kv_heads
+    let lens = BufferLens {
+        q: inp.q.len(),
+        kv: inp.kv.map(|(k, v)| (k.len(), v.len())),
+        out: o.out.len(),
+        present: (o.present_k.len(), o.present_v.len()),
+        past: past.map(|(k, v)| (k.len(), v.len())),
     };
-    let overflow =
-        || format!("GQA sizes overflow (batch {batch}, seq {seq}, present {present_len})");
-    let mul = |xs: &[usize]| xs.iter().try_fold(1usize, |a, &x| a.checked_mul(x));
-    let tokens = mul(&[batch, seq]).ok_or_else(overflow)?;
-    let q_elems = mul(&[tokens, q_stride, head]).ok_or_else(overflow)?;
-    let kv_elems = mul(&[tokens, kv_heads, head]).ok_or_else(overflow)?;
-    let out_elems = mul(&[tokens, heads, head]).ok_or_else(overflow)?;
-    let cache = mul(&[batch, kv_heads, present_len, row_bytes]).ok_or_else(overflow)?;
-    let past_bytes = mul(&[batch, kv_heads, past_len, row_bytes]).ok_or_else(overflow)?;
-    let need = |what: &str, got: usize, want: usize| {
-        if got == want {
-            Ok(())
-        } else {
-            Err(format!("{what} has {got} elements, expected {want}"))
-        }
-    };
-    need("query", inp.q.len(), q_elems)?;
-    if let Some((kk, vv)) = inp.kv {
-        need("key", kk.len(), kv_elems)?;
-        need("value", vv.len(), kv_elems)?;
-    }
-    need("output", o.out.len(), out_elems)?;
-    need("present_key", o.present_k.len(), cache)?;
-    need("present_value", o.present_v.len(), cache)?;
-    if let Some((pk, pv)) = past {
-        need("past_key", pk.len(), past_bytes)?;
-        need("past_value", pv.len(), past_bytes)?;
-    }
+    let Sizes {
+        tokens,
+        out_elems,
+        cache,
+    } = check_lens(sh, row_bytes, &lens)?;
+    let overflow = || size_overflow(sh);
+    let mul = checked_product;
     let ks = per_channel("k_scale", q.k_scale, q, kv_heads, head)?;
     let vs = per_channel("v_scale", q.v_scale, q, kv_heads, head)?;
     let past_r = past_rows(sh, inp.seqlens_k, o.shared)?;

@@ -154,7 +154,7 @@ const AVX512: Kernels = Kernels {
 /// (`gqa_decode`) copies them into present with non-temporal stores (`Kernels::stream_copy`):
 /// nothing in the call reads present back (the step reads the past input), so the copy need not
 /// read the destination's lines first nor push the rows it is about to read out of the cache.
-/// Measured on the Zen 4 host (stop 27; Qwen2-0.5B decode, 2 lanes, per-round medians of the
+/// Measured on the Zen 4 host (Qwen2-0.5B decode, 2 lanes, per-round medians of the
 /// time per token with a temporary switch, streamed against plain in the same build): 1.4%
 /// faster at past 64 (16 KiB a copy), 0.5% at 256 (noise), 2.6% and 4.0% at 1024. A page: below
 /// it the copy is a few lines and the fence would be most of it.

@@ -15,7 +15,8 @@
 //! Inside a Qwen2-0.5B-shaped decode call after 300 MB of other reads (a temporary variant of
 //! `examples/gqa_timing` that alternated the two kernels round by round in one process, shared
 //! present, two lanes): the value pass of a unit at past 2048 took 30.5 us against 40.2 with
-//! the two-pass block (README "Stop 42").
+//! the two-pass block (docs/journal/measurements-2026-12.md, the attention's own instructions
+//! at a long past).
 
 #![cfg(target_arch = "x86_64")]
 

@@ -114,7 +114,8 @@ fn load_vectors<S: Simd, const NV: usize>(s: S, q: &[f32]) -> [S::V; NV] {
 /// in one process (Zen 4, head 64, a group of 7 heads over 64 rows in L1): 0.61-0.70 against
 /// 1.73-1.82 us. On rows that come from memory it was the slower one: inside the Qwen2-0.5B
 /// decode at past 64 (one block, not hinted) the attention step took 1-1.5 us a call more by
-/// row (README "Stop 42"); hence by column for a unit's first block, by row for the hinted ones.
+/// row (docs/journal/measurements-2026-12.md, the attention's own instructions at a long past);
+/// hence by column for a unit's first block, by row for the hinted ones.
 #[inline(always)]
 fn score_blocks_by_row<S: Simd>(s: S, q: &[f32], k: &[f32], scale: f32, out: &mut [f32]) -> usize {
     // The vector count as a constant: the row loop unrolls and the accumulators stay in

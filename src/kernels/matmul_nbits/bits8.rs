@@ -30,7 +30,7 @@
 //! keeps the generic VNNI tile for 8-bit groups (`dispatch::Kernels::i8_tile8`): the AMX GEMM's
 //! rows and the tile's tail rows then agree bit for bit, as for 4-bit weights.
 //!
-//! (Until stop 49 an 8-bit weight was split into two 4-bit weights in ORT's layout, packed and
+//! (Before this tile an 8-bit weight was split into two 4-bit weights in ORT's layout, packed and
 //! cached apart and run as one pair call, `hi + lo`: the same bytes a token, twice the integer
 //! work, and two streams a lane.)
 //!

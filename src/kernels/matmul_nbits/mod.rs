@@ -87,7 +87,7 @@ use crate::runtime::par::{Par, StreamSplit};
 /// on the caller alone). What a caller hints to the idle lanes (`Par::idle_read`) before that
 /// call: a lane that finds its segment cached finishes it early and takes more of the caller's,
 /// so every byte fetched while the caller ran the nodes in between is a byte the call does not
-/// wait for. (Until stop 25 the hint was the segment's first run, a quarter of it: the idle
+/// wait for. (Before, the hint was the segment's first run, a quarter of it: the idle
 /// lane ran out of hint in the longer gaps, e.g. attention's before the output projection.
 /// Qwen2-0.5B decode, old / new per round, medians of 12 and 16 rounds: 1.024 and 1.012.)
 pub fn decode_second_segment(packed: &PackedNBits, lanes: usize) -> std::ops::Range<usize> {
@@ -110,7 +110,8 @@ pub fn decode_second_segment(packed: &PackedNBits, lanes: usize) -> std::ops::Ra
 /// on their way while the caller runs the norm or the attention.
 ///
 /// Qwen2-0.5B decode past 64 (2 lanes, `rcpu-bench llm --null-plugin`, old / new per round,
-/// eighteen runs of 24 rounds, stop 37): near 1.007 (209 rounds, 129 faster), apart 1.017 (163
+/// eighteen runs of 24 rounds; docs/journal/measurements-2026-12.md, the caller's own stream no
+/// longer starting cold): near 1.007 (209 rounds, 129 faster), apart 1.017 (163
 /// rounds, 117 faster); a small gain at the edge of the host's noise, steady in sign. Other
 /// lengths (one to three runs each): 4 KiB 1.000 near / 1.020 apart, 12 KiB 1.010 / 1.013,
 /// 24 KiB 1.009 / 0.994: past what the memory system keeps in flight, the caller stalls

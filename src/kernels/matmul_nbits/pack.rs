@@ -24,12 +24,12 @@
 //!   a multiple of 64, and every group starts 64-byte aligned, so no 64-byte load straddles two
 //!   lines.
 //!
-//!   Why records (stop 32): until then the scales were a second array, `[group][block][32]`, a
+//!   Why records: before them the scales were a second array, `[group][block][32]`, a
 //!   second stream per lane next to the codes, with a software prefetch on each. One lane
 //!   streamed the VNNI tile's bytes at 0.84-0.90 of a plain read of them; a copy of the tile over
 //!   records without software prefetch streamed at 0.99-1.01 (`examples/matmul_nbits_stream`,
 //!   arms `two:` and `rec:`, whose doc has the numbers). Two lanes sharing one memory path hid
-//!   the difference (stop 29 had built records and measured no gain per token that way); a lane
+//!   the difference (an earlier build of records had measured no gain per token that way); a lane
 //!   with a path of its own (the development VM's vCPUs when placed apart, a core of a larger
 //!   host) streams at its own rate, which is what records raise.
 //! * `zero_points` (only when the node has them): `[group][block][16]` u8, byte `i` = zero point

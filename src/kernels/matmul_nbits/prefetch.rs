@@ -52,7 +52,7 @@
 //! to ~103 us against a normal read (a neighbour on our cores, whose cache traffic evicts lines
 //! fetched far ahead, presumably). It stays 3072.
 //!
-//! Stop 32: everything above was measured on the two-stream layout (codes, and the scales in a
+//! Everything above was measured on the two-stream layout (codes, and the scales in a
 //! second array). With the records (`pack`: each block's codes followed by its scales, one
 //! stream a group) the hardware prefetcher alone keeps one lane at a plain read's rate, and a
 //! software prefetch only costs (one lane, vCPUs near each other, p10, two runs, `--sweep K N 1
@@ -62,9 +62,9 @@
 //! (`RCPU_ISA=avx512`, K=896 N=4864) 80.9 / 82.8 at 2048, 72.2 / 73.1 without. The fp32 tile
 //! (acc 0) computes at ~21 GB/s a lane, below the read, and did not move (129.7 / 129.8 us).
 //! With two lanes near each other every distance was within 1.5%. So a tile over one row (M = 1)
-//! issued no L1 prefetch at all from then on, until stop 40 found the same host in a state where
-//! that made decode ~10% slower: since then the one-row distance is chosen per process by
-//! timing its decode calls (`row1_tuner`). Over several rows (prefill)
+//! issued no L1 prefetch at all, until the same host, in a state of longer memory latency, ran
+//! decode ~10% slower without it: since then the one-row distance is chosen per process by
+//! timing its decode calls (`row1_tuner`, which has the figures). Over several rows (prefill)
 //! the tiles keep their distances: there the prefetch still pays (M=64, two lanes, p10: 919 us at
 //! 3072 bytes against 945 with the VNNI loop prefetching the line it loads; Qwen prefill 64
 //! measured ~5% slower without it), provided the VNNI loop issues it unconditionally: with the

@@ -7,14 +7,17 @@
 //! the memory the host gives it at the moment, and the answer flips by tens of percent. On the
 //! Zen 4 VM of issue 17 (`examples/matmul_nbits_stream --sweep 896 4864 LANES 40 200 4 1
 //! --pf=0/0,3072/0,read`, p50 per call):
-//! - stop 32, one lane a plain read at ~30 GB/s: no prefetch 70 us, 3072 bytes ahead 79 (the
+//! - one lane a plain read at ~30 GB/s: no prefetch 70 us, 3072 bytes ahead 79 (the
 //!   hardware prefetcher alone kept up with the records layout; two lanes: every distance within
-//!   1.5%), so decode ran without one from then on;
-//! - stop 40, the same host serving one lane ~15 GB/s and two ~27 (longer memory latency, the
+//!   1.5%), so decode ran without one once the layout was records;
+//! - later, the same host serving one lane ~15 GB/s and two ~27 (longer memory latency, the
 //!   CPUs ~20% slower on a fixed arithmetic loop): two lanes 130-157 us without, 90-109 at 3072
 //!   bytes (1.4x); one lane 254 / 178 us. At model level (Qwen2-0.5B decode past 64, 16 rounds,
 //!   the same build with 3072 bytes forced by a temporary switch as the other arm) every round
 //!   was faster with the prefetch, median 0.905 of the time.
+//!
+//! (docs/journal/measurements-2026-12.md: the records layout, and the decode prefetch distance
+//! measured where it runs.)
 //!
 //! A user's machine may be either. So the distance is measured where it runs.
 //!
@@ -67,7 +70,7 @@ pub const CANDIDATES: [usize; 2] = [0, super::prefetch::DEFAULT_VNNI_PREFETCH_BY
 /// gained 40% where it won).
 pub const FIRST_CHOICE: usize = 1;
 /// Decode calls before the first trial: a session's first calls meet cold pages and caches
-/// (a first trial over them, stop 40, measured the prefetch 24% slower and chose wrong, where
+/// (a first draft's trial over them measured the prefetch 24% slower and chose wrong, where
 /// every later trial measured it 4-18% faster; a first trial after 1024 calls still chose wrong
 /// once, which [`CONFIRM_CALLS`] now corrects within ~16 Qwen tokens).
 pub const WARMUP_CALLS: u64 = 1024;

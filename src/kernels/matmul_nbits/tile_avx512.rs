@@ -24,8 +24,8 @@
 //! per-block epilogue) costs 2-3% and trimming it cannot pay much; the weight loads alone,
 //! without the scale stream, 76.5 and 73.1-73.7 us: the scales (11-12% of the bytes) cost their
 //! share of the bytes and no more. (That was two lanes sharing one memory path; one lane on its
-//! own streamed the two-stream layout at 0.84-0.90 of a plain read, which the records closed,
-//! stop 32: see `pack`.) (A variant reading block 0's scales for every block, a hot buffer,
+//! own streamed the two-stream layout at 0.84-0.90 of a plain read, which the records closed:
+//! see `pack`.) (A variant reading block 0's scales for every block, a hot buffer,
 //! came out slower, 94-100 and 96-98 us; not understood.) What did cost was the decode split
 //! (the guided split's alternating runs, `runtime::segments`) and too few lines in flight (the
 //! L2 prefetch, `prefetch`).
