@@ -157,3 +157,19 @@ def test_og_mixture_of_experts(tmp_path, plugin_path, spec):
     routes = rc["rcpu_routes"]
     assert "QMoE:experts-f32-gemv-packed" in routes, routes
     assert any(r.startswith("QMoE:experts-f32-gemm") for r in routes), routes
+
+
+@pytest.mark.parametrize(("kvq", "acc"), [("int8c", 0), ("int4c", 0), ("int8", 1), ("int4c", 1)])
+def test_og_quantized_kv_cache(tmp_path, plugin_path, kvq, acc):
+    """A model whose KV caches are quantized (`kvq=`: GroupQueryAttention k/v_quant_type, kv_cache_bit_width,
+    k_scale / v_scale; int8 [B, Nkv, L, H] caches, or uint8 [B, Nkv, L, H/2] at 4 bits) through
+    onnxruntime-genai 0.18, which takes the cache's element type and width from the model's past inputs and
+    shares past and present buffers: a 40-token prompt, greedy to 60, ORT's tokens and every step's logits
+    within 1e-4, every GroupQueryAttention on rcpu."""
+    model = _generate_model(tmp_path / f"{kvq}-acc{acc}", acc, extra=f",kvq={kvq}")
+    prompt = ",".join(str(17 + 13 * i % 900) for i in range(40))
+    cpu = _og(model, "cpu", plugin_path, prompt=prompt, max_length=60)
+    rc = _og(model, "rcpu", plugin_path, "api", prompt=prompt, max_length=60)
+    _assert_same_generation(cpu, rc, prompt, 60)
+    _assert_rcpu_ran(rc)
+    assert rc["rcpu_calls"]["GroupQueryAttention"] == 2 * len(rc["logits"]), rc["rcpu_calls"]

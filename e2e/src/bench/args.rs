@@ -17,9 +17,10 @@ SPEC: nbits:k=4096,n=4096,layers=1,block=32,acc=4,m=1[,zp=0|1][,sym][,bits=8 (wi
          an int8 DynamicQuantizeMatMul left to ORT's CPU EP)
       or glue:op=skipnorm|mul|sigmoid|mix,n=896,layers=64,m=1 (a chain of small glue nodes only)
       or llm:preset=qwen2-0.5b,layers=24,vocab=151936,tied=1,acc=4,block=32,seed=1[,ctx=4096][,emb=q4|q8|f32|f16]
-         [,window=W[,window_cache=0]][,softcap=X][,rot=R][,lm_bits=8][,mix8=1] (sliding-window
-         layers, an attention softcap, R rotated dims of each head, an 8-bit lm_head, 8-bit o_proj
-         and MLP)
+         [,window=W[,window_cache=0]][,softcap=X][,rot=R][,lm_bits=8][,mix8=1]
+         [,kvq=int8|int8c|int4c] (sliding-window layers, an attention softcap, R rotated dims of
+         each head, an 8-bit lm_head, 8-bit o_proj and MLP, a quantized KV cache: int8 per tensor,
+         int8 / 4-bit per channel)
       or llm:preset=gpt-oss-20b|phi3.5-moe[,layers=N][,experts=E][,topk=K][,qmoe_block=32]
          [,sinks=0][,fc3=0] (a QMoE mixture of experts per layer; gpt-oss needs `llm --kv shared`;
          past 2 GiB the weights go to F.onnx.data beside the model)

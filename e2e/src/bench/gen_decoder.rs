@@ -212,6 +212,7 @@ impl Decoder {
             window: 0,
             window_cache: false,
             softcap: 0.0,
+            kv_quant: KvQuant::F32,
         };
         bytes += self.layer(&mut g, &io, seed);
         g.node(
@@ -336,6 +337,26 @@ impl Decoder {
             // input 11 after the absent position_ids and attention_bias, as the builder wires it.
             bytes += vec_init(g, &sinks, self.heads, seed ^ 16, 0.0, 1.0);
             inputs.extend(["", "", &sinks]);
+        }
+        let scales = [name("attn.k_scale"), name("attn.v_scale")];
+        let q = io.kv_quant;
+        if q != KvQuant::F32 {
+            // k_scale / v_scale are inputs 12 and 13 (after head_sink, 11).
+            inputs.resize(12, "");
+            for (which, s) in scales.iter().enumerate() {
+                let v = q.scales(self.kv, self.head, which);
+                g.initializer_f32(s, &[v.len() as i64], &v);
+                bytes += v.len() as u64 * 4;
+                inputs.push(s);
+            }
+            let kind = if q == KvQuant::Int8 {
+                "PER_TENSOR"
+            } else {
+                "PER_CHANNEL"
+            };
+            attrs.push(("k_quant_type", Attr::Str(kind.into())));
+            attrs.push(("v_quant_type", Attr::Str(kind.into())));
+            attrs.push(("kv_cache_bit_width", Attr::Int(q.bits() as i64)));
         }
         g.node(
             "GroupQueryAttention",
@@ -520,6 +541,100 @@ pub struct LayerIo<'a> {
     pub window_cache: bool,
     /// The attention's `softcap` (0: none).
     pub softcap: f32,
+    /// How the KV cache is stored (float32, or quantized: [`KvQuant`]).
+    pub kv_quant: KvQuant,
+}
+
+/// A GroupQueryAttention KV cache's storage (`kvq=` of an `llm:` spec): float32 (`0`), or
+/// quantized as ORT 1.31.1's CPU EP runs it (e2e/python/gqa_quant_models.py): `int8`
+/// (PER_TENSOR, 8 bits, int8 `[B, Nkv, L, H]`), `int8c` (PER_CHANNEL, 8 bits), `int4c`
+/// (PER_CHANNEL, 4 bits, uint8 `[B, Nkv, L, H / 2]`, two codes a byte).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KvQuant {
+    #[default]
+    F32,
+    Int8,
+    Int8c,
+    Int4c,
+}
+
+impl KvQuant {
+    pub fn parse(v: &str) -> Option<KvQuant> {
+        Some(match v {
+            "0" | "f32" => KvQuant::F32,
+            "int8" => KvQuant::Int8,
+            "int8c" => KvQuant::Int8c,
+            "int4c" => KvQuant::Int4c,
+            _ => return None,
+        })
+    }
+
+    /// The spec value (`0` for float32).
+    pub fn name(self) -> &'static str {
+        match self {
+            KvQuant::F32 => "0",
+            KvQuant::Int8 => "int8",
+            KvQuant::Int8c => "int8c",
+            KvQuant::Int4c => "int4c",
+        }
+    }
+
+    /// `kv_cache_bit_width` (0: not quantized).
+    pub fn bits(self) -> usize {
+        match self {
+            KvQuant::F32 => 0,
+            KvQuant::Int8 | KvQuant::Int8c => 8,
+            KvQuant::Int4c => 4,
+        }
+    }
+
+    /// The ONNX element type of past / present.
+    pub fn elem(self) -> i32 {
+        match self {
+            KvQuant::F32 => dtype::FLOAT,
+            KvQuant::Int8 | KvQuant::Int8c => dtype::INT8,
+            KvQuant::Int4c => dtype::UINT8,
+        }
+    }
+
+    /// The last dim of past / present for head size `head` (4 bits: two codes a byte).
+    pub fn width(self, head: usize) -> usize {
+        if self == KvQuant::Int4c {
+            head / 2
+        } else {
+            head
+        }
+    }
+
+    /// Bytes of one cached row of `head` values (the element size times the width).
+    pub fn row_bytes(self, head: usize) -> usize {
+        match self {
+            KvQuant::F32 => 4 * head,
+            _ => self.width(head),
+        }
+    }
+
+    /// The scales of one layer's keys (`which` 0) or values (1): `kv * head` of them per
+    /// channel (element `n * head + c` scales channel c of kv head n), one per tensor.
+    /// The generator's weights give K and V rows within about +-7 (the qwen2 preset's first two
+    /// layers reach 3.8 and 6.5), so the scales cover |x| <= 8: 8 / 127 at 8 bits, 8 / 7 at 4
+    /// bits; per channel each is that times a factor in [0.75, 1.25] varying with the channel
+    /// (so that a channel read with another channel's scale gives other values). Larger values
+    /// saturate, in ORT as in rcpu.
+    pub fn scales(self, kv: usize, head: usize, which: usize) -> Vec<f32> {
+        let base = if self.bits() == 4 {
+            8.0 / 7.0
+        } else {
+            8.0 / 127.0
+        };
+        match self {
+            KvQuant::F32 => vec![],
+            KvQuant::Int8 => vec![base],
+            KvQuant::Int8c | KvQuant::Int4c => (0..kv * head)
+                .map(|i| base * (0.75 + 0.5 * ((i * 7 + which * 3) % 17) as f32 / 16.0))
+                .collect(),
+        }
+    }
 }
 
 /// Rotary caches `{prefix}cos_cache`, `{prefix}sin_cache` [positions, rot/2]: cos/sin of

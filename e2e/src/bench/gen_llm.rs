@@ -1,7 +1,7 @@
 //! `llm:preset=qwen2-0.5b|llama-3.2-1b|qwen3-0.6b|gpt-oss-20b|phi3.5-moe[,layers=N][,vocab=V][,tied=0|1][,acc=4|0|1][,block=32]
 //! [,seed=S][,ctx=C][,emb=q4|q8|f32|f16][,hidden=..,heads=..,kv=..,head=..,inter=..,qkv_bias=0|1]
 //! [,window=W][,window_cache=0|1][,softcap=X][,rot=R][,lm_bits=4|8][,mix8=0|1][,packed=0|1][,bias_add=0|1]
-//! [,sinks=0|1][,experts=E,topk=K,qmoe_block=B,fc3=0|1]`:
+//! [,sinks=0|1][,experts=E,topk=K,qmoe_block=B,fc3=0|1][,kvq=0|int8|int8c|int4c]`:
 //! a whole decoder-only LLM laid out as onnxruntime-genai's model builder lays out
 //! `-p int4 -e cpu`, with seeded weights (no download):
 //!
@@ -65,6 +65,13 @@
 //!   the form ORT's CPU QMoE runs; gen_moe.rs). The builder's LongRoPE `If` between a short and a
 //!   long rotary cache is not written: one cache pair of `ctx` positions, as for the other presets.
 //!
+//! `kvq=int8|int8c|int4c` quantizes every layer's KV cache as ORT 1.31.1's CPU GroupQueryAttention
+//! runs it (e2e/python/gqa_quant_models.py): `k_quant_type` / `v_quant_type` PER_TENSOR (`int8`)
+//! or PER_CHANNEL (`int8c`, `int4c`), `kv_cache_bit_width` 8 or 4, float32 `k_scale` / `v_scale`
+//! initializers (inputs 12 and 13; `KvQuant::scales` says how they are chosen), past / present
+//! int8 `[batch, kv, len, head]` at 8 bits, uint8 `[batch, kv, len, head / 2]` at 4. `kvq=0` (the
+//! default): float32 caches.
+//!
 //! `experts=E`, `topk=K`, `qmoe_block=B` and `fc3` change the MoE layer (MoE presets only);
 //! `inter=` is then each expert's intermediate size. A MoE layer's router and QMoE stand where
 //! the dense presets' MLP stands, between the post-attention skip norm and the next layer's.
@@ -81,7 +88,9 @@
 use crate::onnx::{dtype, Attr, Dim, GraphBuilder};
 
 use super::gen::{nbits_layer, nbits_weights, Codes, Generated};
-use super::gen_decoder::{rotary_caches, spec_int, spec_items, vec_init, Decoder, LayerIo};
+use super::gen_decoder::{
+    rotary_caches, spec_int, spec_items, vec_init, Decoder, KvQuant, LayerIo,
+};
 use super::gen_moe::{Moe, MoeStyle};
 
 #[derive(Debug, Clone, PartialEq)]
@@ -110,6 +119,8 @@ pub struct Llm {
     pub lm_bias: bool,
     /// A mixture-of-experts layer in place of every MLP (the MoE presets; gen_moe.rs).
     pub moe: Option<Moe>,
+    /// How every layer's KV cache is stored (`kvq=`; module doc).
+    pub kvq: KvQuant,
 }
 
 /// The embedding's layout.
@@ -205,6 +216,7 @@ fn preset(name: &str) -> Option<Llm> {
         lm_bits: 4,
         lm_bias: false,
         moe: None,
+        kvq: KvQuant::F32,
     })
 }
 
@@ -253,6 +265,7 @@ fn moe_preset(name: &str) -> Llm {
         lm_bits: 4,
         lm_bias: !gpt,
         moe: Some(if gpt { Moe::gpt_oss() } else { Moe::phi() }),
+        kvq: KvQuant::F32,
     }
 }
 
@@ -272,6 +285,11 @@ impl Llm {
         let mut emb = None;
         for (key, val) in items {
             if key == "preset" {
+                continue;
+            }
+            if key == "kvq" {
+                l.kvq = KvQuant::parse(val)
+                    .ok_or_else(|| bad(format!("kvq='{val}' must be 0, int8, int8c or int4c")))?;
                 continue;
             }
             if key == "emb" {
@@ -330,6 +348,14 @@ impl Llm {
             return Err(bad(format!(
                 "rot={} must be a multiple of 16 and at most head ({})",
                 l.rot, d.head
+            )));
+        }
+        if l.kvq.bits() == 8 && l.window > 0 && l.window_cache && !d.head.is_multiple_of(16) {
+            return Err(bad(format!(
+                "kvq={} with a windowed cache needs head ({}) to be a multiple of 16 (ORT's CPU \
+                 GroupQueryAttention)",
+                l.kvq.name(),
+                d.head
             )));
         }
         if l.lm_bits != 4 && l.lm_bits != 8 {
@@ -494,6 +520,9 @@ impl Llm {
         if self.layer.mix8 {
             s += &format!("{sep}mix8=1");
         }
+        if self.kvq != KvQuant::F32 {
+            s += &format!("{sep}kvq={}", self.kvq.name());
+        }
         s
     }
 
@@ -555,7 +584,7 @@ impl Llm {
                 Dim::Sym("batch_size"),
                 Dim::Fixed(d.kv as i64),
                 Dim::Sym(len),
-                Dim::Fixed(d.head as i64),
+                Dim::Fixed(self.kvq.width(d.head) as i64),
             ]
         };
         g.input("input_ids", dtype::INT64, &batch_seq).input(
@@ -566,7 +595,7 @@ impl Llm {
         for i in 0..self.layers {
             for kind in ["key", "value"] {
                 let name = format!("past_key_values.{i}.{kind}");
-                g.input(&name, dtype::FLOAT, &kv_dims("past_sequence_length"));
+                g.input(&name, self.kvq.elem(), &kv_dims("past_sequence_length"));
             }
         }
         let mut bytes = mask_subgraph(g);
@@ -609,6 +638,7 @@ impl Llm {
                 window: if self.is_local(i) { self.window } else { 0 },
                 window_cache: self.window_cache,
                 softcap: self.softcap as f32,
+                kv_quant: self.kvq,
             };
             let layer_seed = seed.wrapping_mul(7919).wrapping_add(i as u64 * 104_729);
             prev_down = match &self.moe {
@@ -679,7 +709,7 @@ impl Llm {
         for i in 0..self.layers {
             for kind in ["key", "value"] {
                 let name = format!("present.{i}.{kind}");
-                g.output_shaped(&name, dtype::FLOAT, &kv_dims("total_sequence_length"));
+                g.output_shaped(&name, self.kvq.elem(), &kv_dims("total_sequence_length"));
             }
         }
         bytes
@@ -1028,6 +1058,92 @@ mod tests {
         let packed = Llm::parse("s", "preset=qwen3-0.6b").unwrap();
         let apart = Llm::parse("s", "preset=qwen3-0.6b,packed=0").unwrap();
         assert_ne!(packed.canonical(), apart.canonical());
+    }
+
+    /// `kvq=`: the GQA attributes and scale inputs, the cache types and widths, the cache key, the
+    /// bench's seeded past codes; float32 caches by default with the old cache key.
+    #[test]
+    fn kvq_quantizes_the_kv_cache() {
+        use super::super::llm_model::{step_feeds, Kv};
+        use super::super::model::ModelInfo;
+        use crate::onnx::dtype;
+        use prost::Message;
+        let small = "preset=qwen2-0.5b,layers=2,vocab=64,ctx=16";
+        let plain = Llm::parse("s", small).unwrap();
+        assert_eq!(plain.kvq, KvQuant::F32);
+        assert!(!plain.canonical().contains("kvq"));
+        let same = Llm::parse("s", &format!("{small},kvq=0")).unwrap();
+        assert_eq!(plain.canonical(), same.canonical());
+        for (kvq, kind, bits, elem, width, scales) in [
+            ("int8", "PER_TENSOR", 8, dtype::INT8, 64, 1),
+            ("int8c", "PER_CHANNEL", 8, dtype::INT8, 64, 128),
+            ("int4c", "PER_CHANNEL", 4, dtype::UINT8, 32, 128),
+        ] {
+            let l = Llm::parse("s", &format!("{small},kvq={kvq}")).unwrap();
+            assert!(l.canonical().ends_with(&format!(",kvq={kvq}")));
+            assert_ne!(l.canonical(), plain.canonical());
+            let gen = l.generate();
+            let g = crate::onnx::ModelProto::decode(&gen.bytes[..])
+                .unwrap()
+                .graph
+                .unwrap();
+            let gqa: Vec<_> = g
+                .node
+                .iter()
+                .filter(|n| n.op_type == "GroupQueryAttention")
+                .collect();
+            assert_eq!(gqa.len(), 2);
+            for n in gqa {
+                assert_eq!(n.input.len(), 14, "{kvq}: k_scale / v_scale at 12 / 13");
+                let attr = |name: &str| n.attribute.iter().find(|a| a.name == name).unwrap();
+                assert_eq!(attr("k_quant_type").s, kind.as_bytes());
+                assert_eq!(attr("v_quant_type").s, kind.as_bytes());
+                assert_eq!(attr("kv_cache_bit_width").i, bits);
+                for s in &n.input[12..] {
+                    let t = g.initializer.iter().find(|t| &t.name == s).unwrap();
+                    assert_eq!(t.dims, [scales], "{kvq}: {s}");
+                }
+            }
+            // Two scale tensors per layer, float32, counted as bytes a token reads.
+            assert_eq!(
+                gen.weight_bytes,
+                plain.generate().weight_bytes + 2 * 2 * scales as u64 * 4
+            );
+            let info = ModelInfo::parse(&gen.bytes).unwrap();
+            for inp in &info.inputs[2..] {
+                assert_eq!((inp.elem, inp.dims[3]), (elem, Some(width)), "{}", inp.name);
+            }
+            let copied = step_feeds(&info, 1, 5, 64, 9, Kv::Copy).unwrap();
+            let shared = step_feeds(&info, 1, 5, 64, 9, Kv::Shared { capacity: 16 }).unwrap();
+            for (c, s) in copied[2..].iter().zip(&shared[2..]) {
+                assert_eq!(c.shape, [1, 2, 5, width]);
+                assert_eq!(s.shape, [1, 2, 16, width]);
+                let bytes = |t: &crate::Tensor| -> Vec<u8> {
+                    match &t.data {
+                        crate::Data::I8(v) => v.iter().map(|&x| x as u8).collect(),
+                        crate::Data::U8(v) => v.clone(),
+                        other => panic!("{kvq}: a float past {other:?}"),
+                    }
+                };
+                let (c, s) = (bytes(c), bytes(s));
+                let w = width as usize;
+                for h in 0..2 {
+                    // The seeded rows at the start of each head, zero bytes after them.
+                    assert_eq!(
+                        &s[h * 16 * w..h * 16 * w + 5 * w],
+                        &c[h * 5 * w..(h + 1) * 5 * w]
+                    );
+                    assert!(s[h * 16 * w + 5 * w..(h + 1) * 16 * w]
+                        .iter()
+                        .all(|&b| b == 0));
+                }
+                assert!(c.iter().any(|&b| b != 0));
+            }
+        }
+        assert!(Llm::parse("s", &format!("{small},kvq=int2")).is_err());
+        // ORT's CPU GQA: a windowed 8-bit cache needs head % 16 == 0.
+        assert!(Llm::parse("s", "preset=qwen2-0.5b,head=40,window=4,kvq=int8").is_err());
+        assert!(Llm::parse("s", "preset=qwen2-0.5b,head=40,window=4,kvq=int4c").is_ok());
     }
 
     #[test]

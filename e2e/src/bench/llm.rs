@@ -47,6 +47,17 @@ enum Case {
 }
 
 impl Case {
+    /// Cached positions a timed token's attention reads on average: a decode step's past and its
+    /// own row; a generated token's, from the prompt's to the last one's. None for a prefill (the
+    /// weights are read once for all its tokens; its own rows are not counted).
+    fn kv_positions(&self) -> Option<usize> {
+        match *self {
+            Case::Step { seq: 1, past } => Some(past + 1),
+            Case::Step { .. } => None,
+            Case::Generate { prompt, tokens } => Some(prompt + tokens.div_ceil(2)),
+        }
+    }
+
     fn name(&self) -> String {
         match self {
             Case::Step { seq: 1, past } => format!("decode past={past}"),
@@ -251,7 +262,7 @@ pub fn run(o: &Opts) -> Result<i32, String> {
     println!("{}", bw_ref.describe());
     let bw = bw_ref.best();
     let tol = o.tol.unwrap_or_else(|| parity_tol(acc, &t.info));
-    let floor = ReadFloor {
+    let mut floor = ReadFloor {
         bytes,
         gbps: bw,
         reader,
@@ -259,7 +270,10 @@ pub fn run(o: &Opts) -> Result<i32, String> {
     let mut results = vec![];
     let mut code = 0;
     for case in cases(o) {
-        let r = run_case(
+        // Each case's bytes a token: the weights and the KV rows its steps read.
+        let kv = case.kv_positions().map_or(0, |p| kv_read_bytes(&t.info, p));
+        floor.bytes = bytes.map(|b| b + kv);
+        let mut r = run_case(
             o,
             &mut arms,
             &case,
@@ -272,6 +286,7 @@ pub fn run(o: &Opts) -> Result<i32, String> {
         if r["parity_ok"] == false {
             code = 2;
         }
+        r["kv_read_bytes_per_token"] = json!(kv);
         results.push(r);
     }
     if let Some(path) = &o.json {
@@ -287,6 +302,28 @@ pub fn run(o: &Opts) -> Result<i32, String> {
         .map_err(|e| format!("{path}: {e}"))?;
     }
     Ok(code)
+}
+
+/// Bytes of the KV cache rows one token's attention reads at `positions` cached positions (its
+/// own row included): every past key / value input's heads times its last dim (the head size, or
+/// half of it for a 4-bit cache) times its element size (4 for float32, 2 for float16, 1 for an
+/// int8 / uint8 quantized cache), times `positions`. Sliding-window layers are counted whole (an
+/// upper bound for them).
+pub(super) fn kv_read_bytes(info: &super::model::ModelInfo, positions: usize) -> u64 {
+    use crate::onnx::dtype;
+    info.inputs
+        .iter()
+        .filter(|i| i.name.starts_with("past_key_values."))
+        .map(|i| {
+            let elem = match i.elem {
+                dtype::FLOAT => 4,
+                dtype::FLOAT16 | 16 => 2,
+                _ => 1,
+            };
+            let dim = |k: usize| i.dims.get(k).copied().flatten().unwrap_or(0).max(0) as u64;
+            dim(1) * dim(3) * elem * positions as u64
+        })
+        .sum()
 }
 
 /// The weight bytes a token reads on each arm (`[ort, rcpu, null]`): the model's initializers
@@ -450,6 +487,15 @@ fn run_case(
         String::new()
     };
     println!("\n== {}{kv_note} ==", case.name());
+    if let Some(p) = case.kv_positions() {
+        let kv = kv_read_bytes(&t.info, p);
+        println!(
+            "bytes a token reads: the arm's weights (above) + {:.1} MB of KV rows ({p} positions of \
+             every layer's keys and values at the cache's element size); GB/s and \"of read bw\" \
+             below divide that sum (\"weight MB\")",
+            kv as f64 / 1e6
+        );
+    }
     let req = match case {
         Case::Step { seq, past } => {
             // A prefill (past 0) runs as genai's first step does: into the shared buffers too.
@@ -630,6 +676,32 @@ fn run_case(
 mod tests {
     use super::super::gen_llm::Llm;
     use super::*;
+
+    /// The KV term of a token's bytes: heads x last dim x element size x positions, per cache.
+    #[test]
+    fn kv_read_bytes_count_the_cache_element_size() {
+        let bytes = |kvq: &str| {
+            let l = Llm::parse(
+                "s",
+                &format!("preset=qwen2-0.5b,layers=2,vocab=64,ctx=16,kvq={kvq}"),
+            )
+            .unwrap();
+            let info = super::super::model::ModelInfo::parse(&l.generate().bytes).unwrap();
+            kv_read_bytes(&info, 100)
+        };
+        // 2 layers x (keys, values) x 2 kv heads x 64 x 100 positions.
+        assert_eq!(bytes("0"), 2 * 2 * 2 * 64 * 100 * 4);
+        assert_eq!(bytes("int8"), 2 * 2 * 2 * 64 * 100);
+        assert_eq!(bytes("int8c"), 2 * 2 * 2 * 64 * 100);
+        assert_eq!(bytes("int4c"), 2 * 2 * 2 * 32 * 100);
+        assert_eq!(Case::Step { seq: 1, past: 4096 }.kv_positions(), Some(4097));
+        assert_eq!(Case::Step { seq: 64, past: 0 }.kv_positions(), None);
+        let g = Case::Generate {
+            prompt: 100,
+            tokens: 8,
+        };
+        assert_eq!(g.kv_positions(), Some(104));
+    }
 
     #[test]
     fn cases_follow_the_modes_and_overrides_append() {

@@ -9,6 +9,7 @@ use serde_json::json;
 
 use super::gen_llm::Llm;
 use super::model::ModelInfo;
+use crate::onnx::dtype;
 use crate::{Data, Session, Tensor};
 
 /// A generated LLM in the cache.
@@ -244,7 +245,32 @@ pub fn step_feeds(
                             *d = x * 0.5;
                         }
                     }
-                    Tensor::f32(&[1, kv, positions as i64, head as i64], buf)
+                    let shape = [1, kv, positions as i64, head as i64];
+                    match inp.elem {
+                        // A quantized cache (gen_llm.rs `kvq=`): seeded codes in [-32, 32] at 8
+                        // bits, each nibble in [6, 10] (codes -2..2) at 4; the rows past `past`
+                        // zero bytes, as ORT leaves them.
+                        dtype::INT8 => Tensor {
+                            shape: shape.to_vec(),
+                            data: Data::I8(buf.iter().map(|x| (x * 64.0).round() as i8).collect()),
+                        },
+                        dtype::UINT8 => Tensor {
+                            shape: shape.to_vec(),
+                            data: Data::U8(
+                                buf.iter()
+                                    .map(|&x| {
+                                        if x == 0.0 {
+                                            return 0;
+                                        }
+                                        let lo = ((x * 4.0).round() as i32 + 8) as u8;
+                                        let hi = ((x * -3.0).round() as i32 + 8) as u8;
+                                        lo | hi << 4
+                                    })
+                                    .collect(),
+                            ),
+                        },
+                        _ => Tensor::f32(&shape, buf),
+                    }
                 }
                 other => return Err(format!("LLM input '{other}' is not one the bench feeds")),
             })
