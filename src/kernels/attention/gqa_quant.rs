@@ -13,11 +13,15 @@
 //! - the attention is the f32 one ([`super::gqa`]: causal, `seqlens_k`, window, softcap, sinks)
 //!   over the dequantized cache, the new rows included as quantized.
 //!
-//! Nothing is dequantized into memory: the softmax scale and the key scales are folded into each
-//! query row (`q[c] * scale * k_scale[c]`), the scores are dot products of that row with the
-//! codes (`Kernels::scores_i8`), and the probabilities times the value codes are summed in f32
-//! (`Kernels::rows_i8`) before the value scales multiply each output element. 4-bit rows are
-//! unpacked to int8 a block of [`BLOCK_ROWS`] rows at a time (per unit, in L1).
+//! The cache is never dequantized whole: the softmax scale and the key scales are folded into
+//! each query row (`q[c] * scale * k_scale[c]`), and each block of [`BLOCK_ROWS`] rows of codes
+//! (4-bit rows unpacked to int8 first) is widened to f32 once for the whole group in the unit's
+//! L1 scratch; the float32 kernels then take the scores of every query head of the group over it
+//! (`Kernels::scores`) and the probabilities times the value rows (`Kernels::rows_group`), and the
+//! value scales multiply each output element. (Kernels over the int8 codes themselves widened the
+//! codes again for every query head of the group: measured the same or 3% slower a token at past
+//! 4096 on the Qwen2-0.5B shape, `rcpu-bench llm --gen llm:preset=qwen2-0.5b,ctx=8192,kvq=int8c
+//! --mode decode --past 4096 --null-plugin`.)
 //!
 //! Execution: phase 1 writes present (one (batch, kv head) block per unit: past codes copied,
 //! new rows quantized, zeros after them; with a shared buffer only the new rows); phase 2 runs
@@ -289,9 +293,15 @@ pub fn gqa_quant(
     let max_len = past_r.iter().map(|&(p, _)| p).max().unwrap_or(0) + seq;
     let g_head = group * head;
     let s_buf = mul(&[group, max_len]).ok_or_else(overflow)?;
+    // Query rows, scores and probabilities, then a block of codes widened to f32, the group's
+    // probabilities over it, and the group's output rows over it.
+    let block_f = mul(&[BLOCK_ROWS, head]).ok_or_else(overflow)?;
+    let coef_f = mul(&[BLOCK_ROWS, group]).ok_or_else(overflow)?;
     let scratch = s_buf
         .checked_mul(2)
-        .and_then(|x| x.checked_add(g_head))
+        .and_then(|x| x.checked_add(g_head.checked_mul(2)?))
+        .and_then(|x| x.checked_add(block_f))
+        .and_then(|x| x.checked_add(coef_f))
         .ok_or_else(overflow)?;
     let unpacked = if q.bits == 4 {
         mul(&[BLOCK_ROWS, head]).ok_or_else(overflow)?
@@ -305,7 +315,10 @@ pub fn gqa_quant(
         let done = try_with_scratch_f32(scratch, |buf| {
             try_with_scratch_u8(unpacked, |ub| {
                 let (qr, rest) = buf.split_at_mut(g_head);
-                let (scores, probs) = rest.split_at_mut(s_buf);
+                let (scores, rest) = rest.split_at_mut(s_buf);
+                let (probs, rest) = rest.split_at_mut(s_buf);
+                let (fb, rest) = rest.split_at_mut(block_f);
+                let (coef, part) = rest.split_at_mut(coef_f);
                 for (i, orows) in dst.chunks_exact_mut(g_head).enumerate() {
                     let u = first + i;
                     let (b, s, n) = (u / (seq * kv_heads), (u / kv_heads) % seq, u % kv_heads);
@@ -325,11 +338,14 @@ pub fn gqa_quant(
                     let kc = &pk[base + st * row_bytes..base + len * row_bytes];
                     let vc = &pv[base + st * row_bytes..base + len * row_bytes];
                     let (sc, pr) = (&mut scores[..group * keys], &mut probs[..group * keys]);
+                    // Each block of codes is widened to f32 once for the whole group, then the
+                    // float32 kernels run over it (the int8 kernels converted the codes again for
+                    // every query head of the group).
                     for j0 in (0..keys).step_by(BLOCK_ROWS) {
                         let j1 = (j0 + BLOCK_ROWS).min(keys);
-                        let block = codes(q.bits, kc, j0, j1, row_bytes, head, ub);
+                        let fbk = widen(codes(q.bits, kc, j0, j1, row_bytes, head, ub), fb);
                         for (gi, qg) in qr.chunks_exact(head).enumerate() {
-                            (k.scores_i8)(qg, block, &mut sc[gi * keys + j0..gi * keys + j1]);
+                            (k.scores)(qg, fbk, 1.0, &mut sc[gi * keys + j0..gi * keys + j1]);
                         }
                     }
                     sh.cap_scores(sc);
@@ -338,10 +354,15 @@ pub fn gqa_quant(
                     orows.fill(0.0);
                     for j0 in (0..keys).step_by(BLOCK_ROWS) {
                         let j1 = (j0 + BLOCK_ROWS).min(keys);
-                        let block = codes(q.bits, vc, j0, j1, row_bytes, head, ub);
-                        for (gi, og) in orows.chunks_exact_mut(head).enumerate() {
-                            (k.rows_i8)(&pr[gi * keys + j0..gi * keys + j1], block, og);
+                        let fbk = widen(codes(q.bits, vc, j0, j1, row_bytes, head, ub), fb);
+                        let nb = j1 - j0;
+                        let cf = &mut coef[..group * nb];
+                        for (gi, c) in cf.chunks_exact_mut(nb).enumerate() {
+                            c.copy_from_slice(&pr[gi * keys + j0..gi * keys + j1]);
                         }
+                        let part = &mut part[..g_head];
+                        (k.rows_group)(group, cf, fbk, head, 1.0, part);
+                        orows.iter_mut().zip(&*part).for_each(|(o, &x)| *o += x);
                     }
                     let vs_n = &vs[n * head..(n + 1) * head];
                     for og in orows.chunks_exact_mut(head) {
@@ -370,6 +391,15 @@ pub fn gqa_quant(
         ));
     }
     Ok(variant(k.isa, q.bits))
+}
+
+/// `codes` (bytes read as `i8`) as f32 in the first `codes.len()` elements of `out`.
+fn widen<'a>(codes: &[u8], out: &'a mut [f32]) -> &'a [f32] {
+    let out = &mut out[..codes.len()];
+    out.iter_mut()
+        .zip(codes)
+        .for_each(|(o, &c)| *o = f32::from(c as i8));
+    out
 }
 
 /// The int8 codes of rows `j0..j1` of `src` (rows of `row_bytes`): the bytes themselves at 8

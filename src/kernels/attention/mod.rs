@@ -40,7 +40,6 @@ pub mod gqa_plan;
 pub mod gqa_quant;
 pub mod gqa_window;
 #[cfg(target_arch = "x86_64")]
-mod quant_x86;
 pub mod rotary;
 #[cfg(target_arch = "x86_64")]
 mod rows_avx512;
@@ -67,12 +66,6 @@ type RowsFn = fn(&[f32], &[f32], usize, f32, &mut [f32]);
 type RowsGroupFn = fn(usize, &[f32], &[f32], usize, f32, &mut [f32]);
 /// One rotary row: `(x, cos, sin, interleaved, out)`; rotates `2 * cos.len()` leading elements.
 type RopeFn = fn(&[f32], &[f32], &[f32], bool, &mut [f32]);
-/// `out[j] = dot(q, codes_row_j)` over rows of `q.len()` int8 codes (bytes read as `i8`): the
-/// scores of a quantized key cache, the scales folded into `q` (`gqa_quant`).
-type ScoresI8Fn = fn(&[f32], &[u8], &mut [f32]);
-/// `out[c] += sum_r p[r] * codes[r * out.len() + c]` over `p.len()` rows of int8 codes:
-/// probabilities times a quantized value cache (`gqa_quant`).
-type RowsI8Fn = fn(&[f32], &[u8], &mut [f32]);
 /// `dst = src` (equal lengths): a decode step's past rows into present.
 type CopyFn = fn(&mut [f32], &[f32]);
 
@@ -97,10 +90,6 @@ pub(crate) struct Kernels {
     rope: RopeFn,
     /// Past rows into present at decode, from [`STREAM_COPY_MIN_BYTES`] on (below, a plain copy).
     stream_copy: CopyFn,
-    /// Scores against rows of int8 key codes (a quantized KV cache).
-    scores_i8: ScoresI8Fn,
-    /// Probabilities times rows of int8 value codes, accumulated.
-    rows_i8: RowsI8Fn,
     isa: Isa,
     name: &'static str,
 }
@@ -114,8 +103,6 @@ const SCALAR: Kernels = Kernels {
     fused_terms: false,
     rope: scalar::rope_row,
     stream_copy: plain_copy,
-    scores_i8: scalar::scores_i8,
-    rows_i8: scalar::rows_i8,
     isa: Isa::Scalar,
     name: "scalar",
 };
@@ -129,8 +116,6 @@ const AVX2: Kernels = Kernels {
     fused_terms: true,
     rope: x86::rope_avx2,
     stream_copy: plain_copy,
-    scores_i8: quant_x86::scores_i8_avx2,
-    rows_i8: quant_x86::rows_i8_avx2,
     isa: Isa::Avx2,
     name: "avx2",
 };
@@ -144,8 +129,6 @@ const AVX512: Kernels = Kernels {
     fused_terms: true,
     rope: x86::rope_avx512,
     stream_copy: x86::stream_copy_avx512,
-    scores_i8: quant_x86::scores_i8_avx512,
-    rows_i8: quant_x86::rows_i8_avx512,
     isa: Isa::Avx512,
     name: "avx512",
 };
@@ -382,56 +365,6 @@ mod tests {
                                 "{isa:?} g {g} r {r} n {n} ld {ld}"
                             );
                         }
-                    }
-                }
-            }
-        }
-    }
-
-    /// Every table's int8-code kernels against f64 sums: the scores of a query against rows of
-    /// codes (`scores_i8`) and probabilities times rows of codes added to what the output held
-    /// (`rows_i8`), row lengths around the vector widths and their 4-vector blocks (1 to 130),
-    /// row counts 0 to 70, codes over the whole int8 range (-128 included), every output written
-    /// (a NaN left over fails). Seen failing with the codes read unsigned, with the AVX-512 load
-    /// widening only 8 bytes, and with the 4-vector block's output not loaded first.
-    #[test]
-    fn int8_code_kernels_match_f64_sums() {
-        let val =
-            |i: usize, salt: usize| ((i * 7919 + salt * 104_729) % 2003) as f32 / 1001.0 - 1.0;
-        let code = |i: usize| ((i * 40_503 + 17) % 256) as u8;
-        for (isa, kern) in tables() {
-            for d in [1usize, 7, 8, 15, 16, 17, 24, 32, 33, 64, 65, 100, 128, 130] {
-                for rows in [0usize, 1, 3, 64, 70] {
-                    let q: Vec<f32> = (0..d).map(|i| val(i, 1)).collect();
-                    let c: Vec<u8> = (0..rows * d).map(code).collect();
-                    let mut out = vec![f32::NAN; rows];
-                    (kern.scores_i8)(&q, &c, &mut out);
-                    for (j, &got) in out.iter().enumerate() {
-                        let row = &c[j * d..(j + 1) * d];
-                        let terms = q
-                            .iter()
-                            .zip(row)
-                            .map(|(&a, &b)| a as f64 * (b as i8) as f64);
-                        let (want, mag) = terms.fold((0.0, 0.0), |(s, m), t| (s + t, m + t.abs()));
-                        let err = (got as f64 - want).abs();
-                        assert!(
-                            err <= 1e-6 * mag + 1e-30,
-                            "{isa:?} d {d} rows {rows} row {j}"
-                        );
-                    }
-                    let p: Vec<f32> = (0..rows).map(|i| val(i, 3).abs()).collect();
-                    let start: Vec<f32> = (0..d).map(|i| val(i, 4)).collect();
-                    let mut acc = start.clone();
-                    (kern.rows_i8)(&p, &c, &mut acc);
-                    for (col, &got) in acc.iter().enumerate() {
-                        let terms = (0..rows).map(|r| p[r] as f64 * (c[r * d + col] as i8) as f64);
-                        let (sum, mag) = terms.fold((0.0, 0.0), |(s, m), t| (s + t, m + t.abs()));
-                        let want = start[col] as f64 + sum;
-                        let err = (got as f64 - want).abs();
-                        assert!(
-                            err <= 1e-6 * (mag + start[col].abs() as f64) + 1e-30,
-                            "{isa:?} d {d} rows {rows} col {col}: {got} vs {want}"
-                        );
                     }
                 }
             }

@@ -72,33 +72,3 @@ pub(super) fn rope_row(x: &[f32], cos: &[f32], sin: &[f32], interleaved: bool, o
     }
     out[rot..].copy_from_slice(&x[rot..]);
 }
-
-/// `out[j] = dot(q, codes[j])` for the first `out.len()` rows of `codes` (rows of `q.len()`
-/// bytes, each an int8 code): the scores of a quantized key cache (the scales folded into `q`).
-pub(super) fn scores_i8(q: &[f32], codes: &[u8], out: &mut [f32]) {
-    if q.is_empty() {
-        out.fill(0.0);
-        return;
-    }
-    for (o, kr) in out.iter_mut().zip(codes.chunks_exact(q.len())) {
-        *o = q
-            .iter()
-            .zip(kr)
-            .map(|(&a, &b)| a * f32::from(b as i8))
-            .sum();
-    }
-}
-
-/// `out[c] += sum_r p[r] * codes[r * out.len() + c]` over the `p.len()` rows of int8 codes:
-/// probabilities times a quantized value cache (the scales applied to the sums afterwards).
-pub(super) fn rows_i8(p: &[f32], codes: &[u8], out: &mut [f32]) {
-    let ld = out.len();
-    if ld == 0 {
-        return;
-    }
-    for (&x, row) in p.iter().zip(codes.chunks_exact(ld)) {
-        for (o, &c) in out.iter_mut().zip(row) {
-            *o += x * f32::from(c as i8);
-        }
-    }
-}
