@@ -385,3 +385,36 @@ fn an_expert_no_token_picks_is_never_read_and_m0_writes_nothing() {
     let r = run(&[], 0, s, &c.act, &none, &expert, &mut [], &Serial).unwrap();
     assert_eq!(r.experts_run, 0);
 }
+
+/// The call's route names what its bulk ran: the products of the expert with the most tokens,
+/// not those of whichever expert came last. 17 tokens to expert 0 (the many-row route at level
+/// 0) and one each to experts 1..3 (one-row products, after it): the dequantizing GEMM's name.
+/// Seen failing with the last expert's route kept (`experts-f32-gemv-packed`).
+#[test]
+fn the_route_is_the_busiest_experts() {
+    let c = Case::new(77, 4, 64, 32, 1, 4, 32, 0, false, false, GPT_OSS);
+    let tokens = 20;
+    let mut logits = vec![0f32; tokens * 4];
+    for t in 0..tokens {
+        logits[t * 4 + t.saturating_sub(16).min(3)] = 5.0;
+    }
+    let mut rng = Rng::seeded(78);
+    let x = rng.vec_f32(tokens * 64, -1.0, 1.0);
+    let routes = route_tokens(&logits, None, tokens, 4, 1, false).unwrap();
+    let expert = |e: usize| Expert {
+        fc1: c.fc1.matrix(e, true),
+        fc1_bias: None,
+        fc2: c.fc2.matrix(e, true),
+        fc2_bias: None,
+    };
+    let mut out = vec![f32::NAN; tokens * 64];
+    let r = run(
+        &x, tokens, &c.shape, &c.act, &routes, &expert, &mut out, &Serial,
+    )
+    .unwrap();
+    assert_eq!((r.experts_run, r.max_rows), (4, 17), "{r:?}");
+    assert_eq!(r.text(), "experts-f32-gemm-dequant-packed", "{r:?}");
+    let want = c.reference(&x, &logits, tokens);
+    let e = rel_l2(&out, &want);
+    assert!(e <= 1e-5, "rel L2 {e:e}");
+}

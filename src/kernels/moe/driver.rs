@@ -85,8 +85,9 @@ pub struct MoeRoute {
     pub max_rows: usize,
     /// Whether every expert that ran read packed weights.
     pub all_packed: bool,
-    /// The route of the last expert product that took a MatMulNBits path (`None`: only the
-    /// literal definition ran, or nothing did).
+    /// The route the products of the expert with the most tokens took (the first such expert;
+    /// a call's bulk: a prompt's many-row GEMM rather than a one-token expert's GEMV), `None`
+    /// when only the literal definition ran, or nothing did.
     pub product: Option<NBitsRoute>,
 }
 
@@ -185,6 +186,8 @@ pub fn run<'w>(
     // `singles[j]`) and join the sums in expert order below, as the other experts' rows do, so
     // the output does not depend on which path an expert took.
     let mut single_of = try_vec(experts, usize::MAX).map_err(|_| alloc("expert flags", experts))?;
+    // Rows of the expert whose products' route `route.product` holds.
+    let mut product_rows = 0;
     let mut single_rows = Vec::new();
     if tokens <= SINGLES_MAX_TOKENS {
         let singles: Vec<(usize, usize, Expert<'w>)> = (0..experts)
@@ -198,7 +201,7 @@ pub fn run<'w>(
                     single_of[e] = j;
                 }
                 single_rows = rows;
-                route.product = Some(r);
+                (route.product, product_rows) = (Some(r), 1);
             }
         }
     }
@@ -235,7 +238,11 @@ pub fn run<'w>(
         let r2 = ex.fc2.matmul(a2, m, ex.fc2_bias, c2, par)?;
         accumulate(out, h, k, routes, rows, c2);
         route.all_packed &= ex.fc1.packed() && ex.fc2.packed();
-        route.product = r2.or(r1).or(route.product);
+        if m > product_rows || route.product.is_none() {
+            if let Some(r) = r2.or(r1) {
+                (route.product, product_rows) = (Some(r), m);
+            }
+        }
     }
     Ok(route)
 }
