@@ -10,7 +10,10 @@
 //!   weight row `w[k][.]` read through the same kernels as the product with a one-hot row.
 //! * int8 path (accuracy level 4): ORT quantises A per block; an infinite block maximum, or a
 //!   block of NaN only, makes its scale non-finite and every output of the row NaN. An isolated
-//!   NaN among finite values is coded 0 there, as the fast path does already.
+//!   NaN among finite values is coded 0 here, as the fast path does already. What ORT makes of
+//!   it depends on its quantizing kernel: 0 where these rules were probed, but on an AVX2 host
+//!   without AVX-512 its 8-bit path codes it as the block's lowest code and its 4-bit path as no
+//!   single value (the adversarial corpus leaves that case out); no answer is ORT's everywhere.
 //!
 //! The scan is `M * K` comparisons, negligible next to the weights; ordinary rows never leave
 //! the fast path.
