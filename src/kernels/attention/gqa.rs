@@ -235,6 +235,29 @@ pub(super) enum Sinks<'a> {
     Zeros(Vec<f32>),
 }
 
+impl Sinks<'_> {
+    /// One logit per query head, or `None` when no sink joins the softmax.
+    pub(super) fn logits(&self) -> Option<&[f32]> {
+        match self {
+            Sinks::None => None,
+            Sinks::Input(s) => Some(s),
+            Sinks::Zeros(z) => Some(z),
+        }
+    }
+}
+
+/// `num_heads / kv_num_heads`, after checking that both and the head size are positive and the
+/// first a multiple of the second.
+pub(super) fn group_size(sh: &GqaShape) -> Result<usize, String> {
+    let (heads, kv_heads) = (sh.heads, sh.kv_heads);
+    if heads == 0 || kv_heads == 0 || !heads.is_multiple_of(kv_heads) || sh.head == 0 {
+        return Err(format!(
+            "num_heads {heads} must be a positive multiple of kv_num_heads {kv_heads}"
+        ));
+    }
+    Ok(heads / kv_heads)
+}
+
 /// The sink logits with `smooth`: the input's (one per query head, checked), or zeros.
 pub(super) fn sink_logits<'a>(
     sh: &GqaShape,
@@ -445,12 +468,7 @@ pub fn gqa_f32_prefill(
         present_len,
         ..
     } = *sh;
-    if heads == 0 || kv_heads == 0 || heads % kv_heads != 0 || head == 0 {
-        return Err(format!(
-            "num_heads {heads} must be a positive multiple of kv_num_heads {kv_heads}"
-        ));
-    }
-    let group = heads / kv_heads;
+    let group = group_size(sh)?;
     let lens = BufferLens {
         q: inp.q.len(),
         kv: inp.kv.map(|(k, v)| (k.len(), v.len())),
@@ -466,15 +484,8 @@ pub fn gqa_f32_prefill(
     let overflow = || size_overflow(sh);
     let mul = checked_product;
     let past = past_rows(sh, inp.seqlens_k, o.shared)?;
-    let zeros;
-    let sinks = match sink_logits(sh, inp.sinks)? {
-        Sinks::None => None,
-        Sinks::Input(s) => Some(s),
-        Sinks::Zeros(z) => {
-            zeros = z;
-            Some(&zeros[..])
-        }
-    };
+    let sinks = sink_logits(sh, inp.sinks)?;
+    let sinks = sinks.logits();
     let rot = rotary_plan(sh, inp, &past)?;
     if tokens == 0 || heads == 0 {
         return Ok(k.name);

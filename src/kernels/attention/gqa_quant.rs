@@ -38,8 +38,8 @@ use crate::memory::try_vec;
 use crate::runtime::par::Par;
 
 use super::gqa::{
-    check_lens, checked_product, past_rows, rotary_plan, sink_logits, size_overflow, softmax_rows,
-    BufferLens, GqaInputs, GqaShape, Rows, Sinks, Sizes,
+    check_lens, checked_product, group_size, past_rows, rotary_plan, sink_logits, size_overflow,
+    softmax_rows, BufferLens, GqaInputs, GqaShape, Rows, Sizes,
 };
 
 /// Key / value rows unpacked (4 bits) and scored at a time.
@@ -191,18 +191,13 @@ pub fn gqa_quant(
     let softmax_row = softmax::row_kernel(k.isa)?;
     let GqaShape {
         seq,
-        heads,
         kv_heads,
         head,
         past_len,
         present_len,
         ..
     } = *sh;
-    if heads == 0 || kv_heads == 0 || !heads.is_multiple_of(kv_heads) || head == 0 {
-        return Err(format!(
-            "num_heads {heads} must be a positive multiple of kv_num_heads {kv_heads}"
-        ));
-    }
+    let group = group_size(sh)?;
     let row_bytes = match q.bits {
         8 => head,
         4 if head.is_multiple_of(2) => head / 2,
@@ -213,7 +208,6 @@ pub fn gqa_quant(
         }
         b => return Err(format!("kv_cache_bit_width {b} is not 4 or 8")),
     };
-    let group = heads / kv_heads;
     let lens = BufferLens {
         q: inp.q.len(),
         kv: inp.kv.map(|(k, v)| (k.len(), v.len())),
@@ -231,15 +225,8 @@ pub fn gqa_quant(
     let ks = per_channel("k_scale", q.k_scale, q, kv_heads, head)?;
     let vs = per_channel("v_scale", q.v_scale, q, kv_heads, head)?;
     let past_r = past_rows(sh, inp.seqlens_k, o.shared)?;
-    let zeros;
-    let sinks = match sink_logits(sh, inp.sinks)? {
-        Sinks::None => None,
-        Sinks::Input(s) => Some(s),
-        Sinks::Zeros(z) => {
-            zeros = z;
-            Some(&zeros[..])
-        }
-    };
+    let sinks = sink_logits(sh, inp.sinks)?;
+    let sinks = sinks.logits();
     let rot = rotary_plan(sh, inp, &past_r)?;
     if tokens == 0 {
         return Ok(variant(k.isa, q.bits));
