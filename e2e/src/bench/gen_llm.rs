@@ -174,14 +174,25 @@ fn preset(name: &str) -> Option<Llm> {
         _ => {}
     }
     // (hidden, layers, heads, kv, head, inter, vocab, qkv_bias, qk_norm); all tied embeddings.
-    let (hidden, layers, heads, kv, head, inter, vocab, qkv_bias, qk_norm) = match name {
+    let shape = match name {
         "qwen2-0.5b" => (896, 24, 14, 2, 64, 4864, 151936, true, false),
         "llama-3.2-1b" => (2048, 16, 32, 8, 64, 8192, 128256, false, false),
         // Qwen3-0.6B: 16 query heads of 128 (2048 wide, twice the hidden size), per-head q/k norms.
         "qwen3-0.6b" => (1024, 28, 16, 8, 128, 3072, 151936, false, true),
         _ => return None,
     };
-    Some(Llm {
+    Some(dense_preset(name, shape))
+}
+
+/// A tied dense decoder of `shape` (hidden, layers, heads, kv, head, inter, vocab, qkv_bias,
+/// qk_norm) as the builder writes it: every preset's starting point.
+#[allow(clippy::type_complexity)]
+fn dense_preset(
+    name: &str,
+    shape: (usize, usize, usize, usize, usize, usize, usize, bool, bool),
+) -> Llm {
+    let (hidden, layers, heads, kv, head, inter, vocab, qkv_bias, qk_norm) = shape;
+    Llm {
         preset: name.into(),
         layer: Decoder {
             hidden,
@@ -217,55 +228,36 @@ fn preset(name: &str) -> Option<Llm> {
         lm_bias: false,
         moe: None,
         kvq: KvQuant::F32,
-    })
+    }
 }
 
 /// gpt-oss-20b or Phi-3.5-MoE (module doc): both untied, with attention biases written as Adds
 /// (the builder's form since 0.18).
 fn moe_preset(name: &str) -> Llm {
     let gpt = name == "gpt-oss-20b";
-    let (hidden, layers, heads, kv, head, inter, vocab) = if gpt {
-        (2880, 24, 64, 8, 64, 2880, 201088)
+    let shape = if gpt {
+        (2880, 24, 64, 8, 64, 2880, 201088, true, false)
     } else {
-        (4096, 32, 32, 8, 128, 6400, 32064)
+        (4096, 32, 32, 8, 128, 6400, 32064, true, false)
     };
+    let base = dense_preset(name, shape);
     Llm {
-        preset: name.into(),
         layer: Decoder {
-            hidden,
-            heads,
-            kv,
-            head,
-            inter,
-            block: 32,
-            acc: 4,
-            past: 0,
-            qkv_bias: true,
-            packed_qkv: true,
-            qk_norm: false,
-            mix8: false,
             bias_add: true,
             o_bias: true,
             sinks: gpt,
             layer_norm: !gpt,
             // Codes averaging zero keep the routing spread through the layers (gen::Codes).
             codes: Codes::Centered,
+            ..base.layer
         },
-        layers,
-        vocab,
         tied: false,
-        ctx: 4096,
         emb: Emb::F32,
-        seed: 1,
         // gpt-oss: sliding_window 128 on the even layers, windowed caches.
         window: if gpt { 128 } else { 0 },
-        window_cache: true,
-        softcap: 0,
-        rot: 0,
-        lm_bits: 4,
         lm_bias: !gpt,
         moe: Some(if gpt { Moe::gpt_oss() } else { Moe::phi() }),
-        kvq: KvQuant::F32,
+        ..base
     }
 }
 
