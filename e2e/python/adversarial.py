@@ -1229,14 +1229,7 @@ QMOE_NEGINF = np.array([
     [1, -INF, -INF, -INF, -INF, -INF, -INF, -INF],  # the -inf routes dropped (weight 0)
     [-INF, -INF, 0, -INF, -INF, -INF, -INF, -1],
 ], np.float32)
-QMOE_NAN = np.array([
-    [NAN, 1, 2, 3, 4, 5, 6, 7],
-    [1, NAN, 2, 3, 4, 5, 6, 7],
-    [7, 6, 5, 4, 3, 2, 1, NAN],
-    [1, 2, 3, NAN, 5, 6, 7, 0],
-    [NAN] * 8,
-    [NAN, INF, -INF, NAN, 1, 1, 1, NAN],
-], np.float32)
+QMOE_NAN = qm.NAN_LOGITS
 HUGE_E = 2 ** 40
 
 

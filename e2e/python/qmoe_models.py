@@ -59,6 +59,17 @@ IR_VERSION = 10
 OPSET = 21
 F32 = TensorProto.FLOAT
 ACTIVATIONS = ("swiglu", "silu", "gelu", "relu", "identity")
+# Router logit rows of 8 experts with NaN where ORT's partial sort leaves it (first, second, last,
+# middle, everywhere, beside infinities): the rows test_qmoe.py and adversarial.py both route.
+NAN, INF = float("nan"), float("inf")
+NAN_LOGITS = np.array([
+    [NAN, 1, 2, 3, 4, 5, 6, 7],
+    [1, NAN, 2, 3, 4, 5, 6, 7],
+    [7, 6, 5, 4, 3, 2, 1, NAN],
+    [1, 2, 3, NAN, 5, 6, 7, 0],
+    [NAN] * 8,
+    [NAN, INF, -INF, NAN, 1, 1, 1, NAN],
+], np.float32)
 
 
 @dataclass

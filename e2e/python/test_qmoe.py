@@ -327,14 +327,7 @@ TIES_AND_INF = np.array([
     [1e30, -1e30, 3e38, -3e38, 0, 1, 2, 3],
     [3.0, 3.0 - 18.42, 3.0 - 18.43, -50, -60, -70, -80, -90],  # softmax weights around the 1e-8 cut
 ], np.float32)
-NAN_ROWS = np.array([
-    [NAN, 1, 2, 3, 4, 5, 6, 7],
-    [1, NAN, 2, 3, 4, 5, 6, 7],
-    [7, 6, 5, 4, 3, 2, 1, NAN],
-    [1, 2, 3, NAN, 5, 6, 7, 0],
-    [NAN] * 8,
-    [NAN, INF, -INF, NAN, 1, 1, 1, NAN],
-], np.float32)
+NAN_ROWS = qm.NAN_LOGITS
 
 
 def _random_logits(rng, n, e, nan=True):
