@@ -168,8 +168,9 @@ impl PanelSource for PackedPanels<'_> {
         let p = &self.pk.params;
         let bits8 = p.bits == 8;
         let gc = super::pack::group_cols(p);
-        // Every panel column lies inside a group (padding columns compute 0 there): the panels
-        // end at j0 + nc rounded up to `nr`, within N rounded up to the group (`nr` divides 16).
+        // The panels end at j0 + nc rounded up to `nr`. Their columns lie inside a group
+        // (padding columns compute 0 there), except past the last 16-column group of an 8-bit
+        // weight under 32-wide panels: those are zeroed below.
         let width = nc.next_multiple_of(nr);
         let last = super::pack::groups(p);
         for g in j0 / gc..(j0 + width).div_ceil(gc).min(last) {
