@@ -173,3 +173,38 @@ def test_og_quantized_kv_cache(tmp_path, plugin_path, kvq, acc):
     _assert_same_generation(cpu, rc, prompt, 60)
     _assert_rcpu_ran(rc)
     assert rc["rcpu_calls"]["GroupQueryAttention"] == 2 * len(rc["logits"]), rc["rcpu_calls"]
+
+
+CONTEXT_WRITER = """
+import sys, onnxruntime as ort
+ort.register_execution_provider_library("rcpu", sys.argv[1])
+so = ort.SessionOptions()
+so.log_severity_level = 3
+so.add_session_config_entry("ep.context_enable", "1")
+so.add_session_config_entry("ep.context_file_path", sys.argv[3])
+so.add_provider_for_devices([d for d in ort.get_ep_devices() if d.ep_name == "RcpuExecutionProvider"],
+                            {"threads": "2"})
+ort.InferenceSession(sys.argv[2], so, enable_fallback=0)
+"""
+
+
+def test_og_context_model(tmp_path, plugin_path):
+    """onnxruntime-genai on rcpu's context model (src/ep/context): written once by an ORT session with
+    ep.context_enable=1, named in genai_config.json in place of model.onnx; genai then loads it without the
+    weights and generates ORT's greedy tokens with the original model's logits (level 0, 1e-4)."""
+    model = _generate_model(tmp_path / "orig", 0)
+    out = subprocess.run([sys.executable, "-c", CONTEXT_WRITER, str(plugin_path), str(model / "model.onnx"),
+                          str(model / "model_ctx.onnx")], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    ctx_dir = tmp_path / "ctx"
+    ctx_dir.mkdir()
+    for f in ("model_ctx.onnx", "model_ctx.rcpu", "genai_config.json"):
+        shutil.copy(model / f, ctx_dir / f)
+    cfg = json.loads((ctx_dir / "genai_config.json").read_text())
+    cfg["model"]["decoder"]["filename"] = "model_ctx.onnx"
+    (ctx_dir / "genai_config.json").write_text(json.dumps(cfg, indent=2))
+    assert not (ctx_dir / "model.onnx").exists()
+    cpu = _og(model, "cpu", plugin_path)
+    rc = _og(ctx_dir, "rcpu", plugin_path, "api")
+    _assert_same_generation(cpu, rc)
+    _assert_rcpu_ran(rc)

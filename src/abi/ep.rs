@@ -47,6 +47,20 @@ unsafe extern "C" fn get_capability(
         // The ops of the heavy nodes this graph leaves to ORT (see `ep::mixed`).
         let mut heavy_left = Vec::new();
         for (i, node) in nodes.iter().enumerate() {
+            if super::ep_context::is_own_context_node(node) {
+                // A partition of a context model (`ep::context`): one fused node of its own.
+                let opts = OrtNodeFusionOptions {
+                    ort_version_supported: EP_ABI_VERSION,
+                    drop_constant_initializers: true,
+                };
+                // SAFETY: info and node are live for this call; ORT copies the options.
+                unsafe {
+                    check_raw((ep.ep_graph_support_info_add_nodes_to_fuse)(
+                        info, &node.raw, 1, &opts,
+                    ))?
+                };
+                continue;
+            }
             let mut kdef: *const OrtKernelDef = std::ptr::null();
             // SAFETY: info and node are live for this call.
             unsafe {
@@ -178,14 +192,19 @@ unsafe extern "C" fn compile(
     fused_nodes: *const *const OrtNode,
     count: usize,
     infos: *mut *mut OrtNodeComputeInfo,
-    _ep_context_nodes: *mut *mut OrtNode,
+    ep_context_nodes: *mut *mut OrtNode,
 ) -> StatusPtr {
     guard("Compile", || {
         // SAFETY: our EpShell, alive until ReleaseEp.
         let shell = unsafe { &*(this as *const EpShell) };
         let _route = shell.instance.logger.scope();
+        let ce = super::fused::CompileEnv {
+            env: &shell.instance.env,
+            context: &shell.instance.context,
+            context_files: &shell.instance.context_files,
+        };
         // SAFETY: ORT's arguments for this call (see `fused::compile`).
-        unsafe { super::fused::compile(&shell.instance.env, graphs, fused_nodes, count, infos) }
+        unsafe { super::fused::compile(&ce, graphs, fused_nodes, count, infos, ep_context_nodes) }
     })
 }
 

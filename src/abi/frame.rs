@@ -18,7 +18,7 @@ use std::ffi::c_void;
 use super::kernel_context::KernelContext;
 use super::status::{Error, Result};
 use super::tensor::{elem_name, elem_width, ElemType, Tensor, TensorMut};
-use crate::memory::{AlignedBuf, ConstantCopy, GovernorRef, ValuePool};
+use crate::memory::{AlignedBuf, ConstantBytes, GovernorRef, ValuePool};
 
 /// Where a slot's value comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,7 +40,7 @@ pub(crate) struct OwnedConst {
     pub(crate) name: String,
     pub(crate) elem: ElemType,
     pub(crate) shape: Vec<usize>,
-    pub(crate) data: Option<ConstantCopy>,
+    pub(crate) data: Option<ConstantBytes>,
 }
 
 /// The slots of one partition: their sources, names (for errors) and the constants.
@@ -234,9 +234,10 @@ impl<'a> NodeFrame<'a> {
                     )));
                 };
                 let data = buf.as_slice().as_ptr() as *const c_void;
-                // SAFETY: the copy holds the constant's bytes (element count of `shape` times
-                // the element width, checked when it was made), 64-byte aligned, owned by the
-                // partition and never written after Compile; it outlives every run ('a).
+                // SAFETY: the copy (or the view of the mapped context file) holds the constant's
+                // bytes (element count of `shape` times the element width, checked when it was
+                // made), 64-byte aligned, owned by the partition (a view keeps its mapping) and
+                // never written after Compile; it outlives every run ('a).
                 Ok(Some(unsafe { Tensor::from_parts(data, c.elem, &c.shape) }))
             }
             Some(&SlotSrc::Inner { .. }) => {

@@ -51,6 +51,16 @@ impl<'a> Graph<'a> {
         }
     }
 
+    /// The path of the model file the graph was loaded from (`None`: loaded from bytes).
+    pub fn model_path(&self) -> Result<Option<std::path::PathBuf>> {
+        let mut p: *const ort_sys::os_char = std::ptr::null();
+        // SAFETY: graph valid; the path string is owned by the graph's model.
+        unsafe { check((api().ort.Graph_GetModelPath)(self.g, &mut p))? };
+        // SAFETY: NULL or a NUL-terminated string owned by the model (os_char is c_char here).
+        let s = unsafe { string_at(p.cast::<c_char>()) };
+        Ok((!s.is_empty()).then(|| std::path::PathBuf::from(s)))
+    }
+
     pub fn nodes(&self) -> Result<Vec<Node<'a>>> {
         let ort = api().ort;
         let mut n = 0usize;

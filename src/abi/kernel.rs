@@ -81,6 +81,13 @@ unsafe extern "C" fn kernel_prepack(
         let idx = usize::try_from(input_index)
             .map_err(|_| Error::invalid_argument("negative input index"))?;
         let packed = kernel.prepack(idx, &t)?;
+        if packed {
+            // The pages packing read need not stay resident until ORT releases the weight at
+            // the end of session creation (see `fused::page_out`); their contents stay.
+            if let Ok(b) = t.all_bytes() {
+                let _ = crate::os::advise_page_out(b);
+            }
+        }
         // SAFETY: as above.
         unsafe { *is_packed = packed };
         Ok(())

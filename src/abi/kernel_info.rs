@@ -1,21 +1,22 @@
 //! Safe view of a node at kernel creation: its attributes, name, input types and constant inputs.
-//! Backed by ORT's `OrtKernelInfo` (the per-node path: ORT creates the kernel) or by the node of
-//! a fused subgraph during `Compile` (the fused path: rcpu creates the kernel, `abi::fused`).
+//! Backed by ORT's `OrtKernelInfo` (the per-node path: ORT creates the kernel) or by a node of a
+//! fused partition (`ep::spec`, read from ORT's subgraph during `Compile` or from a context file:
+//! the fused path, where rcpu creates the kernel, `abi::fused`).
 
 use std::ffi::{c_char, CString};
 
 use super::api::api;
 use super::ep_types::{OrtKernelInfo, OrtValue};
-use super::graph::Node;
 use super::status::{check, Error, Result};
-use super::tensor::{read_type_info, Tensor, TensorType};
+use super::tensor::{read_type_info, ElemType, Tensor, TensorType};
+use crate::ep::spec::{AttrValue, NodeSpec};
 
 /// Borrowed kernel info, valid during the kernel-create callback (or `Compile`).
 pub struct KernelInfo<'a> {
     info: *const OrtKernelInfo,
-    /// Set on the fused path: the node of the subgraph ORT hands to `Compile` (then `info` is
-    /// NULL and every query reads the node instead).
-    node: Option<Node<'a>>,
+    /// Set on the fused path: the partition's node (then `info` is NULL and every query reads
+    /// the node instead).
+    node: Option<&'a NodeSpec<'a>>,
     _life: std::marker::PhantomData<&'a OrtKernelInfo>,
 }
 
@@ -34,9 +35,8 @@ impl<'a> KernelInfo<'a> {
         }
     }
 
-    /// The kernel info of a node of a fused subgraph (valid while the graph is, i.e. during
-    /// `Compile`).
-    pub fn from_node(node: Node<'a>) -> Self {
+    /// The kernel info of a node of a fused partition.
+    pub fn from_spec(node: &'a NodeSpec<'a>) -> Self {
         KernelInfo {
             info: std::ptr::null(),
             node: Some(node),
@@ -45,14 +45,14 @@ impl<'a> KernelInfo<'a> {
     }
 
     /// The node's input `i` on the fused path (`None`: omitted or past the end).
-    fn node_input(&self, node: &Node<'a>, i: usize) -> Result<Option<super::graph::ValueInfo<'a>>> {
-        Ok(node.inputs()?.get(i).copied().flatten())
+    fn node_input(node: &'a NodeSpec<'a>, i: usize) -> Option<&'a crate::ep::spec::ValueSpec<'a>> {
+        node.inputs.get(i).and_then(Option::as_ref)
     }
 
     /// The node's name (may be empty).
     pub fn node_name(&self) -> String {
-        if let Some(n) = &self.node {
-            return n.name().unwrap_or_default();
+        if let Some(n) = self.node {
+            return n.name.clone();
         }
         self.read_string(|buf, len| {
             // SAFETY: info valid; size protocol of KernelInfo_GetNodeName (query then fill).
@@ -77,8 +77,11 @@ impl<'a> KernelInfo<'a> {
 
     /// Integer attribute, `None` when absent.
     pub fn attr_i64(&self, name: &str) -> Option<i64> {
-        if let Some(node) = &self.node {
-            return node.attr_i64(name);
+        if let Some(node) = self.node {
+            return match node.attr(name) {
+                Some(AttrValue::Int(v)) => Some(*v),
+                _ => None,
+            };
         }
         let n = cstr(name);
         let mut v = 0i64;
@@ -96,8 +99,11 @@ impl<'a> KernelInfo<'a> {
 
     /// Float attribute, `None` when absent.
     pub fn attr_f32(&self, name: &str) -> Option<f32> {
-        if let Some(node) = &self.node {
-            return node.attr_f32(name);
+        if let Some(node) = self.node {
+            return match node.attr(name) {
+                Some(AttrValue::Float(v)) => Some(*v),
+                _ => None,
+            };
         }
         let n = cstr(name);
         let mut v = 0f32;
@@ -115,8 +121,11 @@ impl<'a> KernelInfo<'a> {
 
     /// String attribute, `None` when absent.
     pub fn attr_string(&self, name: &str) -> Option<String> {
-        if let Some(node) = &self.node {
-            return node.attr_string(name);
+        if let Some(node) = self.node {
+            return match node.attr(name) {
+                Some(AttrValue::Str(v)) => Some(v.clone()),
+                _ => None,
+            };
         }
         let n = cstr(name);
         self.read_string(|buf, len| {
@@ -128,8 +137,8 @@ impl<'a> KernelInfo<'a> {
 
     /// Number of inputs the node declares.
     pub fn input_count(&self) -> Result<usize> {
-        if let Some(node) = &self.node {
-            return Ok(node.inputs()?.len());
+        if let Some(node) = self.node {
+            return Ok(node.inputs.len());
         }
         let mut n = 0usize;
         // SAFETY: info valid.
@@ -139,11 +148,8 @@ impl<'a> KernelInfo<'a> {
 
     /// The declared type of input `i` (`None` for a non-tensor input).
     pub fn input_type(&self, i: usize) -> Result<Option<TensorType>> {
-        if let Some(node) = &self.node {
-            return match self.node_input(node, i)? {
-                Some(v) => v.tensor_type(),
-                None => Ok(None),
-            };
+        if let Some(node) = self.node {
+            return Ok(Self::node_input(node, i).and_then(|v| v.ty.clone()));
         }
         let ort = api().ort;
         let mut ti = std::ptr::null_mut();
@@ -162,11 +168,8 @@ impl<'a> KernelInfo<'a> {
     /// Input `i` when it is a constant initializer, else `None`. The tensor is valid while the
     /// kernel lives (ORT keeps constant initializers alive unless the kernel prepacks them).
     pub fn constant_input(&self, i: usize) -> Result<Option<Tensor<'a>>> {
-        if let Some(node) = &self.node {
-            return match self.node_input(node, i)? {
-                Some(v) => v.constant_value(),
-                None => Ok(None),
-            };
+        if let Some(node) = self.node {
+            return Ok(Self::node_input(node, i).and_then(|v| v.constant_value()));
         }
         let mut is_const = 0i32;
         let mut v: *const OrtValue = std::ptr::null();
@@ -184,6 +187,19 @@ impl<'a> KernelInfo<'a> {
         }
         // SAFETY: a constant initializer owned by the session, valid during creation.
         unsafe { Tensor::from_value(v) }.map(Some)
+    }
+
+    /// (element type, shape) of input `i` when it is a constant initializer, whether or not its
+    /// bytes are at hand: a node of a partition read from a context file may have a constant
+    /// whose bytes the file leaves out because the kernel imports a packed form instead
+    /// (`OpKernel::import_packed`); [`Self::constant_input`] is `None` for it.
+    pub fn constant_layout(&self, i: usize) -> Result<Option<(ElemType, Vec<usize>)>> {
+        if let Some(node) = self.node {
+            return Ok(Self::node_input(node, i).and_then(|v| v.constant_layout()));
+        }
+        Ok(self
+            .constant_input(i)?
+            .map(|t| (t.elem(), t.shape().to_vec())))
     }
 
     /// Error helper: a message that names this node.

@@ -6,6 +6,7 @@
 
 pub mod api;
 pub mod ep;
+pub(crate) mod ep_context;
 pub mod ep_types;
 pub mod exports;
 pub mod factory;

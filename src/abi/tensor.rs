@@ -1,5 +1,6 @@
 //! Safe views of ORT tensors (`OrtValue`) and of tensor type information.
 
+use std::borrow::Cow;
 use std::ffi::c_void;
 use std::marker::PhantomData;
 
@@ -155,11 +156,13 @@ pub(crate) unsafe fn read_type_info(ti: *const OrtTypeInfo) -> Result<Option<Ten
 }
 
 /// A read-only view of a tensor owned by ORT for the lifetime `'a`.
+#[derive(Clone)]
 pub struct Tensor<'a> {
     data: *const c_void,
     elem: ElemType,
-    /// The value's own dims, borrowed from ORT for `'a` (no copy, no allocation per call).
-    shape: &'a [usize],
+    /// The value's own dims, borrowed from ORT for `'a` (no copy, no allocation per call), or
+    /// rcpu's own (a constant read from a context file, `from_mapped`).
+    shape: Cow<'a, [usize]>,
     _life: PhantomData<&'a OrtValue>,
 }
 
@@ -209,7 +212,7 @@ impl<'a> Tensor<'a> {
         Ok(Tensor {
             data,
             elem,
-            shape,
+            shape: Cow::Borrowed(shape),
             _life: PhantomData,
         })
     }
@@ -228,9 +231,43 @@ impl<'a> Tensor<'a> {
         Tensor {
             data,
             elem,
-            shape,
+            shape: Cow::Borrowed(shape),
             _life: PhantomData,
         }
+    }
+
+    /// A view of `bytes` (a constant's section of a mapped context file, `ep::context`) as a
+    /// tensor of `elem` and `shape`: `Err` unless the bytes are exactly that many elements and
+    /// aligned for them.
+    pub fn from_mapped(bytes: &'a [u8], elem: ElemType, shape: Vec<usize>) -> Result<Tensor<'a>> {
+        let width = elem_width(elem).ok_or_else(|| {
+            Error::invalid_argument(format!(
+                "constants of {} are not supported",
+                elem_name(elem)
+            ))
+        })?;
+        let want = shape
+            .iter()
+            .try_fold(width, |n, &d| n.checked_mul(d))
+            .ok_or_else(|| Error::invalid_argument(format!("shape {shape:?} overflows")))?;
+        if want != bytes.len() {
+            return Err(Error::invalid_argument(format!(
+                "shape {shape:?} of {} needs {want} bytes, the section holds {}",
+                elem_name(elem),
+                bytes.len()
+            )));
+        }
+        if !(bytes.as_ptr() as usize).is_multiple_of(width) {
+            return Err(Error::invalid_argument(
+                "section misaligned for its elements",
+            ));
+        }
+        Ok(Tensor {
+            data: bytes.as_ptr().cast(),
+            elem,
+            shape: Cow::Owned(shape),
+            _life: PhantomData,
+        })
     }
 
     /// All bytes of the tensor (any element type of known width), e.g. to copy a constant.
@@ -260,7 +297,7 @@ impl<'a> Tensor<'a> {
         self.elem
     }
     pub fn shape(&self) -> &[usize] {
-        self.shape
+        &self.shape
     }
     pub fn len(&self) -> usize {
         self.shape.iter().product()
@@ -279,7 +316,7 @@ impl<'a> Tensor<'a> {
     /// [`Tensor::data`] cannot form a slice over it: `KernelContext` stages a copy); `None` for
     /// aligned, empty or single-byte data.
     pub(crate) fn misaligned_bytes(&self) -> Option<usize> {
-        misaligned_bytes(self.data as usize, self.elem, self.shape)
+        misaligned_bytes(self.data as usize, self.elem, &self.shape)
     }
 
     /// The same tensor over another buffer (an aligned copy of its data).

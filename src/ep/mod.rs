@@ -5,12 +5,14 @@
 
 pub mod capability;
 pub mod config;
+pub mod context;
 pub mod fusion;
 pub mod mixed;
 pub mod nodes;
 pub mod op;
 pub mod ops;
 pub mod partition;
+pub mod spec;
 
 use std::sync::Arc;
 
@@ -39,6 +41,10 @@ pub struct EpInstance {
     /// Whether ORT's intra-op pool spins in this session, and whether the advice about heavy
     /// nodes left to ORT next to rcpu's lanes was given (`mixed.rs`).
     pub mixed: mixed::MixedAdvice,
+    /// What the session asks of EPContext models (`ep::context`).
+    pub context: context::ContextOptions,
+    /// Context files this session has written (each `Compile` call writes its own).
+    pub context_files: std::sync::atomic::AtomicUsize,
 }
 
 impl EpInstance {
@@ -70,11 +76,16 @@ impl EpInstance {
             ..KernelEnv::new(par)
         });
         let mixed = mixed::MixedAdvice::new(entries.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        let context = context::ContextOptions::from_entries(
+            entries.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+        )?;
         Ok(EpInstance {
             config,
             env,
             logger,
             mixed,
+            context,
+            context_files: std::sync::atomic::AtomicUsize::new(0),
         })
     }
 }

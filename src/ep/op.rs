@@ -13,6 +13,7 @@ use crate::abi::tensor::{ElemType, Tensor};
 use crate::ep::nodes::gemv_chain::Chain;
 use crate::kernels::matmul_nbits::PackedNBits;
 use crate::memory::CachedWeight;
+use crate::os::mapped::FileSlice;
 use crate::runtime::Par;
 
 /// What every kernel instance of one EP (one session) shares: the worker lanes it dispatches
@@ -37,6 +38,29 @@ impl KernelEnv {
             step_times: false,
         }
     }
+}
+
+/// What a kernel persists of its packed constants in a context file (`ep::context`), from
+/// [`OpKernel::export_packed`].
+pub struct PackedExport<'a> {
+    /// The input indices whose constant values the kernel no longer needs once this export is
+    /// imported again (the context model may leave them out).
+    pub covers: Vec<usize>,
+    /// The packed weight's cache key ([`crate::memory::WeightKey::to_json`]).
+    pub key: serde_json::Value,
+    /// The description of the packed weight (e.g. `PackedNBits::export_parts`).
+    pub meta: serde_json::Value,
+    /// The byte sections, in order; each is to be stored at a 64-byte aligned offset (page
+    /// aligned in practice) and handed back in the same order.
+    pub sections: Vec<&'a [u8]>,
+}
+
+/// An export read back from a context file, for [`OpKernel::import_packed`]: the key and the
+/// description as exported, the sections as slices of the mapped file, in export order.
+pub struct PackedImport {
+    pub key: serde_json::Value,
+    pub meta: serde_json::Value,
+    pub sections: Vec<FileSlice<u8>>,
 }
 
 /// One node's kernel.
@@ -76,6 +100,21 @@ pub trait OpKernel: Send + Sync {
     /// Whether [`OpKernel::view_dims`] may answer `Some` (asked once per step before it).
     fn is_view(&self) -> bool {
         false
+    }
+
+    /// The kernel's packed constants, to store in a context file; `None` (the default) for a
+    /// kernel that holds none (nothing packed, or a kind of kernel that never persists).
+    fn export_packed(&self) -> Option<PackedExport<'_>> {
+        None
+    }
+
+    /// Restores what [`OpKernel::export_packed`] gave, over a mapped context file's bytes, so
+    /// the kernel is in the state a successful `prepack` of the covered inputs leaves. `Ok(true)`
+    /// when the kernel now holds the weight, `Ok(false)` (the default) when it does not take
+    /// imports (it then needs its constant inputs as usual); `Err` when the import contradicts
+    /// the node (a description or key that is malformed, or made for other parameters).
+    fn import_packed(&mut self, _imp: PackedImport) -> Result<bool> {
+        Ok(false)
     }
 }
 

@@ -5,6 +5,7 @@
 //! show what the partitions hold besides the weight cache (`memory.fused_constants`).
 
 use super::{AlignedBuf, AllocError};
+use crate::os::mapped::FileSlice;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 // Relaxed: statistics only.
@@ -33,6 +34,28 @@ impl ConstantCopy {
 impl Drop for ConstantCopy {
     fn drop(&mut self) {
         LIVE_BYTES.fetch_sub(self.0.held_bytes() as u64, Relaxed);
+    }
+}
+
+/// The bytes of a constant a fused partition reads: rcpu's copy, or (a partition read from a
+/// context file, `ep::context`) a view of the mapped file, which copies nothing: its pages are
+/// the page cache's, shared by every process that maps the file.
+#[derive(Debug)]
+pub enum ConstantBytes {
+    Copy(ConstantCopy),
+    Mapped(FileSlice<u8>),
+}
+
+impl ConstantBytes {
+    pub fn as_slice(&self) -> &[u8] {
+        match self {
+            ConstantBytes::Copy(c) => c.as_slice(),
+            ConstantBytes::Mapped(m) => m,
+        }
+    }
+
+    pub fn is_mapped(&self) -> bool {
+        matches!(self, ConstantBytes::Mapped(_))
     }
 }
 

@@ -19,6 +19,9 @@
 //! Packed weights live in the process-wide [`weight_arena`] (huge-page regions shared by many
 //! weights); each weight's grant is settled to the bytes it takes there, and the arena's slack
 //! (under 2 MiB per live region, plus dropped pieces whose region still lives) shows in its stats.
+//! A packed weight read from a context file lives in a read-only file mapping instead
+//! ([`WeightBytes`]); the cache adopts it at no charge ([`GovernedWeightCache::get_or_adopt`]):
+//! its pages are page cache the kernel can drop and read again, not memory the budget governs.
 //!
 //! Every decline has a correct slower path: the weight cache returns `None` (compute from the original
 //! weight), scratch frees an unparked buffer after use (allocate per call), a value pool frees what
@@ -33,10 +36,11 @@ pub mod scratch;
 mod try_alloc;
 mod value_pool;
 mod weight_arena;
+mod weight_bytes;
 mod weight_cache;
 
 pub use aligned::{AlignedBuf, HUGE_PAGE_MIN_BYTES};
-pub use constant_copy::{constant_copy_stats, ConstantCopy, ConstantCopyStats};
+pub use constant_copy::{constant_copy_stats, ConstantBytes, ConstantCopy, ConstantCopyStats};
 pub use content_hash::{content_hash, params_hash};
 pub use governor::{Governor, GovernorRef, Grant, OverBudget, Reservation};
 pub use key_digest::KeyDigest;
@@ -50,7 +54,8 @@ pub use weight_arena::{
     weight_arena, ArenaBuf, ArenaStats, WeightArena, ALIGN as ARENA_ALIGN, OWN_REGION_MIN_BYTES,
     REGION_BYTES,
 };
-pub use weight_cache::{CachedWeight, GovernedWeightCache, WeightKey};
+pub use weight_bytes::WeightBytes;
+pub use weight_cache::{CachedWeight, GovernedWeightCache, WeightKey, KNOWN_WEIGHT_OPS};
 
 use std::sync::LazyLock;
 

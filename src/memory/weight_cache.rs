@@ -6,6 +6,11 @@
 //! packed copy lives exactly as long as some session holds its `Arc`; when the last `Arc` drops the entry
 //! is removed and its grant released (after the packed data is freed). Concurrent requesters of one key pack
 //! once: the first marks the key as packing, the others wait on a condvar and get its result.
+//!
+//! `get_or_adopt` shares a weight the same way but charges nothing: its bytes lie in a read-only
+//! file mapping (a packed weight restored from a context file), page cache the kernel can drop
+//! and read again, not memory the budget governs; so the budget never declines it. Adopted
+//! entries are counted apart (`adopted`, `adopted_bytes`).
 
 use super::governor::{Governor, GovernorRef};
 use parking_lot::{Condvar, Mutex};
@@ -29,7 +34,63 @@ pub struct WeightKey {
     pub len: usize,
 }
 
+/// The ops whose packed weights the cache keys: what [`WeightKey::from_json`] maps a stored
+/// op name back to (the key's op is a `&'static str`).
+pub const KNOWN_WEIGHT_OPS: [&str; 3] = ["MatMulNBits", "QLinearMatMul", "f32-gemm-b"];
+
 impl WeightKey {
+    /// The key as JSON: the op, the params hash and the digest as lowercase hex (16 and 64
+    /// digits: a u64 as a JSON number loses bits in readers that hold numbers as doubles) and
+    /// the source length.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "op": self.op,
+            "params_hash": format!("{:016x}", self.params_hash),
+            "digest": hex(&self.digest),
+            "len": self.len,
+        })
+    }
+
+    /// The key [`WeightKey::to_json`] wrote; an error names the field that is missing or
+    /// malformed, or the op when it is none of [`KNOWN_WEIGHT_OPS`]. The digest is keyed by the
+    /// secret of the process that made it ([`super::KeyDigest`]), so a stored key never equals a
+    /// key this process computes from source bytes: it can identify the stored weight, not vouch
+    /// for it.
+    pub fn from_json(v: &serde_json::Value) -> Result<WeightKey, String> {
+        let field = |name: &str| {
+            v.get(name)
+                .ok_or_else(|| format!("weight key: '{name}' is missing"))
+        };
+        let text = |name: &str| {
+            field(name)?
+                .as_str()
+                .ok_or_else(|| format!("weight key: '{name}' is not a string"))
+        };
+        let op_name = text("op")?;
+        let op = KNOWN_WEIGHT_OPS
+            .into_iter()
+            .find(|&o| o == op_name)
+            .ok_or_else(|| format!("weight key: op '{op_name}' is not one rcpu packs"))?;
+        let ph = text("params_hash")?;
+        let params_hash = (ph.len() == 16)
+            .then(|| u64::from_str_radix(ph, 16).ok())
+            .flatten()
+            .ok_or_else(|| format!("weight key: params_hash '{ph}' is not 16 hex digits"))?;
+        let dg = text("digest")?;
+        let digest =
+            unhex32(dg).ok_or_else(|| format!("weight key: digest '{dg}' is not 64 hex digits"))?;
+        let len = field("len")?
+            .as_u64()
+            .and_then(|l| usize::try_from(l).ok())
+            .ok_or_else(|| "weight key: 'len' is not a length".to_string())?;
+        Ok(WeightKey {
+            op,
+            params_hash,
+            digest,
+            len,
+        })
+    }
+
     /// Key for `src` packed by `op` with parameters hashing to `params_hash`.
     pub fn new(op: &'static str, params_hash: u64, src: &[u8]) -> Self {
         let mut d = super::KeyDigest::new();
@@ -59,6 +120,30 @@ impl WeightKey {
     }
 }
 
+/// Lowercase hex of `b`.
+fn hex(b: &[u8]) -> String {
+    use std::fmt::Write;
+    b.iter()
+        .fold(String::with_capacity(2 * b.len()), |mut s, x| {
+            let _ = write!(s, "{x:02x}");
+            s
+        })
+}
+
+/// 32 bytes from 64 hex digits (either case); `None` for anything else.
+fn unhex32(s: &str) -> Option<[u8; 32]> {
+    let s = s.as_bytes();
+    if s.len() != 64 {
+        return None;
+    }
+    let digit = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
+    let mut out = [0u8; 32];
+    for (o, pair) in out.iter_mut().zip(s.chunks_exact(2)) {
+        *o = digit(pair[0])? << 4 | digit(pair[1])?;
+    }
+    Some(out)
+}
+
 type MapKey = (WeightKey, TypeId);
 
 enum Slot {
@@ -76,7 +161,19 @@ struct Inner {
     misses: AtomicU64,
     declines: AtomicU64,
     packs: AtomicU64,
+    /// Adoptions so far ([`GovernedWeightCache::get_or_adopt`] built an entry).
+    adopts: AtomicU64,
+    /// Adopted entries alive, and the file bytes they hold.
+    adopted: AtomicU64,
+    adopted_bytes: AtomicU64,
     // Relaxed throughout: plain statistics; the map is under the mutex.
+}
+
+/// What an entry holds against the budget: a grant (a packed weight), or nothing for an adopted
+/// one, whose bytes (file pages) are only counted.
+enum Hold {
+    Grant(super::Grant),
+    Adopted { bytes: u64 },
 }
 
 /// A packed weight held by the cache's governor. Derefs to `T`.
@@ -86,17 +183,25 @@ struct Inner {
 /// (`runtime::warm`) must not take the line holding the fields every call of that weight reads.
 #[repr(align(64))]
 pub struct CachedWeight<T: Send + Sync + 'static> {
-    // Field order matters: `value` drops before `grant`, so live bytes never undercount what is held.
+    // Field order matters: `value` drops before `hold`, so live bytes never undercount what is held.
     value: T,
-    grant: super::Grant,
+    hold: Hold,
     key: MapKey,
     cache: Weak<Inner>,
 }
 
 impl<T: Send + Sync + 'static> CachedWeight<T> {
-    /// Bytes this entry holds against the budget (settled size).
+    /// Bytes this entry holds against the budget (settled size; 0 for an adopted entry).
     pub fn held_bytes(&self) -> u64 {
-        self.grant.held_bytes()
+        match &self.hold {
+            Hold::Grant(g) => g.held_bytes(),
+            Hold::Adopted { .. } => 0,
+        }
+    }
+
+    /// Whether the entry was adopted ([`GovernedWeightCache::get_or_adopt`]), not packed.
+    pub fn adopted(&self) -> bool {
+        matches!(self.hold, Hold::Adopted { .. })
     }
     pub fn key(&self) -> &WeightKey {
         &self.key.0
@@ -107,7 +212,8 @@ impl<T: Send + Sync + std::fmt::Debug + 'static> std::fmt::Debug for CachedWeigh
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CachedWeight")
             .field("key", &self.key.0)
-            .field("held_bytes", &self.grant.held_bytes())
+            .field("held_bytes", &self.held_bytes())
+            .field("adopted", &self.adopted())
             .field("value", &self.value)
             .finish()
     }
@@ -125,6 +231,10 @@ impl<T: Send + Sync + 'static> Drop for CachedWeight<T> {
         let Some(inner) = self.cache.upgrade() else {
             return;
         };
+        if let Hold::Adopted { bytes } = self.hold {
+            inner.adopted.fetch_sub(1, Relaxed);
+            inner.adopted_bytes.fetch_sub(bytes, Relaxed);
+        }
         let mut map = inner.map.lock();
         // Remove the entry only if it still points at this object: a requester may already have replaced
         // the dead entry with a fresh pack (or be packing one).
@@ -176,6 +286,9 @@ impl GovernedWeightCache {
                 misses: AtomicU64::new(0),
                 declines: AtomicU64::new(0),
                 packs: AtomicU64::new(0),
+                adopts: AtomicU64::new(0),
+                adopted: AtomicU64::new(0),
+                adopted_bytes: AtomicU64::new(0),
             }),
         }
     }
@@ -207,27 +320,10 @@ impl GovernedWeightCache {
     ) -> Option<Arc<CachedWeight<T>>> {
         let inner = &*self.inner;
         let mkey: MapKey = (key.clone(), TypeId::of::<T>());
-        let mut map = inner.map.lock();
-        loop {
-            match map.get(&mkey) {
-                Some(Slot::Packing) => {
-                    inner.ready.wait(&mut map);
-                    continue;
-                }
-                Some(Slot::Ready(w)) => {
-                    let w = w
-                        .downcast_ref::<Weak<CachedWeight<T>>>()
-                        .expect("slot type matches its TypeId key");
-                    if let Some(hit) = w.upgrade() {
-                        inner.hits.fetch_add(1, Relaxed);
-                        return Some(hit);
-                    }
-                    // Dead entry (its last Arc is dropping): pack afresh below.
-                }
-                None => {}
-            }
-            break;
-        }
+        let mut map = match self.live_or_lock::<T>(&mkey) {
+            Ok(hit) => return Some(hit),
+            Err(map) => map,
+        };
         let Some(mut grant) = inner.gov.reserve(predicted_bytes as u64).grant() else {
             inner.declines.fetch_add(1, Relaxed);
             log::info!(
@@ -240,7 +336,7 @@ impl GovernedWeightCache {
         inner.misses.fetch_add(1, Relaxed);
         map.insert(mkey.clone(), Slot::Packing);
         drop(map);
-        let mut guard = PackingGuard {
+        let guard = PackingGuard {
             inner,
             key: Some(mkey.clone()),
         };
@@ -265,18 +361,97 @@ impl GovernedWeightCache {
             );
             return None; // guard clears the marker and wakes waiters; value and grant drop here
         }
+        Some(self.publish(value, Hold::Grant(grant), guard))
+    }
+
+    /// The shared weight for `key`, made by `make` if no live entry has it, held at no charge:
+    /// for weights whose bytes are not memory the budget governs (a read-only file mapping, whose
+    /// pages the kernel can drop and read again). Shared as [`Self::try_get_or_pack`] shares:
+    /// a live entry with the key (packed or adopted) is returned, and `make` runs at most once
+    /// while several threads ask at once. The budget never declines; `None` only when `make`
+    /// gives `None` (waiters then make their own). `file_bytes` measures what the entry maps,
+    /// counted in [`Self::adopted_bytes`] while it lives.
+    pub fn get_or_adopt<T: Send + Sync + 'static>(
+        &self,
+        key: &WeightKey,
+        make: impl FnOnce() -> Option<T>,
+        file_bytes: impl Fn(&T) -> usize,
+    ) -> Option<Arc<CachedWeight<T>>> {
+        let inner = &*self.inner;
+        let mkey: MapKey = (key.clone(), TypeId::of::<T>());
+        let mut map = match self.live_or_lock::<T>(&mkey) {
+            Ok(hit) => return Some(hit),
+            Err(map) => map,
+        };
+        map.insert(mkey.clone(), Slot::Packing);
+        drop(map);
+        let guard = PackingGuard {
+            inner,
+            key: Some(mkey),
+        };
+        let value = make()?; // the guard clears the marker and wakes waiters
+        let bytes = file_bytes(&value) as u64;
+        inner.adopts.fetch_add(1, Relaxed);
+        inner.adopted.fetch_add(1, Relaxed);
+        inner.adopted_bytes.fetch_add(bytes, Relaxed);
+        Some(self.publish(value, Hold::Adopted { bytes }, guard))
+    }
+
+    /// The live entry for `mkey` (a hit, counted), waiting while another thread makes it; else
+    /// the map, locked, for the caller to claim the key.
+    fn live_or_lock<T: Send + Sync + 'static>(
+        &self,
+        mkey: &MapKey,
+    ) -> Result<Arc<CachedWeight<T>>, parking_lot::MutexGuard<'_, HashMap<MapKey, Slot>>> {
+        let inner = &*self.inner;
+        let mut map = inner.map.lock();
+        loop {
+            match map.get(mkey) {
+                Some(Slot::Packing) => {
+                    inner.ready.wait(&mut map);
+                    continue;
+                }
+                Some(Slot::Ready(w)) => {
+                    let w = w
+                        .downcast_ref::<Weak<CachedWeight<T>>>()
+                        .expect("slot type matches its TypeId key");
+                    if let Some(hit) = w.upgrade() {
+                        inner.hits.fetch_add(1, Relaxed);
+                        return Ok(hit);
+                    }
+                    // Dead entry (its last Arc is dropping): the caller makes it afresh.
+                }
+                None => {}
+            }
+            return Err(map);
+        }
+    }
+
+    /// Makes `value` the live entry of the key `guard` marks, and wakes the waiters.
+    fn publish<T: Send + Sync + 'static>(
+        &self,
+        value: T,
+        hold: Hold,
+        mut guard: PackingGuard<'_>,
+    ) -> Arc<CachedWeight<T>> {
+        let inner = &*self.inner;
+        let mkey = guard
+            .key
+            .clone()
+            .expect("the guard marks the key being made");
         let entry = Arc::new(CachedWeight {
             value,
-            grant,
+            hold,
             key: mkey.clone(),
             cache: Arc::downgrade(&self.inner),
         });
         let mut map = inner.map.lock();
         map.insert(mkey, Slot::Ready(Box::new(Arc::downgrade(&entry))));
+        // The marker is replaced: the guard must not remove the entry.
         guard.key = None;
         drop(map);
         inner.ready.notify_all();
-        Some(entry)
+        entry
     }
 
     /// The governor this cache draws on.
@@ -304,6 +479,18 @@ impl GovernedWeightCache {
     pub fn packs(&self) -> u64 {
         self.inner.packs.load(Relaxed)
     }
+    /// Adoptions so far ([`Self::get_or_adopt`] made an entry).
+    pub fn adopts(&self) -> u64 {
+        self.inner.adopts.load(Relaxed)
+    }
+    /// Adopted entries alive.
+    pub fn adopted(&self) -> u64 {
+        self.inner.adopted.load(Relaxed)
+    }
+    /// File bytes the live adopted entries map (not charged to the governor).
+    pub fn adopted_bytes(&self) -> u64 {
+        self.inner.adopted_bytes.load(Relaxed)
+    }
     /// Bytes held by this cache's governor (all its grants).
     pub fn live_bytes(&self) -> u64 {
         self.governor().live_bytes()
@@ -317,6 +504,9 @@ impl GovernedWeightCache {
             "declines": self.declines(),
             "packs": self.packs(),
             "live_bytes": self.live_bytes(),
+            "adopts": self.adopts(),
+            "adopted": self.adopted(),
+            "adopted_bytes": self.adopted_bytes(),
         })
     }
 }

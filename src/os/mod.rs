@@ -6,9 +6,10 @@
 //! - [`cache`]: cache hints (`prefetcht1`) over an address range, never a dereference; the
 //!   128-byte padding of values written by one thread;
 //! - [`thread`]: thread id, the calling thread's CPU time, the clock-tick rate of /proc times;
-//! - [`huge_pages`]: memory advice (`madvise(MADV_HUGEPAGE)`) on memory rcpu owns;
+//! - [`huge_pages`]: memory advice (`madvise(MADV_HUGEPAGE)`) on memory rcpu owns, and
+//!   `MADV_PAGEOUT` on the initializers rcpu has packed;
 //! - [`mapped`]: 2 MiB-aligned anonymous mappings and the disjoint pieces the weight arena
-//!   carves from them;
+//!   carves from them; read-only mappings of whole files and typed slices of them;
 //! - [`library`]: keeping rcpu's own shared object loaded;
 //! - [`xstate`]: permission for extended CPU state (AMX tile data).
 //!
@@ -23,6 +24,6 @@ pub mod thread;
 pub mod xstate;
 
 pub use affinity::{allowed_cpus, current_cpu, pin_current_thread, SavedAffinity, SET_BITS};
-pub use huge_pages::advise_huge_pages;
+pub use huge_pages::{advise_huge_pages, advise_page_out};
 pub use library::pin_own_library;
 pub use thread::{clock_ticks_per_second, current_thread_cpu_time, gettid};

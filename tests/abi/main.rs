@@ -4,6 +4,7 @@
 
 mod abi_layout;
 mod config;
+mod context;
 mod gemv_chain;
 mod header;
 mod module_seams;

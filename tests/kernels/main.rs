@@ -38,6 +38,7 @@ mod matmul_nbits_kernels;
 mod matmul_nbits_nonfinite;
 mod matmul_nbits_pair;
 mod matmul_nbits_params;
+mod matmul_nbits_persist;
 mod moe;
 mod qgemm_kernels;
 mod simd_tokens;

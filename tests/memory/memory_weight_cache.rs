@@ -360,3 +360,193 @@ fn aligned_buf_try_zeroed_reports_impossible_sizes() {
     assert!(b.iter().all(|&x| x == 0.0) && (b.as_ptr() as usize).is_multiple_of(64));
     assert!(rcpu::memory::try_vec(usize::MAX / 2, 0u32).is_err());
 }
+
+// ---------------------------------------------------------------------------------------------
+// Adopted entries (`get_or_adopt`): weights whose bytes lie in a mapped file, shared like packed
+// ones, charged nothing.
+
+#[test]
+fn adopted_entries_are_shared_uncharged_and_removed_with_their_last_arc() {
+    // Budget 0: every charged request declines, an adoption never does.
+    let gov = Arc::new(Governor::new(0));
+    let cache = GovernedWeightCache::new(Arc::clone(&gov));
+    let k = key(b"mapped");
+    let made = AtomicUsize::new(0);
+    let make = || {
+        made.fetch_add(1, Ordering::Relaxed);
+        Some(vec![5u8; 3000])
+    };
+    let a = cache
+        .get_or_adopt(&k, make, |v| v.len())
+        .expect("never declined");
+    assert!(a.adopted());
+    assert_eq!(a.held_bytes(), 0);
+    assert_eq!(a.key(), &k);
+    assert_eq!(
+        (cache.adopts(), cache.adopted(), cache.adopted_bytes()),
+        (1, 1, 3000)
+    );
+    assert_eq!((gov.live_bytes(), gov.grants(), gov.declines()), (0, 0, 0));
+    // A second adoption of the key, and a pack request for it, are both hits on the entry.
+    let b = cache
+        .get_or_adopt(&k, || panic!("must hit"), |v: &Vec<u8>| v.len())
+        .unwrap();
+    let c = cache
+        .get_or_pack(&k, 3000, || panic!("must hit"), |v: &Vec<u8>| v.len())
+        .unwrap();
+    assert!(Arc::ptr_eq(&a, &b) && Arc::ptr_eq(&a, &c));
+    assert_eq!(made.load(Ordering::Relaxed), 1);
+    assert_eq!((cache.hits(), cache.misses(), cache.packs()), (2, 0, 0));
+    assert_eq!(cache.entries(), 1);
+    let stats = cache.stats();
+    assert_eq!(
+        (&stats["adopts"], &stats["adopted"], &stats["adopted_bytes"]),
+        (&1.into(), &1.into(), &3000.into())
+    );
+    drop((a, b));
+    assert_eq!(cache.adopted(), 1, "still held by the third Arc");
+    drop(c);
+    assert_eq!(
+        (cache.entries(), cache.adopted(), cache.adopted_bytes()),
+        (0, 0, 0),
+        "entry removed with its last Arc"
+    );
+    assert_eq!(cache.adopts(), 1, "adoptions so far are kept");
+    // Asked again, it is made afresh.
+    let d = cache
+        .get_or_adopt(&k, || Some(vec![6u8; 10]), |v| v.len())
+        .unwrap();
+    assert_eq!((d[0], cache.adopts(), cache.adopted_bytes()), (6, 2, 10));
+}
+
+#[test]
+fn a_packed_entry_is_served_to_an_adoption_of_its_key() {
+    let gov = Arc::new(Governor::new(1 << 20));
+    let cache = GovernedWeightCache::new(Arc::clone(&gov));
+    let k = key(b"packed first");
+    let p = cache
+        .get_or_pack(&k, 64, || vec![1u8; 64], |v| v.len())
+        .unwrap();
+    let a = cache
+        .get_or_adopt(&k, || panic!("must hit"), |v: &Vec<u8>| v.len())
+        .unwrap();
+    assert!(Arc::ptr_eq(&p, &a) && !a.adopted());
+    assert_eq!(
+        (cache.adopts(), cache.adopted(), gov.live_bytes()),
+        (0, 0, 64)
+    );
+}
+
+#[test]
+fn a_failed_adoption_leaves_no_entry_and_later_ones_adopt() {
+    let cache = GovernedWeightCache::new(Arc::new(Governor::new(1 << 20)));
+    let k = key(b"bad file");
+    assert!(cache
+        .get_or_adopt(&k, || None::<Vec<u8>>, |v| v.len())
+        .is_none());
+    assert_eq!(
+        (cache.entries(), cache.adopts(), cache.declines()),
+        (0, 0, 0)
+    );
+    let w = cache
+        .get_or_adopt(&k, || Some(vec![2u8; 4]), |v| v.len())
+        .unwrap();
+    assert_eq!((w[0], cache.adopts(), cache.entries()), (2, 1, 1));
+}
+
+#[test]
+fn a_panicking_adoption_does_not_wedge_the_key() {
+    let cache = Arc::new(GovernedWeightCache::new(Arc::new(Governor::new(0))));
+    let c2 = cache.clone();
+    let r = std::thread::spawn(move || {
+        c2.get_or_adopt(
+            &key(b"panics"),
+            || -> Option<Vec<u8>> { panic!("import failed") },
+            |v| v.len(),
+        )
+    })
+    .join();
+    assert!(r.is_err());
+    assert_eq!((cache.entries(), cache.adopted()), (0, 0), "marker removed");
+    let w = cache.get_or_adopt(&key(b"panics"), || Some(vec![1u8]), |v| v.len());
+    assert!(w.is_some(), "a later adoption adopts");
+}
+
+/// As for packs: concurrent adoptions of one key make it once and share one Arc.
+#[test]
+fn racing_adoptions_make_once_and_share_one_arc() {
+    let cache = Arc::new(GovernedWeightCache::new(Arc::new(Governor::new(0))));
+    let made = Arc::new(AtomicUsize::new(0));
+    let barrier = Arc::new(Barrier::new(4));
+    let handles: Vec<_> = (0..4)
+        .map(|_| {
+            let (cache, made, barrier) = (cache.clone(), made.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                barrier.wait();
+                cache
+                    .get_or_adopt(
+                        &key(b"shared file"),
+                        || {
+                            made.fetch_add(1, Ordering::SeqCst);
+                            std::thread::sleep(std::time::Duration::from_millis(100));
+                            Some(vec![9u8; 100])
+                        },
+                        |v| v.len(),
+                    )
+                    .expect("never declined")
+            })
+        })
+        .collect();
+    let got: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    assert!(got[1..].iter().all(|w| Arc::ptr_eq(&got[0], w)));
+    assert_eq!(made.load(Ordering::SeqCst), 1, "made once");
+    assert_eq!((cache.adopts(), cache.adopted(), cache.hits()), (1, 1, 3));
+    drop(got);
+    assert_eq!((cache.entries(), cache.adopted()), (0, 0));
+}
+
+#[test]
+fn weight_keys_round_trip_through_json() {
+    let k = WeightKey::new("MatMulNBits", u64::MAX - 7, b"some weight bytes");
+    let j = k.to_json();
+    assert_eq!(j["op"], "MatMulNBits");
+    assert_eq!(j["params_hash"].as_str().unwrap().len(), 16);
+    assert_eq!(j["digest"].as_str().unwrap().len(), 64);
+    let back = WeightKey::from_json(&j).unwrap();
+    assert_eq!(back, k);
+    // Through text too (what a context file holds).
+    let text = serde_json::to_string(&j).unwrap();
+    let parsed: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(WeightKey::from_json(&parsed).unwrap(), k);
+    for op in rcpu::memory::KNOWN_WEIGHT_OPS {
+        let k = WeightKey::new(op, 1, b"x");
+        assert_eq!(WeightKey::from_json(&k.to_json()).unwrap().op, op);
+    }
+}
+
+#[test]
+fn malformed_weight_keys_are_errors_naming_the_field() {
+    let good = WeightKey::new("MatMulNBits", 3, b"abc").to_json();
+    let with = |field: &str, v: serde_json::Value| {
+        let mut j = good.clone();
+        j[field] = v;
+        WeightKey::from_json(&j).unwrap_err()
+    };
+    let e = with("op", "NotAnOp".into());
+    assert!(e.contains("op 'NotAnOp'"), "{e}");
+    assert!(with("op", 5.into()).contains("'op'"));
+    assert!(with("digest", "abcd".into()).contains("digest"));
+    let mut long_bad = "g".repeat(64);
+    assert!(with("digest", long_bad.clone().into()).contains("digest"));
+    long_bad = "0".repeat(62) + "é"; // 64 bytes, not 64 hex digits
+    assert!(with("digest", long_bad.into()).contains("digest"));
+    assert!(with("params_hash", "123".into()).contains("params_hash"));
+    assert!(with("params_hash", 3.into()).contains("params_hash"));
+    assert!(with("len", (-1).into()).contains("len"));
+    let mut missing = good.clone();
+    missing.as_object_mut().unwrap().remove("digest");
+    assert!(WeightKey::from_json(&missing)
+        .unwrap_err()
+        .contains("'digest' is missing"));
+    assert!(WeightKey::from_json(&serde_json::json!([1, 2])).is_err());
+}

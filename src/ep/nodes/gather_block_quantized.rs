@@ -61,28 +61,81 @@ pub(crate) fn share_tied_codes(
     weight: &PackedCodes,
     b: &Tensor<'_>,
 ) -> Result<bool> {
+    if b.elem() != U8 || !fits_tied(gather, data.elem(), data.shape(), weight) {
+        return Ok(false);
+    }
+    if !same_bytes_paged_out(data.all_bytes()?, b.all_bytes()?) {
+        return Ok(false);
+    }
+    Ok(share_known_tied_codes(
+        gather,
+        data.elem(),
+        data.shape(),
+        weight,
+    ))
+}
+
+/// Whether `a` and `b` hold the same bytes, compared a few MiB at a time, each piece's pages
+/// then let go (`os::advise_page_out`, contents unchanged): both are model initializers ORT maps
+/// from the file, a vocabulary's codes each, and comparing them whole would hold both resident
+/// at the peak of session creation.
+fn same_bytes_paged_out(a: &[u8], b: &[u8]) -> bool {
+    const PIECE: usize = 4 << 20;
+    if a.len() != b.len() {
+        return false;
+    }
+    a.chunks(PIECE).zip(b.chunks(PIECE)).all(|(x, y)| {
+        let same = x == y;
+        let _ = crate::os::advise_page_out(x);
+        let _ = crate::os::advise_page_out(y);
+        same
+    })
+}
+
+/// Whether `gather` and `weight` have the shapes and width [`share_tied_codes`] requires.
+fn fits_tied(
+    gather: &mut dyn OpKernel,
+    elem: ElemType,
+    shape: &[usize],
+    weight: &PackedCodes,
+) -> bool {
     let Some(g) = gather
         .as_any_mut()
         .and_then(|a| a.downcast_mut::<GatherBlockQuantized>())
     else {
-        return Ok(false);
+        return false;
     };
     let (wn, wk, bits) = weight.shape();
-    let &[n, row_bytes] = data.shape() else {
-        return Ok(false);
+    let &[n, row_bytes] = shape else {
+        return false;
     };
     let k = row_bytes.checked_mul(8 / bits);
-    if bits != g.bits || n != wn || k != Some(wk) || data.elem() != U8 || b.elem() != U8 {
-        return Ok(false);
+    bits == g.bits && n == wn && k == Some(wk) && elem == U8
+}
+
+/// [`share_tied_codes`] for a pair already known to hold the same codes (a partition read from
+/// a context file, whose writer compared the bytes): the shapes and width are checked, the
+/// bytes are not (the file need not hold the data input at all).
+pub(crate) fn share_known_tied_codes(
+    gather: &mut dyn OpKernel,
+    elem: ElemType,
+    shape: &[usize],
+    weight: &PackedCodes,
+) -> bool {
+    if !fits_tied(gather, elem, shape, weight) {
+        return false;
     }
-    if data.all_bytes()? != b.all_bytes()? {
-        return Ok(false);
-    }
+    let Some(g) = gather
+        .as_any_mut()
+        .and_then(|a| a.downcast_mut::<GatherBlockQuantized>())
+    else {
+        return false;
+    };
     g.tied = Some(TiedCodes {
         weight: weight.clone(),
-        shape: [n, row_bytes],
+        shape: [shape[0], shape[1]],
     });
-    Ok(true)
+    true
 }
 
 fn invalid(msg: impl Into<String>) -> Error {

@@ -2,6 +2,9 @@
 //! copied at creation, B prepacked once through the governed weight cache (declined -> computed
 //! from the original weight every call, bit-identical), compute on the EP's lanes. An 8-bit B
 //! packs into 16-column groups of whole code bytes (`kernels::matmul_nbits::bits8`).
+//! A packed weight also goes to and comes from a context file (`export_packed`,
+//! `import_packed`): imported, it is read in place from the mapped file, and the kernel is in
+//! the state a successful `prepack` leaves.
 
 use std::sync::Arc;
 
@@ -10,14 +13,15 @@ use crate::abi::kernel_context::KernelContext;
 use crate::abi::kernel_info::KernelInfo;
 use crate::abi::status::{Error, Result};
 use crate::abi::tensor::{ElemType, Tensor};
-use crate::ep::op::{types, Decline, KernelEnv, OpDef, OpKernel};
+use crate::ep::op::{types, Decline, KernelEnv, OpDef, OpKernel, PackedExport, PackedImport};
 use crate::kernels::matmul_nbits::reference::{hostile_scales, matmul_dequant_f32};
 use crate::kernels::matmul_nbits::{
     decode_first_segment, decode_second_segment, matmul_packed, matmul_unpacked, try_pack,
     NBitsInput, NBitsParams, NBitsWeight, PackedNBits,
 };
 use crate::kernels::shape::{checked_numel, numel};
-use crate::memory::{params_hash, weight_cache, CachedWeight, KeyDigest, WeightKey};
+use crate::memory::{params_hash, weight_cache, CachedWeight, KeyDigest, WeightBytes, WeightKey};
+use crate::os::mapped::FileSlice;
 use crate::runtime::par::{take_lanes_used, Par};
 use crate::runtime::{IdleHint, WarmBytes};
 use crate::telemetry::ledger;
@@ -226,6 +230,86 @@ impl MatMulNBits {
     fn is_packed(&self) -> bool {
         self.packed.is_some()
     }
+
+    /// Packs B (ORT's layout, shape checked) with the kernel's constant scales and zero points
+    /// through the weight cache; `Ok(false)` when the cache declined (or there is nothing to pack
+    /// with), the kernel then computes from the original weight.
+    fn pack_b(&mut self, b: &[u8]) -> Result<bool> {
+        let Some(scales) = self.scales.as_deref() else {
+            return Ok(false);
+        };
+        let zp = self.zero_points.as_deref();
+        self.p
+            .check_sizes(b.len(), scales.len(), zp.map(|z| z.len()), None)
+            .map_err(Error::invalid_argument)?;
+        match pack_cached(b, scales, zp, &self.p) {
+            Some(w) => {
+                self.adopt(w);
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// Makes `w` the kernel's weight: the state after a successful pack, whether it was packed
+    /// here or imported. The packed weight holds the scales and zero points in its own format;
+    /// the f32 and byte copies are never read again (`compute` takes the packed path).
+    fn adopt(&mut self, w: Arc<CachedWeight<PackedNBits>>) {
+        self.scales = None;
+        self.zero_points = None;
+        self.link = Some(Link::new(w.clone()));
+        self.packed = Some(w);
+    }
+}
+
+/// The first parameter in which a packed weight's params (`got`) differ from the node's
+/// (`want`), as an error naming it; `None` when the weight is what the node would pack. The
+/// scale format is compared as the pack sees it (`NBitsParams::f16_scales`: the provider option
+/// matters only at level 4).
+pub(crate) fn params_mismatch(want: &NBitsParams, got: &NBitsParams) -> Option<String> {
+    let fields: [(&str, usize, usize); 8] = [
+        ("K", want.k, got.k),
+        ("N", want.n, got.n),
+        ("bits", want.bits, got.bits),
+        ("block_size", want.block_size, got.block_size),
+        ("accuracy_level", want.accuracy_level, got.accuracy_level),
+        (
+            "zero points",
+            want.has_zero_points as usize,
+            got.has_zero_points as usize,
+        ),
+        (
+            "f16 scales (acc4_scales)",
+            want.f16_scales() as usize,
+            got.f16_scales() as usize,
+        ),
+        (
+            "f16 source scales",
+            want.f16_source_scales as usize,
+            got.f16_source_scales as usize,
+        ),
+    ];
+    let (name, w, g) = fields.into_iter().find(|(_, w, g)| w != g)?;
+    Some(format!(
+        "the packed weight in the context file was made for {name}={g}, the node has {name}={w}"
+    ))
+}
+
+/// The cache key of a weight imported from `sections` whose stored key is `stored`: the stored
+/// key and where each section lies (the file's device and inode, offset, length), digested with
+/// this process's secret. A stored digest was keyed by the secret of the process that wrote it,
+/// so it never matches a pack made here and anyone writing a file can copy it; keyed to the file
+/// it came from, an import is shared only with imports of that very file (the sessions loading
+/// one context file share its weights), never served to a session that loaded another file.
+pub(crate) fn adopted_key(stored: &WeightKey, sections: &[FileSlice<u8>]) -> WeightKey {
+    let mut d = KeyDigest::new();
+    d.words(&[stored.params_hash, stored.len as u64, sections.len() as u64])
+        .bytes(&stored.digest);
+    for s in sections {
+        let (dev, ino) = s.map().file_id();
+        d.words(&[dev, ino, s.offset() as u64, s.len() as u64]);
+    }
+    WeightKey::from_digest(stored.op, stored.params_hash, &d, stored.len)
 }
 
 /// B / scales / zero points (ORT's layout, sizes checked) packed through the process's weight
@@ -453,9 +537,9 @@ impl OpKernel for MatMulNBits {
             return Ok(true); // offered again: already packed
         }
         // Packing needs the constant scales (and zero points); without them, compute unpacked.
-        let Some(scales) = self.scales.as_deref() else {
+        if self.scales.is_none() {
             return Ok(false);
-        };
+        }
         if self.const_hostile {
             return Ok(false); // computed by the literal definition (see `compute`)
         }
@@ -465,22 +549,64 @@ impl OpKernel for MatMulNBits {
         self.p
             .check_input_shape(NBitsInput::B, tensor.shape())
             .map_err(Error::invalid_argument)?;
-        let b = tensor.data::<u8>()?;
-        let zp = self.zero_points.as_deref();
-        self.p
-            .check_sizes(b.len(), scales.len(), zp.map(|z| z.len()), None)
-            .map_err(Error::invalid_argument)?;
-        let packed = pack_cached(b, scales, zp, &self.p);
-        let got = packed.is_some();
-        if got {
-            // The packed weight holds the scales and zero points in its own format; the f32 and
-            // byte copies are never read again (`compute` takes the packed path).
-            self.scales = None;
-            self.zero_points = None;
+        self.pack_b(tensor.data::<u8>()?)
+    }
+
+    fn export_packed(&self) -> Option<PackedExport<'_>> {
+        let w = self.packed.as_ref()?;
+        let (meta, sections) = w.export_parts();
+        let mut covers = vec![IN_B, IN_SCALES];
+        if self.p.has_zero_points {
+            covers.push(IN_ZP);
         }
-        self.link = packed.clone().map(Link::new);
-        self.packed = packed;
-        Ok(got)
+        Some(PackedExport {
+            covers,
+            key: w.key().to_json(),
+            meta,
+            sections,
+        })
+    }
+
+    fn import_packed(&mut self, imp: PackedImport) -> Result<bool> {
+        let stored = WeightKey::from_json(&imp.key).map_err(Error::invalid_argument)?;
+        if stored.op != OP {
+            return Err(Error::invalid_argument(format!(
+                "a packed weight of {} cannot be imported into MatMulNBits",
+                stored.op
+            )));
+        }
+        let described =
+            PackedNBits::described_params(&imp.meta).map_err(Error::invalid_argument)?;
+        if let Some(e) = params_mismatch(&self.p, &described) {
+            return Err(Error::invalid_argument(e));
+        }
+        let key = adopted_key(&stored, &imp.sections);
+        let mut refused = None;
+        let (meta, sections) = (&imp.meta, imp.sections);
+        let w = weight_cache().get_or_adopt(
+            &key,
+            || {
+                let sections = sections.into_iter().map(WeightBytes::from).collect();
+                PackedNBits::import_parts(meta, sections)
+                    .map_err(|e| refused = Some(e))
+                    .ok()
+            },
+            |w: &PackedNBits| w.weight_bytes().len() + w.zero_point_bytes().len(),
+        );
+        let Some(w) = w else {
+            return match refused {
+                Some(e) => Err(Error::invalid_argument(e)),
+                None => Ok(false),
+            };
+        };
+        // A live entry with the key may hold another description's weight (only a context file
+        // giving two nodes one key and the same sections could make one): the weight's own
+        // params decide.
+        if let Some(e) = params_mismatch(&self.p, w.params()) {
+            return Err(Error::invalid_argument(e));
+        }
+        self.adopt(w);
+        Ok(true)
     }
 
     fn compute(&self, ctx: &KernelContext<'_>) -> Result<()> {
@@ -623,3 +749,246 @@ pub const MATMUL_NBITS: OpDef = OpDef {
     claim,
     create,
 };
+
+#[cfg(test)]
+mod tests {
+    //! A kernel that packed, exported, and a fresh kernel of the same node that imported the
+    //! export from a mapped file: the same state `prepack` leaves, the same outputs bit for bit.
+    //! The kernels are built field by field (`create` needs ORT's kernel info) and packed
+    //! through `pack_b`, what `prepack` runs on input B; the products are the call `compute`
+    //! makes on a packed weight (`matmul_packed`), which needs ORT's kernel context otherwise.
+
+    use super::*;
+    use crate::kernels::matmul_nbits::pack;
+    use crate::os::mapped::FileMap;
+    use crate::runtime::par::Serial;
+
+    use crate::ep::nodes::test_files::{write_sections, Lcg, TempFile};
+
+    /// One node's constant inputs in ORT's layout.
+    struct Weights {
+        b: Vec<u8>,
+        scales: Vec<f32>,
+        zp: Option<Vec<u8>>,
+    }
+
+    fn weights(p: &NBitsParams, seed: u64) -> Weights {
+        let mut r = Lcg(seed);
+        let [b, s, z] = p.implied_lens().unwrap();
+        Weights {
+            b: r.bytes(b),
+            scales: (0..s).map(|_| r.f32(1e-3, 0.1)).collect(),
+            zp: p.has_zero_points.then(|| r.bytes(z)),
+        }
+    }
+
+    /// The kernel `create` makes for a node of `p` whose scales and zero points are the
+    /// constants of `w` (or absent: a node loaded from a context model).
+    fn kernel(p: NBitsParams, w: Option<&Weights>) -> MatMulNBits {
+        let mut env = KernelEnv::new(Arc::new(Serial));
+        env.acc4_f16_scales = p.acc4_f16_scales;
+        MatMulNBits {
+            p,
+            const_hostile: false,
+            scales: w.map(|w| w.scales.clone()),
+            zero_points: w.and_then(|w| w.zp.clone()),
+            bias: None,
+            has_bias_input: false,
+            packed: None,
+            link: None,
+            env: Arc::new(env),
+        }
+    }
+
+    /// `k`'s export written to a file; the file and the sections' places.
+    fn export_to_file(k: &MatMulNBits) -> (TempFile, PackedExport<'_>, Vec<(usize, usize)>) {
+        let e = k.export_packed().expect("a packed kernel exports");
+        let (file, at) = write_sections("export", &e.sections);
+        (file, e, at)
+    }
+
+    /// The import of an export, its sections mapped from `map`.
+    fn import_of(e: &PackedExport<'_>, map: &Arc<FileMap>, at: &[(usize, usize)]) -> PackedImport {
+        PackedImport {
+            key: e.key.clone(),
+            meta: e.meta.clone(),
+            sections: at
+                .iter()
+                .map(|&(o, l)| FileSlice::new(map, o, l).unwrap())
+                .collect(),
+        }
+    }
+
+    fn product(k: &MatMulNBits, a: &[f32], m: usize) -> Vec<f32> {
+        let mut out = vec![f32::NAN; m * k.p.n];
+        matmul_packed(a, m, k.packed.as_ref().unwrap(), None, &mut out, &Serial).unwrap();
+        out
+    }
+
+    fn params_4bit() -> NBitsParams {
+        NBitsParams::new(200, 70, 32, 4, true)
+    }
+
+    #[test]
+    fn an_imported_kernel_computes_what_the_packing_kernel_does() {
+        let cases = [
+            params_4bit(),
+            NBitsParams::new(100, 33, 16, 0, false).with_bits(8),
+            NBitsParams::new(300, 17, 128, 4, false).with_acc4_f16_scales(false),
+        ];
+        for (i, p) in cases.into_iter().enumerate() {
+            let w = weights(&p, 7 + i as u64);
+            assert!(
+                kernel(p, Some(&w)).export_packed().is_none(),
+                "nothing packed yet"
+            );
+            let mut packer = kernel(p, Some(&w));
+            assert!(packer.pack_b(&w.b).unwrap(), "{p:?}");
+            let (file, e, at) = export_to_file(&packer);
+            let want_covers = if p.has_zero_points {
+                vec![IN_B, IN_SCALES, IN_ZP]
+            } else {
+                vec![IN_B, IN_SCALES]
+            };
+            assert_eq!(e.covers, want_covers);
+            let map = Arc::new(FileMap::open(&file.0).unwrap());
+
+            let mut fresh = kernel(p, None);
+            assert!(
+                fresh.import_packed(import_of(&e, &map, &at)).unwrap(),
+                "{p:?}"
+            );
+            // The state a successful prepack leaves.
+            let got = fresh.packed.as_ref().unwrap();
+            assert!(got.adopted() && got.in_file() && got.held_bytes() == 0);
+            assert!(fresh.scales.is_none() && fresh.zero_points.is_none());
+            assert!(fresh.link.is_some());
+            assert!(fresh.is_packed());
+            assert_eq!(got.params(), packer.packed.as_ref().unwrap().params());
+            assert!(packed_operand(&fresh).is_some());
+            let (a_codes, b_codes) = (
+                packed_codes(&packer).unwrap(),
+                packed_codes(&fresh).unwrap(),
+            );
+            assert_eq!(a_codes.shape(), b_codes.shape());
+            let mut c0 = vec![0u8; a_codes.column_bytes()];
+            let mut c1 = c0.clone();
+            for n in [0, p.n - 1] {
+                assert!(a_codes.column_codes(n, &mut c0) && b_codes.column_codes(n, &mut c1));
+                assert_eq!(c0, c1);
+            }
+            let mut r = Lcg(99);
+            for m in [1, 5] {
+                let a: Vec<f32> = (0..m * p.k).map(|_| r.f32(-1.0, 1.0)).collect();
+                let (x, y) = (product(&packer, &a, m), product(&fresh, &a, m));
+                assert!(x.iter().all(|v| v.is_finite()));
+                assert!(
+                    x.iter().zip(&y).all(|(x, y)| x.to_bits() == y.to_bits()),
+                    "{p:?} m={m}: the imported kernel differs"
+                );
+            }
+            // Exported again, the imported kernel describes the same weight.
+            assert_eq!(fresh.export_packed().unwrap().meta, e.meta);
+
+            // Another kernel importing the same file (through another map of it) shares the
+            // entry; one importing a copy of the file does not.
+            let again = Arc::new(FileMap::open(&file.0).unwrap());
+            let mut twin = kernel(p, None);
+            assert!(twin.import_packed(import_of(&e, &again, &at)).unwrap());
+            assert!(Arc::ptr_eq(
+                twin.packed.as_ref().unwrap(),
+                fresh.packed.as_ref().unwrap()
+            ));
+            let copy = TempFile(file.0.with_extension("copy"));
+            std::fs::copy(&file.0, &copy.0).unwrap();
+            let copy_map = Arc::new(FileMap::open(&copy.0).unwrap());
+            let mut other = kernel(p, None);
+            assert!(other.import_packed(import_of(&e, &copy_map, &at)).unwrap());
+            assert!(!Arc::ptr_eq(
+                other.packed.as_ref().unwrap(),
+                fresh.packed.as_ref().unwrap()
+            ));
+        }
+    }
+
+    #[test]
+    fn an_import_made_for_other_params_is_refused_naming_the_difference() {
+        let p = params_4bit();
+        let w = weights(&p, 3);
+        let mut packer = kernel(p, Some(&w));
+        assert!(packer.pack_b(&w.b).unwrap());
+        let (file, e, at) = export_to_file(&packer);
+        let map = Arc::new(FileMap::open(&file.0).unwrap());
+        let refused = |node: NBitsParams| {
+            let mut k = kernel(node, None);
+            let e = k.import_packed(import_of(&e, &map, &at)).unwrap_err();
+            assert!(k.packed.is_none() && k.link.is_none(), "nothing kept");
+            e.to_string()
+        };
+        for (node, names) in [
+            (NBitsParams { k: 208, ..p }, "K="),
+            (NBitsParams { n: 64, ..p }, "N="),
+            (p.with_bits(8), "bits="),
+            (
+                NBitsParams {
+                    block_size: 64,
+                    ..p
+                },
+                "block_size=",
+            ),
+            (
+                NBitsParams {
+                    accuracy_level: 0,
+                    ..p
+                },
+                "accuracy_level=",
+            ),
+            (
+                NBitsParams {
+                    has_zero_points: false,
+                    ..p
+                },
+                "zero points=",
+            ),
+            (p.with_acc4_f16_scales(false), "f16 scales"),
+            (p.with_f16_source_scales(true), "f16 source scales"),
+        ] {
+            let e = refused(node);
+            assert!(e.contains(names), "{names}: {e}");
+        }
+        // Keys and descriptions that are malformed are refused too.
+        let mut k = kernel(p, None);
+        let mut imp = import_of(&e, &map, &at);
+        imp.key["op"] = "QLinearMatMul".into();
+        let err = k.import_packed(imp).unwrap_err().to_string();
+        assert!(err.contains("QLinearMatMul"), "{err}");
+        let mut imp = import_of(&e, &map, &at);
+        imp.key["digest"] = "xyz".into();
+        assert!(k.import_packed(imp).is_err());
+        let mut imp = import_of(&e, &map, &at);
+        imp.meta["group_at"][1] = 64.into();
+        let err = k.import_packed(imp).unwrap_err().to_string();
+        assert!(err.contains("group_at"), "{err}");
+        let mut imp = import_of(&e, &map, &at);
+        imp.sections.pop();
+        let err = k.import_packed(imp).unwrap_err().to_string();
+        assert!(err.contains("sections"), "{err}");
+        assert!(k.packed.is_none() && k.link.is_none());
+        // At level 0 the scale option does not change the pack: an import made under the other
+        // option is the node's weight.
+        let p0 = NBitsParams::new(64, 40, 16, 0, false);
+        let w0 = weights(&p0, 5);
+        let mut packer = kernel(p0, Some(&w0));
+        assert!(packer.pack_b(&w0.b).unwrap());
+        let (file, e, at) = export_to_file(&packer);
+        let map = Arc::new(FileMap::open(&file.0).unwrap());
+        let mut k = kernel(p0.with_acc4_f16_scales(false), None);
+        assert!(k.import_packed(import_of(&e, &map, &at)).unwrap());
+        // The packed weight is what `pack` itself gives.
+        let direct = pack(&w0.b, &w0.scales, None, &p0);
+        assert_eq!(
+            k.packed.as_ref().unwrap().weight_bytes(),
+            direct.weight_bytes()
+        );
+    }
+}

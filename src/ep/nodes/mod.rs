@@ -24,3 +24,5 @@ pub mod skip_layer_norm;
 pub mod softmax;
 pub mod split;
 pub mod swiglu;
+#[cfg(test)]
+pub(crate) mod test_files;

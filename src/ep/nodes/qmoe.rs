@@ -15,6 +15,13 @@
 //! session whose budget cannot hold every expert keeps the ones it could pack and computes
 //! the others from ORT's tensors (which it then keeps). The routing, the activation and the
 //! sum over experts are `kernels::moe`.
+//!
+//! A node whose every expert packed also goes to and comes from a context file
+//! (`export_packed`, `import_packed`; `ep::context`): the file holds each expert's packed
+//! weight in place of the codes, scales and zero points (the biases stay raw constants: they
+//! are copied at creation). Loaded from such a file, `create` finds those constants absent and
+//! builds projections awaiting the import, which adopts every expert as a view of the mapped
+//! file; the kernel is then in the state `create` leaves after packing every expert.
 
 use std::sync::Arc;
 
@@ -23,13 +30,14 @@ use crate::abi::kernel_context::KernelContext;
 use crate::abi::kernel_info::KernelInfo;
 use crate::abi::status::{Error, Result};
 use crate::abi::tensor::{ElemType, F16Bits, Tensor};
-use crate::ep::op::{types, Decline, KernelEnv, OpDef, OpKernel};
+use crate::ep::op::{types, Decline, KernelEnv, OpDef, OpKernel, PackedExport, PackedImport};
 use crate::kernels::cast::f16_to_f32_buf;
 use crate::kernels::matmul_nbits::reference::hostile_scales;
 use crate::kernels::matmul_nbits::{NBitsParams, NBitsWeight, PackedNBits};
-use crate::kernels::moe::{self, Expert, ExpertMatrix, MoeActivation, MoeShape};
+use crate::kernels::moe::{self, Expert, ExpertMatrix, MoeActivation, MoeRoute, MoeShape, Routes};
 use crate::kernels::shape::checked_numel;
-use crate::memory::CachedWeight;
+use crate::memory::{weight_cache, CachedWeight, WeightBytes, WeightKey};
+use crate::os::mapped::FileSlice;
 use crate::runtime::par::{take_lanes_used, Serial};
 use crate::telemetry::ledger;
 
@@ -387,11 +395,14 @@ fn scales_f32<'a>(t: &Tensor<'a>, which: &str) -> Result<std::borrow::Cow<'a, [f
 
 /// One projection (fc1 or fc2) of every expert.
 struct Projection {
+    /// "fc1" or "fc2", for messages.
+    which: &'static str,
     /// One expert's params.
     p: NBitsParams,
     /// Input indices of the codes, scales and zero points.
     inputs: [usize; 3],
-    /// Per expert: its packed weight (`None`: the cache declined it, or its scales are hostile).
+    /// Per expert: its packed weight (`None`: the cache declined it, or its scales are hostile,
+    /// or an import is awaited).
     packed: Vec<Option<Arc<CachedWeight<PackedNBits>>>>,
     /// Per expert: scales no model has (see `hostile_scales`), computed literally.
     hostile: Vec<bool>,
@@ -400,6 +411,11 @@ struct Projection {
     /// The scales of all experts as f32, kept only when some expert did not pack (its unpacked
     /// path reads them; ORT's own may be float16).
     scales: Option<Vec<f32>>,
+    /// The codes, scales and zero points were left out of the context file this node was
+    /// loaded from, which holds their packed form instead: no expert is packed until
+    /// `import_packed` adopts them all, and `compute` refuses to run before (there are no
+    /// tensors to fall back on).
+    awaiting_import: bool,
 }
 
 impl Projection {
@@ -407,14 +423,29 @@ impl Projection {
         self.packed.iter().all(Option::is_some)
     }
 
-    /// Packs every expert from the constant inputs (`info`), through the weight cache.
+    /// `Err` while the projection awaits its import (`awaiting_import`): nothing to compute
+    /// from, neither packed weights nor tensors.
+    fn ready(&self) -> Result<()> {
+        if self.awaiting_import {
+            return Err(Error::fail(format!(
+                "QMoE {}: the experts' packed weights were never imported from the context \
+                 file (the file holds no tensors to compute from)",
+                self.which
+            )));
+        }
+        Ok(())
+    }
+
+    /// The projection from the constant inputs (`info`): every expert packed through the
+    /// weight cache, or, when the codes, scales or zero points are constants whose bytes a
+    /// context file left out (their packed form is imported instead), awaiting that import.
     fn create(
         info: &KernelInfo<'_>,
         p: NBitsParams,
         experts: usize,
         inputs: [usize; 3],
         bias_input: usize,
-        which: &str,
+        which: &'static str,
     ) -> Result<Projection> {
         let lens = projection_lens(&p, experts)
             .ok_or_else(|| Error::invalid_argument(format!("{which}'s sizes overflow")))?;
@@ -435,6 +466,46 @@ impl Projection {
             }
             Ok(())
         };
+        let bias = match info.input_count()? > bias_input {
+            true => match info.input_type(bias_input) {
+                Ok(Some(_)) => {
+                    sized(&constant(bias_input)?, lens[3], "bias")?;
+                    copy_const::<f32>(info, bias_input)?
+                }
+                _ => None,
+            },
+            false => None,
+        };
+        // The packed inputs, with their sizes: an omitted one (a constant whose bytes are not
+        // at hand) is checked by its layout.
+        let mut packed_inputs = vec![
+            (inputs[0], lens[0], "weights"),
+            (inputs[1], lens[1], "scales"),
+        ];
+        if p.has_zero_points {
+            packed_inputs.push((inputs[2], lens[2], "zero points"));
+        }
+        let mut omitted = false;
+        for &(i, want, what) in &packed_inputs {
+            if info.constant_input(i)?.is_some() {
+                continue;
+            }
+            let Some((_, shape)) = info.constant_layout(i)? else {
+                return Err(Error::invalid_argument(format!(
+                    "input {i} of {which} is not a constant initializer"
+                )));
+            };
+            let n = checked_numel(what, &shape).map_err(Error::invalid_argument)?;
+            if n != want {
+                return Err(Error::invalid_argument(format!(
+                    "{which} {what} has shape {shape:?} ({n} values), expected {want}"
+                )));
+            }
+            omitted = true;
+        }
+        if omitted {
+            return Projection::awaiting(which, p, experts, inputs, bias);
+        }
         let codes_t = constant(inputs[0])?;
         sized(&codes_t, lens[0], "weights")?;
         let scales_t = constant(inputs[1])?;
@@ -446,22 +517,35 @@ impl Projection {
         } else {
             None
         };
-        let bias = match info.input_count()? > bias_input {
-            true => match info.input_type(bias_input) {
-                Ok(Some(_)) => {
-                    sized(&constant(bias_input)?, lens[3], "bias")?;
-                    copy_const::<f32>(info, bias_input)?
-                }
-                _ => None,
-            },
-            false => None,
-        };
-        let codes = codes_t.data::<u8>()?;
-        let scales = scales_f32(&scales_t, which)?;
         let zps = match &zp_t {
             Some(t) => Some(t.data::<u8>()?),
             None => None,
         };
+        Projection::packing(
+            which,
+            p,
+            experts,
+            inputs,
+            codes_t.data::<u8>()?,
+            scales_f32(&scales_t, which)?,
+            zps,
+            bias,
+        )
+    }
+
+    /// The projection over every expert's codes, scales (as f32) and zero points in ORT's
+    /// layout (sizes checked by the caller), each expert packed through the weight cache.
+    #[allow(clippy::too_many_arguments)]
+    fn packing(
+        which: &'static str,
+        p: NBitsParams,
+        experts: usize,
+        inputs: [usize; 3],
+        codes: &[u8],
+        scales: std::borrow::Cow<'_, [f32]>,
+        zps: Option<&[u8]>,
+        bias: Option<Vec<f32>>,
+    ) -> Result<Projection> {
         let [cb, sc, zb] = p
             .implied_lens()
             .ok_or_else(|| Error::invalid_argument(format!("{which}'s sizes overflow")))?;
@@ -495,13 +579,52 @@ impl Projection {
             }),
         };
         Ok(Projection {
+            which,
             p,
             inputs,
             packed,
             hostile,
             bias,
             scales,
+            awaiting_import: false,
         })
+    }
+
+    /// The projection of a node loaded from a context file: no expert packed, awaiting
+    /// `import_packed` (see `awaiting_import`).
+    fn awaiting(
+        which: &'static str,
+        p: NBitsParams,
+        experts: usize,
+        inputs: [usize; 3],
+        bias: Option<Vec<f32>>,
+    ) -> Result<Projection> {
+        let mut packed = Vec::new();
+        packed
+            .try_reserve_exact(experts)
+            .map_err(|e| Error::fail(format!("{which}: {e}")))?;
+        packed.resize(experts, None);
+        Ok(Projection {
+            which,
+            p,
+            inputs,
+            packed,
+            hostile: crate::memory::try_vec(experts, false)
+                .map_err(|e| Error::fail(format!("{which}: {e}")))?,
+            bias,
+            scales: None,
+            awaiting_import: true,
+        })
+    }
+
+    /// Makes `weights` (one per expert) the experts: the state `packing` leaves when every
+    /// expert packed (no hostile expert, no scales kept, nothing awaited).
+    fn adopt(&mut self, weights: Vec<Arc<CachedWeight<PackedNBits>>>) {
+        debug_assert_eq!(weights.len(), self.packed.len());
+        self.packed = weights.into_iter().map(Some).collect();
+        self.hostile.fill(false);
+        self.scales = None;
+        self.awaiting_import = false;
     }
 
     /// Expert `e`'s matrix: packed, or read from ORT's tensors (`ort`: present whenever some
@@ -537,6 +660,7 @@ impl Projection {
         ctx: &KernelContext<'a>,
         experts: usize,
     ) -> Result<Option<OrtExperts<'a>>> {
+        self.ready()?;
         if self.all_packed() {
             return Ok(None);
         }
@@ -593,11 +717,13 @@ fn create(info: &KernelInfo<'_>, env: &Arc<KernelEnv>) -> Result<Box<dyn OpKerne
     .map_err(|e| info.error(OP, e))?;
     let n_inputs = info.input_count()?;
     let present = |i: usize| n_inputs > i && matches!(info.input_type(i), Ok(Some(_)));
+    // The layout, not the value: a node loaded from a context file has the weights' shapes
+    // but not their bytes (their packed form is imported instead).
     let dims = |i: usize| -> Result<Vec<usize>> {
-        let t = info
-            .constant_input(i)?
+        let (_, shape) = info
+            .constant_layout(i)?
             .ok_or_else(|| info.error(OP, format!("input {i} is not a constant initializer")))?;
-        Ok(t.shape().to_vec())
+        Ok(shape)
     };
     let shape = shape_from(&dims(IN_FC1)?, &dims(IN_FC2)?, &a).map_err(|e| info.error(OP, e))?;
     let zp = [present(IN_FC1_ZP), present(IN_FC2_ZP)];
@@ -639,6 +765,86 @@ fn create(info: &KernelInfo<'_>, env: &Arc<KernelEnv>) -> Result<Box<dyn OpKerne
     }))
 }
 
+/// The op whose cache keys the experts' packs carry (`pack_cached`: QMoE experts and
+/// MatMulNBits nodes over equal bytes and params share one entry).
+const PACK_OP: &str = "MatMulNBits";
+
+/// The packed-weight sections one expert's projection `p` takes in a context file: its
+/// records, then its zero points if it has any (`PackedNBits::export_parts`).
+fn sections_of(p: &NBitsParams) -> usize {
+    1 + usize::from(p.has_zero_points)
+}
+
+/// The first parameter in which expert `expert`'s packed weight (`got`) differs from the
+/// node's projection (`want`), as MatMulNBits compares them (`matmul_nbits::params_mismatch`),
+/// the error naming the projection and the expert.
+fn params_mismatch(
+    which: &str,
+    expert: usize,
+    want: &NBitsParams,
+    got: &NBitsParams,
+) -> Option<String> {
+    super::matmul_nbits::params_mismatch(want, got).map(|e| format!("{which} expert {expert}: {e}"))
+}
+
+/// Field `name` of an export's key or description as an array of `experts` entries.
+fn per_expert<'v>(
+    v: &'v serde_json::Value,
+    part: &str,
+    name: &str,
+    experts: usize,
+) -> Result<&'v Vec<serde_json::Value>> {
+    let a = v
+        .get(name)
+        .and_then(serde_json::Value::as_array)
+        .ok_or_else(|| {
+            Error::invalid_argument(format!("the QMoE export's {part} has no '{name}' list"))
+        })?;
+    if a.len() != experts {
+        return Err(Error::invalid_argument(format!(
+            "the QMoE export's {part} lists {} {name} experts, the node has {experts}",
+            a.len()
+        )));
+    }
+    Ok(a)
+}
+
+impl QMoe {
+    fn projections(&self) -> [&Projection; 2] {
+        [&self.fc1, &self.fc2]
+    }
+
+    /// `Err` while a projection awaits its import (see `Projection::awaiting_import`).
+    fn ready(&self) -> Result<()> {
+        self.fc1.ready()?;
+        self.fc2.ready()
+    }
+
+    /// The node's output for `tokens` rows of `x` routed by `routes`, the experts' tensors
+    /// `t1` / `t2` where some expert of that projection did not pack (`ort_tensors`): what
+    /// `compute` runs once it has read its inputs.
+    #[allow(clippy::too_many_arguments)]
+    fn forward(
+        &self,
+        x: &[f32],
+        tokens: usize,
+        routes: &Routes,
+        t1: Option<&OrtExperts<'_>>,
+        t2: Option<&OrtExperts<'_>>,
+        out: &mut [f32],
+    ) -> Result<MoeRoute> {
+        self.ready()?;
+        let expert = |e: usize| Expert {
+            fc1: self.fc1.matrix(e, t1),
+            fc1_bias: self.fc1.bias(e),
+            fc2: self.fc2.matrix(e, t2),
+            fc2_bias: self.fc2.bias(e),
+        };
+        let par = &*self.env.par;
+        moe::run(x, tokens, &self.shape, &self.act, routes, &expert, out, par).map_err(Error::fail)
+    }
+}
+
 impl OpKernel for QMoe {
     fn prepack(&mut self, input_index: usize, _tensor: &Tensor<'_>) -> Result<bool> {
         // Every expert tensor was read at creation: the packed weights and the bias copies are
@@ -655,7 +861,145 @@ impl OpKernel for QMoe {
         })
     }
 
+    /// Every expert of both projections, when each packed (else `None`: the context file then
+    /// keeps the raw tensors and a later session packs them again). `covers`: the codes, scales
+    /// and zero points of fc1 and fc2 (not the biases, copied at creation from the constants
+    /// the file keeps). `key`: `{"fc1": [...], "fc2": [...]}`, each expert's cache key.
+    /// `meta`: `{"experts": E, "fc1": [...], "fc2": [...]}`, each expert's
+    /// `PackedNBits::export_parts` description. `sections`, expert by expert: fc1's records,
+    /// fc1's zero points (if it has them), fc2's records, fc2's zero points (if it has them).
+    fn export_packed(&self) -> Option<PackedExport<'_>> {
+        if !(self.fc1.all_packed() && self.fc2.all_packed()) {
+            return None;
+        }
+        let experts = self.shape.experts;
+        let mut covers = vec![IN_FC1, IN_FC1_SCALES, IN_FC2, IN_FC2_SCALES];
+        for (proj, zp) in [(&self.fc1, IN_FC1_ZP), (&self.fc2, IN_FC2_ZP)] {
+            if proj.p.has_zero_points {
+                covers.push(zp);
+            }
+        }
+        let (mut keys, mut metas) = ([Vec::new(), Vec::new()], [Vec::new(), Vec::new()]);
+        let mut sections = Vec::new();
+        for e in 0..experts {
+            for (j, proj) in self.projections().into_iter().enumerate() {
+                let w = proj.packed[e].as_ref()?;
+                let (meta, parts) = w.export_parts();
+                keys[j].push(w.key().to_json());
+                metas[j].push(meta);
+                sections.extend(parts);
+            }
+        }
+        let [k1, k2] = keys;
+        let [m1, m2] = metas;
+        Some(PackedExport {
+            covers,
+            key: serde_json::json!({"fc1": k1, "fc2": k2}),
+            meta: serde_json::json!({"experts": experts, "fc1": m1, "fc2": m2}),
+            sections,
+        })
+    }
+
+    /// Restores what `export_packed` gave: checks the description against the node (the
+    /// expert count, each expert's params in both projections, the section count) before
+    /// anything is adopted, then adopts every expert through the weight cache (keys derived
+    /// from where its sections lie, `adopted_key`). On any error the kernel is left as it was.
+    fn import_packed(&mut self, imp: PackedImport) -> Result<bool> {
+        let experts = self.shape.experts;
+        let described = imp
+            .meta
+            .get("experts")
+            .and_then(serde_json::Value::as_u64)
+            .ok_or_else(|| {
+                Error::invalid_argument("the QMoE export's description has no expert count")
+            })?;
+        if described != experts as u64 {
+            return Err(Error::invalid_argument(format!(
+                "the QMoE export holds {described} experts, the node has {experts}"
+            )));
+        }
+        let names = ["fc1", "fc2"];
+        let mut stored = [Vec::new(), Vec::new()];
+        for (j, name) in names.into_iter().enumerate() {
+            let proj = self.projections()[j];
+            let keys = per_expert(&imp.key, "key", name, experts)?;
+            let metas = per_expert(&imp.meta, "description", name, experts)?;
+            for (e, (k, m)) in keys.iter().zip(metas).enumerate() {
+                let key = WeightKey::from_json(k)
+                    .map_err(|x| Error::invalid_argument(format!("{name} expert {e}: {x}")))?;
+                if key.op != PACK_OP {
+                    return Err(Error::invalid_argument(format!(
+                        "{name} expert {e}: a packed weight of {} cannot be a QMoE expert",
+                        key.op
+                    )));
+                }
+                let got = PackedNBits::described_params(m)
+                    .map_err(|x| Error::invalid_argument(format!("{name} expert {e}: {x}")))?;
+                if let Some(x) = params_mismatch(name, e, &proj.p, &got) {
+                    return Err(Error::invalid_argument(x));
+                }
+                stored[j].push(key);
+            }
+        }
+        let per = [sections_of(&self.fc1.p), sections_of(&self.fc2.p)];
+        let want = experts
+            .checked_mul(per[0] + per[1])
+            .ok_or_else(|| Error::invalid_argument("the QMoE export's sections overflow"))?;
+        if imp.sections.len() != want {
+            return Err(Error::invalid_argument(format!(
+                "the QMoE export has {} sections, the node's {experts} experts take {want} \
+                 ({} for fc1 and {} for fc2 each)",
+                imp.sections.len(),
+                per[0],
+                per[1]
+            )));
+        }
+        let mut weights = [Vec::new(), Vec::new()];
+        for w in &mut weights {
+            w.try_reserve_exact(experts)
+                .map_err(|x| Error::fail(format!("QMoE import: {x}")))?;
+        }
+        let mut sections = imp.sections.into_iter();
+        let [s1, s2] = &stored;
+        for (e, (k1, k2)) in s1.iter().zip(s2).enumerate() {
+            for (j, (name, k)) in names.into_iter().zip([k1, k2]).enumerate() {
+                let parts: Vec<FileSlice<u8>> = sections.by_ref().take(per[j]).collect();
+                let key = super::matmul_nbits::adopted_key(k, &parts);
+                let meta = &imp.meta[name][e];
+                let mut refused = None;
+                let w = weight_cache().get_or_adopt(
+                    &key,
+                    || {
+                        let parts = parts.into_iter().map(WeightBytes::from).collect();
+                        PackedNBits::import_parts(meta, parts)
+                            .map_err(|x| refused = Some(x))
+                            .ok()
+                    },
+                    |w: &PackedNBits| w.weight_bytes().len() + w.zero_point_bytes().len(),
+                );
+                let Some(w) = w else {
+                    return match refused {
+                        Some(x) => Err(Error::invalid_argument(format!("{name} expert {e}: {x}"))),
+                        None => Ok(false),
+                    };
+                };
+                // A live entry with the key may hold another description's weight (only a
+                // file giving two weights one key and the same sections could make one): the
+                // weight's own params decide.
+                if let Some(x) = params_mismatch(name, e, &self.projections()[j].p, w.params()) {
+                    return Err(Error::invalid_argument(x));
+                }
+                weights[j].push(w);
+            }
+        }
+        let [w1, w2] = weights;
+        self.fc1.adopt(w1);
+        self.fc2.adopt(w2);
+        Ok(true)
+    }
+
     fn compute(&self, ctx: &KernelContext<'_>) -> Result<()> {
+        self.ready()?;
         let s = &self.shape;
         let x = ctx.required_input(IN_X)?;
         let xs = x.shape();
@@ -704,15 +1048,7 @@ impl OpKernel for QMoe {
             self.fc1.ort_tensors(ctx, s.experts)?,
             self.fc2.ort_tensors(ctx, s.experts)?,
         );
-        let expert = |e: usize| Expert {
-            fc1: self.fc1.matrix(e, t1.as_ref()),
-            fc1_bias: self.fc1.bias(e),
-            fc2: self.fc2.matrix(e, t2.as_ref()),
-            fc2_bias: self.fc2.bias(e),
-        };
-        let par = &*self.env.par;
-        let route =
-            moe::run(x, tokens, s, &self.act, &routes, &expert, out, par).map_err(Error::fail)?;
+        let route = self.forward(x, tokens, &routes, t1.as_ref(), t2.as_ref(), out)?;
         ledger::record(OP, route.text(), take_lanes_used());
         Ok(())
     }
@@ -727,3 +1063,442 @@ pub const QMOE: OpDef = OpDef {
     claim,
     create,
 };
+
+#[cfg(test)]
+mod tests {
+    //! A node that packed every expert, exported, and a fresh kernel of the same node (its
+    //! codes, scales and zero points absent, as loaded from a context file) that imported the
+    //! export from a mapped file: the state packing leaves, the same outputs bit for bit, the
+    //! same route. The kernels are built field by field (`create` needs ORT's kernel info) from
+    //! the projections `create` makes (`Projection::packing`, `Projection::awaiting`); the
+    //! products are `forward`, what `compute` runs once it has read its inputs.
+
+    use super::*;
+    use crate::os::mapped::FileMap;
+    use crate::runtime::par::Serial;
+
+    use crate::ep::nodes::test_files::{write_sections, Lcg, TempFile};
+
+    /// One node: its attributes, which projections have zero points, the scale choices.
+    #[derive(Clone, Copy, Debug)]
+    struct Case {
+        bits: usize,
+        block: usize,
+        accuracy: usize,
+        zp: [bool; 2],
+        acc4_f16: bool,
+        /// Per projection: the scales were float16 in the model.
+        f16_source: [bool; 2],
+    }
+
+    const SHAPE: MoeShape = MoeShape {
+        experts: 4,
+        hidden: 64,
+        inter: 32,
+        top_k: 2,
+    };
+
+    fn act() -> MoeActivation {
+        MoeActivation::from_name("swiglu", 1.702, 1.0, 7.0).unwrap()
+    }
+
+    /// The params `create` gives the node's fc1 and fc2.
+    fn params(c: &Case) -> [NBitsParams; 2] {
+        let a = Attrs {
+            top_k: SHAPE.top_k,
+            act: act(),
+            normalize: true,
+            bits: c.bits,
+            block: c.block,
+            accuracy: c.accuracy,
+        };
+        let ps = projection_params(&SHAPE, &a, c.zp).unwrap();
+        [0, 1].map(|j| {
+            ps[j]
+                .with_acc4_f16_scales(c.acc4_f16)
+                .with_f16_source_scales(c.f16_source[j])
+        })
+    }
+
+    /// One projection's constants in ORT's layout, all experts.
+    struct Weights {
+        codes: Vec<u8>,
+        scales: Vec<f32>,
+        zp: Option<Vec<u8>>,
+        bias: Vec<f32>,
+    }
+
+    fn weights(p: &NBitsParams, seed: u64) -> Weights {
+        let mut r = Lcg(seed);
+        let [b, s, z, n] = projection_lens(p, SHAPE.experts).unwrap();
+        Weights {
+            codes: r.bytes(b),
+            // Multiples of 2^-10 below 0.1: exact in f16, as float16 scales widened are.
+            scales: (0..s)
+                .map(|_| (1 + r.next() % 100) as f32 / 1024.0)
+                .collect(),
+            zp: p.has_zero_points.then(|| r.bytes(z)),
+            bias: (0..n).map(|_| r.f32(-0.1, 0.1)).collect(),
+        }
+    }
+
+    const INPUTS: [[usize; 3]; 2] = [
+        [IN_FC1, IN_FC1_SCALES, IN_FC1_ZP],
+        [IN_FC2, IN_FC2_SCALES, IN_FC2_ZP],
+    ];
+    const NAMES: [&str; 2] = ["fc1", "fc2"];
+
+    /// The kernel `create` makes for the node of `c` over `w`: every expert packed, or
+    /// (`packed` false) loaded from a context file, awaiting its import (the biases are at
+    /// hand either way: the file keeps them).
+    fn kernel(c: &Case, w: &[Weights; 2], packed: bool) -> QMoe {
+        let ps = params(c);
+        let proj = |j: usize| {
+            let w = &w[j];
+            if packed {
+                Projection::packing(
+                    NAMES[j],
+                    ps[j],
+                    SHAPE.experts,
+                    INPUTS[j],
+                    &w.codes,
+                    std::borrow::Cow::Borrowed(&w.scales),
+                    w.zp.as_deref(),
+                    Some(w.bias.clone()),
+                )
+            } else {
+                Projection::awaiting(
+                    NAMES[j],
+                    ps[j],
+                    SHAPE.experts,
+                    INPUTS[j],
+                    Some(w.bias.clone()),
+                )
+            }
+            .unwrap()
+        };
+        let mut env = KernelEnv::new(Arc::new(Serial));
+        env.acc4_f16_scales = c.acc4_f16;
+        QMoe {
+            shape: SHAPE,
+            act: act(),
+            normalize: true,
+            fc1: proj(0),
+            fc2: proj(1),
+            env: Arc::new(env),
+        }
+    }
+
+    /// `k`'s export written to a file; the file and the sections' places.
+    fn export_to_file(k: &QMoe) -> (TempFile, PackedExport<'_>, Vec<(usize, usize)>) {
+        let e = k
+            .export_packed()
+            .expect("a node whose every expert packed exports");
+        let (file, at) = write_sections("qmoe", &e.sections);
+        (file, e, at)
+    }
+
+    /// The import of an export, its sections mapped from `map`.
+    fn import_of(e: &PackedExport<'_>, map: &Arc<FileMap>, at: &[(usize, usize)]) -> PackedImport {
+        PackedImport {
+            key: e.key.clone(),
+            meta: e.meta.clone(),
+            sections: at
+                .iter()
+                .map(|&(o, l)| FileSlice::new(map, o, l).unwrap())
+                .collect(),
+        }
+    }
+
+    /// `k`'s output and route for `tokens` random rows (seeded, so two kernels see one input).
+    fn run(k: &QMoe, tokens: usize) -> Result<(Vec<f32>, MoeRoute)> {
+        let mut r = Lcg(99 + tokens as u64);
+        let x: Vec<f32> = (0..tokens * SHAPE.hidden)
+            .map(|_| r.f32(-1.0, 1.0))
+            .collect();
+        let logits: Vec<f32> = (0..tokens * SHAPE.experts)
+            .map(|_| r.f32(-2.0, 2.0))
+            .collect();
+        let routes =
+            moe::route_tokens(&logits, None, tokens, SHAPE.experts, SHAPE.top_k, true).unwrap();
+        let mut out = vec![f32::NAN; tokens * SHAPE.hidden];
+        let route = k.forward(&x, tokens, &routes, None, None, &mut out)?;
+        Ok((out, route))
+    }
+
+    /// What `prepack` answers for every input of the node.
+    fn prepack_answers(k: &mut QMoe) -> Vec<bool> {
+        let byte = [0u8; 4];
+        let t = Tensor::from_mapped(&byte, U8, vec![4]).unwrap();
+        (0..=IN_ROUTER_WEIGHTS)
+            .map(|i| k.prepack(i, &t).unwrap())
+            .collect()
+    }
+
+    fn cases() -> [Case; 3] {
+        [
+            Case {
+                bits: 4,
+                block: 32,
+                accuracy: 4,
+                zp: [false, false],
+                acc4_f16: true,
+                f16_source: [false, false],
+            },
+            Case {
+                bits: 8,
+                block: 16,
+                accuracy: 0,
+                zp: [true, true],
+                acc4_f16: true,
+                f16_source: [false, false],
+            },
+            Case {
+                bits: 4,
+                block: 16,
+                accuracy: 4,
+                zp: [true, false],
+                acc4_f16: false,
+                f16_source: [false, true],
+            },
+        ]
+    }
+
+    fn all_weights(c: &Case, seed: u64) -> [Weights; 2] {
+        let ps = params(c);
+        [weights(&ps[0], seed), weights(&ps[1], seed + 1)]
+    }
+
+    #[test]
+    fn an_imported_node_computes_what_the_packing_node_does() {
+        for (i, c) in cases().iter().enumerate() {
+            let w = all_weights(c, 11 + 2 * i as u64);
+            let mut packer = kernel(c, &w, true);
+            assert!(packer.fc1.all_packed() && packer.fc2.all_packed(), "{c:?}");
+            let packer_answers = prepack_answers(&mut packer);
+            let (file, e, at) = export_to_file(&packer);
+            let mut want_covers = vec![IN_FC1, IN_FC1_SCALES, IN_FC2, IN_FC2_SCALES];
+            for (there, zp) in [(c.zp[0], IN_FC1_ZP), (c.zp[1], IN_FC2_ZP)] {
+                if there {
+                    want_covers.push(zp);
+                }
+            }
+            assert_eq!(
+                e.covers, want_covers,
+                "{c:?}: the biases stay raw constants"
+            );
+            let per_expert = 2 + usize::from(c.zp[0]) + usize::from(c.zp[1]);
+            assert_eq!(e.sections.len(), SHAPE.experts * per_expert);
+            let map = Arc::new(FileMap::open(&file.0).unwrap());
+
+            let mut fresh = kernel(c, &w, false);
+            assert!(
+                fresh.export_packed().is_none(),
+                "nothing to export before the import"
+            );
+            let err = run(&fresh, 1).unwrap_err().to_string();
+            assert!(err.contains("never imported"), "{err}");
+            assert!(
+                fresh.import_packed(import_of(&e, &map, &at)).unwrap(),
+                "{c:?}"
+            );
+
+            // The state `create` leaves once every expert packed.
+            for (j, (a, b)) in [(&packer.fc1, &fresh.fc1), (&packer.fc2, &fresh.fc2)]
+                .into_iter()
+                .enumerate()
+            {
+                assert!(!b.awaiting_import && b.all_packed() && b.scales.is_none());
+                assert!(b.hostile.iter().all(|&h| !h));
+                assert_eq!(a.hostile, b.hostile);
+                assert_eq!(a.bias, b.bias);
+                for (x, y) in a.packed.iter().zip(&b.packed) {
+                    let (x, y) = (x.as_ref().unwrap(), y.as_ref().unwrap());
+                    assert!(
+                        y.adopted() && y.in_file() && y.held_bytes() == 0,
+                        "{}",
+                        NAMES[j]
+                    );
+                    assert_eq!(x.params(), y.params());
+                    assert_eq!(x.weight_bytes(), y.weight_bytes());
+                    assert_eq!(x.zero_point_bytes(), y.zero_point_bytes());
+                }
+            }
+            assert_eq!(packer_answers, prepack_answers(&mut fresh));
+            for tokens in [1, 3, 9] {
+                let (x, rx) = run(&packer, tokens).unwrap();
+                let (y, ry) = run(&fresh, tokens).unwrap();
+                assert!(x.iter().all(|v| v.is_finite()) && x.iter().any(|&v| v != 0.0));
+                assert!(
+                    x.iter().zip(&y).all(|(x, y)| x.to_bits() == y.to_bits()),
+                    "{c:?} tokens={tokens}: the imported node differs"
+                );
+                assert_eq!(rx, ry, "the same route");
+                assert!(ry.all_packed);
+            }
+            // Exported again, the imported node describes the same weights.
+            let again = fresh.export_packed().unwrap();
+            assert_eq!(
+                (again.meta, again.covers),
+                (e.meta.clone(), e.covers.clone())
+            );
+
+            // Another node importing the same file (through another map of it) shares the
+            // entries; one importing a copy of the file does not.
+            let map2 = Arc::new(FileMap::open(&file.0).unwrap());
+            let mut twin = kernel(c, &w, false);
+            assert!(twin.import_packed(import_of(&e, &map2, &at)).unwrap());
+            let copy = TempFile(file.0.with_extension("copy"));
+            std::fs::copy(&file.0, &copy.0).unwrap();
+            let copy_map = Arc::new(FileMap::open(&copy.0).unwrap());
+            let mut other = kernel(c, &w, false);
+            assert!(other.import_packed(import_of(&e, &copy_map, &at)).unwrap());
+            for x in 0..SHAPE.experts {
+                let [f, t, o] = [&fresh, &twin, &other].map(|k| k.fc2.packed[x].clone().unwrap());
+                assert!(Arc::ptr_eq(&f, &t) && !Arc::ptr_eq(&f, &o));
+            }
+            // No two experts share an entry (each has sections of its own).
+            let f = &fresh.fc1.packed;
+            assert!(!Arc::ptr_eq(f[0].as_ref().unwrap(), f[1].as_ref().unwrap()));
+        }
+    }
+
+    #[test]
+    fn an_expert_with_hostile_scales_leaves_the_node_without_an_export() {
+        let c = cases()[0];
+        let mut w = all_weights(&c, 5);
+        w[1].scales[3] = f32::INFINITY;
+        let k = kernel(&c, &w, true);
+        assert!(k.fc1.all_packed() && !k.fc2.all_packed() && k.fc2.hostile[0]);
+        assert!(k.export_packed().is_none());
+    }
+
+    /// A node, an edit of the import it is given, and what the refusal must name.
+    type Check<'a> = (Case, &'a dyn Fn(&mut PackedImport), &'a [&'a str]);
+
+    #[test]
+    fn an_import_that_does_not_fit_the_node_is_refused_naming_the_problem() {
+        let c = cases()[1];
+        let w = all_weights(&c, 3);
+        let packer = kernel(&c, &w, true);
+        let (file, e, at) = export_to_file(&packer);
+        let map = Arc::new(FileMap::open(&file.0).unwrap());
+        // Each refusal leaves the node as it was: awaiting, nothing packed.
+        let refused = |node: Case, edit: &dyn Fn(&mut PackedImport)| -> String {
+            let mut k = kernel(&node, &all_weights(&node, 3), false);
+            let mut imp = import_of(&e, &map, &at);
+            edit(&mut imp);
+            let err = k.import_packed(imp).unwrap_err().to_string();
+            for p in [&k.fc1, &k.fc2] {
+                assert!(
+                    p.awaiting_import && p.packed.iter().all(Option::is_none),
+                    "{err}"
+                );
+            }
+            err
+        };
+        let none = |_: &mut PackedImport| {};
+        let checks: [Check<'_>; 11] = [
+            (
+                c,
+                &|i| i.meta["experts"] = 5.into(),
+                &["holds 5 experts", "node has 4"],
+            ),
+            (
+                c,
+                &|i| {
+                    i.key["fc2"].as_array_mut().unwrap().pop();
+                },
+                &["lists 3 fc2 experts"],
+            ),
+            (
+                c,
+                &|i| {
+                    i.meta.as_object_mut().unwrap().remove("fc1");
+                },
+                &["no 'fc1' list"],
+            ),
+            (
+                c,
+                &|i| i.meta["fc2"][1]["block_size"] = 32.into(),
+                &["fc2 expert 1", "block_size=32", "block_size=16"],
+            ),
+            (
+                c,
+                &|i| i.meta["fc1"][2]["layout"] = 99.into(),
+                &["fc1 expert 2", "layout"],
+            ),
+            (
+                c,
+                &|i| i.meta["fc1"][0]["group_at"][1] = 3.into(),
+                &["fc1 expert 0", "group_at"],
+            ),
+            (
+                c,
+                &|i| i.key["fc1"][3]["op"] = "QLinearMatMul".into(),
+                &["fc1 expert 3", "QLinearMatMul"],
+            ),
+            (
+                c,
+                &|i| i.key["fc2"][0]["digest"] = "xyz".into(),
+                &["fc2 expert 0", "digest"],
+            ),
+            (
+                c,
+                &|i| {
+                    i.sections.pop();
+                },
+                &["sections", "take 16"],
+            ),
+            // Nodes other than the writer's: other zero points, other bits.
+            (
+                Case {
+                    zp: [true, false],
+                    ..c
+                },
+                &none,
+                &["fc2 expert 0", "zero points=1"],
+            ),
+            (Case { bits: 4, ..c }, &none, &["fc1 expert 0", "bits=8"]),
+        ];
+        for (node, edit, needles) in checks {
+            let err = refused(node, edit);
+            for n in needles {
+                assert!(err.contains(n), "expected {n:?} in: {err}");
+            }
+        }
+        // The f16 choices: a level-4 node packs its scales as the provider option says, and a
+        // node whose scales were float16 packs them as f16 below level 4.
+        let c4 = cases()[0];
+        let packer = kernel(&c4, &all_weights(&c4, 8), true);
+        let (file, e, at) = export_to_file(&packer);
+        let map = Arc::new(FileMap::open(&file.0).unwrap());
+        for (node, needle) in [
+            (
+                Case {
+                    acc4_f16: false,
+                    ..c4
+                },
+                "f16 scales (acc4_scales)",
+            ),
+            (
+                Case {
+                    f16_source: [true, false],
+                    ..c4
+                },
+                "f16 source scales",
+            ),
+        ] {
+            let mut k = kernel(&node, &all_weights(&node, 8), false);
+            let err = k
+                .import_packed(import_of(&e, &map, &at))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains(needle) && err.contains("fc1 expert 0"),
+                "{err}"
+            );
+            assert!(k.fc1.awaiting_import && k.fc2.awaiting_import);
+        }
+    }
+}

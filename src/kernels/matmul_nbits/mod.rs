@@ -4,6 +4,8 @@
 //! * [`reference`]: naive scalar references over ORT's layout, 4- and 8-bit (test ground truth).
 //! * [`bits8`]: 8-bit weights in the packed layout (16-column groups of whole code bytes).
 //! * [`pack`]: the prepacked layout ([`PackedNBits`]), 32-column groups (16 for 8-bit codes).
+//! * [`persist`]: a packed weight as a description and byte sections for a context file, and
+//!   back over a mapped file's bytes (validated, never copied).
 //! * [`prepare_a`]: per-call A preparation (padding + block sums, or int8 quantisation; the
 //!   quantiser is per ISA, `quant_avx512` for AVX-512, bit-identical to the scalar one).
 //! * `tile_*`: one tile kernel per ISA and accuracy; the same kernel serves M = 1 (GEMV, one
@@ -57,6 +59,7 @@ mod driver;
 mod nonfinite;
 pub mod pack;
 pub mod params;
+pub mod persist;
 pub mod prefetch;
 pub mod prepare_a;
 #[cfg(target_arch = "x86_64")]

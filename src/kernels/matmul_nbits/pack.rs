@@ -61,7 +61,7 @@
 use super::params::{NBitsParams, NBitsWeight};
 use super::reference::weight_code;
 use crate::kernels::cast::{f16_to_f32, f32_to_f16, F16Bits, NanRule};
-use crate::memory::{weight_arena, ArenaBuf};
+use crate::memory::{weight_arena, WeightBytes};
 
 /// Columns per group.
 pub const NR: usize = 32;
@@ -72,19 +72,21 @@ pub(crate) const CHUNK_K: usize = 4;
 
 /// A MatMulNBits weight rearranged for the tile kernels: every group's records in one piece of
 /// the process-wide huge-page weight arena ([`crate::memory::weight_arena`]), then (when the
-/// node has them) the zero points in another, so consecutive packs lie back to back.
+/// node has them) the zero points in another, so consecutive packs lie back to back. A weight
+/// restored from a context file ([`PackedNBits::import_parts`]) holds the same two byte arrays
+/// as slices of the mapped file instead ([`WeightBytes`]), read in place.
 #[derive(Debug)]
 pub struct PackedNBits {
     pub(crate) params: NBitsParams,
     /// Every group's records, group after group (see the module documentation). 64-byte
     /// aligned, as is every group inside it (records are multiples of 64 bytes).
-    pub(crate) records: ArenaBuf<u8>,
+    pub(crate) records: WeightBytes,
     /// Byte offset of each group's records in `records`, and the total at the end (groups with
     /// f32 and with f16 scales differ in size).
     pub(crate) group_at: Vec<usize>,
     /// Per group: whether its scales are f16 (else f32).
     pub(crate) f16_groups: Vec<bool>,
-    pub(crate) zero_points: Option<ArenaBuf<u8>>,
+    pub(crate) zero_points: Option<WeightBytes>,
     /// Largest |scale| of the weight (finite: hostile scales are never packed); bounds every
     /// output's magnitude, so the overflow check after a call can skip rows that cannot overflow
     /// (see `nonfinite::cannot_overflow`).
@@ -254,23 +256,36 @@ impl PackedNBits {
     }
 
     /// Bytes really held: what the pieces took from the weight arena (alignment padding
-    /// included) plus the per-group offsets and flags on the heap.
+    /// included) plus the per-group offsets and flags on the heap. Bytes in a mapped file
+    /// ([`PackedNBits::import_parts`]) are page cache, not held memory: they count 0.
     pub fn bytes(&self) -> usize {
-        self.records.taken_bytes()
+        self.records.arena_bytes()
             + self.group_at.capacity() * std::mem::size_of::<usize>()
             + self.f16_groups.capacity()
-            + self.zero_points.as_ref().map_or(0, |z| z.taken_bytes())
+            + self.zero_points.as_ref().map_or(0, |z| z.arena_bytes())
     }
 
-    /// Start address of the arena region holding the records (diagnostics and tests: which
-    /// region, e.g. to find it in `/proc/self/smaps`).
+    /// Start address of the arena region (or the file mapping) holding the records
+    /// (diagnostics and tests: which region, e.g. to find it in `/proc/self/smaps`).
     pub fn region_addr(&self) -> usize {
-        self.records.mapping().addr()
+        self.records.region_addr()
+    }
+
+    /// Whether the records lie in a mapped file ([`PackedNBits::import_parts`]) rather than the
+    /// weight arena.
+    pub fn in_file(&self) -> bool {
+        self.records.is_file()
     }
 
     /// The packed records of every group (codes and scales), e.g. for streaming diagnostics.
     pub fn weight_bytes(&self) -> &[u8] {
         self.records.as_slice()
+    }
+
+    /// The packed zero points (`[group][block][16]`, see the module documentation); empty when
+    /// the weight has none.
+    pub fn zero_point_bytes(&self) -> &[u8] {
+        self.zero_points.as_deref().unwrap_or(&[])
     }
 
     /// The records of groups `groups` (a range of group indices, clamped to the groups there
@@ -442,13 +457,19 @@ pub fn try_pack_threads(
             let (r, tail) = std::mem::take(&mut rest).split_at_mut(at[g0 + n] - at[g0]);
             rest = tail;
             let mut z = z_sh.as_mut().map(|z| z.take());
-            // Packs groups g0..g0 + n into this share's slices.
+            // Packs groups g0..g0 + n into this share's slices, letting go of the source
+            // behind it (`release_behind`).
             let mut run = move || {
+                let mut released = g0;
                 for g in g0..g0 + n {
                     let r = &mut r[at[g] - at[g0]..at[g + 1] - at[g0]];
                     let i = g - g0;
                     let z = z.as_deref_mut().map(|z| &mut z[i * zb..(i + 1) * zb]);
                     pack_group_as(&weight, g, f16_groups_ref[g], r, z);
+                    if g + 1 - released >= RELEASE_GROUPS || g + 1 == g0 + n {
+                        release_behind(b, p, released..g + 1);
+                        released = g + 1;
+                    }
                 }
             };
             if g0 + n == g_count {
@@ -462,13 +483,30 @@ pub fn try_pack_threads(
     });
     Some(PackedNBits {
         params: *p,
-        records,
+        records: records.into(),
         group_at,
         f16_groups,
-        zero_points: zps,
+        zero_points: zps.map(WeightBytes::from),
         // An 8-bit group's high-nibble scales are 16 s (`bits8`).
         scale_max: super::nonfinite::abs_max(scales) * if p.bits == 8 { 16.0 } else { 1.0 },
     })
+}
+
+/// Groups packed between two [`release_behind`] calls (a few hundred KiB to a few MiB of B).
+const RELEASE_GROUPS: usize = 64;
+
+/// Lets the kernel reclaim the pages of B that groups `gs` were packed from
+/// (`os::advise_page_out`, which never changes what memory holds). B is a model initializer ORT
+/// maps from the model's file; a packer that let its source go only at the end would hold the
+/// whole source and the whole packed weight at once, which for a vocabulary-sized lm_head (68 MB
+/// of codes at Qwen2-0.5B shapes) made the peak of session creation.
+fn release_behind(b: &[u8], p: &NBitsParams, gs: std::ops::Range<usize>) {
+    let (gc, col) = (group_cols(p), p.k_blocks() * p.blob_bytes());
+    let start = (gs.start * gc).min(p.n) * col;
+    let end = ((gs.end * gc).min(p.n) * col).min(b.len());
+    if let Some(part) = b.get(start..end) {
+        let _ = crate::os::advise_page_out(part);
+    }
 }
 
 /// Consecutive pieces of one buffer, one per share of groups.
