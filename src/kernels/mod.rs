@@ -5,6 +5,7 @@
 pub mod activation;
 pub mod attention;
 pub mod cast;
+pub(crate) mod described;
 pub mod dims;
 pub(crate) mod disjoint;
 pub mod elementwise;

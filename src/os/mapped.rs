@@ -54,6 +54,14 @@ unsafe impl Plain for u64 {}
 // SAFETY: as above.
 unsafe impl Plain for f64 {}
 
+/// The bytes of `v` (a packed weight's panels or sums, written to a context file as they are).
+pub fn plain_bytes<T: Plain>(v: &[T]) -> &[u8] {
+    // SAFETY: a `Plain` type has no padding and every byte of an initialized value is an
+    // initialized `u8`; `u8` has alignment 1, and the byte slice covers exactly the memory of
+    // `v`, borrowed for the same lifetime.
+    unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
+}
+
 /// A 2 MiB-aligned anonymous mapping advised for huge pages; see the module doc.
 #[derive(Debug)]
 pub struct Mapping {

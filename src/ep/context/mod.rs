@@ -4,10 +4,10 @@
 //! **Writing.** With ORT's session config `ep.context_enable=1`, `Compile` builds every fused
 //! partition as usual, then writes one context file ([`file::write`]) holding, per partition, its
 //! nodes as plain data (`ep::spec`), each packed weight a kernel can export
-//! (`OpKernel::export_packed`: MatMulNBits' packed layout and QMoE's packed experts, what decode
-//! streams) and the bytes of every constant some kernel still reads as a model constant (scales
-//! and biases kernels copy, tables they gather from, weights whose packed form is not exported,
-//! which are packed again on load). It then hands ORT one `EPContext` node per partition naming the file; ORT writes the
+//! (`OpKernel::export_packed`: MatMulNBits' packed layout, QMoE's packed experts, the f32 weights
+//! of MatMul / Gemm and QLinearMatMul's B in their packed panels) and the bytes of every constant
+//! some kernel still reads as a model constant (scales and biases kernels copy, tables they
+//! gather from, weights a kernel did not pack, which are offered for packing again on load). It then hands ORT one `EPContext` node per partition naming the file; ORT writes the
 //! context model (`ep.context_file_path`, default `<model>_ctx.onnx`) with those nodes in place
 //! of the partitions, and without the initializers only they read.
 //!

@@ -8,7 +8,7 @@ use crate::abi::kernel_context::KernelContext;
 use crate::abi::kernel_info::KernelInfo;
 use crate::abi::status::{Error, Result};
 use crate::abi::tensor::Tensor;
-use crate::ep::op::{types, Decline, KernelEnv, OpDef, OpKernel};
+use crate::ep::op::{types, Decline, KernelEnv, OpDef, OpKernel, PackedExport, PackedImport};
 use crate::kernels::gemm::{Op, Sgemm};
 use crate::kernels::shape::broadcast_shapes;
 use crate::runtime::par::take_lanes_used;
@@ -42,6 +42,20 @@ impl OpKernel for Gemm {
         }
         self.weight = ConstB::prepack(tensor, self.trans_b)?;
         Ok(self.weight.as_ref().is_some_and(ConstB::is_packed))
+    }
+
+    fn export_packed(&self) -> Option<PackedExport<'_>> {
+        self.weight.as_ref()?.export_packed()
+    }
+
+    fn import_packed(&mut self, imp: PackedImport) -> Result<bool> {
+        match ConstB::import_packed(imp, self.trans_b)? {
+            Some(w) => {
+                self.weight = Some(w);
+                Ok(true)
+            }
+            None => Ok(false),
+        }
     }
 
     fn compute(&self, ctx: &KernelContext<'_>) -> Result<()> {

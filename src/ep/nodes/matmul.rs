@@ -9,7 +9,7 @@ use crate::abi::kernel_context::KernelContext;
 use crate::abi::kernel_info::KernelInfo;
 use crate::abi::status::{Error, Result};
 use crate::abi::tensor::Tensor;
-use crate::ep::op::{types, Decline, KernelEnv, OpDef, OpKernel};
+use crate::ep::op::{types, Decline, KernelEnv, OpDef, OpKernel, PackedExport, PackedImport};
 use crate::kernels::gemm::{matmul_f32, Sgemm};
 use crate::kernels::shape::{checked_numel, matmul_shapes};
 use crate::runtime::par::take_lanes_used;
@@ -61,6 +61,20 @@ impl OpKernel for MatMul {
         }
         self.weight = ConstB::prepack(tensor, false)?;
         Ok(self.weight.as_ref().is_some_and(ConstB::is_packed))
+    }
+
+    fn export_packed(&self) -> Option<PackedExport<'_>> {
+        self.weight.as_ref()?.export_packed()
+    }
+
+    fn import_packed(&mut self, imp: PackedImport) -> Result<bool> {
+        match ConstB::import_packed(imp, false)? {
+            Some(w) => {
+                self.weight = Some(w);
+                Ok(true)
+            }
+            None => Ok(false),
+        }
     }
 
     fn compute(&self, ctx: &KernelContext<'_>) -> Result<()> {

@@ -763,7 +763,7 @@ mod tests {
     use crate::os::mapped::FileMap;
     use crate::runtime::par::Serial;
 
-    use crate::ep::nodes::test_files::{write_sections, Lcg, TempFile};
+    use crate::ep::nodes::test_files::{import_of, write_sections, Lcg, TempFile};
 
     /// One node's constant inputs in ORT's layout.
     struct Weights {
@@ -805,18 +805,6 @@ mod tests {
         let e = k.export_packed().expect("a packed kernel exports");
         let (file, at) = write_sections("export", &e.sections);
         (file, e, at)
-    }
-
-    /// The import of an export, its sections mapped from `map`.
-    fn import_of(e: &PackedExport<'_>, map: &Arc<FileMap>, at: &[(usize, usize)]) -> PackedImport {
-        PackedImport {
-            key: e.key.clone(),
-            meta: e.meta.clone(),
-            sections: at
-                .iter()
-                .map(|&(o, l)| FileSlice::new(map, o, l).unwrap())
-                .collect(),
-        }
     }
 
     fn product(k: &MatMulNBits, a: &[f32], m: usize) -> Vec<f32> {

@@ -18,7 +18,7 @@ use crate::abi::kernel_context::KernelContext;
 use crate::abi::kernel_info::KernelInfo;
 use crate::abi::status::{Error, Result};
 use crate::abi::tensor::{elem_name, ElemType, Tensor, TensorType};
-use crate::ep::op::{types, Decline, KernelEnv, OpDef, OpKernel};
+use crate::ep::op::{types, Decline, KernelEnv, OpDef, OpKernel, PackedExport, PackedImport};
 use crate::kernels::qgemm::{
     self, checked_packed_sizes, BSource, Call, PackedB, Products, Quant, Signs,
 };
@@ -28,6 +28,7 @@ use crate::runtime::par::take_lanes_used;
 use crate::telemetry::ledger;
 
 use super::claim::{input_type, known_dims, only_attrs, require_elem, require_output_elem, F32};
+use super::matmul_nbits::adopted_key;
 
 const OP: &str = "QLinearMatMul";
 const IN_A: usize = 0;
@@ -269,8 +270,26 @@ impl OpKernel for QLinearMatMul {
         if input_index != IN_B {
             return Ok(false);
         }
-        let b = tensor.bytes()?;
-        let (k, n, batches) = b_dims(tensor.shape()).map_err(Error::invalid_argument)?;
+        self.pack_b(tensor.bytes()?, tensor.shape())
+    }
+
+    fn export_packed(&self) -> Option<PackedExport<'_>> {
+        self.export_b()
+    }
+
+    fn import_packed(&mut self, imp: PackedImport) -> Result<bool> {
+        self.import_b(imp)
+    }
+
+    fn compute(&self, ctx: &KernelContext<'_>) -> Result<()> {
+        self.run(ctx)
+    }
+}
+
+impl QLinearMatMul {
+    /// Packs constant B (`b`, of `shape`) through the weight cache (what `prepack` runs).
+    fn pack_b(&mut self, b: &[u8], shape: &[usize]) -> Result<bool> {
+        let (k, n, batches) = b_dims(shape).map_err(Error::invalid_argument)?;
         let signs = self.signs;
         let key = WeightKey::new(
             OP,
@@ -279,8 +298,7 @@ impl OpKernel for QLinearMatMul {
         );
         let Some((bytes, sums)) = checked_packed_sizes(k, n, batches) else {
             return Err(Error::invalid_argument(format!(
-                "input b of shape {:?} is too large to pack",
-                tensor.shape()
+                "input b of shape {shape:?} is too large to pack"
             )));
         };
         let w = weight_cache().try_get_or_pack(
@@ -292,12 +310,101 @@ impl OpKernel for QLinearMatMul {
         let got = w.is_some();
         self.packed = w.map(|w| Packed {
             w,
-            shape: tensor.shape().to_vec(),
+            shape: shape.to_vec(),
         });
         Ok(got)
     }
 
-    fn compute(&self, ctx: &KernelContext<'_>) -> Result<()> {
+    /// The packed B for a context file (`None` when not packed: the file keeps the raw B).
+    /// `covers`: B only (the pack folds in nothing else: the signs come from the input types;
+    /// the scales and zero points are copied at creation and stay raw). The description is the
+    /// packed weight's plus B's shape (`compute` plans with it).
+    fn export_b(&self) -> Option<PackedExport<'_>> {
+        let p = self.packed.as_ref()?;
+        let (mut meta, sections) = p.w.export_parts();
+        meta.as_object_mut()?
+            .insert("shape".into(), serde_json::json!(p.shape));
+        Some(PackedExport {
+            covers: vec![IN_B],
+            key: p.w.key().to_json(),
+            meta,
+            sections,
+        })
+    }
+
+    /// Restores what `export_packed` gave: checks the description against the node (signs,
+    /// B's shape against the packed dims), then adopts the packed bytes in place from the
+    /// mapped file through the weight cache (`adopted_key`). On any error the kernel is left
+    /// as it was.
+    fn import_b(&mut self, imp: PackedImport) -> Result<bool> {
+        let bad = |e: String| Error::invalid_argument(e);
+        let stored = WeightKey::from_json(&imp.key).map_err(bad)?;
+        if stored.op != OP {
+            return Err(bad(format!(
+                "a packed weight of {} cannot be imported into QLinearMatMul",
+                stored.op
+            )));
+        }
+        let (k, n, batches, signs) = PackedB::described(&imp.meta).map_err(bad)?;
+        if signs != self.signs {
+            return Err(bad(format!(
+                "packed QLinearMatMul weight: signs: the weight was packed for {signs:?}, the \
+                 node has {:?}",
+                self.signs
+            )));
+        }
+        let shape: Vec<usize> = imp
+            .meta
+            .get("shape")
+            .and_then(serde_json::Value::as_array)
+            .and_then(|a| {
+                a.iter()
+                    .map(|v| v.as_u64().and_then(|x| usize::try_from(x).ok()))
+                    .collect::<Option<Vec<usize>>>()
+            })
+            .ok_or_else(|| {
+                bad("packed QLinearMatMul weight: shape: missing or not an array of sizes".into())
+            })?;
+        let dims =
+            b_dims(&shape).map_err(|e| bad(format!("packed QLinearMatMul weight: shape: {e}")))?;
+        if dims != (k, n, batches) {
+            return Err(bad(format!(
+                "packed QLinearMatMul weight: shape: {shape:?} gives [{}, {}] x {}, the \
+                 description [{k}, {n}] x {batches}",
+                dims.0, dims.1, dims.2
+            )));
+        }
+        let key = adopted_key(&stored, &imp.sections);
+        let mut refused = None;
+        let (meta, sections) = (&imp.meta, imp.sections);
+        let w = weight_cache().get_or_adopt(
+            &key,
+            || {
+                PackedB::import_parts(meta, sections)
+                    .map_err(|e| refused = Some(e))
+                    .ok()
+            },
+            PackedB::stored_bytes,
+        );
+        let Some(w) = w else {
+            return match refused {
+                Some(e) => Err(bad(e)),
+                None => Ok(false),
+            };
+        };
+        // A live entry with the key may hold another description's weight: its own dims decide.
+        if (w.k, w.n, w.batches, w.signs) != (k, n, batches, signs) {
+            return Err(bad(format!(
+                "packed QLinearMatMul weight: k, n, batches: the shared weight is [{}, {}] x {}, \
+                 the description [{k}, {n}] x {batches}",
+                w.k, w.n, w.batches
+            )));
+        }
+        self.packed = Some(Packed { w, shape });
+        Ok(true)
+    }
+
+    fn run(&self, ctx: &KernelContext<'_>) -> Result<()> {
         let signs = self.signs;
         let a_t = ctx.required_input(IN_A)?;
         let b_t = match &self.packed {
@@ -431,3 +538,168 @@ pub const QLINEAR_MATMUL_21: OpDef = OpDef {
     claim,
     create,
 };
+
+#[cfg(test)]
+mod tests {
+    //! A kernel that packed B, exported, and a fresh kernel of the same node that imported the
+    //! export from a mapped file: the products of the call `compute` makes on a packed B
+    //! (`qgemm::run`) agree bit for bit; a description that contradicts the layout or the node
+    //! is an error naming the field. The kernels are built field by field (`create` needs
+    //! ORT's kernel info) and packed through `pack_b`, what `prepack` runs on input B.
+
+    use super::*;
+    use crate::ep::nodes::test_files::{import_of, write_sections, Lcg, TempFile};
+    use crate::os::mapped::FileMap;
+    use crate::runtime::par::Serial;
+
+    fn kernel(signs: Signs) -> QLinearMatMul {
+        QLinearMatMul {
+            signs,
+            packed: None,
+            consts: Default::default(),
+            env: Arc::new(KernelEnv::new(Arc::new(Serial))),
+        }
+    }
+
+    fn export_to_file(k: &QLinearMatMul) -> (TempFile, PackedExport<'_>, Vec<(usize, usize)>) {
+        let e = k.export_packed().expect("a packed kernel exports");
+        let (file, at) = write_sections("qlinear", &e.sections);
+        (file, e, at)
+    }
+
+    /// `m` rows of A against every batch of the packed B, per-column B quantization.
+    fn product(q: &QLinearMatMul, a: &[u8], m: usize) -> Vec<u8> {
+        let p = q.packed.as_ref().unwrap();
+        let (k, n, batches) = b_dims(&p.shape).unwrap();
+        let b_scale: Vec<f32> = (0..batches * n).map(|i| 0.01 + i as f32 * 1e-3).collect();
+        let b_zero: Vec<u8> = (0..batches * n).map(|i| (i * 7) as u8).collect();
+        let a_offsets: Vec<usize> = (0..batches).map(|b| b * m * k).collect();
+        let b_index: Vec<usize> = (0..batches).collect();
+        let call = Call {
+            a,
+            prods: Products {
+                m,
+                a_offsets: &a_offsets,
+                b_index: &b_index,
+            },
+            k,
+            n,
+            batches,
+            signs: q.signs,
+            b: BSource::Packed(p.w.view()),
+            quant: Quant {
+                a_scale: 0.02,
+                a_zero: 3,
+                b_scale: &b_scale,
+                b_zero: &b_zero,
+                y_scale: 0.5,
+                y_zero: 5,
+            },
+        };
+        let mut out = vec![0u8; batches * m * n];
+        qgemm::run(&call, &mut out, &Serial).unwrap();
+        out
+    }
+
+    #[test]
+    fn an_imported_kernel_computes_what_the_packing_kernel_does() {
+        let cases: [(Signs, &[usize]); 4] = [
+            (Signs::U8U8, &[70, 33]),
+            (Signs::U8S8, &[2, 40, 130]),
+            (Signs::S8S8, &[17, 5]),
+            (Signs::U8S8, &[9]),
+        ];
+        for (i, (signs, shape)) in cases.into_iter().enumerate() {
+            let mut g = Lcg(5 + i as u64);
+            let b = g.bytes(shape.iter().product());
+            let mut packer = kernel(signs);
+            assert!(
+                kernel(signs).export_packed().is_none(),
+                "nothing packed yet"
+            );
+            assert!(packer.pack_b(&b, shape).unwrap());
+            let (file, e, at) = export_to_file(&packer);
+            assert_eq!(e.covers, vec![IN_B]);
+            let map = Arc::new(FileMap::open(&file.0).unwrap());
+            let mut fresh = kernel(signs);
+            assert!(fresh.import_packed(import_of(&e, &map, &at)).unwrap());
+            let got = fresh.packed.as_ref().unwrap();
+            assert!(got.w.adopted() && got.w.is_file() && got.w.bytes() == 0);
+            assert_eq!(got.shape, shape);
+            let (k, _, batches) = b_dims(shape).unwrap();
+            for m in [1, 3, 8] {
+                let a = g.bytes(batches * m * k);
+                assert_eq!(
+                    product(&packer, &a, m),
+                    product(&fresh, &a, m),
+                    "{signs:?} {shape:?} m={m}"
+                );
+            }
+            let e2 = fresh.export_packed().unwrap();
+            assert_eq!((&e2.meta, &e2.sections), (&e.meta, &e.sections));
+        }
+    }
+
+    #[test]
+    fn a_bad_description_is_an_error_naming_the_field() {
+        let mut g = Lcg(21);
+        let mut packer = kernel(Signs::U8S8);
+        assert!(packer.pack_b(&g.bytes(40 * 24), &[40, 24]).unwrap());
+        let (file, e, at) = export_to_file(&packer);
+        let map = Arc::new(FileMap::open(&file.0).unwrap());
+        type Edit = Box<dyn Fn(&mut PackedImport)>;
+        let edits: Vec<(&str, Edit)> = vec![
+            ("layout", Box::new(|i| i.meta["layout"] = 9.into())),
+            ("batches", Box::new(|i| i.meta["batches"] = "1".into())),
+            ("signs", Box::new(|i| i.meta["signs"] = "u8u8".into())),
+            ("signs", Box::new(|i| i.meta["signs"] = "f32".into())),
+            (
+                "shape",
+                Box::new(|i| i.meta["shape"] = serde_json::json!([40, 25])),
+            ),
+            (
+                "shape",
+                Box::new(|i| i.meta["shape"] = serde_json::json!("x")),
+            ),
+            (
+                "data",
+                Box::new(|i| {
+                    i.meta["n"] = 48.into();
+                    i.meta["shape"] = serde_json::json!([40, 48]);
+                }),
+            ),
+            (
+                "colsum",
+                Box::new(|i| {
+                    i.meta["n"] = 20.into();
+                    i.meta["shape"] = serde_json::json!([40, 20]);
+                }),
+            ),
+            (
+                "sections",
+                Box::new(|i| {
+                    i.sections.pop();
+                }),
+            ),
+            (
+                "f32-gemm-b",
+                Box::new(|i| i.key["op"] = "f32-gemm-b".into()),
+            ),
+            ("k", Box::new(|i| i.meta["k"] = u64::MAX.into())),
+        ];
+        for (field, edit) in &edits {
+            let mut imp = import_of(&e, &map, &at);
+            edit(&mut imp);
+            let mut fresh = kernel(Signs::U8S8);
+            let err = match fresh.import_packed(imp) {
+                Ok(t) => panic!("an import with a bad {field} was taken ({t})"),
+                Err(e) => e.to_string(),
+            };
+            assert!(err.contains(field), "{field}: {err}");
+            assert!(
+                fresh.packed.is_none(),
+                "{field}: the kernel is left as it was"
+            );
+        }
+    }
+}

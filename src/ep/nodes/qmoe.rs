@@ -1077,7 +1077,7 @@ mod tests {
     use crate::os::mapped::FileMap;
     use crate::runtime::par::Serial;
 
-    use crate::ep::nodes::test_files::{write_sections, Lcg, TempFile};
+    use crate::ep::nodes::test_files::{import_of, write_sections, Lcg, TempFile};
 
     /// One node: its attributes, which projections have zero points, the scale choices.
     #[derive(Clone, Copy, Debug)]
@@ -1196,18 +1196,6 @@ mod tests {
             .expect("a node whose every expert packed exports");
         let (file, at) = write_sections("qmoe", &e.sections);
         (file, e, at)
-    }
-
-    /// The import of an export, its sections mapped from `map`.
-    fn import_of(e: &PackedExport<'_>, map: &Arc<FileMap>, at: &[(usize, usize)]) -> PackedImport {
-        PackedImport {
-            key: e.key.clone(),
-            meta: e.meta.clone(),
-            sections: at
-                .iter()
-                .map(|&(o, l)| FileSlice::new(map, o, l).unwrap())
-                .collect(),
-        }
     }
 
     /// `k`'s output and route for `tokens` random rows (seeded, so two kernels see one input).

@@ -1,5 +1,5 @@
 //! Test support shared by the node kernels' unit tests of context files (`export_packed` /
-//! `import_packed` in `matmul_nbits.rs` and `qmoe.rs`): sections written to a temporary file as
+//! `import_packed` of the kernels that pack weights): sections written to a temporary file as
 //! a context file lays them out, and deterministic pseudo-random data.
 
 /// A file under the temp dir, removed on drop.
@@ -26,6 +26,22 @@ pub(crate) fn write_sections(name: &str, sections: &[&[u8]]) -> (TempFile, Vec<(
     }
     std::fs::write(&path, &bytes).unwrap();
     (TempFile(path), at)
+}
+
+/// The import of `e`, its sections (at `at`, from [`write_sections`]) mapped from `map`.
+pub(crate) fn import_of(
+    e: &crate::ep::op::PackedExport<'_>,
+    map: &std::sync::Arc<crate::os::mapped::FileMap>,
+    at: &[(usize, usize)],
+) -> crate::ep::op::PackedImport {
+    crate::ep::op::PackedImport {
+        key: e.key.clone(),
+        meta: e.meta.clone(),
+        sections: at
+            .iter()
+            .map(|&(o, l)| crate::os::mapped::FileSlice::new(map, o, l).unwrap())
+            .collect(),
+    }
 }
 
 /// Deterministic pseudo-random values (a 64-bit LCG's high bits).

@@ -13,6 +13,7 @@
 
 use super::pack::{group_zp_bytes, groups, record_bytes, PackedNBits};
 use super::params::NBitsParams;
+use crate::kernels::described;
 use crate::memory::WeightBytes;
 use serde_json::{json, Map, Value};
 
@@ -231,30 +232,23 @@ impl PackedNBits {
     }
 }
 
-/// The error for field `field` of a description: what is wrong with it.
+/// The kind of weight errors name (`kernels::described`).
+const KIND: &str = "MatMulNBits";
+
 fn bad(field: &str, what: String) -> String {
-    format!("packed MatMulNBits weight: {field}: {what}")
+    described::bad(KIND, field, &what)
 }
 
-/// Field `name` of the description as an unsigned integer.
 fn uint(obj: &Map<String, Value>, name: &str) -> Result<u64, String> {
-    obj.get(name)
-        .and_then(Value::as_u64)
-        .ok_or_else(|| bad(name, "missing or not an unsigned integer".into()))
+    described::uint(KIND, obj, name)
 }
 
-/// Field `name` of the description as a boolean.
 fn flag(obj: &Map<String, Value>, name: &str) -> Result<bool, String> {
-    obj.get(name)
-        .and_then(Value::as_bool)
-        .ok_or_else(|| bad(name, "missing or not a boolean".into()))
+    described::flag(KIND, obj, name)
 }
 
-/// Field `name` of the description as an array.
 fn array<'a>(obj: &'a Map<String, Value>, name: &str) -> Result<&'a Vec<Value>, String> {
-    obj.get(name)
-        .and_then(Value::as_array)
-        .ok_or_else(|| bad(name, "missing or not an array".into()))
+    described::array(KIND, obj, name)
 }
 
 /// Whether a section starts on a [`SECTION_ALIGN`] boundary (the kernels' 64-byte loads).

@@ -9,7 +9,15 @@
 //! sign the kernels read them (int8 when A is uint8, uint8 when A is int8).
 
 use super::{Signs, NR, PANEL};
-use crate::memory::{weight_arena, ArenaBuf};
+use crate::kernels::described;
+use crate::memory::{weight_arena, WeightBytes};
+use crate::os::mapped::FileSlice;
+use serde_json::{json, Map, Value};
+
+/// Version of the packed layout (this module's doc) that [`PackedB::export_parts`] writes; an
+/// import of any other version is refused, so a file written before a layout change is packed
+/// afresh, never misread.
+const LAYOUT_VERSION: u64 = 1;
 
 /// K rounded up to a multiple of 4.
 pub fn k_padded(k: usize) -> usize {
@@ -48,8 +56,24 @@ pub struct PackedB {
     pub n: usize,
     pub batches: usize,
     pub signs: Signs,
-    data: ArenaBuf<u8>,
-    colsum: Vec<i32>,
+    data: WeightBytes,
+    colsum: ColSums,
+}
+
+/// The column sums of a packed B: computed here, or read in place from a context file.
+enum ColSums {
+    Owned(Vec<i32>),
+    File(FileSlice<i32>),
+}
+
+impl std::ops::Deref for ColSums {
+    type Target = [i32];
+    fn deref(&self) -> &[i32] {
+        match self {
+            ColSums::Owned(v) => v,
+            ColSums::File(f) => f.as_slice(),
+        }
+    }
 }
 
 impl PackedB {
@@ -66,8 +90,132 @@ impl PackedB {
 
     /// Bytes held: the arena piece (alignment padding included) and the column sums.
     pub fn bytes(&self) -> usize {
-        self.data.taken_bytes() + self.colsum.capacity() * 4
+        self.data.arena_bytes()
+            + match &self.colsum {
+                ColSums::Owned(v) => v.capacity() * 4,
+                ColSums::File(_) => 0,
+            }
     }
+
+    /// Bytes of the packed B and its column sums (what a context file stores; what an imported
+    /// weight maps).
+    pub fn stored_bytes(&self) -> usize {
+        self.data.len() + std::mem::size_of_val::<[i32]>(&self.colsum)
+    }
+
+    /// Whether the packed bytes lie in a mapped file.
+    pub fn is_file(&self) -> bool {
+        self.data.is_file()
+    }
+
+    /// The weight as a description and its byte sections (the packed bytes, then the column
+    /// sums), for a context file; [`PackedB::import_parts`] reverses it.
+    pub fn export_parts(&self) -> (Value, Vec<&[u8]>) {
+        let meta = json!({
+            "layout": LAYOUT_VERSION,
+            "k": self.k,
+            "n": self.n,
+            "batches": self.batches,
+            "signs": signs_name(self.signs),
+        });
+        let sums: &[i32] = &self.colsum;
+        let sums = crate::os::mapped::plain_bytes(sums);
+        (meta, vec![self.data.as_slice(), sums])
+    }
+
+    /// `(k, n, batches, signs)` from [`PackedB::export_parts`]'s description, validated (layout
+    /// version, sizes that do not overflow), without the sections.
+    pub fn described(meta: &Value) -> Result<(usize, usize, usize, Signs), String> {
+        let obj = meta
+            .as_object()
+            .ok_or_else(|| bad("description", "not a JSON object".into()))?;
+        let layout = uint(obj, "layout")?;
+        if layout != LAYOUT_VERSION {
+            return Err(bad(
+                "layout",
+                format!("version {layout}, this build reads {LAYOUT_VERSION}"),
+            ));
+        }
+        let (k, n, batches) = (size(obj, "k")?, size(obj, "n")?, size(obj, "batches")?);
+        let name = obj
+            .get("signs")
+            .and_then(Value::as_str)
+            .ok_or_else(|| bad("signs", "missing or not a string".into()))?;
+        let signs = [Signs::U8U8, Signs::U8S8, Signs::S8S8]
+            .into_iter()
+            .find(|&s| signs_name(s) == name)
+            .ok_or_else(|| bad("signs", format!("'{name}' is none of u8u8, u8s8, s8s8")))?;
+        checked_packed_sizes(k, n, batches)
+            .ok_or_else(|| bad("k", format!("[{k}, {n}] x {batches} is too large")))?;
+        Ok((k, n, batches, signs))
+    }
+
+    /// Rebuilds a weight from [`PackedB::export_parts`]'s description and its sections (the
+    /// packed bytes, then the column sums: slices of a mapped file, read in place, nothing
+    /// copied). Refuses, with an error naming the field, a description
+    /// [`PackedB::described`] refuses, a section count other than two, a section whose length
+    /// is not the one the shape gives ([`packed_sizes`]) or that is not 64-byte aligned.
+    pub fn import_parts(meta: &Value, sections: Vec<FileSlice<u8>>) -> Result<PackedB, String> {
+        let (k, n, batches, signs) = Self::described(meta)?;
+        let (dl, cl) = checked_packed_sizes(k, n, batches)
+            .ok_or_else(|| bad("k", format!("[{k}, {n}] x {batches} is too large")))?;
+        let [data, sums]: [FileSlice<u8>; 2] = sections.try_into().map_err(|v: Vec<_>| {
+            bad(
+                "sections",
+                format!("{} given, expected 2 (packed bytes, column sums)", v.len()),
+            )
+        })?;
+        let align = crate::memory::ARENA_ALIGN;
+        for (name, s, want) in [("data", &data, dl), ("colsum", &sums, cl * 4)] {
+            if s.len() != want {
+                return Err(bad(
+                    name,
+                    format!("{} bytes, [{k}, {n}] x {batches} takes {want}", s.len()),
+                ));
+            }
+            if !s.offset().is_multiple_of(align) {
+                return Err(bad(name, format!("section not {align}-byte aligned")));
+            }
+        }
+        let colsum = FileSlice::<i32>::new(sums.map(), sums.offset(), cl).ok_or_else(|| {
+            bad(
+                "colsum",
+                "section not an aligned i32 range of the file".into(),
+            )
+        })?;
+        Ok(PackedB {
+            k,
+            n,
+            batches,
+            signs,
+            data: WeightBytes::File(data),
+            colsum: ColSums::File(colsum),
+        })
+    }
+}
+
+/// How a description names `signs`.
+fn signs_name(s: Signs) -> &'static str {
+    match s {
+        Signs::U8U8 => "u8u8",
+        Signs::U8S8 => "u8s8",
+        Signs::S8S8 => "s8s8",
+    }
+}
+
+/// The kind of weight errors name (`kernels::described`).
+const KIND: &str = "QLinearMatMul";
+
+fn bad(field: &str, what: String) -> String {
+    described::bad(KIND, field, &what)
+}
+
+fn uint(obj: &Map<String, Value>, name: &str) -> Result<u64, String> {
+    described::uint(KIND, obj, name)
+}
+
+fn size(obj: &Map<String, Value>, name: &str) -> Result<usize, String> {
+    described::size(KIND, obj, name)
 }
 
 /// A packed B, owned elsewhere (the weight cache or per-call scratch).
@@ -189,7 +337,7 @@ pub fn try_pack(b: &[u8], k: usize, n: usize, batches: usize, signs: Signs) -> O
         n,
         batches,
         signs,
-        data,
-        colsum,
+        data: WeightBytes::Arena(data),
+        colsum: ColSums::Owned(colsum),
     })
 }
