@@ -1,21 +1,19 @@
 """EPContext models of f32 MatMul / Gemm weights and QLinearMatMul's B (src/ep/context): the writer stores
 each packed weight (`gemm::PackedB`'s panels, `qgemm::PackedB`'s bytes and column sums) in the context file,
 and a session from the context model reads them in place: it packs nothing and answers bit for bit as its
-writer. Modelled on test_ep_context.py (its `_write_context`, `_load`, `_directory`)."""
+writer. It uses test_ep_context.py's `_write_context`, `_load` and `_directory`."""
 
 from __future__ import annotations
 
-import json
 import pathlib
-import struct
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from conftest import EP_NAME, assignment
+from test_ep_context import _directory, _load, _write_context
 
 F32, U8, I8 = TensorProto.FLOAT, TensorProto.UINT8, TensorProto.INT8
 K = 64
@@ -58,32 +56,6 @@ def _model(path: pathlib.Path) -> pathlib.Path:
     return path
 
 
-def _options(devices, config: dict | None = None) -> ort.SessionOptions:
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    so.log_severity_level = 3
-    so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
-    for k, v in (config or {}).items():
-        so.add_session_config_entry(k, v)
-    so.add_provider_for_devices(devices, {})
-    return so
-
-
-def _write_context(devices, model: pathlib.Path) -> ort.InferenceSession:
-    ctx = model.with_name("model_ctx.onnx")
-    so = _options(devices, {"ep.context_enable": "1", "ep.context_file_path": str(ctx)})
-    return ort.InferenceSession(str(model), so, enable_fallback=0)
-
-
-def _load(devices, path: pathlib.Path) -> ort.InferenceSession:
-    return ort.InferenceSession(str(path), _options(devices), enable_fallback=0)
-
-
-def _directory(data: bytes) -> dict:
-    at, length = struct.unpack_from("<QQ", data, 16)
-    return json.loads(data[at:at + length])
-
-
 def _runs(sess) -> list[list[np.ndarray]]:
     """M = 1 (the panel GEMV) and M = 7 (the blocked driver): every run's outputs."""
     rng = np.random.default_rng(5)
@@ -106,7 +78,7 @@ def written(tmp_path_factory, rcpu_devices):
 
 def test_the_file_holds_every_packed_weight_and_no_raw_copy(written):
     d, _ = written
-    directory = _directory((d / "model_ctx.rcpu").read_bytes())
+    _, directory = _directory((d / "model_ctx.rcpu").read_bytes())
     parts = directory["partitions"].values()
     exports = [x for p in parts for x in p["exports"]]
     ops = sorted(x["key"]["op"] for x in exports)

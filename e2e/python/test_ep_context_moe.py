@@ -10,9 +10,7 @@ The helpers are test_ep_context.py's (`_write_context`, `_load`, `_steps`)."""
 
 from __future__ import annotations
 
-import json
 import pathlib
-import struct
 import subprocess
 
 import numpy as np
@@ -21,7 +19,7 @@ import onnx.numpy_helper
 import pytest
 
 from conftest import EP_NAME, assignment
-from test_ep_context import BENCH, VOCAB, _load, _steps, _write_context
+from test_ep_context import BENCH, VOCAB, _directory, _load, _steps, _write_context
 
 # QMoE's inputs: fc1 codes, scales, bias; fc2 codes, scales, bias (gpt-oss has no zero points).
 FC1, FC1_SCALES, FC1_BIAS, FC2, FC2_SCALES, FC2_BIAS = 2, 3, 4, 5, 6, 7
@@ -59,11 +57,6 @@ def written(request, tmp_path_factory, rcpu_devices, stats):
     return d, model, want, _qmoe_routes(stats)
 
 
-def _directory(data: bytes) -> dict:
-    at, length = struct.unpack_from("<QQ", data, 16)
-    return json.loads(data[at:at + length])
-
-
 def test_moe_context_model_answers_as_its_writer(written, rcpu_devices, stats):
     d, model, want, want_routes = written
     ctx = d / "model_ctx.onnx"
@@ -94,7 +87,7 @@ def test_moe_context_model_answers_as_its_writer(written, rcpu_devices, stats):
 def test_moe_context_file_holds_the_packed_experts_not_the_raw_ones(written):
     d, model, _, _ = written
     data = (d / "model_ctx.rcpu").read_bytes()
-    directory = _directory(data)
+    _, directory = _directory(data)
     (part,) = directory["partitions"].values()
     sizes = [s[1] for s in directory["sections"]]
     qmoe = [i for i, n in enumerate(part["spec"]["nodes"]) if n["op"] == "QMoE"]

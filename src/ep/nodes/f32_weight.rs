@@ -16,7 +16,7 @@ use crate::ep::op::{PackedExport, PackedImport};
 use crate::kernels::gemm::{try_pack_weight, weight_panel_width, PackedB, Weight};
 use crate::memory::{params_hash, weight_cache, CachedWeight, WeightKey};
 
-use super::matmul_nbits::adopted_key;
+use super::adopt;
 
 /// The input index of B in MatMul and Gemm (what an export covers).
 const IN_B: usize = 1;
@@ -102,13 +102,8 @@ impl ConstB {
     /// `Ok(None)` when the cache gave nothing; `Err` naming the field the description gets
     /// wrong.
     pub(crate) fn import_packed(imp: PackedImport, trans: bool) -> Result<Option<ConstB>> {
-        let stored = WeightKey::from_json(&imp.key).map_err(Error::invalid_argument)?;
-        if stored.op != PACK_OP {
-            return Err(Error::invalid_argument(format!(
-                "a packed weight of {} cannot be imported into an f32 MatMul/Gemm",
-                stored.op
-            )));
-        }
+        let stored = adopt::stored_key(&imp.key, PACK_OP, "be imported into an f32 MatMul/Gemm")
+            .map_err(Error::invalid_argument)?;
         let (k, n) = PackedB::described_shape(&imp.meta).map_err(Error::invalid_argument)?;
         let got_trans = imp.meta.get("trans").and_then(serde_json::Value::as_bool);
         match got_trans {
@@ -131,23 +126,15 @@ impl ConstB {
                 "packed f32 GEMM weight: n: {n}, a packed weight has at least 2 columns"
             )));
         }
-        let key = adopted_key(&stored, &imp.sections);
-        let mut refused = None;
-        let (meta, sections) = (&imp.meta, imp.sections);
-        let w = weight_cache().get_or_adopt(
-            &key,
-            || {
-                PackedB::import_parts(meta, sections)
-                    .map_err(|e| refused = Some(e))
-                    .ok()
-            },
+        let meta = &imp.meta;
+        let imported = adopt::adopt(
+            &stored,
+            imp.sections,
+            |s| PackedB::import_parts(meta, s),
             PackedB::panel_bytes,
         );
-        let Some(w) = w else {
-            return match refused {
-                Some(e) => Err(Error::invalid_argument(e)),
-                None => Ok(None),
-            };
+        let Some(w) = imported.map_err(Error::invalid_argument)? else {
+            return Ok(None);
         };
         // A live entry with the key may hold another description's weight: its own shape
         // decides.

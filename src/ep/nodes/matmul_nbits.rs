@@ -13,6 +13,7 @@ use crate::abi::kernel_context::KernelContext;
 use crate::abi::kernel_info::KernelInfo;
 use crate::abi::status::{Error, Result};
 use crate::abi::tensor::{ElemType, Tensor};
+use crate::ep::nodes::adopt;
 use crate::ep::op::{types, Decline, KernelEnv, OpDef, OpKernel, PackedExport, PackedImport};
 use crate::kernels::matmul_nbits::reference::{hostile_scales, matmul_dequant_f32};
 use crate::kernels::matmul_nbits::{
@@ -262,6 +263,20 @@ impl MatMulNBits {
     }
 }
 
+/// A packed MatMulNBits weight rebuilt over `sections` of a mapped context file
+/// (`PackedNBits::import_parts`, which checks `meta`).
+pub(crate) fn import_nbits(
+    meta: &serde_json::Value,
+    sections: Vec<FileSlice<u8>>,
+) -> std::result::Result<PackedNBits, String> {
+    PackedNBits::import_parts(meta, sections.into_iter().map(WeightBytes::from).collect())
+}
+
+/// The bytes of the file an imported weight maps (the weight cache's stats).
+pub(crate) fn nbits_file_bytes(w: &PackedNBits) -> usize {
+    w.weight_bytes().len() + w.zero_point_bytes().len()
+}
+
 /// The first parameter in which a packed weight's params (`got`) differ from the node's
 /// (`want`), as an error naming it; `None` when the weight is what the node would pack. The
 /// scale format is compared as the pack sees it (`NBitsParams::f16_scales`: the provider option
@@ -293,23 +308,6 @@ pub(crate) fn params_mismatch(want: &NBitsParams, got: &NBitsParams) -> Option<S
     Some(format!(
         "the packed weight in the context file was made for {name}={g}, the node has {name}={w}"
     ))
-}
-
-/// The cache key of a weight imported from `sections` whose stored key is `stored`: the stored
-/// key and where each section lies (the file's device and inode, offset, length), digested with
-/// this process's secret. A stored digest was keyed by the secret of the process that wrote it,
-/// so it never matches a pack made here and anyone writing a file can copy it; keyed to the file
-/// it came from, an import is shared only with imports of that very file (the sessions loading
-/// one context file share its weights), never served to a session that loaded another file.
-pub(crate) fn adopted_key(stored: &WeightKey, sections: &[FileSlice<u8>]) -> WeightKey {
-    let mut d = KeyDigest::new();
-    d.words(&[stored.params_hash, stored.len as u64, sections.len() as u64])
-        .bytes(&stored.digest);
-    for s in sections {
-        let (dev, ino) = s.map().file_id();
-        d.words(&[dev, ino, s.offset() as u64, s.len() as u64]);
-    }
-    WeightKey::from_digest(stored.op, stored.params_hash, &d, stored.len)
 }
 
 /// B / scales / zero points (ORT's layout, sizes checked) packed through the process's weight
@@ -568,36 +566,23 @@ impl OpKernel for MatMulNBits {
     }
 
     fn import_packed(&mut self, imp: PackedImport) -> Result<bool> {
-        let stored = WeightKey::from_json(&imp.key).map_err(Error::invalid_argument)?;
-        if stored.op != OP {
-            return Err(Error::invalid_argument(format!(
-                "a packed weight of {} cannot be imported into MatMulNBits",
-                stored.op
-            )));
-        }
+        let stored = adopt::stored_key(&imp.key, OP, "be imported into MatMulNBits")
+            .map_err(Error::invalid_argument)?;
         let described =
             PackedNBits::described_params(&imp.meta).map_err(Error::invalid_argument)?;
         if let Some(e) = params_mismatch(&self.p, &described) {
             return Err(Error::invalid_argument(e));
         }
-        let key = adopted_key(&stored, &imp.sections);
-        let mut refused = None;
-        let (meta, sections) = (&imp.meta, imp.sections);
-        let w = weight_cache().get_or_adopt(
-            &key,
-            || {
-                let sections = sections.into_iter().map(WeightBytes::from).collect();
-                PackedNBits::import_parts(meta, sections)
-                    .map_err(|e| refused = Some(e))
-                    .ok()
-            },
-            |w: &PackedNBits| w.weight_bytes().len() + w.zero_point_bytes().len(),
-        );
-        let Some(w) = w else {
-            return match refused {
-                Some(e) => Err(Error::invalid_argument(e)),
-                None => Ok(false),
-            };
+        let meta = &imp.meta;
+        let Some(w) = adopt::adopt(
+            &stored,
+            imp.sections,
+            |s| import_nbits(meta, s),
+            nbits_file_bytes,
+        )
+        .map_err(Error::invalid_argument)?
+        else {
+            return Ok(false);
         };
         // A live entry with the key may hold another description's weight (only a context file
         // giving two nodes one key and the same sections could make one): the weight's own

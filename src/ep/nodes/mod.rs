@@ -3,6 +3,7 @@
 //! `matmul_nbits`, ...). Everything here is safe code over the `abi` views.
 
 pub mod activation;
+pub(crate) mod adopt;
 pub mod binary;
 pub mod cast;
 pub mod claim;

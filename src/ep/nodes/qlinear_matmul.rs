@@ -27,8 +27,8 @@ use crate::memory::{params_hash, weight_cache, CachedWeight, WeightKey};
 use crate::runtime::par::take_lanes_used;
 use crate::telemetry::ledger;
 
+use super::adopt;
 use super::claim::{input_type, known_dims, only_attrs, require_elem, require_output_elem, F32};
-use super::matmul_nbits::adopted_key;
 
 const OP: &str = "QLinearMatMul";
 const IN_A: usize = 0;
@@ -338,13 +338,8 @@ impl QLinearMatMul {
     /// as it was.
     fn import_b(&mut self, imp: PackedImport) -> Result<bool> {
         let bad = |e: String| Error::invalid_argument(e);
-        let stored = WeightKey::from_json(&imp.key).map_err(bad)?;
-        if stored.op != OP {
-            return Err(bad(format!(
-                "a packed weight of {} cannot be imported into QLinearMatMul",
-                stored.op
-            )));
-        }
+        let stored =
+            adopt::stored_key(&imp.key, OP, "be imported into QLinearMatMul").map_err(bad)?;
         let (k, n, batches, signs) = PackedB::described(&imp.meta).map_err(bad)?;
         if signs != self.signs {
             return Err(bad(format!(
@@ -374,23 +369,15 @@ impl QLinearMatMul {
                 dims.0, dims.1, dims.2
             )));
         }
-        let key = adopted_key(&stored, &imp.sections);
-        let mut refused = None;
-        let (meta, sections) = (&imp.meta, imp.sections);
-        let w = weight_cache().get_or_adopt(
-            &key,
-            || {
-                PackedB::import_parts(meta, sections)
-                    .map_err(|e| refused = Some(e))
-                    .ok()
-            },
+        let meta = &imp.meta;
+        let imported = adopt::adopt(
+            &stored,
+            imp.sections,
+            |s| PackedB::import_parts(meta, s),
             PackedB::stored_bytes,
         );
-        let Some(w) = w else {
-            return match refused {
-                Some(e) => Err(bad(e)),
-                None => Ok(false),
-            };
+        let Some(w) = imported.map_err(bad)? else {
+            return Ok(false);
         };
         // A live entry with the key may hold another description's weight: its own dims decide.
         if (w.k, w.n, w.batches, w.signs) != (k, n, batches, signs) {

@@ -36,13 +36,14 @@ use crate::kernels::matmul_nbits::reference::hostile_scales;
 use crate::kernels::matmul_nbits::{NBitsParams, NBitsWeight, PackedNBits};
 use crate::kernels::moe::{self, Expert, ExpertMatrix, MoeActivation, MoeRoute, MoeShape, Routes};
 use crate::kernels::shape::checked_numel;
-use crate::memory::{weight_cache, CachedWeight, WeightBytes, WeightKey};
+use crate::memory::CachedWeight;
 use crate::os::mapped::FileSlice;
 use crate::runtime::par::{take_lanes_used, Serial};
 use crate::telemetry::ledger;
 
+use super::adopt;
 use super::claim::{input, input_type, only_attrs, require_elem, require_output_elem, F32};
-use super::matmul_nbits::{copy_const, pack_cached};
+use super::matmul_nbits::{copy_const, import_nbits, nbits_file_bytes, pack_cached};
 
 const OP: &str = "QMoE";
 const U8: ElemType = ElemType::ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8;
@@ -925,14 +926,8 @@ impl OpKernel for QMoe {
             let keys = per_expert(&imp.key, "key", name, experts)?;
             let metas = per_expert(&imp.meta, "description", name, experts)?;
             for (e, (k, m)) in keys.iter().zip(metas).enumerate() {
-                let key = WeightKey::from_json(k)
+                let key = adopt::stored_key(k, PACK_OP, "be a QMoE expert")
                     .map_err(|x| Error::invalid_argument(format!("{name} expert {e}: {x}")))?;
-                if key.op != PACK_OP {
-                    return Err(Error::invalid_argument(format!(
-                        "{name} expert {e}: a packed weight of {} cannot be a QMoE expert",
-                        key.op
-                    )));
-                }
                 let got = PackedNBits::described_params(m)
                     .map_err(|x| Error::invalid_argument(format!("{name} expert {e}: {x}")))?;
                 if let Some(x) = params_mismatch(name, e, &proj.p, &got) {
@@ -964,24 +959,11 @@ impl OpKernel for QMoe {
         for (e, (k1, k2)) in s1.iter().zip(s2).enumerate() {
             for (j, (name, k)) in names.into_iter().zip([k1, k2]).enumerate() {
                 let parts: Vec<FileSlice<u8>> = sections.by_ref().take(per[j]).collect();
-                let key = super::matmul_nbits::adopted_key(k, &parts);
                 let meta = &imp.meta[name][e];
-                let mut refused = None;
-                let w = weight_cache().get_or_adopt(
-                    &key,
-                    || {
-                        let parts = parts.into_iter().map(WeightBytes::from).collect();
-                        PackedNBits::import_parts(meta, parts)
-                            .map_err(|x| refused = Some(x))
-                            .ok()
-                    },
-                    |w: &PackedNBits| w.weight_bytes().len() + w.zero_point_bytes().len(),
-                );
+                let w = adopt::adopt(k, parts, |s| import_nbits(meta, s), nbits_file_bytes)
+                    .map_err(|x| Error::invalid_argument(format!("{name} expert {e}: {x}")))?;
                 let Some(w) = w else {
-                    return match refused {
-                        Some(x) => Err(Error::invalid_argument(format!("{name} expert {e}: {x}"))),
-                        None => Ok(false),
-                    };
+                    return Ok(false);
                 };
                 // A live entry with the key may hold another description's weight (only a
                 // file giving two weights one key and the same sections could make one): the
